@@ -1,0 +1,21 @@
+"""Agents, states, sessions, inbound events and the engine step."""
+
+from baf.core.agent import Agent
+from baf.core.events import Event, ReceiveFileEvent, ReceiveJSONEvent, ReceiveTextEvent, WildcardEvent
+from baf.core.hooks import StepHooks
+from baf.core.session import Session
+from baf.core.state import State
+from baf.core.transition import Transition
+
+__all__ = [
+    "Agent",
+    "Event",
+    "ReceiveFileEvent",
+    "ReceiveJSONEvent",
+    "ReceiveTextEvent",
+    "Session",
+    "State",
+    "StepHooks",
+    "Transition",
+    "WildcardEvent",
+]

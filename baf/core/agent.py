@@ -1,0 +1,366 @@
+"""The agent: a state machine of states, the tools its states may use, and the platforms it talks on."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import inspect
+import logging
+import signal
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import MappingProxyType, TracebackType
+from typing import TYPE_CHECKING, Any, overload
+
+import yaml
+
+from baf.core.events import Event, ReceiveTextEvent
+from baf.core.hooks import HookChain, StepHooks
+from baf.core.runtime import Runtime
+from baf.core.session import Session
+from baf.core.state import State
+from baf.errors import ConfigurationError
+from baf.log import SessionLog, open_log
+from baf.reasoning.skill import Skill
+from baf.reasoning.tool import Tool
+from baf.reasoning.workspace import Workspace
+
+if TYPE_CHECKING:
+    from baf.platforms.base import Platform
+    from baf.platforms.terminal import TerminalPlatform
+
+__all__ = ["Agent"]
+
+logger = logging.getLogger("baf.agent")
+
+
+class Agent:
+    """An agent: states wired by transitions, run over an append-only session log.
+
+    ``log`` is a URL (``sqlite:///baf.db``, ``sqlite:///baf.db?durability=full``, ``memory://``) or a
+    :class:`~baf.log.SessionLog`. ``max_body_threads`` bounds how many synchronous bodies and tools run
+    at once in worker threads.
+    """
+
+    def __init__(self, name: str, log: str | SessionLog = "sqlite:///baf.db", *, max_body_threads: int = 64) -> None:
+        if not name:
+            raise ConfigurationError("an agent needs a name")
+        self.name = name
+        self.log: SessionLog = open_log(log)
+        self._states: dict[str, State] = {}
+        self._platforms: list[Platform] = []
+        self._properties: dict[str, Any] = {}
+        self._tools: dict[str, Tool] = {}
+        self._skills: dict[str, Skill] = {}
+        self._workspaces: dict[str, Workspace] = {}
+        self._hooks = HookChain()
+        self._max_body_threads = max_body_threads
+        self._runtime: Runtime | None = None
+        self._stop_requested: asyncio.Event | None = None
+
+    def __repr__(self) -> str:
+        return f"Agent({self.name!r}, states={list(self._states)})"
+
+    # -- states ---------------------------------------------------------------------------------
+
+    def new_state(self, name: str, initial: bool = False) -> State:
+        """Create a state. Names are unique; exactly one state is initial."""
+        self._check_mutable("add a state")
+        if not name:
+            raise ConfigurationError("a state needs a name")
+        if name in self._states:
+            raise ConfigurationError(f"agent {self.name!r} already has a state named {name!r}")
+        if initial:
+            current = next((s for s in self._states.values() if s.initial), None)
+            if current is not None:
+                raise ConfigurationError(
+                    f"agent {self.name!r} already has an initial state ({current.name!r}); "
+                    f"{name!r} cannot be initial too"
+                )
+        state = State(self, name, initial)
+        self._states[name] = state
+        return state
+
+    @property
+    def states(self) -> list[State]:
+        """The states, in creation order."""
+        return list(self._states.values())
+
+    @property
+    def state_names(self) -> set[str]:
+        """The names of the states."""
+        return set(self._states)
+
+    def get_state(self, name: str) -> State:
+        """The state called ``name``."""
+        try:
+            return self._states[name]
+        except KeyError:
+            raise ConfigurationError(f"agent {self.name!r} has no state named {name!r}") from None
+
+    @property
+    def initial_state(self) -> State:
+        """The initial state; a clear error if none was declared."""
+        for state in self._states.values():
+            if state.initial:
+                return state
+        raise ConfigurationError(
+            f"agent {self.name!r} has no initial state; create one with new_state(name, initial=True)"
+        )
+
+    def _check_mutable(self, what: str) -> None:
+        if self._runtime is not None:
+            raise ConfigurationError(f"cannot {what} while agent {self.name!r} is running; do it before start()")
+
+    # -- platforms and hooks --------------------------------------------------------------------
+
+    def add_platform(self, platform: Platform) -> Platform:
+        """Attach a platform; it is started and stopped with the agent."""
+        self._check_mutable("add a platform")
+        platform.bind(self)
+        self._platforms.append(platform)
+        return platform
+
+    def use_terminal_platform(self, **options: Any) -> TerminalPlatform:
+        """Attach the terminal (rich) chat platform."""
+        from baf.platforms.terminal import TerminalPlatform
+
+        platform = TerminalPlatform(**options)
+        self.add_platform(platform)
+        return platform
+
+    @property
+    def platforms(self) -> tuple[Platform, ...]:
+        """The attached platforms."""
+        return tuple(self._platforms)
+
+    def find_platform(self, name: str) -> Platform | None:
+        """The attached platform called ``name``, if any."""
+        return next((p for p in self._platforms if p.name == name), None)
+
+    def add_hook(self, hook: StepHooks) -> StepHooks:
+        """Attach engine-step hooks (see :class:`~baf.core.hooks.StepHooks`)."""
+        self._hooks.hooks.append(hook)
+        return hook
+
+    # -- properties -----------------------------------------------------------------------------
+
+    def load_properties(self, path: str | Path) -> None:
+        """Load a YAML file of settings; nested keys become dotted names (``llm.openai.api_key``)."""
+        text = Path(path).read_text(encoding="utf-8")
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigurationError(f"cannot parse properties file {path}: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ConfigurationError(f"properties file {path} must hold a mapping at the top level")
+        self._properties.update(_flatten(data))
+
+    def get_property(self, name: str, default: Any = None) -> Any:
+        """The value of property ``name``, or ``default``."""
+        return self._properties.get(name, default)
+
+    def set_property(self, name: str, value: Any) -> None:
+        """Set property ``name``."""
+        self._properties[name] = value
+
+    @property
+    def properties(self) -> Mapping[str, Any]:
+        """All properties, read-only."""
+        return MappingProxyType(self._properties)
+
+    # -- tools, skills, workspaces --------------------------------------------------------------
+
+    def add_tool(self, tool: Tool | Callable[..., Any]) -> Tool:
+        """Register a tool (a :class:`~baf.reasoning.tool.Tool` or a plain function)."""
+        if not isinstance(tool, Tool):
+            tool = Tool(tool)
+        if tool.name in self._tools:
+            raise ConfigurationError(f"agent {self.name!r} already has a tool named {tool.name!r}")
+        self._tools[tool.name] = tool
+        return tool
+
+    def new_tool(
+        self, fn: Callable[..., Any], name: str | None = None, description: str | None = None, **options: Any
+    ) -> Tool:
+        """Wrap ``fn`` as a tool and register it."""
+        return self.add_tool(Tool(fn, name=name, description=description, **options))
+
+    @overload
+    def tool(self, fn: Callable[..., Any], /) -> Tool: ...
+
+    @overload
+    def tool(
+        self, *, name: str | None = None, description: str | None = None, **options: Any
+    ) -> Callable[[Callable[..., Any]], Tool]: ...
+
+    def tool(
+        self, fn: Callable[..., Any] | None = None, /, **options: Any
+    ) -> Tool | Callable[[Callable[..., Any]], Tool]:
+        """Decorator registering a function as a tool: ``@agent.tool`` or ``@agent.tool(name=...)``."""
+        if fn is not None:
+            return self.new_tool(fn)
+
+        def register(function: Callable[..., Any]) -> Tool:
+            return self.new_tool(function, **options)
+
+        return register
+
+    def load_tools(self, path: str | Path) -> list[Tool]:
+        """Import a Python file and register its tools: the names in its ``__all__`` if it has one,
+        else every public function defined in it (and every ``Tool`` object)."""
+        path = Path(path)
+        module_name = f"baf_tools_{path.stem}_{abs(hash(path.resolve()))}"
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        if spec is None or spec.loader is None:
+            raise ConfigurationError(f"cannot import tools from {path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+        names = getattr(module, "__all__", None) or [n for n in vars(module) if not n.startswith("_")]
+        loaded = []
+        for attr in names:
+            value = getattr(module, attr)
+            if isinstance(value, Tool) or (inspect.isfunction(value) and value.__module__ == module_name):
+                loaded.append(self.add_tool(value))
+        return loaded
+
+    def new_skill(self, name: str, content: str, description: str | None = None) -> Skill:
+        """Register a skill: instructions (Markdown) added to the reasoning system prompt."""
+        return self._add_skill(Skill(name, content, description))
+
+    def load_skills(self, folder: str | Path) -> list[Skill]:
+        """Register every skill found in ``folder``."""
+        return [self._add_skill(skill) for skill in Skill.from_folder(folder)]
+
+    def _add_skill(self, skill: Skill) -> Skill:
+        if skill.name in self._skills:
+            raise ConfigurationError(f"agent {self.name!r} already has a skill named {skill.name!r}")
+        self._skills[skill.name] = skill
+        return skill
+
+    def new_workspace(self, path: str | Path, name: str = "workspace", **options: Any) -> Workspace:
+        """Register a folder the reasoning state may browse (read-only unless ``writable=True``)."""
+        if name in self._workspaces:
+            raise ConfigurationError(f"agent {self.name!r} already has a workspace named {name!r}")
+        workspace = Workspace(path, name=name, **options)
+        self._workspaces[name] = workspace
+        return workspace
+
+    @property
+    def tools(self) -> Mapping[str, Tool]:
+        """Registered tools by name, read-only."""
+        return MappingProxyType(self._tools)
+
+    @property
+    def skills(self) -> Mapping[str, Skill]:
+        """Registered skills by name, read-only."""
+        return MappingProxyType(self._skills)
+
+    @property
+    def workspaces(self) -> Mapping[str, Workspace]:
+        """Registered workspaces by name, read-only."""
+        return MappingProxyType(self._workspaces)
+
+    # -- running --------------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        """Whether the agent has been started and not stopped."""
+        return self._runtime is not None
+
+    @property
+    def sessions(self) -> Mapping[str, Session]:
+        """The live sessions by id, read-only."""
+        return MappingProxyType(self._require_runtime().sessions)
+
+    async def start(self) -> None:
+        """Open the log, rebuild every session from it, and start the platforms."""
+        if self._runtime is not None:
+            return
+        _ = self.initial_state  # fail early with a clear message
+        runtime = Runtime(self, self.log, self._hooks, self._max_body_threads)
+        self._runtime = runtime
+        try:
+            await runtime.start()
+            for platform in self._platforms:
+                await platform.start()
+        except BaseException:
+            self._runtime = None
+            await runtime.stop()
+            raise
+
+    async def stop(self) -> None:
+        """Stop the platforms, let running steps finish, flush and close the log."""
+        runtime, self._runtime = self._runtime, None
+        if runtime is None:
+            return
+        for platform in reversed(self._platforms):
+            try:
+                await platform.stop()
+            except Exception:
+                logger.exception("platform %s failed to stop", platform.name)
+        await runtime.stop()
+
+    async def __aenter__(self) -> Agent:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    def run(self) -> None:
+        """Start, serve until Ctrl-C / SIGTERM (or a platform asks to stop), then stop cleanly."""
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(self._serve())
+
+    async def _serve(self) -> None:
+        self._stop_requested = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self._stop_requested.set)
+        async with self:
+            await self._stop_requested.wait()
+
+    def request_stop(self) -> None:
+        """Make :meth:`run` return (platforms call this when their user quits)."""
+        if self._stop_requested is not None:
+            self._stop_requested.set()
+
+    async def get_or_create_session(self, session_id: str, platform: Platform | None = None) -> Session:
+        """The session ``session_id``, rebuilt from the log or started (its initial body queued)."""
+        return await self._require_runtime().get_or_create(session_id, platform)
+
+    async def receive_event(self, event: Event, platform: Platform | None = None) -> asyncio.Future[None]:
+        """Queue ``event`` for its session; returns once the event is durably recorded.
+
+        The returned future resolves when the event has been handled.
+        """
+        return await self._require_runtime().receive(event, platform)
+
+    async def receive_message(self, session_id: str, text: str, platform: Platform | None = None) -> Session:
+        """Deliver a text message and wait until it, and everything it caused, has been processed."""
+        done = await self.receive_event(ReceiveTextEvent(session_id, message=text), platform)
+        await done
+        return self._require_runtime().sessions[session_id]
+
+    def _require_runtime(self) -> Runtime:
+        if self._runtime is None:
+            raise ConfigurationError(f"agent {self.name!r} is not running; use 'async with agent:' or agent.start()")
+        return self._runtime
+
+
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat

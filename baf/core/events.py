@@ -1,0 +1,136 @@
+"""Inbound events: what platforms deliver to an agent.
+
+Every event is recorded as a ``message_received`` record before any body runs, so each event class
+knows how to turn itself into JSON (:meth:`Event.to_data`) and back (:func:`event_from_data`).
+Subclasses are registered by their ``type_name``; a user subclass only needs dataclass fields that
+JSON can carry.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import mimetypes
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+__all__ = [
+    "Event",
+    "ReceiveFileEvent",
+    "ReceiveJSONEvent",
+    "ReceiveTextEvent",
+    "WildcardEvent",
+    "event_from_data",
+]
+
+_EVENT_TYPES: dict[str, type[Event]] = {}
+
+
+@dataclass
+class Event:
+    """Base of every inbound event. Subclass it (as a dataclass) for events of your own.
+
+    ``session_id`` names the session the event is for; platforms set it.
+    """
+
+    session_id: str = ""
+    #: The name the event is recorded under. Defaults to the class name.
+    type_name: ClassVar[str] = "event"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "type_name" not in cls.__dict__:
+            cls.type_name = cls.__name__
+        _EVENT_TYPES[cls.type_name] = cls
+
+    def matches(self, pattern: type[Event]) -> bool:
+        """Whether this event satisfies a ``when_event(pattern)`` transition."""
+        return pattern is WildcardEvent or isinstance(self, pattern)
+
+    def to_data(self) -> dict[str, Any]:
+        """The JSON form recorded in the log."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "session_id"}
+        return {"type": self.type_name, **fields}
+
+    @property
+    def text(self) -> str | None:
+        """The text of the event as a conversation would show it, or ``None``."""
+        return None
+
+
+_EVENT_TYPES[Event.type_name] = Event
+
+
+@dataclass
+class WildcardEvent(Event):
+    """Matches every event in ``when_event()``; never delivered itself."""
+
+    type_name: ClassVar[str] = "wildcard"
+
+
+@dataclass
+class ReceiveTextEvent(Event):
+    """A text message from the user."""
+
+    message: str = ""
+    type_name: ClassVar[str] = "text"
+
+    @property
+    def text(self) -> str | None:
+        return self.message
+
+
+@dataclass
+class ReceiveJSONEvent(Event):
+    """A structured (JSON object) message from the user."""
+
+    payload: dict[str, Any] = field(default_factory=dict)
+    type_name: ClassVar[str] = "json"
+
+    @property
+    def text(self) -> str | None:
+        import json
+
+        return json.dumps(self.payload, ensure_ascii=False)
+
+
+@dataclass
+class ReceiveFileEvent(Event):
+    """A file sent by the user. ``data`` is base64 so the event can be recorded as JSON."""
+
+    name: str = ""
+    mime_type: str = ""
+    data: str = ""
+    caption: str = ""
+    type_name: ClassVar[str] = "file"
+
+    def __post_init__(self) -> None:
+        if not self.mime_type:
+            self.mime_type = mimetypes.guess_type(self.name)[0] or "application/octet-stream"
+
+    @classmethod
+    def from_bytes(cls, session_id: str, name: str, content: bytes, mime_type: str = "") -> ReceiveFileEvent:
+        """Build the event from raw bytes."""
+        return cls(session_id, name=name, mime_type=mime_type, data=base64.b64encode(content).decode("ascii"))
+
+    @property
+    def content(self) -> bytes:
+        """The decoded file bytes."""
+        return base64.b64decode(self.data)
+
+    @property
+    def text(self) -> str | None:
+        return self.caption or f"[file {self.name}]"
+
+
+def event_from_data(session_id: str, data: dict[str, Any]) -> Event:
+    """Rebuild an event from its recorded JSON form (inverse of :meth:`Event.to_data`)."""
+    fields = dict(data)
+    type_name = fields.pop("type", "event")
+    cls = _EVENT_TYPES.get(type_name)
+    if cls is None:
+        raise ValueError(
+            f"unknown event type {type_name!r} in session {session_id!r}; "
+            "import the module that defines it before reading this log"
+        )
+    return cls(session_id=session_id, **fields)

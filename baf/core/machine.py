@@ -1,0 +1,93 @@
+"""Compiles an agent's states and transitions into a ``transitions`` AsyncMachine.
+
+Each session is a model of the machine. Event transitions hang off one trigger and automatic ones off
+another; ``transitions`` tries them in declaration order and fires the first whose conditions hold.
+Bodies are not machine callbacks: the engine runs them, so it can record before every effect.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from transitions.extensions.asyncio import AsyncMachine
+
+from baf.core.engine import CHECK_TRIGGER, EVENT_TRIGGER
+
+if TYPE_CHECKING:
+    from baf.core.session import Session
+    from baf.core.state import State
+    from baf.core.transition import Condition, Transition
+
+__all__ = ["MachineModel", "compile_machine"]
+
+logger = logging.getLogger("baf.machine")
+
+
+class MachineModel:
+    """The object whose ``state`` attribute the machine moves; one per session."""
+
+    state: str
+
+
+def compile_machine(states: list[State], initial: State) -> AsyncMachine:
+    """Build the machine for ``states``; add sessions with ``machine.add_model(MachineModel(), initial=...)``."""
+    machine = AsyncMachine(
+        model=None,
+        states=[state.name for state in states],
+        initial=initial.name,
+        auto_transitions=False,
+        ignore_invalid_triggers=True,
+        send_event=False,
+    )
+    for state in states:
+        for transition in state.transitions:
+            trigger = CHECK_TRIGGER if transition.is_automatic else EVENT_TRIGGER
+            conditions: list[Callable[[Session], Awaitable[bool]]] = []
+            if transition.event is not None:
+                conditions.append(_event_matches(transition))
+            conditions.extend(_guarded(c) for c in transition.conditions)
+            machine.add_transition(
+                trigger,
+                source=state.name,
+                dest=transition.dest.name,
+                conditions=conditions,
+                before=[_remember(transition)],
+            )
+    return machine
+
+
+def _event_matches(transition: Transition) -> Callable[[Session], Awaitable[bool]]:
+    assert transition.event is not None
+    pattern = transition.event
+
+    async def matches(session: Session) -> bool:
+        return session.event is not None and session.event.matches(pattern)
+
+    return matches
+
+
+def _guarded(condition: Condition) -> Callable[[Session], Awaitable[bool]]:
+    """A user condition that raises is recorded and counts as false, so the machine goes on."""
+
+    async def check(session: Session) -> bool:
+        try:
+            result: Any = condition(session)
+            if inspect.isawaitable(result):
+                result = await result
+            return bool(result)
+        except Exception as exc:
+            logger.exception("session %s: transition condition %r raised", session.id, condition)
+            session.record_error("condition", exc, condition=getattr(condition, "__name__", repr(condition)))
+            return False
+
+    return check
+
+
+def _remember(transition: Transition) -> Callable[[Session], None]:
+    def remember(session: Session) -> None:
+        session.fired_transition = transition
+
+    return remember

@@ -1,0 +1,213 @@
+"""The session runtime: live sessions, their mailboxes, and rebuilding them from the log on start."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from baf.core.engine import run_step
+from baf.core.events import Event, event_from_data
+from baf.core.hooks import HookChain
+from baf.core.machine import MachineModel, compile_machine
+from baf.core.session import Session
+from baf.core.writer import SessionWriter
+from baf.errors import ConfigurationError, LogError
+from baf.log.projection import SessionProjection, project
+from baf.log.record import RecordKind
+from baf.log.store import SessionLog
+
+if TYPE_CHECKING:
+    from transitions.extensions.asyncio import AsyncMachine
+
+    from baf.core.agent import Agent
+    from baf.platforms.base import Platform
+
+__all__ = ["Runtime"]
+
+logger = logging.getLogger("baf.runtime")
+
+
+@dataclass(slots=True)
+class _Item:
+    """One entry of a session's mailbox."""
+
+    kind: str  # "start" | "event" | "check"
+    event: Event | None = None
+    seq: int | None = None
+    done: asyncio.Future[None] | None = None
+
+
+class Runtime:
+    """Runs an agent's sessions: each handles its mailbox in order, sessions run concurrently."""
+
+    def __init__(self, agent: Agent, log: SessionLog, hooks: HookChain, max_body_threads: int) -> None:
+        self.agent = agent
+        self.log = log
+        self.hooks = hooks
+        self.sessions: dict[str, Session] = {}
+        self.loop_thread_id = threading.get_ident()
+        self._mailboxes: dict[str, deque[_Item]] = {}
+        self._workers: dict[str, asyncio.Task[None]] = {}
+        self._check_queued: set[str] = set()
+        self._machine: AsyncMachine | None = None
+        self._executor = ThreadPoolExecutor(max_workers=max_body_threads, thread_name_prefix="baf-body")
+        self._loading: dict[str, asyncio.Future[Session]] = {}
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the log, compile the state machine and bring back every session in the log."""
+        self.loop_thread_id = threading.get_ident()
+        self._machine = compile_machine(self.agent.states, self.agent.initial_state)
+        await self.log.start()
+        for session_id in await self.log.sessions():
+            await self._load(session_id, resume=True)
+
+    async def stop(self, timeout: float = 10.0) -> None:
+        """Let running steps finish (up to ``timeout`` seconds), then flush and close the log."""
+        workers = [w for w in self._workers.values() if not w.done()]
+        if workers:
+            _, pending = await asyncio.wait(workers, timeout=timeout)
+            for worker in pending:
+                worker.cancel()
+            if pending:
+                await asyncio.wait(pending)
+        for session in self.sessions.values():
+            try:
+                await session.flush()
+            except LogError:
+                logger.exception("session %s: final flush failed", session.id)
+        await self.log.close()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # -- sessions -------------------------------------------------------------------------------
+
+    async def get_or_create(self, session_id: str, platform: Platform | None) -> Session:
+        """The live session ``session_id``; loaded from the log, or started fresh if the log has none."""
+        if not isinstance(session_id, str) or not session_id:
+            raise ValueError(f"session ids must be non-empty strings, got {session_id!r}")
+        session = self.sessions.get(session_id)
+        if session is None:
+            loading = self._loading.get(session_id)
+            if loading is None:
+                loading = asyncio.ensure_future(self._load(session_id, resume=False, platform=platform))
+                self._loading[session_id] = loading
+                loading.add_done_callback(lambda _: self._loading.pop(session_id, None))
+            session = await asyncio.shield(loading)
+        if platform is not None and session.platform is None:
+            session.platform = platform
+        return session
+
+    async def _load(self, session_id: str, resume: bool, platform: Platform | None = None) -> Session:
+        records = await self.log.read(session_id)
+        projection = project(session_id, records) if records else SessionProjection(session_id)
+        if platform is None and projection.platform is not None:
+            platform = self.agent.find_platform(projection.platform)
+        session = Session(self.agent, SessionWriter(self.log, projection), platform)
+        if not records:
+            initial = self.agent.initial_state.name
+            session.record(
+                RecordKind.SESSION_STARTED,
+                {"agent": self.agent.name, "platform": getattr(platform, "name", None), "initial_state": initial},
+            )
+        state_name = projection.current_state or self.agent.initial_state.name
+        if state_name not in self.agent.state_names:
+            raise ConfigurationError(
+                f"session {session_id!r} is in state {state_name!r}, which agent {self.agent.name!r} no longer has"
+            )
+        session.machine_model = MachineModel()
+        assert self._machine is not None, "the runtime is not started"
+        self._machine.add_model(session.machine_model, initial=state_name)
+        self.sessions[session_id] = session
+        if projection.open_step is not None:
+            # A crash interrupted this step. Its effects up to the crash are in the log; it is not
+            # re-run, because the body may already have acted outside baf.
+            session.record_error(
+                "runtime",
+                RuntimeError("the process stopped while this step was running; the step was not resumed"),
+                event_seq=projection.open_step,
+            )
+            session.record(RecordKind.STEP_FINISHED, {"event_seq": projection.open_step, "interrupted": True})
+        if not projection.started:
+            self._schedule(session, _Item("start"))
+        for seq, data in sorted(projection.unstarted.items()):
+            self._schedule(session, _Item("event", event_from_data(session_id, data), seq))
+        await session.flush()
+        return session
+
+    # -- mailboxes ------------------------------------------------------------------------------
+
+    async def receive(self, event: Event, platform: Platform | None) -> asyncio.Future[None]:
+        """Record ``event`` durably, queue it, and return a future that resolves once it is handled."""
+        session = await self.get_or_create(event.session_id, platform)
+        record = session.record(RecordKind.MESSAGE_RECEIVED, {"event": event.to_data(), "text": event.text})
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # Queue before awaiting the flush, so the mailbox order is the record order.
+        self._schedule(session, _Item("event", event, record.seq, done))
+        await session.flush()
+        return done
+
+    def request_check(self, session: Session) -> None:
+        """Queue a check of automatic transitions (a variable changed outside a step)."""
+        if session.id not in self._check_queued:
+            self._check_queued.add(session.id)
+            self._schedule(session, _Item("check"))
+
+    def _schedule(self, session: Session, item: _Item) -> None:
+        self._mailboxes.setdefault(session.id, deque()).append(item)
+        worker = self._workers.get(session.id)
+        if worker is None or worker.done():
+            self._workers[session.id] = asyncio.ensure_future(self._drain(session))
+
+    async def _drain(self, session: Session) -> None:
+        mailbox = self._mailboxes[session.id]
+        while mailbox:
+            # The item stays queued while it runs: ``_schedule`` must not start a second worker.
+            item = mailbox[0]
+            if item.kind == "check":
+                self._check_queued.discard(session.id)
+            try:
+                await run_step(
+                    session, item.event, item.seq, self.hooks, self._executor, enter_current=item.kind == "start"
+                )
+            except BaseException as exc:
+                mailbox.popleft()
+                _settle(item, exc)
+                if isinstance(exc, LogError):
+                    self._evict(session, exc)
+                if not isinstance(exc, Exception):
+                    raise
+                return
+            mailbox.popleft()
+            _settle(item, None)
+
+    def _evict(self, session: Session, exc: LogError) -> None:
+        """The log refused a write: this in-memory session can no longer be trusted. Drop it, failing
+        what it still had queued; the next use reloads it from what the log really holds."""
+        logger.error("session %s: %s; reloading it from the log on next use", session.id, exc)
+        for item in self._mailboxes.pop(session.id, deque()):
+            _settle(item, exc)
+        self.sessions.pop(session.id, None)
+        self._workers.pop(session.id, None)
+        if self._machine is not None and session.machine_model is not None:
+            self._machine.remove_model(session.machine_model)
+
+
+def _settle(item: _Item, exc: BaseException | None) -> None:
+    if item.done is None or item.done.done():
+        return
+    if exc is None:
+        item.done.set_result(None)
+    elif isinstance(exc, asyncio.CancelledError):
+        item.done.cancel()
+    else:
+        item.done.set_exception(exc)
+
+
+def _unused(*_: Any) -> None:  # pragma: no cover - keeps Any imported for annotations above
+    pass

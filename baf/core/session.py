@@ -1,0 +1,229 @@
+"""The session: one conversation of an agent with one user, seen from a state body."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import logging
+import threading
+from collections import deque
+from collections.abc import Awaitable, Callable, Generator
+from typing import TYPE_CHECKING, Any
+
+from baf.core.events import Event
+from baf.core.writer import SessionWriter
+from baf.errors import SessionVariableError
+from baf.log.projection import ChatEntry, SessionProjection
+from baf.log.record import Record, RecordKind
+
+if TYPE_CHECKING:
+    from baf.core.agent import Agent
+    from baf.core.state import State
+    from baf.platforms.base import Platform
+
+__all__ = ["Delivery", "Session"]
+
+logger = logging.getLogger("baf.session")
+
+_MISSING: Any = object()
+
+
+def _retrieve_exception(future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+class Delivery:
+    """What ``session.reply`` returns. Awaiting it waits until the reply is durable and delivered.
+
+    Not awaiting it is fine: the reply is still committed and delivered in order, at the latest when
+    the body returns.
+    """
+
+    __slots__ = ("_future",)
+
+    def __init__(self, future: asyncio.Future[None] | None) -> None:
+        self._future = future
+
+    def __await__(self) -> Generator[Any, None, None]:
+        if self._future is not None:
+            yield from self._future.__await__()
+
+
+class Session:
+    """A conversation: its state, variables and history are a projection of its log records.
+
+    Bodies receive the session. Sync bodies run in a worker thread; every method here is safe to call
+    from them.
+    """
+
+    def __init__(self, agent: Agent, writer: SessionWriter, platform: Platform | None) -> None:
+        self.agent = agent
+        self.platform = platform
+        #: The event being handled, or ``None`` while a state is entered without one.
+        self.event: Event | None = None
+        self._writer = writer
+        self._loop = asyncio.get_running_loop()
+        self._outbox: deque[Callable[[], Awaitable[None]]] = deque()
+        self._commit_lock = asyncio.Lock()
+        self._in_step = False
+        #: The model object the ``transitions`` machine moves between states.
+        self.machine_model: Any = None
+
+    def __repr__(self) -> str:
+        return f"Session({self.id!r}, state={self.projection.current_state!r})"
+
+    # -- identity and state ---------------------------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        """The session id."""
+        return self._writer.projection.session_id
+
+    @property
+    def projection(self) -> SessionProjection:
+        """The fold of this session's records (read-only by convention)."""
+        return self._writer.projection
+
+    @property
+    def current_state(self) -> State:
+        """The state the session is in."""
+        return self.agent.get_state(self.projection.current_state or "")
+
+    # -- variables ------------------------------------------------------------------------------
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The value of variable ``key``, or ``default``. Containers come back as copies: ``set`` them
+        again after a change, so the change is recorded."""
+        value = self.projection.variables.get(key, _MISSING)
+        if value is _MISSING:
+            return default
+        return copy.deepcopy(value) if isinstance(value, dict | list) else value
+
+    def set(self, key: str, value: Any) -> None:
+        """Set variable ``key``. The value must be JSON-serialisable; anything else is refused at once."""
+        if not isinstance(key, str) or not key:
+            raise SessionVariableError(f"variable names must be non-empty strings, got {key!r}")
+        try:
+            stored = json.loads(json.dumps(value, allow_nan=False, ensure_ascii=False))
+        except (TypeError, ValueError) as exc:
+            raise SessionVariableError(
+                f"session variable {key!r} must be JSON-serialisable; got {type(value).__name__}: {exc}"
+            ) from exc
+        self._writer.record(RecordKind.VARIABLE_SET, {"name": key, "value": stored})
+        self._variables_changed()
+
+    def delete(self, key: str) -> None:
+        """Remove variable ``key`` (no error if it is not set)."""
+        if key in self.projection.variables:
+            self._writer.record(RecordKind.VARIABLE_DELETED, {"name": key})
+            self._variables_changed()
+
+    def __getitem__(self, key: str) -> Any:
+        value = self.get(key, _MISSING)
+        if value is _MISSING:
+            raise KeyError(key)
+        return value
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.set(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        if key not in self.projection.variables:
+            raise KeyError(key)
+        self.delete(key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.projection.variables
+
+    def _variables_changed(self) -> None:
+        # Inside a step the engine checks automatic transitions when the body returns; outside one,
+        # queue a check so condition transitions react without any polling.
+        if not self._in_step:
+            self._call_in_loop(self.agent._runtime.request_check, self)
+
+    # -- conversation ---------------------------------------------------------------------------
+
+    def chat_history(self, n: int | None = None) -> list[ChatEntry]:
+        """The conversation so far (user messages and replies), oldest first; the last ``n`` if given."""
+        history = self.projection.history
+        return list(history if n is None else history[-n:] if n > 0 else [])
+
+    def reply(self, message: str) -> Delivery:
+        """Send ``message`` to the user. The reply is recorded and made durable before it is sent."""
+        text = str(message)
+        self._writer.record(RecordKind.REPLY, {"text": text})
+        return self.after_commit(self._deliver_reply(text))
+
+    def _deliver_reply(self, text: str) -> Callable[[], Awaitable[None]]:
+        async def deliver() -> None:
+            if self.platform is not None:
+                await self.platform.reply(self, text)
+
+        return deliver
+
+    # -- records and commits (used by the engine and the library) -------------------------------
+
+    def record(self, kind: str, data: dict[str, Any]) -> Record:
+        """Append a record of ``kind`` to the session log (durable at the next commit)."""
+        return self._writer.record(kind, data)
+
+    def after_commit(self, send: Callable[[], Awaitable[None]]) -> Delivery:
+        """Run ``send()`` once everything recorded so far is durable, in order with other sends.
+
+        A failing ``send`` is recorded as an error and does not stop the session.
+        """
+        if self._in_loop_thread():
+            self._outbox.append(send)
+            task = asyncio.ensure_future(self.commit())
+            # The engine's own commit at the end of the step re-raises a failure; this one may go unawaited.
+            task.add_done_callback(_retrieve_exception)
+            return Delivery(task)
+        asyncio.run_coroutine_threadsafe(self._enqueue_and_commit(send), self._loop).result()
+        return Delivery(None)
+
+    async def _enqueue_and_commit(self, send: Callable[[], Awaitable[None]]) -> None:
+        self._outbox.append(send)
+        await self.commit()
+
+    async def commit(self) -> None:
+        """Make all records durable, then run the sends waiting for that, in order."""
+        async with self._commit_lock:
+            await self._writer.flush()
+            while self._outbox:
+                send = self._outbox.popleft()
+                try:
+                    await send()
+                except Exception as exc:
+                    logger.exception("session %s: delivery to the platform failed", self.id)
+                    self.record_error("platform", exc)
+                    await self._writer.flush()
+
+    async def flush(self) -> None:
+        """Make all records durable without running pending sends."""
+        await self._writer.flush()
+
+    def record_error(self, source: str, exc: BaseException, **details: Any) -> Record:
+        """Record an ``error`` caused by user code (``source``: body, tool, platform, condition ...)."""
+        import traceback
+
+        data: dict[str, Any] = {
+            "source": source,
+            "type": type(exc).__name__,
+            "message": str(exc),
+            "traceback": "".join(traceback.format_exception(exc)),
+            **details,
+        }
+        return self._writer.record(RecordKind.ERROR, data)
+
+    # -- threads --------------------------------------------------------------------------------
+
+    def _in_loop_thread(self) -> bool:
+        return threading.get_ident() == self.agent._runtime.loop_thread_id
+
+    def _call_in_loop(self, fn: Callable[..., Any], *args: Any) -> None:
+        if self._in_loop_thread():
+            fn(*args)
+        else:
+            self._loop.call_soon_threadsafe(fn, *args)

@@ -1,0 +1,61 @@
+"""The per-session record writer: assigns seqs, keeps the projection current, and commits in order."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+from baf.log.projection import SessionProjection
+from baf.log.record import Record
+from baf.log.store import SessionLog
+
+__all__ = ["SessionWriter"]
+
+
+class SessionWriter:
+    """Turns ``(kind, data)`` into records of one session.
+
+    ``record`` is synchronous and cheap: it assigns the next seq, folds the record into the projection
+    and buffers it. ``flush`` makes every buffered record durable. The runtime flushes before every
+    effect (a reply leaving, a tool running, a model being called), so many records share one commit.
+    Appends are chained: a flush returns only when it and every earlier flush of the session are durable.
+    """
+
+    def __init__(self, log: SessionLog, projection: SessionProjection) -> None:
+        self.log = log
+        self.projection = projection
+        self._pending: list[Record] = []
+        # Sync bodies run in worker threads and record from there, racing the event loop.
+        self._lock = threading.Lock()
+        self._tail: asyncio.Future[None] | None = None
+
+    def record(self, kind: str, data: dict[str, Any]) -> Record:
+        """Buffer a new record and fold it into the projection. Not durable until :meth:`flush`."""
+        with self._lock:
+            record = Record(self.projection.session_id, self.projection.last_seq + 1, kind, data, time.time())
+            self.projection.apply(record)
+            self._pending.append(record)
+        return record
+
+    @property
+    def has_pending(self) -> bool:
+        """Whether records are waiting for a flush."""
+        return bool(self._pending)
+
+    async def flush(self) -> None:
+        """Make every record recorded so far durable."""
+        with self._lock:
+            batch, self._pending = self._pending, []
+        if batch:
+            self._tail = asyncio.ensure_future(self._append_after(self._tail, batch))
+        tail = self._tail
+        if tail is not None:
+            # Shielded: a cancelled caller must not cancel an append other callers wait on.
+            await asyncio.shield(tail)
+
+    async def _append_after(self, previous: asyncio.Future[None] | None, batch: list[Record]) -> None:
+        if previous is not None:
+            await previous  # re-raises if an earlier append failed: never leave a gap behind it
+        await self.log.append(batch)

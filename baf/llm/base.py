@@ -1,0 +1,118 @@
+"""The LLM interface and the shapes it returns."""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["LLM", "LLMResponse", "ToolCall", "Usage"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One tool call requested by the model.
+
+    ``arguments`` is the raw string the model produced. It is kept verbatim, even when it is not valid
+    JSON, so the log shows exactly what the model said; the tool layer parses and validates it.
+    """
+
+    id: str
+    name: str
+    arguments: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready form used in records."""
+        return {"id": self.id, "name": self.name, "arguments": self.arguments}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ToolCall:
+        """Inverse of :meth:`to_dict`."""
+        return cls(id=str(data["id"]), name=str(data["name"]), arguments=str(data["arguments"]))
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts of one model call (zeros when the server does not report them)."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        """Prompt plus completion tokens."""
+        return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(self.prompt_tokens + other.prompt_tokens, self.completion_tokens + other.completion_tokens)
+
+    def to_dict(self) -> dict[str, int]:
+        """The JSON-ready form used in records."""
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> Usage:
+        """Inverse of :meth:`to_dict`; ``None`` gives zero usage."""
+        data = data or {}
+        return cls(int(data.get("prompt_tokens", 0)), int(data.get("completion_tokens", 0)))
+
+
+@dataclass(frozen=True, slots=True)
+class LLMResponse:
+    """What one model call produced: text, tool calls, or both."""
+
+    text: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    raw: Any = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready form used in records (``raw`` is not kept: it is provider-specific)."""
+        return {
+            "text": self.text,
+            "tool_calls": [call.to_dict() for call in self.tool_calls],
+            "usage": self.usage.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LLMResponse:
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            text=data.get("text"),
+            tool_calls=[ToolCall.from_dict(c) for c in data.get("tool_calls", [])],
+            usage=Usage.from_dict(data.get("usage")),
+        )
+
+
+class LLM(abc.ABC):
+    """A language model that can call tools.
+
+    Messages and tool schemas are OpenAI-shaped: messages are ``{"role": ..., "content": ...}`` dicts
+    (plus ``tool_calls`` / ``tool_call_id`` where relevant) and each tool is
+    ``{"type": "function", "function": {"name", "description", "parameters"}}``.
+    """
+
+    #: The model name, recorded with every response.
+    name: str = "llm"
+
+    @abc.abstractmethod
+    async def predict_with_tools(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        parameters: dict[str, Any] | None = None,
+        system_message: str | None = None,
+    ) -> LLMResponse:
+        """Run one model call. ``system_message``, when given, is sent first."""
+
+    async def predict(
+        self,
+        message: str,
+        parameters: dict[str, Any] | None = None,
+        system_message: str | None = None,
+    ) -> str:
+        """Ask the model one question without tools and return its text."""
+        response = await self.predict_with_tools(
+            [{"role": "user", "content": message}], [], parameters=parameters, system_message=system_message
+        )
+        return response.text or ""

@@ -1,0 +1,126 @@
+"""The projection: a session's state as a fold of its records.
+
+The live runtime, a restart after a crash and replay all build session state with this one fold,
+so there is no second source of truth. ``SessionProjection.apply`` must stay cheap: it runs for every
+record the runtime writes and for every record a restart reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from baf.log.record import Record, RecordKind
+
+__all__ = ["ChatEntry", "SessionProjection", "project"]
+
+
+@dataclass(frozen=True, slots=True)
+class ChatEntry:
+    """One line of the conversation: ``role`` is ``"user"`` or ``"assistant"``."""
+
+    role: str
+    text: str
+    seq: int
+
+
+@dataclass(slots=True)
+class SessionProjection:
+    """Everything the runtime knows about a session, rebuilt from its records."""
+
+    session_id: str
+    agent: str | None = None
+    platform: str | None = None
+    current_state: str | None = None
+    variables: dict[str, Any] = field(default_factory=dict)
+    history: list[ChatEntry] = field(default_factory=list)
+    last_seq: int = 0
+    first_ts: float | None = None
+    last_ts: float | None = None
+    errors: int = 0
+    #: Inbound events recorded but not yet started, by seq: what a restart must still process.
+    unstarted: dict[int, dict[str, Any]] = field(default_factory=dict)
+    #: The seq of the event whose step started but has not finished (a crash interrupted it).
+    open_step: int | None = None
+    #: Whether the initial state's body has run (``session_started`` without a step yet).
+    started: bool = False
+
+    def apply(self, record: Record) -> None:
+        """Fold one record into the projection."""
+        self.last_seq = record.seq
+        if self.first_ts is None:
+            self.first_ts = record.ts
+        self.last_ts = record.ts
+        handler = _HANDLERS.get(record.kind)
+        if handler is not None:
+            handler(self, record.data, record.seq)
+
+    def apply_all(self, records: Iterable[Record]) -> SessionProjection:
+        """Fold many records; returns ``self`` for chaining."""
+        for record in records:
+            self.apply(record)
+        return self
+
+
+def project(session_id: str, records: Iterable[Record]) -> SessionProjection:
+    """Build the projection of ``session_id`` from its records."""
+    return SessionProjection(session_id).apply_all(records)
+
+
+def _session_started(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
+    p.agent = data.get("agent")
+    p.platform = data.get("platform")
+    p.current_state = data.get("initial_state")
+
+
+def _message_received(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
+    p.unstarted[seq] = data["event"]
+    text = data.get("text")
+    if text is not None:
+        p.history.append(ChatEntry("user", text, seq))
+
+
+def _step_started(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
+    event_seq = data.get("event_seq")
+    if event_seq is not None:
+        p.unstarted.pop(event_seq, None)
+    p.open_step = event_seq if event_seq is not None else 0
+    p.started = True
+
+
+def _step_finished(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
+    p.open_step = None
+
+
+def _transition(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
+    p.current_state = data["dest"]
+
+
+def _variable_set(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
+    p.variables[data["name"]] = data["value"]
+
+
+def _variable_deleted(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
+    p.variables.pop(data["name"], None)
+
+
+def _reply(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
+    p.history.append(ChatEntry("assistant", data["text"], seq))
+
+
+def _error(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
+    p.errors += 1
+
+
+_HANDLERS: dict[str, Callable[[SessionProjection, dict[str, Any], int], None]] = {
+    RecordKind.SESSION_STARTED: _session_started,
+    RecordKind.MESSAGE_RECEIVED: _message_received,
+    RecordKind.STEP_STARTED: _step_started,
+    RecordKind.STEP_FINISHED: _step_finished,
+    RecordKind.TRANSITION: _transition,
+    RecordKind.VARIABLE_SET: _variable_set,
+    RecordKind.VARIABLE_DELETED: _variable_deleted,
+    RecordKind.REPLY: _reply,
+    RecordKind.ERROR: _error,
+}

@@ -1,0 +1,48 @@
+"""The record: one immutable entry of a session log."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["CURRENT_VERSION", "Record", "RecordKind"]
+
+#: Schema version written by this baf. Older versions are read through upcasters (``baf.log.upcast``).
+CURRENT_VERSION = 1
+
+
+class RecordKind:
+    """Names of the record kinds baf writes. Users may append kinds of their own."""
+
+    SESSION_STARTED = "session_started"
+    MESSAGE_RECEIVED = "message_received"
+    TRANSITION = "transition"
+    VARIABLE_SET = "variable_set"
+    VARIABLE_DELETED = "variable_deleted"
+    REPLY = "reply"
+    ERROR = "error"
+    STEP_STARTED = "step_started"
+    STEP_FINISHED = "step_finished"
+    # Written by the reasoning loop.
+    LLM_RESPONSE = "llm_response"
+    TOOL_CALL = "tool_call"
+    TOOL_RESULT = "tool_result"
+    REASONING_STEP = "reasoning_step"
+    TASK_LIST = "task_list"
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One entry of a session log.
+
+    ``(session_id, seq)`` is unique; ``seq`` starts at 1 and has no gaps within a session.
+    ``data`` is a JSON-serialisable dict whose shape depends on ``kind`` and ``version``.
+    """
+
+    session_id: str
+    seq: int
+    kind: str
+    data: dict[str, Any]
+    ts: float = field(default_factory=time.time)
+    version: int = CURRENT_VERSION

@@ -1,0 +1,69 @@
+"""The interface every session-log store implements.
+
+A store keeps these guarantees (the contract suite in ``baf.testing.store_contract`` checks each):
+
+1. ``append`` is atomic: all of its records are durable when it returns, or none are.
+2. ``(session_id, seq)`` is unique. An append that reuses one (also twice within one call) raises
+   ``LogConflictError`` and writes nothing; an existing record is never overwritten. ``seq`` is >= 1.
+3. ``read`` returns a session's records in ``seq`` order, exactly as appended (kind, data, ts, version).
+4. A record that cannot be decoded raises ``CorruptRecordError`` naming its session and seq; nothing is
+   skipped silently.
+5. ``sessions`` lists every session id that has at least one record, in order of first append.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from types import TracebackType
+
+from baf.errors import LogConflictError
+from baf.log.record import Record
+
+__all__ = ["SessionLog", "check_appendable"]
+
+
+def check_appendable(records: Sequence[Record]) -> None:
+    """Reject a batch that cannot be appended whatever the store holds: seq < 1 or a repeated key."""
+    seen: set[tuple[str, int]] = set()
+    for record in records:
+        if record.seq < 1:
+            raise ValueError(f"session {record.session_id!r}: seq must be >= 1, got {record.seq}")
+        key = (record.session_id, record.seq)
+        if key in seen:
+            raise LogConflictError(record.session_id, record.seq)
+        seen.add(key)
+
+
+class SessionLog(abc.ABC):
+    """An append-only store of session records. Three methods, plus a lifecycle."""
+
+    @abc.abstractmethod
+    async def append(self, records: Sequence[Record]) -> None:
+        """Durably append ``records`` (any sessions), all or nothing."""
+
+    @abc.abstractmethod
+    async def read(self, session_id: str, after_seq: int = 0) -> list[Record]:
+        """Return the records of ``session_id`` with ``seq > after_seq``, in seq order."""
+
+    @abc.abstractmethod
+    async def sessions(self) -> list[str]:
+        """Return the ids of all sessions in the log, in order of their first record."""
+
+    async def start(self) -> None:  # noqa: B027 - optional hook, a no-op by default
+        """Open the store. Idempotent."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
+        """Flush and close the store. Idempotent."""
+
+    async def __aenter__(self) -> SessionLog:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()

@@ -1,0 +1,42 @@
+"""A platform that remembers what it was sent, for tests."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+from baf.platforms.base import Platform
+
+if TYPE_CHECKING:
+    from baf.core.session import Session
+
+__all__ = ["RecordingPlatform"]
+
+
+class RecordingPlatform(Platform):
+    """Records, per session id, the replies, reasoning steps and task-list updates it was sent.
+
+    ``events`` keeps everything in arrival order as ``(session_id, kind, payload)`` tuples, so tests can
+    assert on the interleaving of steps and replies.
+    """
+
+    name = "recording"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.replies: defaultdict[str, list[str]] = defaultdict(list)
+        self.steps: defaultdict[str, list[Any]] = defaultdict(list)
+        self.task_lists: defaultdict[str, list[list[dict[str, Any]]]] = defaultdict(list)
+        self.events: list[tuple[str, str, Any]] = []
+
+    async def reply(self, session: Session, message: str) -> None:
+        self.replies[session.id].append(message)
+        self.events.append((session.id, "reply", message))
+
+    async def reply_reasoning_step(self, session: Session, step: Any) -> None:
+        self.steps[session.id].append(step)
+        self.events.append((session.id, "step", step))
+
+    async def reply_task_list_update(self, session: Session, tasks: list[dict[str, Any]]) -> None:
+        self.task_lists[session.id].append(tasks)
+        self.events.append((session.id, "tasks", tasks))
