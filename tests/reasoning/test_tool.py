@@ -1,0 +1,803 @@
+"""Tool: schema generation, docstring parsing, argument validation, calling and rendering."""
+
+import asyncio
+import dataclasses
+import enum
+import functools
+import json
+import threading
+import time
+from typing import Annotated, Any, Literal, Optional
+
+import pytest
+from pydantic import BaseModel, Field
+
+from baf.errors import (
+    ConfigurationError,
+    ToolArgumentError,
+    ToolError,
+    ToolExecutionError,
+    ToolTimeoutError,
+)
+from baf.reasoning import Tool
+from baf.reasoning.tool import parse_docstring, tool
+
+# ---- helpers -------------------------------------------------------------------------------------------
+
+
+def props(fn: Any) -> dict[str, Any]:
+    return Tool(fn).schema["function"]["parameters"]["properties"]
+
+
+def prop(annotation: Any) -> dict[str, Any]:
+    """The schema of a single required parameter annotated with ``annotation``."""
+
+    def fn(x):
+        return x
+
+    fn.__annotations__ = {"x": annotation}
+    return props(fn)["x"]
+
+
+class Color(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+class Level(enum.IntEnum):
+    LOW = 1
+    HIGH = 2
+
+
+class Address(BaseModel):
+    """A postal address."""
+
+    street: str
+    zip_code: int | None = None
+
+
+class Order(BaseModel):
+    id: int
+    address: Address
+    items: list[Address] = []
+
+
+class Node(BaseModel):
+    value: int
+    children: list["Node"] = []
+
+
+class Session:
+    """Stands in for baf.core.session.Session: tools recognise the class by its name."""
+
+    def __init__(self, user: str) -> None:
+        self.user = user
+
+
+# ---- schema ----------------------------------------------------------------------------------------------
+
+
+def test_full_schema_shape() -> None:
+    def search(query: str, limit: int = 10) -> list[str]:
+        """Search the catalogue.
+
+        Args:
+            query: Free-text search terms.
+            limit: How many results to return at most.
+        """
+        return []
+
+    assert Tool(search).schema == {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "description": "Search the catalogue.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "query": {"description": "Free-text search terms.", "type": "string"},
+                    "limit": {"description": "How many results to return at most.", "type": "integer", "default": 10},
+                },
+                "required": ["query"],
+                "additionalProperties": False,
+            },
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("annotation", "expected"),
+    [
+        (str, {"type": "string"}),
+        (int, {"type": "integer"}),
+        (float, {"type": "number"}),
+        (bool, {"type": "boolean"}),
+        (list, {"type": "array"}),
+        (dict, {"type": "object"}),
+        (list[int], {"type": "array", "items": {"type": "integer"}}),
+        (list[list[str]], {"type": "array", "items": {"type": "array", "items": {"type": "string"}}}),
+        (dict[str, float], {"type": "object", "additionalProperties": {"type": "number"}}),
+        (dict[str, Any], {"type": "object"}),
+        (tuple[int, ...], {"type": "array", "items": {"type": "integer"}}),
+        (
+            tuple[int, str],
+            {
+                "type": "array",
+                "prefixItems": [{"type": "integer"}, {"type": "string"}],
+                "minItems": 2,
+                "maxItems": 2,
+            },
+        ),
+        (set[str], {"type": "array", "items": {"type": "string"}, "uniqueItems": True}),
+        (frozenset[int], {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}),
+        (Literal["asc", "desc"], {"type": "string", "enum": ["asc", "desc"]}),
+        (Literal[1, 2, 3], {"type": "integer", "enum": [1, 2, 3]}),
+        (Literal["a", 1], {"enum": ["a", 1]}),
+        (Color, {"type": "string", "enum": ["red", "blue"]}),
+        (Level, {"type": "integer", "enum": [1, 2]}),
+        (int | str, {"anyOf": [{"type": "integer"}, {"type": "string"}]}),
+        (Any, {}),
+        (Annotated[str, "The user's name."], {"description": "The user's name.", "type": "string"}),
+        (Annotated[int, Field(ge=0)], {"type": "integer", "minimum": 0}),
+    ],
+)
+def test_schema_per_type(annotation: Any, expected: dict[str, Any]) -> None:
+    assert prop(annotation) == expected
+
+
+@pytest.mark.parametrize(
+    ("annotation", "expected"),
+    [
+        (Optional[int], {"type": ["integer", "null"]}),  # noqa: UP045 - the typing spelling is under test
+        (int | None, {"type": ["integer", "null"]}),
+        (list[str] | None, {"type": ["array", "null"], "items": {"type": "string"}}),
+        (Literal["a", "b"] | None, {"type": ["string", "null"], "enum": ["a", "b", None]}),
+        (Color | None, {"type": ["string", "null"], "enum": ["red", "blue", None]}),
+        (int | str | None, {"anyOf": [{"type": "integer"}, {"type": "string"}, {"type": "null"}]}),
+    ],
+)
+def test_optional_is_nullable_and_not_required(annotation: Any, expected: dict[str, Any]) -> None:
+    def fn(x):
+        return x
+
+    fn.__annotations__ = {"x": annotation}
+    parameters = Tool(fn).parameters
+    assert parameters["properties"]["x"] == expected
+    assert parameters["required"] == []
+
+
+def test_defaults_make_parameters_optional_and_are_advertised() -> None:
+    def fn(a: int, b: str = "x", c: Color = Color.BLUE, d: tuple[int, int] = (1, 2), e: object = object()) -> None:
+        pass
+
+    parameters = Tool(fn).parameters
+    assert parameters["required"] == ["a"]
+    assert parameters["properties"]["b"] == {"type": "string", "default": "x"}
+    assert parameters["properties"]["c"] == {"type": "string", "enum": ["red", "blue"], "default": "blue"}
+    assert parameters["properties"]["d"]["default"] == [1, 2]
+    # object() has no JSON form: accepted as "any JSON", its default simply not advertised
+    assert parameters["properties"]["e"] == {}
+
+
+def test_unannotated_parameter_accepts_any_json() -> None:
+    def fn(x, y=3):
+        return x
+
+    assert props(fn) == {"x": {}, "y": {"default": 3}}
+    assert Tool(fn).validate_args({"x": [1, {"a": None}]}) == {"x": [1, {"a": None}]}
+
+
+def test_pydantic_model_is_inlined_without_refs() -> None:
+    def place(order: Order) -> None:
+        pass
+
+    schema = props(place)["order"]
+    assert schema == {
+        "type": "object",
+        "properties": {
+            "id": {"type": "integer"},
+            "address": {
+                "description": "A postal address.",
+                "type": "object",
+                "properties": {
+                    "street": {"type": "string"},
+                    "zip_code": {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": None},
+                },
+                "required": ["street"],
+            },
+            "items": {
+                "type": "array",
+                "default": [],
+                "items": {
+                    "description": "A postal address.",
+                    "type": "object",
+                    "properties": {
+                        "street": {"type": "string"},
+                        "zip_code": {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": None},
+                    },
+                    "required": ["street"],
+                },
+            },
+        },
+        "required": ["id", "address"],
+    }
+    assert "$ref" not in json.dumps(schema) and "$defs" not in json.dumps(schema)
+
+
+def test_model_property_named_title_survives_title_stripping() -> None:
+    class Book(BaseModel):
+        title: str
+
+    def add(book: Book) -> None:
+        pass
+
+    assert props(add)["book"] == {"type": "object", "properties": {"title": {"type": "string"}}, "required": ["title"]}
+
+
+def test_recursive_model_is_refused() -> None:
+    def fn(tree: Node) -> None:
+        pass
+
+    with pytest.raises(ConfigurationError, match="refers to itself"):
+        Tool(fn)
+
+
+def test_session_and_self_are_not_in_the_schema() -> None:
+    def by_name(x: int, session=None) -> None:
+        pass
+
+    def by_type(x: int, ctx: Session) -> None:
+        pass
+
+    def by_forward_ref(x: int, ctx: "Optional[Session]" = None) -> None:  # noqa: UP045
+        pass
+
+    class Holder:
+        def method(self, x: int) -> int:
+            return x
+
+    for fn in (by_name, by_type, by_forward_ref, Holder().method):
+        parameters = Tool(fn).parameters
+        assert list(parameters["properties"]) == ["x"]
+        assert parameters["required"] == ["x"]
+    assert Tool(by_type).takes_session and not Tool(Holder().method).takes_session
+
+
+def test_unresolvable_session_hint_still_counts_as_session() -> None:
+    def fn(x: int, session: "UndefinedSession") -> None:  # type: ignore[name-defined]  # noqa: F821
+        pass
+
+    assert list(Tool(fn).parameters["properties"]) == ["x"]
+
+
+def test_unresolvable_hint_is_a_configuration_error_naming_the_parameter() -> None:
+    def fn(x: "NoSuchType") -> None:  # type: ignore[name-defined]  # noqa: F821
+        pass
+
+    with pytest.raises(ConfigurationError, match=r"parameter 'x'.*NoSuchType"):
+        Tool(fn)
+
+
+@pytest.mark.parametrize("signature", ["*args", "**kwargs"])
+def test_var_args_are_refused(signature: str) -> None:
+    namespace: dict[str, Any] = {}
+    exec(f"def fn(a: int, {signature}): pass", namespace)
+    with pytest.raises(ConfigurationError, match=r"not supported"):
+        Tool(namespace["fn"])
+
+
+def test_bad_configuration_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="invalid tool name"):
+        Tool(lambda: None)
+    assert Tool(lambda: None, name="noop").name == "noop"
+    with pytest.raises(ConfigurationError, match="invalid tool name"):
+        Tool(print, name="has space")
+    with pytest.raises(ConfigurationError, match="timeout"):
+        Tool(lambda: None, name="t", timeout=0)
+
+    def keyed(x: dict[int, str]) -> None:
+        pass
+
+    with pytest.raises(ConfigurationError, match="dict keys must be str"):
+        Tool(keyed)
+
+    class Opaque:
+        pass
+
+    def opaque(x: Opaque) -> None:
+        pass
+
+    with pytest.raises(ConfigurationError, match="parameter 'x'"):
+        Tool(opaque)
+
+
+def test_explicit_name_and_description_win() -> None:
+    def fn() -> None:
+        """Docstring text."""
+
+    t = Tool(fn, name="other", description="Explicit.", timeout=2.5, idempotent=True)
+    assert t.schema["function"]["name"] == "other"
+    assert t.schema["function"]["description"] == "Explicit."
+    assert t.timeout == 2.5 and t.idempotent
+    assert t.schema["function"]["parameters"] == {
+        "type": "object",
+        "properties": {},
+        "required": [],
+        "additionalProperties": False,
+    }
+
+
+def test_schema_is_a_copy() -> None:
+    def fn(x: int) -> None:
+        pass
+
+    t = Tool(fn)
+    t.schema["function"]["name"] = "changed"
+    assert t.schema["function"]["name"] == "fn"
+
+
+# ---- docstrings ------------------------------------------------------------------------------------------
+
+
+def test_docstring_description_and_multi_line_args() -> None:
+    doc = """Summarise a document.
+
+    Uses the house style; long documents
+    are summarised per chapter.
+
+    Args:
+        path (str): Where the document is,
+            relative to the workspace.
+
+            A second paragraph about the path.
+        words: Target length.
+        *extra: Ignored, but parsed.
+
+    Returns:
+        The summary.
+
+    Raises:
+        ValueError: never mentioned as an argument.
+    """
+    description, args = parse_docstring(doc)
+    assert description == "Summarise a document.\n\nUses the house style; long documents are summarised per chapter."
+    assert args == {
+        "path": "Where the document is, relative to the workspace.\n\nA second paragraph about the path.",
+        "words": "Target length.",
+        "extra": "Ignored, but parsed.",
+    }
+
+
+@pytest.mark.parametrize("header", ["Args:", "Arguments:", "Parameters:", "Keyword Args:"])
+def test_docstring_arg_section_spellings(header: str) -> None:
+    assert parse_docstring(f"Do it.\n\n{header}\n    x: The x.\n")[1] == {"x": "The x."}
+
+
+def test_docstring_edge_cases() -> None:
+    assert parse_docstring(None) == ("", {})
+    assert parse_docstring("One line.") == ("One line.", {})
+    # A section header word inside prose is not a header.
+    prose = "Returns: nothing useful, but this is prose."
+    assert parse_docstring(prose) == (prose, {})
+
+
+def test_docstring_feeds_parameter_descriptions_and_annotated_fallback() -> None:
+    def fn(a: int, b: Annotated[str, "From Annotated."], c: Annotated[str, "Loses to the docstring."]) -> None:
+        """Do.
+
+        Args:
+            a: From the docstring.
+            c: Docstring wins.
+        """
+
+    assert props(fn) == {
+        "a": {"description": "From the docstring.", "type": "integer"},
+        "b": {"description": "From Annotated.", "type": "string"},
+        "c": {"description": "Docstring wins.", "type": "string"},
+    }
+
+
+# ---- validation ------------------------------------------------------------------------------------------
+
+
+def everything(
+    name: str,
+    count: int,
+    ratio: float,
+    flag: bool,
+    tags: list[str],
+    order: Literal["asc", "desc"] = "asc",
+    color: Color = Color.RED,
+    address: Address | None = None,
+    note: str | None = None,
+    scores: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    """Take many kinds of argument."""
+    return {"name": name}
+
+
+EVERYTHING = Tool(everything)
+
+
+def problems_of(raw: Any, t: Tool = EVERYTHING) -> str:
+    with pytest.raises(ToolArgumentError) as info:
+        t.validate_args(raw)
+    return str(info.value)
+
+
+def test_valid_arguments_are_converted() -> None:
+    args = EVERYTHING.validate_args(
+        '{"name": "n", "count": 3.0, "ratio": 2, "flag": false, "tags": ["a"], "order": "desc",'
+        ' "color": "blue", "address": {"street": "Main St", "zip_code": 12345}}'
+    )
+    assert args == {
+        "name": "n",
+        "count": 3,
+        "ratio": 2.0,
+        "flag": False,
+        "tags": ["a"],
+        "order": "desc",
+        "color": Color.BLUE,
+        "address": Address(street="Main St", zip_code=12345),
+    }  # note and scores were left out: their defaults apply
+    assert type(args["count"]) is int and type(args["ratio"]) is float
+
+
+def test_null_is_accepted_for_optional_parameters() -> None:
+    args = EVERYTHING.validate_args(
+        {"name": "n", "count": 1, "ratio": 1.0, "flag": True, "tags": [], "address": None, "note": None}
+    )
+    assert args["address"] is None and args["note"] is None
+
+
+def test_null_is_refused_for_required_parameters() -> None:
+    message = problems_of({"name": None, "count": 1, "ratio": 1.0, "flag": True, "tags": []})
+    assert "argument 'name': expected string, got null" in message
+
+
+def test_every_problem_is_collected_in_one_message() -> None:
+    message = problems_of(
+        '{"count": true, "ratio": "fast", "flag": 1, "tags": ["ok", 2], "order": "up", "color": "green",'
+        ' "address": {"zip_code": "x"}, "scores": {"a": 1.5}, "bogus": 1, "other": 2}'
+    )
+    assert message.startswith("Invalid arguments for tool 'everything' (11 problems):")
+    for line in [
+        "- unknown arguments 'bogus', 'other' (accepted: name, count, ratio, flag, tags, order, color, address,"
+        " note, scores)",
+        "- missing required argument 'name' (string)",
+        "- argument 'count': expected integer, got boolean true",
+        "- argument 'ratio': expected number, got string \"fast\"",
+        "- argument 'flag': expected boolean, got integer 1",
+        "- argument 'tags[1]': expected string, got integer 2",
+        "- argument 'order': expected one of \"asc\", \"desc\", got string \"up\"",
+        "- argument 'color': expected one of \"red\", \"blue\", got string \"green\"",
+        "- argument 'address.street': missing required field",
+        "- argument 'address.zip_code': input should be a valid integer, got string \"x\"",
+        "- argument 'scores.a': expected integer, got number 1.5",
+    ]:
+        assert line in message, line
+    assert message.endswith("Fix the arguments and call the tool again.")
+
+
+def test_bool_is_not_a_number_but_int_is_a_float() -> None:
+    def fn(i: int, f: float) -> None:
+        pass
+
+    t = Tool(fn)
+    assert "argument 'i': expected integer, got boolean false" in problems_of({"i": False, "f": 1}, t)
+    assert "argument 'f': expected number, got boolean true" in problems_of({"i": 1, "f": True}, t)
+    assert "argument 'i': expected integer, got number 1.5" in problems_of({"i": 1.5, "f": 1}, t)
+    assert t.validate_args({"i": 1, "f": 1}) == {"i": 1, "f": 1.0}
+
+
+def test_optional_mismatch_names_null_as_allowed() -> None:
+    def fn(x: int | None = None) -> None:
+        pass
+
+    assert "argument 'x': expected integer or null, got string \"1\"" in problems_of({"x": "1"}, Tool(fn))
+
+
+def test_nested_model_rules_are_strict_like_the_top_level() -> None:
+    def fn(address: Address) -> None:
+        pass
+
+    message = problems_of({"address": {"street": 5, "zip_code": True}}, Tool(fn))
+    assert "argument 'address.street': input should be a valid string, got integer 5" in message
+    assert "argument 'address.zip_code'" in message and "got boolean true" in message
+    assert "expected object (Address), got array" in problems_of({"address": []}, Tool(fn))
+
+
+def test_containers_convert_to_the_annotated_type() -> None:
+    def fn(pair: tuple[int, str], unique: set[int], addresses: list[Address], when: Level) -> None:
+        pass
+
+    args = Tool(fn).validate_args(
+        {"pair": [1, "a"], "unique": [3, 3, 1], "addresses": [{"street": "s"}], "when": 2}
+    )
+    assert args == {"pair": (1, "a"), "unique": {1, 3}, "addresses": [Address(street="s")], "when": Level.HIGH}
+    message = problems_of({"pair": [1, 2, 3], "unique": "x", "addresses": [{}], "when": 2.0}, Tool(fn))
+    assert "argument 'pair': expected array of exactly 2 items, got array of 3 items" in message
+    assert "argument 'unique': expected array of integer, got string \"x\"" in message
+    assert "argument 'addresses[0].street': missing required field" in message
+    assert "argument 'when': expected one of 1, 2, got number 2.0" in message
+
+
+def test_literal_true_does_not_match_one() -> None:
+    def fn(x: Literal[1, 2]) -> None:
+        pass
+
+    assert "expected one of 1, 2, got boolean true" in problems_of({"x": True}, Tool(fn))
+
+
+def test_invalid_json_quotes_an_excerpt() -> None:
+    raw = '{"name": "n", ' + "x" * 500
+    message = problems_of(raw)
+    assert "are not valid JSON" in message and "tool 'everything'" in message
+    assert f"Received ({len(raw)} characters): " in message
+    assert '{"name": "n", xxx' in message and "x" * 300 not in message
+
+
+@pytest.mark.parametrize("raw", ["NaN", '{"count": Infinity}'])
+def test_non_standard_json_constants_are_refused(raw: str) -> None:
+    assert "not valid JSON" in problems_of(raw)
+
+
+@pytest.mark.parametrize(
+    ("raw", "kind"), [("[1, 2]", "array of 2 items"), ('"text"', 'string "text"'), ("3", "integer 3")]
+)
+def test_arguments_must_be_an_object(raw: str, kind: str) -> None:
+    assert problems_of(raw) == f"The arguments for tool 'everything' must be a JSON object, got {kind}."
+
+
+def test_empty_arguments_mean_an_empty_object() -> None:
+    def ping() -> str:
+        return "pong"
+
+    assert Tool(ping).validate_args("") == {}
+    assert Tool(ping).validate_args("  ") == {}
+    assert "unknown argument 'x' (accepted: no arguments)" in problems_of('{"x": 1}', Tool(ping))
+
+
+def test_session_cannot_be_passed_by_the_model() -> None:
+    def fn(x: int, session=None) -> None:
+        pass
+
+    assert "unknown argument 'session'" in problems_of({"x": 1, "session": "evil"}, Tool(fn))
+
+
+def test_pydantic_fallback_types() -> None:
+    import datetime
+    import uuid
+
+    def fn(when: datetime.date, ident: uuid.UUID, count: Annotated[int, Field(ge=0)]) -> None:
+        pass
+
+    t = Tool(fn)
+    assert t.parameters["properties"] == {
+        "when": {"type": "string", "format": "date"},
+        "ident": {"type": "string", "format": "uuid"},
+        "count": {"type": "integer", "minimum": 0},
+    }
+    ident = "12345678-1234-5678-1234-567812345678"
+    assert t.validate_args({"when": "2024-02-29", "ident": ident, "count": 0}) == {
+        "when": datetime.date(2024, 2, 29),
+        "ident": uuid.UUID(ident),
+        "count": 0,
+    }
+    message = problems_of({"when": "yesterday", "ident": ident, "count": -1}, t)
+    assert "argument 'when'" in message and "argument 'count'" in message and "(2 problems)" in message
+
+
+# ---- calling ---------------------------------------------------------------------------------------------
+
+
+async def test_sync_function_runs_in_a_worker_thread() -> None:
+    def where() -> str:
+        return threading.current_thread().name
+
+    assert await Tool(where).call({}) != threading.current_thread().name
+
+
+async def test_async_function_is_awaited_with_defaults_and_optional_none() -> None:
+    async def greet(name: str, greeting: str = "Hello", suffix: str | None = None) -> str:
+        await asyncio.sleep(0)
+        return f"{greeting}, {name}{suffix or ''}"
+
+    t = Tool(greet)
+    assert await t.call(t.validate_args('{"name": "Ada"}')) == "Hello, Ada"
+    assert await t.run('{"name": "Ada", "greeting": "Hi", "suffix": "!"}') == "Hi, Ada!"
+
+
+async def test_session_is_injected() -> None:
+    def whoami(prefix: str, session: Session) -> str:
+        return prefix + session.user
+
+    async def maybe(session: Session | None = None) -> str:
+        return "none" if session is None else session.user
+
+    assert await Tool(whoami).run('{"prefix": "user="}', session=Session("ada")) == "user=ada"
+    assert await Tool(maybe).run("{}") == "none"
+    assert await Tool(maybe).run("{}", session=Session("bob")) == "bob"
+
+
+async def test_methods_and_callable_objects() -> None:
+    class Counter:
+        def __init__(self) -> None:
+            self.total = 0
+
+        def add(self, n: int) -> int:
+            self.total += n
+            return self.total
+
+        async def __call__(self, n: int) -> int:
+            return n * 2
+
+    counter = Counter()
+    assert await Tool(counter.add).run('{"n": 2}') == "2"
+    assert await Tool(counter, name="double").run('{"n": 4}') == "8"
+
+
+async def test_partials_and_callable_objects_use_the_right_docstring() -> None:
+    def scale(factor: int, value: int) -> int:
+        """Scale a value.
+
+        Args:
+            value: The value to scale.
+        """
+        return factor * value
+
+    class Doubler:
+        def __call__(self, value: int) -> int:
+            """Double a value."""
+            return value * 2
+
+    triple = Tool(functools.partial(scale, 3), name="triple")
+    assert triple.description == "Scale a value."
+    assert triple.parameters["properties"] == {"value": {"description": "The value to scale.", "type": "integer"}}
+    assert await triple.run('{"value": 2}') == "6"
+    assert Tool(Doubler(), name="double").description == "Double a value."
+
+
+async def test_positional_only_parameters() -> None:
+    def fn(a: int, b: int = 10, /, c: int = 100) -> int:
+        return a + b + c
+
+    t = Tool(fn)
+    assert await t.run('{"a": 1}') == "111"
+    assert await t.run('{"a": 1, "b": 2, "c": 3}') == "6"
+
+
+async def test_timeout_async() -> None:
+    async def slow() -> None:
+        await asyncio.sleep(10)
+
+    started = time.monotonic()
+    with pytest.raises(ToolTimeoutError, match=r"tool 'slow' did not finish within 0.05 seconds"):
+        await Tool(slow, timeout=0.05).run("{}")
+    assert time.monotonic() - started < 2
+
+
+async def test_timeout_sync_thread_is_abandoned() -> None:
+    release = threading.Event()
+
+    def blocking() -> str:
+        release.wait(5)
+        return "late"
+
+    try:
+        with pytest.raises(ToolTimeoutError):
+            await Tool(blocking, timeout=0.05).run("{}")
+    finally:
+        release.set()  # let the abandoned thread finish so the test leaves nothing behind
+
+
+async def test_a_timeout_error_raised_by_the_tool_is_an_execution_error() -> None:
+    def fn() -> None:
+        raise TimeoutError("socket timed out")
+
+    with pytest.raises(ToolExecutionError, match="TimeoutError: socket timed out"):
+        await Tool(fn, timeout=5).run("{}")
+
+
+async def test_exceptions_are_wrapped_with_cause() -> None:
+    def broken(x: int) -> None:
+        raise ValueError(f"bad value {x}")
+
+    async def broken_async() -> None:
+        raise KeyError("missing")
+
+    with pytest.raises(ToolExecutionError) as info:
+        await Tool(broken).run('{"x": 3}')
+    assert str(info.value) == "tool 'broken' failed: ValueError: bad value 3"
+    assert isinstance(info.value.__cause__, ValueError)
+    with pytest.raises(ToolExecutionError, match="tool 'broken_async' failed: KeyError: 'missing'"):
+        await Tool(broken_async).run("{}")
+
+
+async def test_tool_errors_raised_by_the_tool_pass_through() -> None:
+    def picky() -> None:
+        raise ToolError("ask for a smaller page")
+
+    with pytest.raises(ToolError) as info:
+        await Tool(picky).run("{}")
+    assert type(info.value) is ToolError and str(info.value) == "ask for a smaller page"
+
+
+async def test_call_checks_arguments_it_cannot_bind() -> None:
+    def fn(x: int) -> int:
+        return x
+
+    with pytest.raises(ToolArgumentError, match="missing required argument 'x'"):
+        await Tool(fn).call({})
+    with pytest.raises(ToolArgumentError, match="unknown argument 'y'"):
+        await Tool(fn).call({"x": 1, "y": 2})
+
+
+async def test_run_validates_before_calling() -> None:
+    calls: list[int] = []
+
+    def fn(x: int) -> None:
+        calls.append(x)
+
+    with pytest.raises(ToolArgumentError):
+        await Tool(fn).run('{"x": "1"}')
+    assert calls == []
+
+
+# ---- rendering -------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+    y: int
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        ("plain text", "plain text"),
+        ("", ""),
+        (None, "null"),
+        (42, "42"),
+        (1.5, "1.5"),
+        (True, "true"),
+        ({"a": [1, "é"]}, '{"a": [1, "é"]}'),
+        ([1, 2], "[1, 2]"),
+        ((1, 2), "[1, 2]"),
+        (Address(street="s"), '{"street":"s","zip_code":null}'),
+        ([Address(street="s")], '[{"street": "s", "zip_code": null}]'),
+        (Point(1, 2), '{"x": 1, "y": 2}'),
+        (Color.RED, '"red"'),
+        ({"when": __import__("datetime").date(2024, 1, 2)}, '{"when": "2024-01-02"}'),
+    ],
+)
+def test_render_result(value: Any, text: str) -> None:
+    assert Tool.render_result(value) == text
+
+
+async def test_run_renders_the_result() -> None:
+    def fn() -> dict[str, Any]:
+        return {"ok": True, "items": [Address(street="s")]}
+
+    assert json.loads(await Tool(fn).run("{}")) == {"ok": True, "items": [{"street": "s", "zip_code": None}]}
+
+
+# ---- decorator -------------------------------------------------------------------------------------------
+
+
+async def test_tool_decorator_both_forms() -> None:
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    @tool(name="mul", timeout=1, idempotent=True)
+    async def multiply(a: int, b: int) -> int:
+        return a * b
+
+    assert isinstance(add, Tool) and add.description == "Add two numbers."
+    assert add(2, 3) == 5  # still callable as plain Python
+    assert multiply.name == "mul" and multiply.idempotent and multiply.timeout == 1
+    assert await multiply.run('{"a": 2, "b": 4}') == "8"
+    assert repr(add) == "Tool(name='add', parameters=['a', 'b'])"
