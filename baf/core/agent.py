@@ -349,6 +349,10 @@ class Agent:
         await done
         return self._require_runtime().sessions[session_id]
 
+    async def wait_idle(self, session_id: str | None = None) -> None:
+        """Wait until a session (or every session) has handled everything queued for it."""
+        await self._require_runtime().wait_idle(session_id)
+
     def _require_runtime(self) -> Runtime:
         if self._runtime is None:
             raise ConfigurationError(f"agent {self.name!r} is not running; use 'async with agent:' or agent.start()")

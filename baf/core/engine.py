@@ -51,6 +51,7 @@ async def run_step(
     """
     started = time.perf_counter()
     session.event = event
+    session.event_seq = event_seq
     session._in_step = True
     session.record(RecordKind.STEP_STARTED, {"event_seq": event_seq})
     await hooks.before_step(session, event)
@@ -87,7 +88,9 @@ async def _fire(session: Session, trigger: str) -> Transition | None:
     """Ask the state machine for the first transition (declaration order) whose event and conditions
     match; it moves the machine's state and tells us which one fired."""
     session.fired_transition = None
-    await session.machine_model.trigger(trigger, session)
+    result = session.machine_model.trigger(trigger, session)
+    if inspect.isawaitable(result):  # a trigger no transition uses answers False without a coroutine
+        await result
     return session.fired_transition
 
 

@@ -8,7 +8,7 @@ import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from baf.core.engine import run_step
 from baf.core.events import Event, event_from_data
@@ -68,7 +68,7 @@ class Runtime:
         for session_id in await self.log.sessions():
             await self._load(session_id, resume=True)
 
-    async def stop(self, timeout: float = 10.0) -> None:
+    async def stop(self, timeout: float = 10.0) -> None:  # noqa: ASYNC109 - a grace period, not a deadline
         """Let running steps finish (up to ``timeout`` seconds), then flush and close the log."""
         workers = [w for w in self._workers.values() if not w.done()]
         if workers:
@@ -152,6 +152,15 @@ class Runtime:
         await session.flush()
         return done
 
+    async def wait_idle(self, session_id: str | None = None) -> None:
+        """Return once the session (or every session) has nothing queued or running."""
+        while True:
+            ids = [session_id] if session_id is not None else list(self._workers)
+            workers = [w for sid in ids if (w := self._workers.get(sid)) is not None and not w.done()]
+            if not workers:
+                return
+            await asyncio.wait(workers)
+
     def request_check(self, session: Session) -> None:
         """Queue a check of automatic transitions (a variable changed outside a step)."""
         if session.id not in self._check_queued:
@@ -175,14 +184,20 @@ class Runtime:
                 await run_step(
                     session, item.event, item.seq, self.hooks, self._executor, enter_current=item.kind == "start"
                 )
-            except BaseException as exc:
+            except LogError as exc:
                 mailbox.popleft()
                 _settle(item, exc)
-                if isinstance(exc, LogError):
-                    self._evict(session, exc)
+                self._evict(session, exc)
+                return
+            except BaseException as exc:
+                # The engine contains user errors itself; anything reaching here is a framework bug or
+                # a cancellation. Fail this item, keep serving the rest of the mailbox.
+                mailbox.popleft()
+                _settle(item, exc)
                 if not isinstance(exc, Exception):
                     raise
-                return
+                logger.exception("session %s: step failed", session.id)
+                continue
             mailbox.popleft()
             _settle(item, None)
 
@@ -207,7 +222,3 @@ def _settle(item: _Item, exc: BaseException | None) -> None:
         item.done.cancel()
     else:
         item.done.set_exception(exc)
-
-
-def _unused(*_: Any) -> None:  # pragma: no cover - keeps Any imported for annotations above
-    pass

@@ -20,6 +20,7 @@ from baf.log.record import Record, RecordKind
 if TYPE_CHECKING:
     from baf.core.agent import Agent
     from baf.core.state import State
+    from baf.core.transition import Transition
     from baf.platforms.base import Platform
 
 __all__ = ["Delivery", "Session"]
@@ -63,6 +64,10 @@ class Session:
         self.platform = platform
         #: The event being handled, or ``None`` while a state is entered without one.
         self.event: Event | None = None
+        #: The seq of the ``message_received`` record of :attr:`event`.
+        self.event_seq: int | None = None
+        #: Set by the state machine when a transition fires (see ``baf.core.machine``).
+        self.fired_transition: Transition | None = None
         self._writer = writer
         self._loop = asyncio.get_running_loop()
         self._outbox: deque[Callable[[], Awaitable[None]]] = deque()
@@ -182,6 +187,10 @@ class Session:
             return Delivery(task)
         asyncio.run_coroutine_threadsafe(self._enqueue_and_commit(send), self._loop).result()
         return Delivery(None)
+
+    def queue_after_commit(self, send: Callable[[], Awaitable[None]]) -> None:
+        """Like :meth:`after_commit`, without starting a commit: ``send`` runs at the next one."""
+        self._outbox.append(send)
 
     async def _enqueue_and_commit(self, send: Callable[[], Awaitable[None]]) -> None:
         self._outbox.append(send)

@@ -25,11 +25,12 @@ class RecordKind:
     STEP_STARTED = "step_started"
     STEP_FINISHED = "step_finished"
     # Written by the reasoning loop.
+    LLM_REQUEST = "llm_request"
     LLM_RESPONSE = "llm_response"
-    TOOL_CALL = "tool_call"
     TOOL_RESULT = "tool_result"
     REASONING_STEP = "reasoning_step"
     TASK_LIST = "task_list"
+    # Written by the pattern catalogue and by users: any other string is a valid kind too.
 
 
 @dataclass(frozen=True, slots=True)

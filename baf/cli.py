@@ -1,0 +1,175 @@
+"""The ``baf`` command: run an agent, run the demo, and read session logs."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+
+from baf.log import SessionLog, open_log
+from baf.log.projection import project
+
+if TYPE_CHECKING:
+    from baf.core.agent import Agent
+
+__all__ = ["find_agent", "load_agent_module", "main", "open_existing_log"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``baf`` console script."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 2
+    try:
+        result: int = args.handler(args)
+        return result
+    except (FileNotFoundError, ValueError, LookupError) as exc:
+        Console(stderr=True).print(f"[red]baf {args.command}: {exc}[/red]")
+        return 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="baf", description="baf: event-sourced state-machine agents.")
+    commands = parser.add_subparsers(dest="command")
+
+    run = commands.add_parser("run", help="run the agent defined in a Python file on the terminal")
+    run.add_argument("path", help="a Python file that defines an Agent (named 'agent', or the only one)")
+    run.add_argument("--session", default="terminal", help="session id of the terminal chat")
+    run.set_defaults(handler=_cmd_run)
+
+    demo = commands.add_parser("demo", help="run the reasoning demo (offline unless OPENAI_API_KEY is set)")
+    demo.add_argument("--log", default=None, help="log URL (default: a sqlite file in the working folder)")
+    demo.set_defaults(handler=_cmd_demo)
+
+    sessions = commands.add_parser("sessions", help="list the sessions of a log")
+    sessions.add_argument("log", help="a log file or URL")
+    sessions.set_defaults(handler=_cmd_sessions)
+
+    log = commands.add_parser("log", help="print the records of a session")
+    log.add_argument("log", help="a log file or URL")
+    log.add_argument("session", help="the session id")
+    log.add_argument("--json", action="store_true", help="one JSON object per line")
+    log.set_defaults(handler=_cmd_log)
+    return parser
+
+
+# -- loading agents -------------------------------------------------------------------------------
+
+
+def load_agent_module(path: str | Path) -> Any:
+    """Import the Python file at ``path`` as a module (its folder goes on ``sys.path`` for its imports)."""
+    file = Path(path).resolve()
+    if not file.is_file():
+        raise FileNotFoundError(f"no such file: {path}")
+    sys.path.insert(0, str(file.parent))
+    spec = importlib.util.spec_from_file_location(file.stem, file)
+    if spec is None or spec.loader is None:
+        raise ValueError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[file.stem] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def find_agent(module: Any) -> Agent:
+    """The module's agent: its ``agent`` attribute, else its only ``Agent`` instance."""
+    from baf.core.agent import Agent
+
+    candidate = getattr(module, "agent", None)
+    if isinstance(candidate, Agent):
+        return candidate
+    agents = [value for value in vars(module).values() if isinstance(value, Agent)]
+    if len(agents) != 1:
+        raise LookupError(
+            f"{module.__name__} must define one Agent (or name it 'agent'); found {len(agents)}"
+        )
+    return agents[0]
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    agent = find_agent(load_agent_module(args.path))
+    if not agent.platforms:
+        agent.use_terminal_platform(session_id=args.session)
+    agent.run()
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from baf.library.demo import run_demo
+
+    run_demo(log=args.log)
+    return 0
+
+
+# -- reading logs ---------------------------------------------------------------------------------
+
+
+def open_existing_log(target: str) -> SessionLog:
+    """Open a log by URL or file path, refusing to create a new empty file by mistake."""
+    if "://" in target:
+        if target.startswith("sqlite:///") and not Path(target.removeprefix("sqlite:///").split("?")[0]).exists():
+            raise FileNotFoundError(f"no such log: {target}")
+        return open_log(target)
+    if not Path(target).exists():
+        raise FileNotFoundError(f"no such log file: {target}")
+    return open_log(f"sqlite:///{target}")
+
+
+def _when(ts: float | None) -> str:
+    return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S") if ts else "-"
+
+
+def _cmd_sessions(args: argparse.Namespace) -> int:
+    async def collect() -> list[Any]:
+        async with open_existing_log(args.log) as log:
+            return [project(sid, await log.read(sid)) for sid in await log.sessions()]
+
+    table = Table(title=f"sessions in {args.log}")
+    for column in ("session", "agent", "first", "last", "records", "state", "errors"):
+        table.add_column(column)
+    for p in asyncio.run(collect()):
+        table.add_row(
+            p.session_id, p.agent or "-", _when(p.first_ts), _when(p.last_ts), str(p.last_seq),
+            p.current_state or "-", str(p.errors),
+        )
+    Console().print(table)
+    return 0
+
+
+def _cmd_log(args: argparse.Namespace) -> int:
+    async def collect() -> list[Any]:
+        async with open_existing_log(args.log) as log:
+            return await log.read(args.session)
+
+    records = asyncio.run(collect())
+    if not records:
+        raise LookupError(f"session {args.session!r} has no records in {args.log}")
+    console = Console()
+    if args.json:
+        for r in records:
+            line = {"session_id": r.session_id, "seq": r.seq, "ts": r.ts, "kind": r.kind, "version": r.version,
+                    "data": r.data}
+            print(json.dumps(line, ensure_ascii=False))
+        return 0
+    table = Table(title=f"session {args.session}")
+    for column in ("seq", "time", "kind", "data"):
+        table.add_column(column, overflow="fold")
+    for r in records:
+        data = json.dumps(r.data, ensure_ascii=False)
+        table.add_row(str(r.seq), _when(r.ts), r.kind, data if len(data) < 300 else data[:297] + "...")
+    console.print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

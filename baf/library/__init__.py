@@ -1,0 +1,1 @@
+"""Predefined building blocks composed from core, reasoning and llm: states, tools, demos."""

@@ -1,0 +1,50 @@
+"""The observable steps of a reasoning loop, as streamed to platforms and recorded in the log."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["ReasoningStep", "ReasoningStepKind"]
+
+
+class ReasoningStepKind:
+    """The kinds of :class:`ReasoningStep`.
+
+    ``REASONING_STARTED`` and ``REASONING_FINISHED`` bracket every invocation of a reasoning body, so a
+    UI can open a live trace group on the first and close it on the second.
+    """
+
+    REASONING_STARTED = "reasoning_started"
+    REASONING_FINISHED = "reasoning_finished"
+    LLM_TEXT = "llm_text"
+    LLM_TOOL_CALLS = "llm_tool_calls"
+    TOOL_RESULT = "tool_result"
+    TASK_ADDED = "task_added"
+    TASK_COMPLETED = "task_completed"
+    TASK_SKIPPED = "task_skipped"
+    PUSHBACK = "pushback"
+    MAX_STEPS = "max_steps"
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningStep:
+    """One event of the loop: a shared envelope with kind-specific ``details``.
+
+    ``step`` is the loop iteration (0-based) the event belongs to; ``summary`` is one line a UI can show
+    as is. New kinds only add new ``details`` shapes, so consumers never break.
+    """
+
+    kind: str
+    step: int
+    summary: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form used on the wire and in ``reasoning_step`` records."""
+        return {"kind": self.kind, "step": self.step, "summary": self.summary, "details": self.details}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ReasoningStep:
+        """Inverse of :meth:`to_dict`."""
+        return cls(data["kind"], int(data["step"]), str(data["summary"]), dict(data.get("details") or {}))

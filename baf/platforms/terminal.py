@@ -1,0 +1,106 @@
+"""A chat in the terminal, rendered with rich: Markdown replies, a live reasoning trace, a task panel."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.markdown import Markdown
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from baf.platforms.base import Platform
+
+if TYPE_CHECKING:
+    from baf.core.session import Session
+
+__all__ = ["TerminalPlatform"]
+
+_STATUS_MARK = {"pending": "[ ]", "in_progress": "[~]", "completed": "[x]", "skipped": "[-]"}
+_QUIT_WORDS = {"exit", "quit", "/exit", "/quit"}
+
+
+class TerminalPlatform(Platform):
+    """One session (``session_id``) chatting on stdin/stdout. ``exit``, ``quit`` or EOF end it."""
+
+    name = "terminal"
+
+    def __init__(
+        self,
+        session_id: str = "terminal",
+        console: Console | None = None,
+        prompt: str = "you> ",
+        show_steps: bool = True,
+    ) -> None:
+        super().__init__()
+        self.session_id = session_id
+        self.console = console or Console()
+        self.prompt = prompt
+        self.show_steps = show_steps
+        self._reader: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._reader = asyncio.ensure_future(self._chat())
+
+    async def stop(self) -> None:
+        if self._reader is not None and not self._reader.done():
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+
+    async def _chat(self) -> None:
+        assert self.agent is not None, "add the platform to an agent first"
+        agent = self.agent
+        session = await agent.get_or_create_session(self.session_id, self)
+        for entry in session.chat_history():
+            self._print_line(entry.role, entry.text)
+        while True:
+            try:
+                text = await asyncio.to_thread(self.console.input, self.prompt)
+            except (EOFError, KeyboardInterrupt):
+                break
+            if text.strip().lower() in _QUIT_WORDS:
+                break
+            if not text.strip():
+                continue
+            try:
+                await agent.receive_message(self.session_id, text, self)
+            except Exception as exc:  # the log refused a write: say so, keep the prompt alive
+                self.console.print(Panel(Text(f"{type(exc).__name__}: {exc}"), title="error", style="red"))
+        agent.request_stop()
+
+    def _print_line(self, role: str, text: str) -> None:
+        if role == "user":
+            self.console.print(Text(f"{self.prompt}{text}", style="dim"))
+        else:
+            self.console.print(Markdown(text))
+
+    async def reply(self, session: Session, message: str) -> None:
+        self.console.print(Panel(Markdown(message), title=session.agent.name, title_align="left", style="cyan"))
+
+    async def reply_error(self, session: Session, message: str) -> None:
+        self.console.print(Panel(Text(message), title="error", title_align="left", style="red"))
+
+    async def reply_reasoning_step(self, session: Session, step: Any) -> None:
+        if not self.show_steps:
+            return
+        data = step.to_dict() if hasattr(step, "to_dict") else dict(step)
+        kind = data.get("kind", "")
+        if kind in ("reasoning_started", "reasoning_finished"):
+            self.console.rule(Text(f"{kind.replace('_', ' ')}", style="dim"), style="dim")
+            return
+        self.console.print(Text(f"  · [{data.get('step', 0)}] {kind}: {data.get('summary', '')}", style="dim"))
+
+    async def reply_task_list_update(self, session: Session, tasks: list[dict[str, Any]]) -> None:
+        if not self.show_steps or not tasks:
+            return
+        table = Table(title="tasks", show_header=False, box=None, title_justify="left", title_style="bold")
+        for task in tasks:
+            status = str(task.get("status", "pending"))
+            mark = _STATUS_MARK.get(status, "[?]")
+            result = f" — {task['result']}" if task.get("result") else ""
+            table.add_row(mark, f"{task.get('id')}. {task.get('description', '')}{result}")
+        self.console.print(table)
