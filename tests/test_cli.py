@@ -1,0 +1,70 @@
+"""The ``baf`` command end to end: run an agent in the terminal, then read its log."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+EXAMPLE = Path(__file__).parent.parent / "examples" / "greetings_agent.py"
+
+
+def baf(*args: str, cwd: Path, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    env["COLUMNS"] = "200"
+    return subprocess.run(
+        [sys.executable, "-m", "baf.cli", *args],
+        cwd=cwd, input=stdin, capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+
+
+def test_run_chats_in_the_terminal_and_resumes_after_restart(tmp_path: Path) -> None:
+    first = baf("run", str(EXAMPLE), cwd=tmp_path, stdin="hello\nI am fine\nexit\n")
+    assert first.returncode == 0, first.stderr
+    assert "Say hello when you want to chat" in first.stdout
+    assert "greeting number 1" in first.stdout
+    assert "Glad to hear it" in first.stdout
+
+    # Same log, new process: the history is shown again and the variables carried on.
+    second = baf("run", str(EXAMPLE), cwd=tmp_path, stdin="hi\nsad today\n")
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.count("Say hello when you want to chat") == 1  # from history; not re-run
+    assert "greeting number 2" in second.stdout
+    assert "Sorry to hear that" in second.stdout
+
+    listing = baf("sessions", "greetings.db", cwd=tmp_path)
+    assert listing.returncode == 0, listing.stderr
+    row = next(line for line in listing.stdout.splitlines() if "terminal" in line)
+    assert "greetings_agent" in row and "greeting" in row
+
+    dump = baf("log", "greetings.db", "terminal", "--json", cwd=tmp_path)
+    assert dump.returncode == 0, dump.stderr
+    records = [json.loads(line) for line in dump.stdout.splitlines()]
+    assert [r["seq"] for r in records] == list(range(1, len(records) + 1))
+    texts = [r["data"]["text"] for r in records if r["kind"] == "message_received"]
+    assert texts == ["hello", "I am fine", "hi", "sad today"]
+    last_greetings = [r["data"]["value"] for r in records if r["kind"] == "variable_set"
+                      and r["data"]["name"] == "greetings"]  # fmt: skip
+    assert last_greetings == [1, 2]
+
+    table = baf("log", "greetings.db", "terminal", cwd=tmp_path)
+    assert table.returncode == 0 and "message_received" in table.stdout
+
+
+def test_reading_a_missing_log_fails_clearly(tmp_path: Path) -> None:
+    result = baf("sessions", "nope.db", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "no such log file: nope.db" in result.stderr
+    assert not (tmp_path / "nope.db").exists()
+    unknown = baf("log", str(tmp_path / "nope.db"), "s", cwd=tmp_path)
+    assert unknown.returncode == 2
+
+
+def test_run_refuses_a_file_without_an_agent(tmp_path: Path) -> None:
+    module = tmp_path / "empty.py"
+    module.write_text("x = 1\n")
+    result = baf("run", str(module), cwd=tmp_path)
+    assert result.returncode == 2
+    assert "must define one Agent" in result.stderr
