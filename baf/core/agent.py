@@ -193,20 +193,32 @@ class Agent:
 
     @overload
     def tool(
-        self, *, name: str | None = None, description: str | None = None, **options: Any
+        self,
+        fn: None = None,
+        /,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        timeout: float | None = None,
+        idempotent: bool = False,
     ) -> Callable[[Callable[..., Any]], Tool]: ...
 
     def tool(
-        self, fn: Callable[..., Any] | None = None, /, **options: Any
+        self,
+        fn: Callable[..., Any] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        timeout: float | None = None,
+        idempotent: bool = False,
     ) -> Tool | Callable[[Callable[..., Any]], Tool]:
-        """Decorator registering a function as a tool: ``@agent.tool`` or ``@agent.tool(name=...)``."""
-        if fn is not None:
-            return self.new_tool(fn)
+        """Decorator registering a function as a tool: ``@agent.tool`` or ``@agent.tool(timeout=5)``."""
 
         def register(function: Callable[..., Any]) -> Tool:
-            return self.new_tool(function, **options)
+            return self.add_tool(Tool(function, name, description, timeout=timeout, idempotent=idempotent))
 
-        return register
+        return register(fn) if fn is not None else register
 
     def load_tools(self, path: str | Path) -> list[Tool]:
         """Import a Python file and register its tools: the names in its ``__all__`` if it has one,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from transitions.extensions.asyncio import AsyncMachine
@@ -45,7 +45,7 @@ def compile_machine(states: list[State], initial: State) -> AsyncMachine:
     for state in states:
         for transition in state.transitions:
             trigger = CHECK_TRIGGER if transition.is_automatic else EVENT_TRIGGER
-            conditions: list[Callable[[Session], Awaitable[bool]]] = []
+            conditions: list[Callable[[Session], Coroutine[Any, Any, bool]]] = []
             if transition.event is not None:
                 conditions.append(_event_matches(transition))
             conditions.extend(_guarded(c) for c in transition.conditions)
@@ -59,7 +59,7 @@ def compile_machine(states: list[State], initial: State) -> AsyncMachine:
     return machine
 
 
-def _event_matches(transition: Transition) -> Callable[[Session], Awaitable[bool]]:
+def _event_matches(transition: Transition) -> Callable[[Session], Coroutine[Any, Any, bool]]:
     assert transition.event is not None
     pattern = transition.event
 
@@ -69,7 +69,7 @@ def _event_matches(transition: Transition) -> Callable[[Session], Awaitable[bool
     return matches
 
 
-def _guarded(condition: Condition) -> Callable[[Session], Awaitable[bool]]:
+def _guarded(condition: Condition) -> Callable[[Session], Coroutine[Any, Any, bool]]:
     """A user condition that raises is recorded and counts as false, so the machine goes on."""
 
     async def check(session: Session) -> bool:

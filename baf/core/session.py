@@ -69,6 +69,7 @@ class Session:
         #: Set by the state machine when a transition fires (see ``baf.core.machine``).
         self.fired_transition: Transition | None = None
         self._writer = writer
+        self._runtime = agent._require_runtime()
         self._loop = asyncio.get_running_loop()
         self._outbox: deque[Callable[[], Awaitable[None]]] = deque()
         self._commit_lock = asyncio.Lock()
@@ -146,7 +147,7 @@ class Session:
         # Inside a step the engine checks automatic transitions when the body returns; outside one,
         # queue a check so condition transitions react without any polling.
         if not self._in_step:
-            self._call_in_loop(self.agent._runtime.request_check, self)
+            self._call_in_loop(self._runtime.request_check, self)
 
     # -- conversation ---------------------------------------------------------------------------
 
@@ -229,7 +230,7 @@ class Session:
     # -- threads --------------------------------------------------------------------------------
 
     def _in_loop_thread(self) -> bool:
-        return threading.get_ident() == self.agent._runtime.loop_thread_id
+        return threading.get_ident() == self._runtime.loop_thread_id
 
     def _call_in_loop(self, fn: Callable[..., Any], *args: Any) -> None:
         if self._in_loop_thread():
