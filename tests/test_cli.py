@@ -68,3 +68,30 @@ def test_run_refuses_a_file_without_an_agent(tmp_path: Path) -> None:
     result = baf("run", str(module), cwd=tmp_path)
     assert result.returncode == 2
     assert "must define one Agent" in result.stderr
+
+
+def test_ctrl_c_stops_cleanly_and_keeps_the_log(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "baf.cli", "run", str(EXAMPLE)],
+        cwd=tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write("hello\n")
+    proc.stdin.flush()
+    deadline = time.monotonic() + 30
+    seen = ""
+    while "greeting number 1" not in seen and time.monotonic() < deadline:
+        seen += proc.stdout.readline()
+    assert "greeting number 1" in seen
+    proc.send_signal(signal.SIGINT)  # stdin stays open: the prompt is still waiting for a line
+    proc.wait(timeout=30)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    dump = baf("log", "greetings.db", "terminal", "--json", cwd=tmp_path)
+    kinds = [json.loads(line)["kind"] for line in dump.stdout.splitlines()]
+    assert kinds.count("reply") == 2 and kinds[-1] == "step_finished"

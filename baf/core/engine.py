@@ -119,3 +119,16 @@ async def _run_body(session: Session, state: State, body: Body, role: str, execu
     except Exception as exc:
         logger.exception("session %s: %s of state %r raised", session.id, role, state.name)
         session.record_error(role, exc, state=state.name)
+        _tell_user(session, f"Something went wrong while handling that ({type(exc).__name__} in state {state.name!r}).")
+
+
+def _tell_user(session: Session, message: str) -> None:
+    """Show an error on the platform, after the error record is durable."""
+    platform = session.platform
+    if platform is None:
+        return
+
+    async def send() -> None:
+        await platform.reply_error(session, message)
+
+    session.queue_after_commit(send)

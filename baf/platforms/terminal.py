@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -59,7 +60,7 @@ class TerminalPlatform(Platform):
             self._print_line(entry.role, entry.text)
         while True:
             try:
-                text = await asyncio.to_thread(self.console.input, self.prompt)
+                text = await self._read_line()
             except (EOFError, KeyboardInterrupt):
                 break
             if text.strip().lower() in _QUIT_WORDS:
@@ -71,6 +72,31 @@ class TerminalPlatform(Platform):
             except Exception as exc:  # the log refused a write: say so, keep the prompt alive
                 self.console.print(Panel(Text(f"{type(exc).__name__}: {exc}"), title="error", style="red"))
         agent.request_stop()
+
+    async def _read_line(self) -> str:
+        """Read one line in a daemon thread: a blocked ``input()`` must not keep the process alive
+        after Ctrl-C, which a thread of the default executor would (it is joined at shutdown)."""
+        loop = asyncio.get_running_loop()
+        result: asyncio.Future[str] = loop.create_future()
+
+        def settle(value: str | None, error: BaseException | None) -> None:
+            if result.done():
+                return
+            if error is not None:
+                result.set_exception(error)
+            else:
+                result.set_result(value or "")
+
+        def read() -> None:
+            try:
+                value, error = self.console.input(self.prompt), None
+            except BaseException as exc:  # EOFError, KeyboardInterrupt: handed to the loop
+                value, error = None, exc
+            with contextlib.suppress(RuntimeError):  # the loop may be closed already
+                loop.call_soon_threadsafe(settle, value, error)
+
+        threading.Thread(target=read, name="baf-terminal-input", daemon=True).start()
+        return await result
 
     def _print_line(self, role: str, text: str) -> None:
         if role == "user":

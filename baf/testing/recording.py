@@ -14,7 +14,7 @@ __all__ = ["RecordingPlatform"]
 
 
 class RecordingPlatform(Platform):
-    """Records, per session id, the replies, reasoning steps and task-list updates it was sent.
+    """Records, per session id, the replies, errors, reasoning steps and task-list updates it was sent.
 
     ``events`` keeps everything in arrival order as ``(session_id, kind, payload)`` tuples, so tests can
     assert on the interleaving of steps and replies.
@@ -27,11 +27,16 @@ class RecordingPlatform(Platform):
         self.replies: defaultdict[str, list[str]] = defaultdict(list)
         self.steps: defaultdict[str, list[Any]] = defaultdict(list)
         self.task_lists: defaultdict[str, list[list[dict[str, Any]]]] = defaultdict(list)
+        self.errors: defaultdict[str, list[str]] = defaultdict(list)
         self.events: list[tuple[str, str, Any]] = []
 
     async def reply(self, session: Session, message: str) -> None:
         self.replies[session.id].append(message)
         self.events.append((session.id, "reply", message))
+
+    async def reply_error(self, session: Session, message: str) -> None:
+        self.errors[session.id].append(message)
+        self.events.append((session.id, "error", message))
 
     async def reply_reasoning_step(self, session: Session, step: Any) -> None:
         self.steps[session.id].append(step)

@@ -178,6 +178,7 @@ async def test_body_error_is_recorded_and_the_session_goes_on(log_url: str, plat
         await agent.receive_message("s", "fine", platform)
         errors = [r.data for r in await agent.log.read("s") if r.kind == "error"]
     assert platform.replies["s"] == ["ok fine"]
+    assert platform.errors["s"] == ["Something went wrong while handling that (ValueError in state 's')."]
     assert len(errors) == 1
     assert errors[0]["type"] == "ValueError" and errors[0]["message"] == "kaboom"
     assert errors[0]["source"] == "body" and errors[0]["state"] == "s"
