@@ -13,7 +13,7 @@ from typing import Any
 
 from baf.errors import ToolError
 from baf.library.state.reasoning_step import ReasoningStepKind
-from baf.library.state.tasks import TaskList
+from baf.library.state.tasks import Task, TaskList
 from baf.reasoning.tool import Tool
 
 __all__ = ["PLANNING_TOOLS", "PlanningCall", "planning_call"]
@@ -21,10 +21,17 @@ __all__ = ["PLANNING_TOOLS", "PlanningCall", "planning_call"]
 
 @dataclass(slots=True)
 class PlanningCall:
-    """The task list a planning tool acts on, and the task events one call produced."""
+    """The task list a planning tool acts on, the task events one call produced, and the list as that
+    call left it (later calls of the same turn may change the list before the loop streams it)."""
 
     task_list: TaskList
     events: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    snapshot: list[dict[str, Any]] = field(default_factory=list)
+
+    def report(self, kind: str, summary: str, task: Task) -> None:
+        """Note a task event of this call and the list as it is now."""
+        self.events.append((kind, summary, task.to_dict()))
+        self.snapshot = self.task_list.snapshot()
 
 
 planning_call: contextvars.ContextVar[PlanningCall] = contextvars.ContextVar("baf_planning_call")
@@ -45,9 +52,7 @@ async def add_tasks(descriptions: list[str]) -> str:
         raise ToolError(f"description {', '.join(empty)} is empty; no tasks were added")
     added = [call.task_list.add(description) for description in cleaned]
     for task in added:
-        call.events.append(
-            (ReasoningStepKind.TASK_ADDED, f"task {task.id} added: {task.description}", task.to_dict())
-        )
+        call.report(ReasoningStepKind.TASK_ADDED, f"task {task.id} added: {task.description}", task)
     return "Added tasks: " + "; ".join(f"{t.id}. {t.description}" for t in added)
 
 
@@ -58,11 +63,10 @@ async def complete_task(task_id: int, result: str) -> str:
         task_id: The id of the task.
         result: A short summary of what was found or done.
     """
-    task = _open_task(task_id)
-    planning_call.get().task_list.update(task.id, "completed", result)
-    planning_call.get().events.append(
-        (ReasoningStepKind.TASK_COMPLETED, f"task {task.id} completed: {task.description}", task.to_dict())
-    )
+    call = planning_call.get()
+    task = _open_task(call.task_list, task_id)
+    call.task_list.update(task.id, "completed", result)
+    call.report(ReasoningStepKind.TASK_COMPLETED, f"task {task.id} completed: {task.description}", task)
     return f"Task {task.id} completed."
 
 
@@ -73,16 +77,14 @@ async def skip_task(task_id: int, reason: str) -> str:
         task_id: The id of the task.
         reason: Why the task is skipped.
     """
-    task = _open_task(task_id)
-    planning_call.get().task_list.update(task.id, "skipped", reason)
-    planning_call.get().events.append(
-        (ReasoningStepKind.TASK_SKIPPED, f"task {task.id} skipped: {task.description}", task.to_dict())
-    )
+    call = planning_call.get()
+    task = _open_task(call.task_list, task_id)
+    call.task_list.update(task.id, "skipped", reason)
+    call.report(ReasoningStepKind.TASK_SKIPPED, f"task {task.id} skipped: {task.description}", task)
     return f"Task {task.id} skipped."
 
 
-def _open_task(task_id: int) -> Any:
-    task_list = planning_call.get().task_list
+def _open_task(task_list: TaskList, task_id: int) -> Task:
     task = task_list.get(task_id)
     if task is None:
         known = ", ".join(str(t.id) for t in task_list.all()) or "none yet"

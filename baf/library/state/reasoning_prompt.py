@@ -27,7 +27,7 @@ PLANNING_GUIDANCE = (
 def build_static_prompt(
     base_prompt: str, skills: Iterable[Skill], workspaces: Iterable[Workspace], planning: bool
 ) -> str:
-    """The part of the system prompt that does not change within one invocation."""
+    """The system prompt without the task list: base prompt, skills, workspace previews, planning guidance."""
     parts = [base_prompt.strip()]
     skill_blocks = [skill.to_prompt() for skill in skills]
     if skill_blocks:

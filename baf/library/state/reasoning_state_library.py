@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from baf.errors import ToolError
+from baf.errors import ToolError, ToolExecutionError
 from baf.library.state.planning_tools import PLANNING_TOOLS, PlanningCall, planning_call
 from baf.library.state.reasoning_prompt import (
     build_pushback_message,
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from baf.core.agent import Agent
     from baf.core.session import Session
     from baf.core.state import State
+    from baf.reasoning.workspace import Workspace
 
 __all__ = [
     "DEFAULT_FALLBACK_MESSAGE",
@@ -112,8 +113,14 @@ def reasoning_body(
         max_tool_output: Characters of a tool result the model sees; longer output is cut with a marker.
         parameters: Model parameters (temperature, ...) for every call.
     """
-    if max_steps < 1:
-        raise ValueError("max_steps must be at least 1")
+    for label, value in (("max_steps", max_steps), ("max_parallel_tools", max_parallel_tools),
+                         ("max_tool_output", max_tool_output)):  # fmt: skip
+        if value < 1:  # max_parallel_tools=0 would wait forever on the first tool call
+            raise ValueError(f"{label} must be at least 1, got {value}")
+    if not tool_timeout > 0:
+        raise ValueError(f"tool_timeout must be a positive number of seconds, got {tool_timeout}")
+    if memory is not None and memory < 0:
+        raise ValueError(f"memory must be a number of exchanges (0 for none) or None for all, got {memory}")
     config = ReasoningConfig(
         llm, max_steps, system_prompt, fallback_message, enable_task_planning, stream_steps,
         memory, tool_timeout, max_parallel_tools, max_tool_output, parameters,
@@ -131,15 +138,29 @@ def reasoning_body(
 
 
 def new_reasoning_state(
-    agent: Agent, llm: LLM, name: str = "reasoning_state", initial: bool = True, **options: Any
+    agent: Agent,
+    llm: LLM,
+    name: str = "reasoning_state",
+    initial: bool = True,
+    max_steps: int = 8,
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+    fallback_message: str = DEFAULT_FALLBACK_MESSAGE,
+    enable_task_planning: bool = True,
+    stream_steps: bool = True,
+    **options: Any,
 ) -> State:
     """Create a state on ``agent`` whose body is :func:`reasoning_body` and return it.
 
-    ``options`` are passed to :func:`reasoning_body`. No transitions are added: wire them yourself,
-    typically ``state.when_event().go_to(state)``.
+    Equivalent to ``agent.new_state(name, initial=initial).set_body(reasoning_body(llm, ...))``; the
+    other arguments, and the keyword-only ``options`` (``memory``, ``tool_timeout``,
+    ``max_parallel_tools``, ``max_tool_output``, ``parameters``), are those of :func:`reasoning_body`.
+    No transitions are added: wire them yourself, typically ``state.when_event().go_to(state)``.
     """
+    body = reasoning_body(
+        llm, max_steps, system_prompt, fallback_message, enable_task_planning, stream_steps, **options
+    )
     state = agent.new_state(name, initial=initial)
-    state.set_body(reasoning_body(llm, **options))
+    state.set_body(body)
     return state
 
 
@@ -180,7 +201,7 @@ class _CallOutcome:
     content: str
     is_error: bool
     original_size: int
-    task_events: list[tuple[str, str, dict[str, Any]]] | None = None
+    planning: PlanningCall | None = None  # set when a planning tool succeeded
 
 
 class _ReasoningRun:
@@ -191,12 +212,8 @@ class _ReasoningRun:
         self.config = config
         self.request = request
         self.task_list = TaskList() if config.enable_task_planning else None
-        agent = session.agent
-        workspaces = list(agent.workspaces.values())
-        self.static_prompt = build_static_prompt(
-            config.system_prompt, agent.skills.values(), workspaces, config.enable_task_planning
-        )
-        self.workspace_tools = {t.name: t for t in workspace_tools(workspaces)} if workspaces else {}
+        self._workspaces: list[Workspace] = []
+        self._workspace_tools: dict[str, Tool] = {}
         before = session.event_seq if session.event_seq is not None else session.projection.last_seq + 1
         self.messages: list[dict[str, Any]] = memory_messages(session, before, config.memory)
         self.messages.append({"role": "user", "content": request})
@@ -204,30 +221,43 @@ class _ReasoningRun:
         self._semaphore = asyncio.Semaphore(config.max_parallel_tools)
         self._recorded_messages = 0
         self._recorded_system: str | None = None
-        self._recorded_tools: list[str] | None = None
+        self._recorded_tools: list[Tool] | None = None
 
     # -- the model ------------------------------------------------------------------------------
 
     def current_tools(self) -> dict[str, Tool]:
-        """The tools of this turn: the agent's (read now), its workspaces', and the planning tools."""
-        tools = {**self.session.agent.tools, **self.workspace_tools}
+        """The tools of this turn: the agent's and its workspaces' (read now), and the planning tools."""
+        workspaces = list(self.session.agent.workspaces.values())
+        if workspaces != self._workspaces:  # built again only when a workspace was added
+            self._workspaces = workspaces
+            self._workspace_tools = {t.name: t for t in workspace_tools(workspaces)} if workspaces else {}
+        tools = {**self.session.agent.tools, **self._workspace_tools}
         if self.task_list is not None:
             tools.update(PLANNING_TOOLS)
         return tools
 
+    def system_prompt(self) -> str:
+        """The system prompt of this turn: skills and workspace previews as they are now, the task list."""
+        agent = self.session.agent
+        static = build_static_prompt(
+            self.config.system_prompt, agent.skills.values(), agent.workspaces.values(), self.task_list is not None
+        )
+        return build_system_prompt(static, self.task_list)
+
     async def call_llm(self, step: int) -> LLMResponse | None:
         """Record the request, commit, call the model, record its response. ``None`` if the model failed
         (the user is told and an error is recorded)."""
-        system = build_system_prompt(self.static_prompt, self.task_list)
+        system = self.system_prompt()
         tools = self.current_tools()
         schemas = [tool.schema for tool in tools.values()]
         request: dict[str, Any] = {"step": step, "model": self.config.llm.name,
                                    "messages": self.messages[self._recorded_messages:]}  # fmt: skip
         if system != self._recorded_system:
             request["system"] = self._recorded_system = system
-        if list(tools) != self._recorded_tools:
+        offered = list(tools.values())
+        if offered != self._recorded_tools:  # Tool objects compare by identity: a same-named new tool counts
             request["tools"] = schemas
-            self._recorded_tools = list(tools)
+            self._recorded_tools = offered
         if self.config.parameters:
             request["parameters"] = self.config.parameters
         self._recorded_messages = len(self.messages)
@@ -238,6 +268,8 @@ class _ReasoningRun:
             response = await self.config.llm.predict_with_tools(
                 list(self.messages), schemas, parameters=self.config.parameters, system_message=system
             )
+        except AssertionError:
+            raise  # a failed assertion (e.g. a test model's script ran out) is a bug, not an outage
         except Exception as exc:
             self.session.record_error("llm", exc, step=step, model=self.config.llm.name)
             self.session.reply(
@@ -262,17 +294,17 @@ class _ReasoningRun:
                   {"tool_calls": [c.to_dict() for c in calls], "text": response.text})  # fmt: skip
         await self.session.commit()  # the response is durable before any tool runs
         tools = self.current_tools()
-        outcomes = await asyncio.gather(*(self._run_call(call, tools) for call in calls))
+        outcomes = await asyncio.gather(*(self._run_call(call, tools, step) for call in calls))
         for call, outcome in zip(calls, outcomes, strict=True):
             self.session.record(RecordKind.TOOL_RESULT, {
                 "step": step, "call_id": call.id, "name": call.name, "content": outcome.content,
                 "is_error": outcome.is_error, "original_size": outcome.original_size,
             })  # fmt: skip
             self.messages.append({"role": "tool", "tool_call_id": call.id, "content": outcome.content})
-            if outcome.task_events:
-                for kind, summary, details in outcome.task_events:
+            if outcome.planning is not None:
+                for kind, summary, details in outcome.planning.events:
                     self.emit(kind, step, summary, details)
-                self.emit_task_list()
+                self.emit_task_list(outcome.planning.snapshot)
             else:
                 status = "failed" if outcome.is_error else "returned"
                 self.emit(ReasoningStepKind.TOOL_RESULT, step, f"{call.name} {status}", {
@@ -280,13 +312,12 @@ class _ReasoningRun:
                     "result": _shorten(outcome.content, _PAYLOAD_LIMIT), "is_error": outcome.is_error,
                 })  # fmt: skip
 
-    async def _run_call(self, call: ToolCall, tools: dict[str, Tool]) -> _CallOutcome:
+    async def _run_call(self, call: ToolCall, tools: dict[str, Tool], step: int) -> _CallOutcome:
+        """Run one call. Every failure becomes an error message for the model; the loop goes on."""
         tool = tools.get(call.name)
         if tool is None:
-            return _CallOutcome(
-                f"Error: there is no tool named '{call.name}'. Available tools: {', '.join(tools)}.",
-                True, 0,
-            )
+            content = f"Error: there is no tool named '{call.name}'. Available tools: {', '.join(tools)}."
+            return _CallOutcome(content, True, len(content))
         planning = PlanningCall(self.task_list) if self.task_list is not None and call.name in PLANNING_TOOLS else None
         if planning is not None:
             planning_call.set(planning)  # this call runs in its own task, so the variable is call-local
@@ -296,21 +327,27 @@ class _ReasoningRun:
                 content, is_error = await tool.run(call.arguments, session=self.session), False
         except ToolError as exc:
             content, is_error = f"Error: {exc}", True
+            if isinstance(exc, ToolExecutionError):  # the tool's own code raised: keep its traceback
+                self.session.record_error("tool", exc.__cause__ or exc, tool=call.name, call_id=call.id, step=step)
         except TimeoutError:
             content, is_error = f"Error: tool '{call.name}' did not finish within {timeout:g} seconds.", True
+        except Exception as exc:  # a bug below the tool: still an answer for the model, never a dead loop
+            self.session.record_error("tool", exc, tool=call.name, call_id=call.id, step=step)
+            content, is_error = f"Error: tool '{call.name}' failed: {type(exc).__name__}: {exc}", True
         size = len(content)
         limit = self.config.max_tool_output
         if size > limit:
             content = f"{content[:limit]}\n[output truncated: {size} characters in all, the first {limit} shown]"
-        events = planning.events if planning is not None and not is_error else None
-        return _CallOutcome(content, is_error, size, events)
+        return _CallOutcome(content, is_error, size, None if is_error else planning)
 
     # -- answers --------------------------------------------------------------------------------
 
     def nudge_empty(self, step: int) -> None:
         """The model returned neither text nor tool calls: tell it so and go on."""
         self.emit(ReasoningStepKind.LLM_TEXT, step, "empty response", {"text": "", "final": False})
-        self.messages.append({"role": "system", "content": "Your last reply was empty. Answer the user, or call a tool."})
+        self.messages.append(
+            {"role": "system", "content": "Your last reply was empty. Answer the user, or call a tool."}
+        )
 
     def push_back(self, step: int, text: str) -> None:
         """The model answered while tasks are open: refuse the answer and list them."""
@@ -346,10 +383,8 @@ class _ReasoningRun:
         self.trace.append(data)
         self._stream("reply_reasoning_step", reasoning_step)
 
-    def emit_task_list(self) -> None:
+    def emit_task_list(self, snapshot: list[dict[str, Any]]) -> None:
         """Record a task-list snapshot and, when streaming, send it once durable."""
-        assert self.task_list is not None
-        snapshot = self.task_list.snapshot()
         self.session.record(RecordKind.TASK_LIST, {"tasks": snapshot})
         self._stream("reply_task_list_update", snapshot)
 

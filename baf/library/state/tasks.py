@@ -96,7 +96,9 @@ class TaskList:
     def from_snapshot(cls, tasks: list[dict[str, Any]]) -> TaskList:
         """Rebuild a list from :meth:`snapshot` output (used when reading the log)."""
         task_list = cls()
-        task_list._tasks = [Task(int(t["id"]), str(t["description"]), str(t["status"]), str(t["result"])) for t in tasks]
+        task_list._tasks = [
+            Task(int(t["id"]), str(t["description"]), str(t["status"]), str(t["result"])) for t in tasks
+        ]
         return task_list
 
     def _mark_current(self) -> None:
