@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -16,7 +17,9 @@ class Platform:
 
     An adapter delivers inbound traffic with ``await agent.receive_message(...)`` or
     ``await agent.receive_event(...)`` and implements :meth:`reply`. The streaming methods are
-    optional: their defaults do nothing, so a plain text channel needs only ``reply``.
+    optional: their defaults do nothing, so a plain text channel needs only ``reply``. The richer
+    replies (:meth:`reply_markdown`, :meth:`reply_file`, :meth:`reply_image`, :meth:`reply_options`)
+    fall back to a plain :meth:`reply`; an adapter overrides those its channel can show natively.
     """
 
     #: A short name, recorded with each session so the log says where a conversation came from.
@@ -48,3 +51,28 @@ class Platform:
     async def reply_error(self, session: Session, message: str) -> None:
         """Show an error to the user. Defaults to a plain reply."""
         await self.reply(session, message)
+
+    # -- richer replies: each falls back to a plain text reply ----------------------------------
+
+    async def reply_markdown(self, session: Session, markdown: str) -> None:
+        """Send Markdown to be rendered. Defaults to :meth:`reply` (whose text may hold Markdown too)."""
+        await self.reply(session, markdown)
+
+    async def reply_file(
+        self, session: Session, name: str, content: bytes, mime_type: str = "", caption: str = ""
+    ) -> None:
+        """Send a file. Defaults to a text reply naming the file, for channels that cannot carry one."""
+        note = f"[file: {name}, {len(content)} bytes]"
+        await self.reply(session, f"{caption}\n\n{note}" if caption else note)
+
+    async def reply_image(
+        self, session: Session, content: bytes, mime_type: str = "image/png", caption: str = ""
+    ) -> None:
+        """Send an image. Defaults to a text reply with the caption, for channels that cannot show one."""
+        note = f"[image: {mime_type}, {len(content)} bytes]"
+        await self.reply(session, f"{caption}\n\n{note}" if caption else note)
+
+    async def reply_options(self, session: Session, message: str, options: Sequence[str]) -> None:
+        """Offer choices (buttons where the channel has them). Defaults to a reply listing them."""
+        listed = "\n".join(f"- {option}" for option in options)
+        await self.reply(session, f"{message}\n\n{listed}" if listed else message)

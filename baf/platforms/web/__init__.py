@@ -1,0 +1,1 @@
+"""Static files of the browser UI served by ``WebSocketPlatform`` (no build step)."""

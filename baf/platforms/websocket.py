@@ -1,0 +1,607 @@
+"""A WebSocket server for agents, with a browser UI served from the same port.
+
+Needs the ``web`` extra (``pip install 'baf[web]'``, which installs ``websockets``)::
+
+    agent.add_platform(WebSocketPlatform(port=8765))   # then open http://localhost:8765/
+    agent.run()
+
+Protocol (version 1)
+====================
+
+Every frame is one JSON object (a text frame) with a ``type``. The WebSocket endpoint is ``/ws``.
+
+Client → server:
+
+``{"type": "hello"}``
+    Start a new conversation. The server answers ``welcome`` with a fresh session id and its resume token.
+``{"type": "hello", "resume": TOKEN, "after_seq": 0}`` (or ``{"type": "resume", "token": TOKEN}``)
+    Continue the session the token was issued for; the server answers ``welcome`` then ``history``
+    (records after ``after_seq``, default 0). A token that does not verify gets
+    ``error`` (``bad_token``) and the connection stays unbound; it may send ``hello`` again.
+``{"type": "message", "text": "..."}``
+    A user message for the connection's session. Answers arrive as ``reply`` / ``reasoning_step`` /
+    ``task_list`` / ``error`` frames.
+``{"type": "reset"}``
+    Leave the current session (its log is kept) and start a new one: answered with a new ``welcome``.
+``{"type": "history", "after_seq": N}``
+    The session's history after seq ``N``, read from the log: answered with ``history``.
+
+Server → client:
+
+``{"type": "welcome", "protocol": 1, "agent": NAME, "session_id": ID, "resume_token": TOKEN, "resumed": BOOL}``
+``{"type": "reply", "text": "...", "format": "markdown"}``
+    Also ``{"type": "reply", "format": "file" | "image", "name", "mime_type", "data" (base64), "text"}`` and
+    ``{"type": "reply", "format": "options", "text", "options": [...]}``.
+``{"type": "reasoning_step", "step": {"kind", "step", "summary", "details"}}``
+    ``kind`` ``reasoning_started`` opens a trace group and ``reasoning_finished`` closes it.
+``{"type": "task_list", "tasks": [{"id", "description", "status", "result"}, ...]}``
+    A full snapshot; ``status`` is ``pending``, ``in_progress``, ``completed`` or ``skipped``.
+``{"type": "history", "after_seq": N, "last_seq": M, "truncated": BOOL, "items": [...]}``
+    Items in log order, each with its ``seq`` and a ``type``: ``user`` / ``reply`` (``text``),
+    ``reasoning_step`` (``step``), ``task_list`` (``tasks``), ``error`` (``message``).
+``{"type": "error", "code": CODE, "message": "..."}``
+    Codes: ``bad_json``, ``bad_frame``, ``unknown_type``, ``too_large``, ``binary``, ``no_session``,
+    ``bad_token``, ``unavailable`` (the agent could not take the message), ``agent`` (an error while
+    handling a message, shown to the user).
+
+Security
+========
+
+- Session ids are made by the server. The resume token is the id plus an HMAC-SHA256 of it under the
+  platform's ``secret`` (compared in constant time), so a client can only act on sessions it was given.
+  Without a ``secret`` one is generated per process: tokens then do not survive a restart.
+- ``auth_token`` (optional) must be sent as ``Authorization: Bearer ...`` or as ``?access_token=...`` in
+  the WebSocket URL (browsers cannot set headers on a WebSocket): otherwise HTTP 401.
+- ``allowed_origins``: a browser's ``Origin`` must be listed (``"*"`` allows any); by default only the
+  server's own origin is accepted. Clients sending no ``Origin`` (non-browsers) are not origin-checked.
+- Frames longer than ``max_message_size`` bytes get ``error`` (``too_large``) and are dropped; frames
+  longer than ``4 * max_message_size`` close the connection (code 1009) before they are read whole.
+- Each connection has a send queue of ``send_queue_size`` frames. Delivery only enqueues, so the agent
+  never waits for a client; a client whose queue is full (it stopped reading) is disconnected and a
+  ``delivery_dropped`` record is written to the session log. It can resume later and get its history.
+
+The platform holds no session state beyond which connections are bound to which session id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import hmac
+import json
+import logging
+import re
+import secrets
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from importlib import resources
+from typing import TYPE_CHECKING, Any, ClassVar
+from urllib.parse import parse_qs, urlsplit
+
+from baf.core.events import ReceiveTextEvent
+from baf.log.record import Record, RecordKind
+from baf.platforms.base import Platform
+
+try:
+    from websockets.asyncio.server import Server, ServerConnection, serve
+    from websockets.datastructures import Headers
+    from websockets.exceptions import ConnectionClosed
+    from websockets.http11 import Request, Response
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise ImportError("WebSocketPlatform needs the 'websockets' package: pip install 'baf[web]'") from exc
+
+if TYPE_CHECKING:
+    from baf.core.session import Session
+
+__all__ = ["PROTOCOL_VERSION", "WebSocketPlatform", "history_items"]
+
+logger = logging.getLogger("baf.platforms.websocket")
+
+PROTOCOL_VERSION = 1
+#: The record kind written when frames for a slow or dead client are dropped.
+DELIVERY_DROPPED = "delivery_dropped"
+_SESSION_PREFIX = "ws-"
+_SESSION_ID = re.compile(r"^ws-[A-Za-z0-9_-]{16,64}$")
+_TOKEN_CONTEXT = b"baf.websocket.resume.v1:"
+_STATIC = {
+    "/": ("index.html", "text/html; charset=utf-8"),
+    "/index.html": ("index.html", "text/html; charset=utf-8"),
+    "/app.js": ("app.js", "text/javascript; charset=utf-8"),
+    "/app.css": ("app.css", "text/css; charset=utf-8"),
+}
+
+
+@dataclass(eq=False)
+class _Client:
+    """One connection: its socket, the session it is bound to, and its bounded send queue."""
+
+    ws: ServerConnection
+    queue: asyncio.Queue[str]
+    session_id: str | None = None
+    writer: asyncio.Task[None] | None = None
+    dropped: bool = False
+    sent: int = field(default=0)
+
+
+class WebSocketPlatform(Platform):
+    """Serves the JSON protocol above on ``ws://HOST:PORT/ws`` and, with ``ui=True``, the browser UI on
+    ``http://HOST:PORT/``.
+
+    Args:
+        host: Interface to listen on. The default, loopback, is reachable only from this machine.
+        port: TCP port; ``0`` picks a free one (read it from :attr:`port` after start).
+        ui: Serve the browser UI (static files shipped in ``baf/platforms/web``).
+        secret: Key for signing resume tokens; give one (32+ random bytes) for tokens that survive restarts.
+        auth_token: A bearer token every WebSocket client must present, or a function deciding on a token.
+        allowed_origins: Browser origins allowed to connect (``["*"]`` for any); default: the server's own.
+        max_message_size: Largest inbound frame, in bytes, the platform reads.
+        send_queue_size: Frames queued per connection before a client that does not read is dropped.
+        history_limit: Most history items sent in one ``history`` frame (the newest are kept).
+        ping_interval: Seconds between keepalive pings (``None`` to disable); a dead peer is closed.
+        close_timeout: Seconds to wait for a closing handshake.
+        compression: ``"deflate"`` to compress frames; off by default, as it costs memory per connection.
+    """
+
+    name = "websocket"
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 8765,
+        *,
+        ui: bool = True,
+        secret: bytes | str | None = None,
+        auth_token: str | Callable[[str], bool] | None = None,
+        allowed_origins: Sequence[str] | None = None,
+        max_message_size: int = 64 * 1024,
+        send_queue_size: int = 256,
+        history_limit: int = 1000,
+        ping_interval: float | None = 20.0,
+        close_timeout: float = 2.0,
+        compression: str | None = None,
+    ) -> None:
+        super().__init__()
+        if max_message_size < 1 or send_queue_size < 1 or history_limit < 1:
+            raise ValueError("max_message_size, send_queue_size and history_limit must be positive")
+        self.host = host
+        self._requested_port = port
+        self.ui = ui
+        if isinstance(secret, str):
+            secret = secret.encode("utf-8")
+        self._secret: bytes = secret if secret is not None else secrets.token_bytes(32)
+        self.auth_token = auth_token
+        self.allowed_origins = list(allowed_origins) if allowed_origins is not None else None
+        self.max_message_size = max_message_size
+        self.send_queue_size = send_queue_size
+        self.history_limit = history_limit
+        self.ping_interval = ping_interval
+        self.close_timeout = close_timeout
+        self.compression = compression
+        self._server: Server | None = None
+        # The only per-session state: which connections show which session.
+        self._routes: dict[str, set[_Client]] = {}
+        self._clients: set[_Client] = set()
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        """The port listened on (the real one once started, also when ``0`` was asked for)."""
+        if self._server is not None:
+            for sock in self._server.sockets:
+                return int(sock.getsockname()[1])
+        return self._requested_port
+
+    @property
+    def url(self) -> str:
+        """The browser UI's URL (``http://host:port/``)."""
+        host = "localhost" if self.host in ("127.0.0.1", "0.0.0.0", "") else self.host
+        return f"http://{host}:{self.port}/"
+
+    @property
+    def ws_url(self) -> str:
+        """The WebSocket endpoint's URL."""
+        return f"ws://{self.host or '127.0.0.1'}:{self.port}/ws"
+
+    @property
+    def connection_count(self) -> int:
+        """Open connections."""
+        return len(self._clients)
+
+    async def start(self) -> None:
+        """Listen on ``host:port``."""
+        if self._server is not None:
+            return
+        self._server = await serve(
+            self._handle,
+            self.host,
+            self._requested_port,
+            process_request=self._process_request,
+            # Read up to 4x the limit so a slightly oversize frame gets an error frame and the connection
+            # lives on; anything bigger is refused by the library before it is buffered (close 1009).
+            max_size=4 * self.max_message_size,
+            ping_interval=self.ping_interval,
+            close_timeout=self.close_timeout,
+            compression=self.compression,
+            server_header=None,
+        )
+        logger.info("websocket platform listening on %s", self.ws_url)
+
+    async def stop(self) -> None:
+        """Close every connection and stop listening."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        for client in list(self._clients):
+            if client.writer is not None:
+                client.writer.cancel()
+        server.close()
+        await server.wait_closed()
+        self._routes.clear()
+        self._clients.clear()
+
+    # -- HTTP: the UI, authentication and origin checks -----------------------------------------
+
+    def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        path = urlsplit(request.path).path
+        is_upgrade = "websocket" in request.headers.get("Upgrade", "").lower()
+        if not is_upgrade:
+            if self.ui and path in _STATIC:
+                return self._static(request, *_STATIC[path])
+            return _text_response(HTTPStatus.NOT_FOUND, "not found\n")
+        if path != "/ws":
+            return _text_response(HTTPStatus.NOT_FOUND, "the WebSocket endpoint is /ws\n")
+        if not self._authorized(request):
+            return _text_response(HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token\n")
+        if not self._origin_allowed(request):
+            return _text_response(HTTPStatus.FORBIDDEN, "origin not allowed\n")
+        return None
+
+    def _authorized(self, request: Request) -> bool:
+        if self.auth_token is None:
+            return True
+        header = request.headers.get("Authorization", "")
+        token = header[7:].strip() if header[:7].lower() == "bearer " else ""
+        if not token:
+            token = (parse_qs(urlsplit(request.path).query).get("access_token") or [""])[0]
+        if not token:
+            return False
+        if callable(self.auth_token):
+            try:
+                return bool(self.auth_token(token))
+            except Exception:
+                logger.exception("auth_token callback failed; refusing the connection")
+                return False
+        return hmac.compare_digest(token.encode("utf-8"), self.auth_token.encode("utf-8"))
+
+    def _origin_allowed(self, request: Request) -> bool:
+        origin = request.headers.get("Origin")
+        if origin is None:
+            return True  # not a browser: the Origin check guards against other sites' pages only
+        if self.allowed_origins is None:
+            host = request.headers.get("Host", "")
+            return urlsplit(origin).netloc.lower() == host.lower() and bool(host)
+        return "*" in self.allowed_origins or origin in self.allowed_origins
+
+    def _static(self, request: Request, filename: str, content_type: str) -> Response:
+        body = resources.files("baf.platforms.web").joinpath(filename).read_bytes()
+        host = request.headers.get("Host", "")
+        headers = Headers(
+            [
+                ("Content-Type", content_type),
+                ("Content-Length", str(len(body))),
+                ("Cache-Control", "no-store"),
+                ("X-Content-Type-Options", "nosniff"),
+                ("Referrer-Policy", "no-referrer"),
+                # The UI builds DOM nodes from text and never evaluates or injects markup; the policy makes
+                # sure a mistake there still cannot load or run anything from elsewhere.
+                (
+                    "Content-Security-Policy",
+                    f"default-src 'self'; connect-src 'self' ws://{host} wss://{host}; img-src 'self' data:; "
+                    "object-src 'none'; base-uri 'none'; frame-ancestors 'none'",
+                ),
+                ("Connection", "close"),
+            ]
+        )
+        return Response(HTTPStatus.OK.value, HTTPStatus.OK.phrase, headers, body)
+
+    # -- connections ----------------------------------------------------------------------------
+
+    async def _handle(self, ws: ServerConnection) -> None:
+        client = _Client(ws, asyncio.Queue(self.send_queue_size))
+        client.writer = asyncio.ensure_future(self._write_loop(client))
+        self._clients.add(client)
+        try:
+            async for raw in ws:
+                await self._on_frame(client, raw)
+        except ConnectionClosed:
+            pass
+        finally:
+            self._unroute(client)
+            self._clients.discard(client)
+            if client.writer is not None:
+                client.writer.cancel()
+
+    async def _write_loop(self, client: _Client) -> None:
+        """Drain the connection's queue. The only place that awaits the socket, so only it can block."""
+        with contextlib.suppress(ConnectionClosed):
+            while True:
+                frame = await client.queue.get()
+                await client.ws.send(frame)
+                client.sent += 1
+
+    def _enqueue(self, client: _Client, frame: str, session: Session | None = None) -> None:
+        """Queue a frame without waiting; a full queue means the client stopped reading: drop it."""
+        if client.dropped:
+            return
+        try:
+            client.queue.put_nowait(frame)
+        except asyncio.QueueFull:
+            self._drop(client, session, f"send queue full ({self.send_queue_size} frames): the client is not reading")
+
+    def _drop(self, client: _Client, session: Session | None, reason: str) -> None:
+        client.dropped = True
+        pending = client.queue.qsize()
+        self._unroute(client)
+        if client.writer is not None:
+            client.writer.cancel()
+        # Abort rather than close: a closing handshake would wait on the very client that stopped reading.
+        transport = getattr(client.ws, "transport", None)
+        if transport is not None:
+            transport.abort()
+        logger.warning("websocket client %s of session %s dropped: %s", client.ws.id, client.session_id, reason)
+        if session is not None:
+            session.record(
+                DELIVERY_DROPPED,
+                {"platform": self.name, "connection": str(client.ws.id), "reason": reason, "frames": pending + 1},
+            )
+
+    def _route(self, client: _Client, session_id: str) -> None:
+        self._unroute(client)
+        client.session_id = session_id
+        self._routes.setdefault(session_id, set()).add(client)
+
+    def _unroute(self, client: _Client) -> None:
+        if client.session_id is None:
+            return
+        bound = self._routes.get(client.session_id)
+        if bound is not None:
+            bound.discard(client)
+            if not bound:
+                del self._routes[client.session_id]
+
+    def _send(self, client: _Client, frame: dict[str, Any]) -> None:
+        self._enqueue(client, json.dumps(frame, ensure_ascii=False))
+
+    def _error(self, client: _Client, code: str, message: str) -> None:
+        self._send(client, {"type": "error", "code": code, "message": message})
+
+    # -- inbound frames -------------------------------------------------------------------------
+
+    async def _on_frame(self, client: _Client, raw: str | bytes) -> None:
+        if isinstance(raw, bytes):
+            self._error(client, "binary", "binary frames are not supported; send JSON text frames")
+            return
+        size = len(raw.encode("utf-8"))
+        if size > self.max_message_size:
+            self._error(client, "too_large", f"frame of {size} bytes exceeds the limit of {self.max_message_size}")
+            return
+        try:
+            frame = json.loads(raw)
+        except ValueError as exc:
+            self._error(client, "bad_json", f"frames must be JSON objects: {exc}")
+            return
+        if not isinstance(frame, dict):
+            self._error(client, "bad_frame", "frames must be JSON objects with a 'type'")
+            return
+        kind = frame.get("type")
+        handler = self._handlers.get(kind) if isinstance(kind, str) else None
+        if handler is None:
+            known = ", ".join(sorted(self._handlers))
+            self._error(client, "unknown_type", f"unknown frame type {kind!r}; known types: {known}")
+            return
+        await handler(self, client, frame)
+
+    async def _on_hello(self, client: _Client, frame: dict[str, Any]) -> None:
+        token = frame.get("resume") if frame.get("type") == "hello" else frame.get("token")
+        if token is None:
+            self._welcome(client, self._new_session_id(), resumed=False)
+            return
+        session_id = self.verify_resume_token(token) if isinstance(token, str) else None
+        if session_id is None:
+            self._error(client, "bad_token", "the resume token is not valid; send hello without one for a new session")
+            return
+        after = frame.get("after_seq", 0)
+        if not isinstance(after, int) or isinstance(after, bool) or after < 0:
+            self._error(client, "bad_frame", "'after_seq' must be a non-negative integer")
+            return
+        # Routed before the log is read: a reply committed in between then arrives twice at worst, never not.
+        self._welcome(client, session_id, resumed=True)
+        await self._send_history(client, after)
+
+    async def _on_message(self, client: _Client, frame: dict[str, Any]) -> None:
+        text = frame.get("text")
+        if not isinstance(text, str) or not text.strip():
+            self._error(client, "bad_frame", "a message needs a non-empty 'text' string")
+            return
+        if client.session_id is None:
+            self._error(client, "no_session", "send hello first")
+            return
+        agent = self.agent
+        assert agent is not None, "add the platform to an agent first"
+        try:
+            # Returns once the message is durably recorded; handling goes on in the session's mailbox.
+            await agent.receive_event(ReceiveTextEvent(client.session_id, message=text), self)
+        except Exception as exc:
+            logger.exception("session %s: the agent could not take a message", client.session_id)
+            self._error(client, "unavailable", f"the message was not accepted ({type(exc).__name__}); try again")
+
+    async def _on_reset(self, client: _Client, frame: dict[str, Any]) -> None:
+        self._welcome(client, self._new_session_id(), resumed=False)
+
+    async def _on_history(self, client: _Client, frame: dict[str, Any]) -> None:
+        if client.session_id is None:
+            self._error(client, "no_session", "send hello first")
+            return
+        after = frame.get("after_seq", 0)
+        if not isinstance(after, int) or isinstance(after, bool) or after < 0:
+            self._error(client, "bad_frame", "'after_seq' must be a non-negative integer")
+            return
+        await self._send_history(client, after)
+
+    _handlers: ClassVar[dict[str, Callable[[WebSocketPlatform, _Client, dict[str, Any]], Any]]] = {
+        "hello": _on_hello,
+        "resume": _on_hello,
+        "message": _on_message,
+        "reset": _on_reset,
+        "history": _on_history,
+    }
+
+    def _welcome(self, client: _Client, session_id: str, *, resumed: bool) -> None:
+        self._route(client, session_id)
+        agent_name = self.agent.name if self.agent is not None else ""
+        self._send(
+            client,
+            {
+                "type": "welcome",
+                "protocol": PROTOCOL_VERSION,
+                "agent": agent_name,
+                "session_id": session_id,
+                "resume_token": self.resume_token(session_id),
+                "resumed": resumed,
+            },
+        )
+
+    async def _send_history(self, client: _Client, after_seq: int) -> None:
+        assert self.agent is not None and client.session_id is not None
+        records = await self.agent.log.read(client.session_id, after_seq)
+        items = history_items(records)
+        truncated = len(items) > self.history_limit
+        last_seq = records[-1].seq if records else after_seq
+        self._send(
+            client,
+            {
+                "type": "history",
+                "after_seq": after_seq,
+                "last_seq": last_seq,
+                "truncated": truncated,
+                "items": items[-self.history_limit :],
+            },
+        )
+
+    # -- session ids and resume tokens ----------------------------------------------------------
+
+    @staticmethod
+    def _new_session_id() -> str:
+        return _SESSION_PREFIX + secrets.token_urlsafe(18)
+
+    def resume_token(self, session_id: str) -> str:
+        """The token that lets a client resume ``session_id``: the id and its HMAC under the secret."""
+        mac = hmac.new(self._secret, _TOKEN_CONTEXT + session_id.encode("utf-8"), hashlib.sha256).digest()
+        return f"{session_id}.{base64.urlsafe_b64encode(mac).rstrip(b'=').decode('ascii')}"
+
+    def verify_resume_token(self, token: str) -> str | None:
+        """The session id ``token`` was issued for, or ``None`` if it was not issued by this secret."""
+        session_id, dot, _ = token.rpartition(".")
+        if not dot or not _SESSION_ID.match(session_id):
+            return None
+        expected = self.resume_token(session_id)
+        return session_id if hmac.compare_digest(expected.encode("utf-8"), token.encode("utf-8")) else None
+
+    # -- outbound: the Platform interface -------------------------------------------------------
+
+    def _broadcast(self, session: Session, frame: dict[str, Any]) -> None:
+        """Queue ``frame`` for every connection showing ``session``; never waits for a client."""
+        clients = self._routes.get(session.id)
+        if not clients:
+            return  # nobody is watching: the log keeps it for their history
+        encoded = json.dumps(frame, ensure_ascii=False)
+        for client in list(clients):
+            self._enqueue(client, encoded, session)
+
+    async def reply(self, session: Session, message: str) -> None:
+        """Send a (Markdown) text reply to the session's connections."""
+        self._broadcast(session, {"type": "reply", "text": message, "format": "markdown"})
+
+    async def reply_markdown(self, session: Session, markdown: str) -> None:
+        """Send Markdown; the UI renders it (safely: text nodes only)."""
+        await self.reply(session, markdown)
+
+    async def reply_error(self, session: Session, message: str) -> None:
+        """Send an ``error`` frame (code ``agent``)."""
+        self._broadcast(session, {"type": "error", "code": "agent", "message": message})
+
+    async def reply_reasoning_step(self, session: Session, step: Any) -> None:
+        """Send a ``reasoning_step`` frame."""
+        data = step.to_dict() if hasattr(step, "to_dict") else dict(step)
+        self._broadcast(session, {"type": "reasoning_step", "step": data})
+
+    async def reply_task_list_update(self, session: Session, tasks: list[dict[str, Any]]) -> None:
+        """Send a ``task_list`` frame (a full snapshot)."""
+        self._broadcast(session, {"type": "task_list", "tasks": tasks})
+
+    async def reply_file(
+        self, session: Session, name: str, content: bytes, mime_type: str = "", caption: str = ""
+    ) -> None:
+        """Send a file as base64 in a ``reply`` frame of format ``file``."""
+        self._broadcast(session, _binary_reply("file", content, mime_type or "application/octet-stream", caption, name))
+
+    async def reply_image(
+        self, session: Session, content: bytes, mime_type: str = "image/png", caption: str = ""
+    ) -> None:
+        """Send an image as base64 in a ``reply`` frame of format ``image``."""
+        self._broadcast(session, _binary_reply("image", content, mime_type, caption, "image"))
+
+    async def reply_options(self, session: Session, message: str, options: Sequence[str]) -> None:
+        """Send a ``reply`` frame of format ``options``: the UI shows a button per option."""
+        self._broadcast(
+            session, {"type": "reply", "format": "options", "text": message, "options": [str(o) for o in options]}
+        )
+
+
+def history_items(records: Sequence[Record]) -> list[dict[str, Any]]:
+    """The user-visible part of a session's records, as ``history`` frame items (see the protocol)."""
+    items: list[dict[str, Any]] = []
+    for record in records:
+        data = record.data
+        if record.kind == RecordKind.MESSAGE_RECEIVED:
+            text = data.get("text")
+            if text is not None:
+                items.append({"seq": record.seq, "type": "user", "text": text})
+        elif record.kind == RecordKind.REPLY:
+            items.append({"seq": record.seq, "type": "reply", "text": data.get("text", "")})
+        elif record.kind == RecordKind.REASONING_STEP:
+            items.append({"seq": record.seq, "type": "reasoning_step", "step": data})
+        elif record.kind == RecordKind.TASK_LIST:
+            items.append({"seq": record.seq, "type": "task_list", "tasks": data.get("tasks", [])})
+        elif record.kind == RecordKind.ERROR:
+            # Only the kind of failure: tracebacks and exception texts stay in the log, not on the wire.
+            message = f"an error occurred ({data.get('source', 'agent')}: {data.get('type', 'Error')})"
+            items.append({"seq": record.seq, "type": "error", "message": message})
+    return items
+
+
+def _binary_reply(fmt: str, content: bytes, mime_type: str, caption: str, name: str) -> dict[str, Any]:
+    return {
+        "type": "reply",
+        "format": fmt,
+        "name": name,
+        "mime_type": mime_type,
+        "text": caption,
+        "data": base64.b64encode(content).decode("ascii"),
+    }
+
+
+def _text_response(status: HTTPStatus, text: str) -> Response:
+    body = text.encode("utf-8")
+    headers = Headers(
+        [
+            ("Content-Type", "text/plain; charset=utf-8"),
+            ("Content-Length", str(len(body))),
+            ("Connection", "close"),
+        ]
+    )
+    return Response(status.value, status.phrase, headers, body)

@@ -1,0 +1,326 @@
+"""The WebSocket protocol, driven by the real ``websockets`` client against a server on 127.0.0.1:0."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from baf import Agent
+from baf.core.session import Session
+from baf.platforms.websocket import WebSocketPlatform
+from baf.testing import FunctionLLM
+
+from .helpers import FINAL_ANSWER, Client, body_agent, echo, planning_script, reasoning_agent
+
+
+@asynccontextmanager
+async def serving(agent: Agent, **options: Any) -> AsyncIterator[WebSocketPlatform]:
+    """Run ``agent`` with a WebSocketPlatform on a free loopback port."""
+    platform = WebSocketPlatform("127.0.0.1", 0, **options)
+    agent.add_platform(platform)
+    async with agent:
+        yield platform
+
+
+def echo_llm() -> FunctionLLM:
+    """A model that answers every message with ``echo: <message>``, for tests with many sessions."""
+
+    def answer(messages: list[dict[str, Any]], tools: list[dict[str, Any]], **_: Any) -> str:
+        return f"echo: {messages[-1]['content']}"
+
+    return FunctionLLM(answer)
+
+
+async def test_conversation_with_a_reasoning_agent() -> None:
+    agent = reasoning_agent(planning_script())
+    async with serving(agent) as platform:
+        client = await Client.open(platform.ws_url)
+        welcome = await client.hello()
+        assert welcome["protocol"] == 1 and welcome["agent"] == "assistant" and welcome["resumed"] is False
+        assert welcome["session_id"].startswith("ws-") and welcome["resume_token"].startswith(welcome["session_id"])
+        await client.send({"type": "message", "text": "What is the total?"})
+        reply, frames = await client.until("reply")
+        assert reply == {"type": "reply", "text": FINAL_ANSWER, "format": "markdown"}
+        kinds = [f["step"]["kind"] for f in frames if f["type"] == "reasoning_step"]
+        assert kinds[0] == "reasoning_started"
+        assert {"llm_tool_calls", "task_added", "tool_result", "task_completed", "llm_text"} <= set(kinds)
+        task_lists = [f["tasks"] for f in frames if f["type"] == "task_list"]
+        assert [t["status"] for t in task_lists[0]] == ["in_progress", "pending"]
+        assert [t["status"] for t in task_lists[-1]] == ["completed", "completed"]
+        finished, _ = await client.until("reasoning_step")  # the trace group closes after the reply
+        assert finished["step"]["kind"] == "reasoning_finished"
+        records = await agent.log.read(welcome["session_id"])
+        assert [r.data["text"] for r in records if r.kind == "reply"] == [FINAL_ANSWER]
+        await client.close()
+
+
+async def test_malformed_frames_get_errors_and_the_connection_survives() -> None:
+    async with serving(body_agent(echo)) as platform:
+        client = await Client.open(platform.ws_url)
+        await client.send("{not json")
+        assert (await client.recv())["code"] == "bad_json"
+        await client.send("[1, 2]")
+        assert (await client.recv())["code"] == "bad_frame"
+        await client.send({"type": "launch_missiles"})
+        error = await client.recv()
+        assert error["code"] == "unknown_type" and "message" in error["message"]
+        await client.send(b"\x00\x01")
+        assert (await client.recv())["code"] == "binary"
+        await client.send({"type": "message", "text": "too early"})
+        assert (await client.recv())["code"] == "no_session"
+        await client.hello()
+        await client.send({"type": "message", "text": 42})
+        assert (await client.recv())["code"] == "bad_frame"
+        await client.send({"type": "history", "after_seq": -1})
+        assert (await client.recv())["code"] == "bad_frame"
+        await client.send({"type": "message", "text": "still here?"})
+        reply, _ = await client.until("reply")
+        assert reply["text"] == "echo: still here?"
+
+
+async def test_oversize_frames() -> None:
+    async with serving(body_agent(echo), max_message_size=1000) as platform:
+        client = await Client.open(platform.ws_url)
+        await client.hello()
+        await client.send({"type": "message", "text": "x" * 2000})
+        error = await client.recv()
+        assert error["code"] == "too_large" and "1000" in error["message"]
+        await client.send({"type": "message", "text": "small"})
+        assert (await client.until("reply"))[0]["text"] == "echo: small"
+        # Past 4x the limit the library refuses the frame before buffering it, and closes.
+        await client.send({"type": "message", "text": "x" * 5000})
+        with pytest.raises(ConnectionClosed) as closed:
+            await client.recv()
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009
+        other = await Client.open(platform.ws_url)  # the server and the agent are fine
+        await other.hello()
+        await other.send({"type": "message", "text": "hi"})
+        assert (await other.until("reply"))[0]["text"] == "echo: hi"
+        records = await agent_records(platform)
+        assert not any("x" * 2000 in json.dumps(r) for r in records)
+
+
+async def agent_records(platform: WebSocketPlatform) -> list[dict[str, Any]]:
+    assert platform.agent is not None
+    out = []
+    for session_id in await platform.agent.log.sessions():
+        out += [r.data for r in await platform.agent.log.read(session_id)]
+    return out
+
+
+async def test_a_client_cannot_resume_or_read_another_session() -> None:
+    agent = reasoning_agent(echo_llm())
+    async with serving(agent, secret="test-secret") as platform:
+        alice = await Client.open(platform.ws_url)
+        await alice.hello()
+        await alice.send({"type": "message", "text": "alice's secret plan"})
+        await alice.until("reply")
+        assert alice.session_id is not None and alice.token is not None
+
+        mallory = await Client.open(platform.ws_url)
+        session_id = alice.session_id
+        other_platform = WebSocketPlatform(secret="another-secret")
+        forgeries = [
+            session_id,  # the bare id
+            f"{session_id}.AAAA",  # a made-up signature
+            alice.token[:-2] + ("AA" if not alice.token.endswith("AA") else "BB"),  # a tampered one
+            other_platform.resume_token(session_id),  # signed with another key
+            f"{alice.token}x",
+            "../" + alice.token,
+        ]
+        for forged in forgeries:
+            await mallory.send({"type": "hello", "resume": forged})
+            assert (await mallory.recv())["code"] == "bad_token", forged
+            await mallory.send({"type": "resume", "token": forged})
+            assert (await mallory.recv())["code"] == "bad_token", forged
+        await mallory.send({"type": "history", "after_seq": 0})
+        assert (await mallory.recv())["code"] == "no_session"
+        await mallory.send({"type": "message", "text": "mallory writes into alice's session"})
+        assert (await mallory.recv())["code"] == "no_session"
+
+        # Mallory's own session is a different one, and Alice's traffic never reaches it.
+        await mallory.hello()
+        assert mallory.session_id != alice.session_id
+        await alice.send({"type": "message", "text": "alice again"})
+        await alice.until("reply", text="echo: alice again")
+        leaked = [f for f in await mallory.drain() if "alice" in json.dumps(f)]
+        assert leaked == []
+        texts = [r.data.get("text") for r in await agent.log.read(session_id)]
+        assert "mallory writes into alice's session" not in texts
+
+
+async def test_a_client_that_stops_reading_is_dropped_and_others_are_served() -> None:
+    chunk = "x" * 60_000
+
+    def body(session: Session) -> None:
+        assert session.event is not None
+        if session.event.text == "flood":
+            for _ in range(300):  # ~18 MB: far more than socket buffers hold
+                session.reply(chunk)
+        else:
+            session.reply(f"echo: {session.event.text}")
+
+    async with serving(body_agent(body), send_queue_size=8) as platform:
+        # max_queue=1 keeps the client library from buffering on the reader's behalf.
+        stuck = await Client.open(platform.ws_url, max_queue=1, max_size=None)
+        await stuck.hello()
+        reader = await Client.open(platform.ws_url)
+        await reader.hello()
+        await stuck.send({"type": "message", "text": "flood"})  # and never read again
+        await reader.send({"type": "message", "text": "are you there?"})
+        reply, _ = await reader.until("reply", wait=10)
+        assert reply["text"] == "echo: are you there?"
+        assert platform.agent is not None and stuck.session_id is not None
+        await platform.agent.wait_idle(stuck.session_id)
+        await reader.send({"type": "message", "text": "again"})  # a commit that flushes the drop record
+        await reader.until("reply", text="echo: again", wait=10)
+        await platform.agent.wait_idle()
+        for _ in range(50):
+            if platform.connection_count == 1:
+                break
+            await asyncio.sleep(0.05)
+        assert platform.connection_count == 1
+        session = platform.agent.sessions[stuck.session_id]
+        await session.commit()
+        drops = [r for r in await platform.agent.log.read(stuck.session_id) if r.kind == "delivery_dropped"]
+        assert len(drops) == 1 and "not reading" in drops[0].data["reason"]
+        with pytest.raises(ConnectionClosed):
+            while True:  # what it had buffered, then the end
+                await stuck.ws.recv()
+
+
+async def test_reconnect_gets_history_from_the_log() -> None:
+    agent = reasoning_agent(planning_script())
+    async with serving(agent) as platform:
+        first = await Client.open(platform.ws_url)
+        welcome = await first.hello()
+        await first.send({"type": "message", "text": "What is the total?"})
+        await first.until("reply")
+        await agent.wait_idle()
+        await first.close()
+
+        again = await Client.open(platform.ws_url)
+        resumed = await again.hello(resume=welcome["resume_token"])
+        assert resumed["resumed"] is True and resumed["session_id"] == welcome["session_id"]
+        history, _ = await again.until("history")
+        items = history["items"]
+        assert items[0] == {"seq": items[0]["seq"], "type": "user", "text": "What is the total?"}
+        types = [i["type"] for i in items]
+        assert {"user", "reply", "reasoning_step", "task_list"} <= set(types)
+        assert [i["text"] for i in items if i["type"] == "reply"] == [FINAL_ANSWER]
+        steps = [i["step"]["kind"] for i in items if i["type"] == "reasoning_step"]
+        assert steps[0] == "reasoning_started" and steps[-1] == "reasoning_finished"
+        assert [t["status"] for t in [i for i in items if i["type"] == "task_list"][-1]["tasks"]] == ["completed"] * 2
+        assert history["truncated"] is False and history["last_seq"] >= items[-1]["seq"]
+
+        # Asking for history after a seq returns only what came later.
+        cut = next(i["seq"] for i in items if i["type"] == "reply")
+        await again.send({"type": "history", "after_seq": cut})
+        later, _ = await again.until("history")
+        assert all(i["seq"] > cut for i in later["items"]) and "reply" not in [i["type"] for i in later["items"]]
+
+
+async def test_reset_starts_a_new_session() -> None:
+    async with serving(body_agent(echo)) as platform:
+        client = await Client.open(platform.ws_url)
+        first = await client.hello()
+        await client.send({"type": "reset"})
+        second, _ = await client.until("welcome")
+        assert second["session_id"] != first["session_id"] and second["resumed"] is False
+        await client.send({"type": "message", "text": "new"})
+        assert (await client.until("reply"))[0]["text"] == "echo: new"
+        assert platform.agent is not None
+        assert first["session_id"] not in await platform.agent.log.sessions()  # nothing was said there
+
+
+async def test_bearer_token_authentication() -> None:
+    async with serving(body_agent(echo), auth_token="open-sesame") as platform:
+        with pytest.raises(InvalidStatus) as refused:
+            await Client.open(platform.ws_url)
+        assert refused.value.response.status_code == 401
+        with pytest.raises(InvalidStatus):
+            await Client.open(platform.ws_url, additional_headers={"Authorization": "Bearer wrong"})
+        client = await Client.open(platform.ws_url, additional_headers={"Authorization": "Bearer open-sesame"})
+        await client.hello()
+        by_query = await Client.open(platform.ws_url + "?access_token=open-sesame")
+        await by_query.hello()
+
+
+async def test_origin_checks() -> None:
+    async with serving(body_agent(echo)) as platform:
+        with pytest.raises(InvalidStatus) as refused:
+            await Client.open(platform.ws_url, origin="http://evil.example")
+        assert refused.value.response.status_code == 403
+        same = await Client.open(platform.ws_url, origin=f"http://127.0.0.1:{platform.port}")
+        await same.hello()
+    async with serving(body_agent(echo), allowed_origins=["https://app.example"]) as platform:
+        ok = await Client.open(platform.ws_url, origin="https://app.example")
+        await ok.hello()
+        with pytest.raises(InvalidStatus):
+            await Client.open(platform.ws_url, origin=f"http://127.0.0.1:{platform.port}")
+
+
+def http_get(url: str) -> tuple[int, dict[str, str], bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), error.read()
+
+
+async def test_the_ui_is_served_over_http() -> None:
+    async with serving(body_agent(echo)) as platform:
+        status, headers, body = await asyncio.to_thread(http_get, platform.url)
+        assert status == 200 and headers["Content-Type"].startswith("text/html")
+        assert "default-src 'self'" in headers["Content-Security-Policy"] and b"app.js" in body
+        status, headers, _ = await asyncio.to_thread(http_get, platform.url + "app.js")
+        assert status == 200 and headers["Content-Type"].startswith("text/javascript")
+        status, _, _ = await asyncio.to_thread(http_get, platform.url + "../baf.db")
+        assert status == 404
+    async with serving(body_agent(echo), ui=False) as platform:
+        status, _, _ = await asyncio.to_thread(http_get, platform.url)
+        assert status == 404
+
+
+async def test_rich_replies_and_agent_errors() -> None:
+    async def body(session: Session) -> None:
+        assert session.event is not None and session.platform is not None
+        if session.event.text == "boom":
+            raise ValueError("kaput")
+        await session.platform.reply_options(session, "Pick one", ["red", "blue"])
+        await session.platform.reply_image(session, b"\x89PNG", "image/png", "a picture")
+        await session.platform.reply_file(session, "notes.txt", b"hello", "text/plain")
+
+    async with serving(body_agent(body)) as platform:
+        client = await Client.open(platform.ws_url)
+        await client.hello()
+        await client.send({"type": "message", "text": "show me"})
+        options = await client.recv()
+        assert options == {"type": "reply", "format": "options", "text": "Pick one", "options": ["red", "blue"]}
+        image = await client.recv()
+        assert image["format"] == "image" and image["data"] == "iVBORw==" and image["text"] == "a picture"
+        file = await client.recv()
+        assert file["format"] == "file" and file["name"] == "notes.txt" and file["mime_type"] == "text/plain"
+        await client.send({"type": "message", "text": "boom"})
+        error, _ = await client.until("error")
+        assert error["code"] == "agent" and "ValueError" in error["message"] and "kaput" not in error["message"]
+
+
+def test_resume_tokens() -> None:
+    platform = WebSocketPlatform(secret=b"k")
+    token = platform.resume_token("ws-" + "a" * 24)
+    assert platform.verify_resume_token(token) == "ws-" + "a" * 24
+    assert WebSocketPlatform(secret=b"k2").verify_resume_token(token) is None
+    assert WebSocketPlatform().verify_resume_token(token) is None  # a generated secret is per instance
+    bad: list[Callable[[str], str]] = [lambda t: t + "=", lambda t: t.replace("a", "b", 1), lambda t: ""]
+    assert all(platform.verify_resume_token(change(token)) is None for change in bad)
+    with pytest.raises(ValueError):
+        WebSocketPlatform(max_message_size=0)
