@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 import pytest
 
@@ -61,8 +62,14 @@ def test_bad_max_steps_is_refused_before_a_state_is_created() -> None:
     with pytest.raises(ValueError, match="max_steps must be at least 1"):
         new_reasoning_state(agent, ScriptedLLM([]), max_steps=0)
     assert agent.states == []
-    for option, value in (("max_parallel_tools", 0), ("max_tool_output", 0), ("tool_timeout", 0), ("memory", -1)):
+    bad: list[tuple[str, dict[str, Any]]] = [
+        ("max_parallel_tools", {"max_parallel_tools": 0}),
+        ("max_tool_output", {"max_tool_output": 0}),
+        ("tool_timeout", {"tool_timeout": 0}),
+        ("memory", {"memory": -1}),
+    ]
+    for option, kwargs in bad:
         with pytest.raises(ValueError, match=option):
-            reasoning_body(ScriptedLLM([]), **{option: value})
+            reasoning_body(ScriptedLLM([]), **kwargs)
     with pytest.raises(TypeError):
         reasoning_body(ScriptedLLM([]), no_such_option=1)  # type: ignore[call-arg]
