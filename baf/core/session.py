@@ -200,8 +200,11 @@ class Session:
     async def commit(self) -> None:
         """Make all records durable, then run the sends waiting for that, in order."""
         async with self._commit_lock:
+            # Only sends queued before this flush begins have their records in it; a send queued while
+            # it runs waits for the next commit (its own, or the one that ends the step).
+            ready = len(self._outbox)
             await self._writer.flush()
-            while self._outbox:
+            for _ in range(ready):
                 send = self._outbox.popleft()
                 try:
                     await send()
