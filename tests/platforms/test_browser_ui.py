@@ -1,0 +1,129 @@
+"""The browser UI, driven by Playwright in headless Chromium (Debian's package, never a downloaded one).
+
+This test never skips: if Chromium is missing it fails and says how to install it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from playwright.async_api import Page, async_playwright, expect
+
+from baf.platforms.websocket import WebSocketPlatform
+
+from .helpers import planning_script, reasoning_agent
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
+HOSTILE = 'What is the total? <img src=x onerror="window.pwned=1"> [x](javascript:window.pwned=2)'
+
+# Every distinct task-panel state, in order: the statuses change faster than polling would see reliably.
+WATCH_TASKS = """
+window.taskStates = [];
+document.addEventListener("DOMContentLoaded", () => {
+  new MutationObserver(() => {
+    const state = [...document.querySelectorAll("#tasks li")].map(li => li.dataset.status).join(",");
+    if (state && window.taskStates[window.taskStates.length - 1] !== state) window.taskStates.push(state);
+  }).observe(document.getElementById("tasks"), {childList: true, subtree: true, attributes: true});
+});
+"""
+
+
+def require_chromium() -> None:
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(
+            f"{CHROMIUM} is missing: the browser tests need Debian's chromium "
+            "(apt-get install -y chromium); do not use 'playwright install'"
+        )
+
+
+async def test_chat_trace_tasks_answer_and_history_after_reload() -> None:
+    require_chromium()
+    ARTIFACTS.mkdir(exist_ok=True)
+    agent = reasoning_agent(planning_script(delay=0.25))
+    platform = WebSocketPlatform("127.0.0.1", 0)
+    agent.add_platform(platform)
+    async with agent, async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = await browser.new_page(viewport={"width": 1200, "height": 800})
+            problems: list[str] = []
+            page.on("pageerror", lambda error: problems.append(str(error)))
+            page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+            await page.add_init_script(WATCH_TASKS)
+            await page.goto(f"http://127.0.0.1:{platform.port}/")
+            await expect(page.locator("#status")).to_have_attribute("data-state", "connected")
+            await expect(page.locator("#agent-name")).to_have_text("assistant")
+
+            await page.fill("#input", HOSTILE)
+            await page.press("#input", "Enter")
+            await expect(page.locator(".msg.user")).to_have_text(HOSTILE)
+
+            # The trace group opens while the model is still working, and tasks appear.
+            running = page.locator('details.trace[data-state="running"]')
+            await expect(running).to_have_count(1)
+            assert await running.get_attribute("open") is not None
+            await expect(page.locator("#tasks li")).to_have_count(2)
+            await expect(page.locator("#tasks li").first).to_have_attribute("data-status", "in_progress")
+            await page.wait_for_function("() => window.taskStates.some(s => s === 'completed,in_progress')")
+            await page.screenshot(path=str(ARTIFACTS / "websocket_ui_live.png"))
+
+            # Tasks tick off, the answer renders as Markdown, the group closes.
+            await expect(page.locator("#tasks li.status-completed")).to_have_count(2)
+            states = await page.evaluate("window.taskStates")
+            assert states == ["in_progress,pending", "completed,in_progress", "completed,completed"], states
+            answer = page.locator(".msg.assistant")
+            await expect(answer.locator("strong")).to_have_text("42")
+            await expect(answer.locator("code")).to_have_text("lookup")
+            finished = page.locator('details.trace[data-state="finished"]')
+            await expect(finished).to_have_count(1)
+            assert await finished.get_attribute("open") is None
+            await expect(finished.locator(":scope > summary")).to_contain_text("answered · 5 turns")
+            await check_trace(page)
+            await check_nothing_was_injected(page)
+
+            token = await page.evaluate("sessionStorage.getItem('baf.resume_token')")
+            await page.reload()
+            await expect(page.locator("#status")).to_have_attribute("data-state", "connected")
+            await expect(page.locator(".msg.user")).to_have_text(HOSTILE)
+            await expect(page.locator(".msg.assistant strong")).to_have_text("42")
+            await expect(page.locator("#tasks li.status-completed")).to_have_count(2)
+            await expect(page.locator('details.trace[data-state="finished"]')).to_have_count(1)
+            assert await page.evaluate("sessionStorage.getItem('baf.resume_token')") == token
+            await check_trace(page)
+            await check_nothing_was_injected(page)
+            await page.locator("details.trace > summary").click()
+            await page.locator("details.tool-call").first.locator("summary").click()
+            await page.locator("details.tool-result").first.locator("summary").click()
+            await page.screenshot(path=str(ARTIFACTS / "websocket_ui_history.png"), full_page=True)
+            assert problems == []
+        finally:
+            await browser.close()
+
+
+async def check_trace(page: Page) -> None:
+    """Steps are grouped by turn, with the tool call and its result expandable."""
+    trace = page.locator("details.trace")
+    await expect(trace.locator(".turn")).to_have_count(5)
+    await expect(trace.locator(".turn-title").first).to_have_text("Turn 1")
+    await expect(trace.locator("details.tool-call summary")).to_have_count(4)
+    result = trace.locator("details.tool-result")
+    await expect(result).to_have_count(1)
+    await expect(result.locator("summary")).to_contain_text("lookup returned")
+    await expect(result.locator("pre")).to_have_text("sales: 42 <b>units</b>", use_inner_text=False)
+
+
+async def check_nothing_was_injected(page: Page) -> None:
+    """Markup from users, models and tools is shown as text: no element and no script came from it."""
+    assert await page.evaluate("window.pwned") is None
+    assert await page.locator("#messages img, #messages b, #messages a").count() == 0
