@@ -3,41 +3,83 @@
 from __future__ import annotations
 
 import bisect
+import dataclasses
+import json
 from collections.abc import Sequence
 
-from baf.errors import LogConflictError
+from baf.errors import LogClosedError, LogConflictError
 from baf.log.record import Record
 from baf.log.store import SessionLog, check_appendable
+from baf.log.upcast import upcast
 
 __all__ = ["MemoryLog"]
 
 
 class MemoryLog(SessionLog):
-    """Keeps records in per-session lists sorted by seq. Nothing survives the process."""
+    """Keeps records in per-session lists sorted by seq. Nothing survives the process.
+
+    Data is kept as JSON text, as a durable store keeps it: data that is not JSON-serialisable is
+    rejected here too, and neither the appender mutating its dict afterwards nor a reader mutating
+    what it read can change the log. Usable without ``start()``; after ``close()`` every call raises
+    ``LogClosedError`` until ``start()`` opens it again, with its records.
+    """
 
     def __init__(self) -> None:
-        self._records: dict[str, list[Record]] = {}
+        # Per session, sorted by seq: the record with its data left out, and the data as JSON text.
+        self._records: dict[str, list[tuple[Record, str]]] = {}
         self._seqs: dict[str, set[int]] = {}
+        self._closed = False
 
     async def append(self, records: Sequence[Record]) -> None:
+        self._check_open()
         check_appendable(records)
         # Check every record before touching anything, so a conflict writes nothing.
         for record in records:
             if record.seq in self._seqs.get(record.session_id, ()):
                 raise LogConflictError(record.session_id, record.seq)
-        for record in records:
+        # Encode (and so validate) every record before storing any, for the same reason.
+        encoded = [(dataclasses.replace(r, data={}), _encode(r)) for r in records]
+        for entry in encoded:
+            record = entry[0]
             seqs = self._seqs.setdefault(record.session_id, set())
             bucket = self._records.setdefault(record.session_id, [])
             seqs.add(record.seq)
-            if not bucket or bucket[-1].seq < record.seq:
-                bucket.append(record)
+            if not bucket or bucket[-1][0].seq < record.seq:
+                bucket.append(entry)
             else:
-                bisect.insort(bucket, record, key=lambda r: r.seq)
+                bisect.insort(bucket, entry, key=lambda e: e[0].seq)
 
     async def read(self, session_id: str, after_seq: int = 0) -> list[Record]:
+        self._check_open()
         bucket = self._records.get(session_id, [])
-        start = bisect.bisect_right(bucket, after_seq, key=lambda r: r.seq)
-        return bucket[start:]
+        start = bisect.bisect_right(bucket, after_seq, key=lambda e: e[0].seq)
+        return [upcast(dataclasses.replace(record, data=json.loads(text))) for record, text in bucket[start:]]
 
     async def sessions(self) -> list[str]:
+        self._check_open()
         return list(self._records)
+
+    async def start(self) -> None:
+        """Nothing to open: (re)opens a closed log, records kept. Idempotent."""
+        self._closed = False
+
+    async def close(self) -> None:
+        """Refuse every call until the next ``start()``. Idempotent. The records stay with the object."""
+        self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError("this MemoryLog is closed")
+
+
+def _encode(record: Record) -> str:
+    """The record's data as JSON text; TypeError if it cannot be stored."""
+    if not isinstance(record.data, dict):
+        raise TypeError(
+            f"session {record.session_id!r} seq {record.seq}: data must be a dict, "
+            f"not {type(record.data).__name__}"
+        )
+    try:
+        return json.dumps(record.data)
+    except (TypeError, ValueError) as exc:  # ValueError: a circular reference
+        raise TypeError(f"session {record.session_id!r} seq {record.seq}: data is not JSON: {exc}") from exc

@@ -16,6 +16,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 from types import TracebackType
+from typing import Self
 
 from baf.errors import LogConflictError
 from baf.log.record import Record
@@ -56,7 +57,7 @@ class SessionLog(abc.ABC):
     async def close(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Flush and close the store. Idempotent."""
 
-    async def __aenter__(self) -> SessionLog:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 

@@ -1,0 +1,87 @@
+"""The session log: records, the store interface, the stores, and ``open_log`` to pick one by URL.
+
+::
+
+    async with open_log("sqlite:///var/agent.db?durability=full") as log:
+        await log.append([Record("s1", 1, RecordKind.MESSAGE_RECEIVED, {"text": "hi"})])
+        records = await log.read("s1")
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from baf.log.memory import MemoryLog
+from baf.log.record import CURRENT_VERSION, Record, RecordKind
+from baf.log.sqlite import SQLiteLog
+from baf.log.store import SessionLog
+from baf.log.upcast import register_upcaster
+
+# ``upcast`` (the function) is deliberately not imported here: the name would hide the
+# ``baf.log.upcast`` module, which tests patch. Use ``baf.log.upcast.upcast``.
+
+__all__ = [
+    "CURRENT_VERSION",
+    "MemoryLog",
+    "Record",
+    "RecordKind",
+    "SQLiteLog",
+    "SessionLog",
+    "open_log",
+    "register_upcaster",
+]
+
+_ACCEPTED = "sqlite:///relative/path.db, sqlite:////absolute/path.db, memory://"
+_SQLITE_OPTIONS = ("durability", "busy_timeout")
+
+
+def open_log(url: str | SessionLog, **options: Any) -> SessionLog:
+    """Return the (unstarted) store a URL names; a ``SessionLog`` instance is returned as it is.
+
+    - ``sqlite:///relative/path.db``: a ``SQLiteLog`` at a path relative to the working directory;
+    - ``sqlite:////absolute/path.db``: the same with an absolute path (four slashes);
+    - ``memory://``: a new, empty ``MemoryLog``.
+
+    SQLite options (``durability``, ``busy_timeout``) may be given in the query string
+    (``sqlite:///a.db?durability=full``) or as keyword arguments; a keyword argument wins over the same
+    option in the URL. Anything else raises ``ValueError``.
+    """
+    if isinstance(url, SessionLog):
+        if options:
+            raise ValueError(f"options {sorted(options)} cannot be applied to an existing store {url!r}")
+        return url
+    if not isinstance(url, str):
+        raise TypeError(f"open_log takes a URL string or a SessionLog, not {type(url).__name__}")
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme == "memory":
+        if parts.netloc or parts.path or parts.query or options:
+            raise ValueError(f"{url!r}: memory:// takes no path and no options")
+        return MemoryLog()
+    if scheme == "sqlite":
+        if not url[len("sqlite") :].startswith("://") or parts.fragment:
+            raise ValueError(f"{url!r} is not a SQLite URL of the accepted forms ({_ACCEPTED}; '#' as %23)")
+        if parts.netloc:
+            raise ValueError(
+                f"{url!r}: a SQLite URL has no host; use three slashes before a relative path "
+                f"and four before an absolute one ({_ACCEPTED})"
+            )
+        # urlsplit leaves the leading "/" that ends "sqlite://"; what follows it is the path.
+        path = unquote(parts.path[1:])
+        if not path:
+            raise ValueError(f"{url!r}: no database path ({_ACCEPTED})")
+        merged: dict[str, Any] = dict(parse_qsl(parts.query, keep_blank_values=True, strict_parsing=False))
+        merged.update(options)
+        unknown = sorted(set(merged) - set(_SQLITE_OPTIONS))
+        if unknown:
+            raise ValueError(f"{url!r}: unknown option(s) {unknown}; SQLite accepts {list(_SQLITE_OPTIONS)}")
+        if "busy_timeout" in merged and isinstance(merged["busy_timeout"], str):
+            try:
+                merged["busy_timeout"] = float(merged["busy_timeout"])
+            except ValueError:
+                raise ValueError(
+                    f"{url!r}: busy_timeout must be a number of seconds, got {merged['busy_timeout']!r}"
+                ) from None
+        return SQLiteLog(path, **merged)
+    raise ValueError(f"unsupported log URL {url!r}; accepted: {_ACCEPTED}")

@@ -1,0 +1,289 @@
+"""The contract every ``SessionLog`` store passes, written once (needs pytest and pytest-asyncio).
+
+Subclass it in a test module under a name pytest collects, and say how to make an empty store::
+
+    from baf.testing.store_contract import SessionLogContract
+
+    class TestMyStore(SessionLogContract):
+        async def make_log(self, tmp_path: Path) -> SessionLog:
+            return MyStore(tmp_path / "log")
+
+Each test gets a fresh store from ``make_log``, started, and closes it afterwards. The tests check the
+numbered guarantees of ``baf.log.store`` plus the lifecycle (``start``/``close`` idempotent, no use
+after ``close`` until ``start`` reopens the store, with its records) and reading through
+``baf.log.upcast``. A store must read through
+``baf.log.upcast.upcast`` (looked up at call time): the upcasting tests swap its registry.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from baf.errors import LogClosedError, LogConflictError, UnknownRecordVersionError
+from baf.log import upcast as upcast_module
+from baf.log.record import CURRENT_VERSION, Record
+from baf.log.store import SessionLog
+
+__all__ = ["SessionLogContract"]
+
+#: A fixed timestamp with a fractional part, so a store that rounds ts is caught.
+TS = 1_712_345_678.123456
+
+
+def rec(
+    session_id: str,
+    seq: int,
+    kind: str = "note",
+    data: dict[str, Any] | None = None,
+    *,
+    ts: float = TS,
+    version: int = CURRENT_VERSION,
+) -> Record:
+    """A record with predictable contents: by default ``data`` names its own session and seq."""
+    if data is None:
+        data = {"session": session_id, "seq": seq}
+    return Record(session_id=session_id, seq=seq, kind=kind, data=data, ts=ts + seq, version=version)
+
+
+class SessionLogContract(abc.ABC):
+    """Tests that every ``SessionLog`` store must pass. Subclass as ``Test...`` and define ``make_log``."""
+
+    @abc.abstractmethod
+    async def make_log(self, tmp_path: Path) -> SessionLog:
+        """Return a new, empty store; ``tmp_path`` is a fresh directory it may use."""
+
+    @pytest.fixture
+    async def log(self, tmp_path: Path) -> AsyncIterator[SessionLog]:
+        """A started, empty store, closed after the test."""
+        store = await self.make_log(tmp_path)
+        await store.start()
+        try:
+            yield store
+        finally:
+            await store.close()
+
+    # -- 3. read returns what was appended, in seq order ----------------------------------------------
+
+    async def test_new_log_is_empty(self, log: SessionLog) -> None:
+        assert await log.sessions() == []
+        assert await log.read("nobody") == []
+
+    async def test_read_of_unknown_session_is_empty(self, log: SessionLog) -> None:
+        await log.append([rec("known", 1)])
+        assert await log.read("unknown") == []
+        assert await log.read("know") == []  # a prefix is not a match
+
+    async def test_round_trip_keeps_kind_data_ts_and_version(self, log: SessionLog) -> None:
+        data = {
+            "text": "héllo wörld — 日本語 — עברית — 😀👍🏽",
+            "nested": {"list": [1, 2.5, -3, True, False, None, "x"], "deep": {"a": {"b": {"c": []}}}},
+            "empty": {},
+            "quote\"and\\backslash": "line\nbreak\ttab\u0000nul",
+            "big": 2**62,
+            "float": 0.1,
+        }
+        records = [
+            rec("sessiön-😀", 1, kind="message_received", data=data),
+            rec("sessiön-😀", 2, kind="kind with spaces/ünicode", data={}),
+        ]
+        await log.append(records)
+        assert await log.read("sessiön-😀") == records
+        assert await log.sessions() == ["sessiön-😀"]
+
+    async def test_large_batch_and_large_data(self, log: SessionLog) -> None:
+        records = [rec("big", seq, data={"blob": "x" * 10_000, "seq": seq}) for seq in range(1, 501)]
+        await log.append(records)
+        assert await log.read("big") == records
+
+    async def test_read_is_in_seq_order_whatever_the_append_order(self, log: SessionLog) -> None:
+        await log.append([rec("s", 3)])
+        await log.append([rec("s", 1), rec("s", 2)])
+        await log.append([rec("s", 5), rec("s", 4)])
+        assert [r.seq for r in await log.read("s")] == [1, 2, 3, 4, 5]
+
+    async def test_read_after_seq(self, log: SessionLog) -> None:
+        await log.append([rec("s", seq) for seq in range(1, 6)])
+        assert [r.seq for r in await log.read("s", after_seq=2)] == [3, 4, 5]
+        assert [r.seq for r in await log.read("s", after_seq=0)] == [1, 2, 3, 4, 5]
+        assert await log.read("s", after_seq=5) == []
+        assert await log.read("s", after_seq=99) == []
+
+    async def test_sessions_are_kept_apart(self, log: SessionLog) -> None:
+        await log.append([rec("a", 1), rec("b", 1), rec("a", 2)])
+        assert await log.read("a") == [rec("a", 1), rec("a", 2)]
+        assert await log.read("b") == [rec("b", 1)]
+
+    async def test_stored_data_is_not_shared_with_the_caller(self, log: SessionLog) -> None:
+        data: dict[str, Any] = {"items": [1, 2]}
+        await log.append([rec("s", 1, data=data)])
+        data["items"].append(3)
+        first = await log.read("s")
+        assert first[0].data == {"items": [1, 2]}
+        first[0].data["items"].append(4)
+        assert (await log.read("s"))[0].data == {"items": [1, 2]}
+
+    async def test_empty_append_is_a_no_op(self, log: SessionLog) -> None:
+        await log.append([])
+        assert await log.sessions() == []
+
+    # -- 5. sessions in order of first append -------------------------------------------------------
+
+    async def test_sessions_in_order_of_first_record(self, log: SessionLog) -> None:
+        await log.append([rec("b", 1)])
+        await log.append([rec("a", 1), rec("c", 1)])
+        await log.append([rec("b", 2), rec("d", 1), rec("a", 2)])
+        assert await log.sessions() == ["b", "a", "c", "d"]
+
+    # -- 1 and 2. atomic appends, unique keys, no overwrite -----------------------------------------
+
+    async def test_conflict_names_the_record_and_writes_nothing(self, log: SessionLog) -> None:
+        await log.append([rec("s", 1)])
+        batch = [rec("s", 2), rec("other", 1), rec("s", 1, data={"new": True})]
+        with pytest.raises(LogConflictError) as caught:
+            await log.append(batch)
+        assert (caught.value.session_id, caught.value.seq) == ("s", 1)
+        assert await log.read("s") == [rec("s", 1)]
+        assert await log.read("other") == []
+        assert await log.sessions() == ["s"]
+
+    async def test_conflict_never_overwrites(self, log: SessionLog) -> None:
+        original = rec("s", 1, kind="original", data={"value": "first"})
+        await log.append([original])
+        for attempt in (rec("s", 1, kind="impostor", data={"value": "second"}), original):
+            with pytest.raises(LogConflictError):
+                await log.append([attempt])
+        assert await log.read("s") == [original]
+
+    async def test_duplicate_key_within_one_batch(self, log: SessionLog) -> None:
+        with pytest.raises(LogConflictError) as caught:
+            await log.append([rec("s", 1), rec("s", 2), rec("s", 1, data={"dup": True})])
+        assert (caught.value.session_id, caught.value.seq) == ("s", 1)
+        assert await log.read("s") == []
+        assert await log.sessions() == []
+
+    @pytest.mark.parametrize("seq", [0, -1])
+    async def test_seq_below_one_is_rejected(self, log: SessionLog, seq: int) -> None:
+        with pytest.raises(ValueError, match="seq"):
+            await log.append([rec("s", 1), rec("s", seq)])
+        assert await log.read("s") == []
+
+    async def test_data_that_is_not_json_is_rejected(self, log: SessionLog) -> None:
+        with pytest.raises(TypeError):
+            await log.append([rec("s", 1), rec("s", 2, data={"when": object()})])
+        assert await log.read("s") == []
+        assert await log.sessions() == []
+
+    async def test_log_still_works_after_a_refused_append(self, log: SessionLog) -> None:
+        await log.append([rec("s", 1)])
+        with pytest.raises(LogConflictError):
+            await log.append([rec("s", 1)])
+        await log.append([rec("s", 2)])
+        assert [r.seq for r in await log.read("s")] == [1, 2]
+
+    # -- concurrency --------------------------------------------------------------------------------
+
+    async def test_concurrent_appends_from_many_sessions_all_land(self, log: SessionLog) -> None:
+        sessions = [f"session-{n:03d}" for n in range(50)]
+        appends = [
+            log.append([rec(session, 2 * round_ + 1), rec(session, 2 * round_ + 2)])
+            for round_ in range(4)
+            for session in sessions
+        ]
+        assert len(appends) == 200
+        await asyncio.gather(*appends)
+        for session in sessions:
+            assert await log.read(session) == [rec(session, seq) for seq in range(1, 9)]
+        assert sorted(await log.sessions()) == sessions
+
+    async def test_concurrent_conflicts_fail_only_the_conflicting_append(self, log: SessionLog) -> None:
+        await log.append([rec("taken", 1)])
+        good = [log.append([rec(f"good-{n}", 1), rec(f"good-{n}", 2)]) for n in range(20)]
+        bad = log.append([rec("bad", 1), rec("taken", 1, data={"overwrite": True})])
+        racers = [log.append([rec("race", 1, data={"racer": n})]) for n in range(2)]
+        results = await asyncio.gather(*good, bad, *racers, return_exceptions=True)
+        assert results[:20] == [None] * 20
+        assert isinstance(results[20], LogConflictError)
+        assert (results[20].session_id, results[20].seq) == ("taken", 1)
+        race_results = results[21:]
+        assert race_results.count(None) == 1  # exactly one racer wins; the other conflicts
+        winner = race_results.index(None)
+        assert isinstance(race_results[1 - winner], LogConflictError)
+        for n in range(20):
+            assert [r.seq for r in await log.read(f"good-{n}")] == [1, 2]
+        assert await log.read("bad") == []
+        assert await log.read("taken") == [rec("taken", 1)]
+        assert [r.data for r in await log.read("race")] == [{"racer": winner}]
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+
+    async def test_start_and_close_are_idempotent(self, log: SessionLog) -> None:
+        await log.start()
+        await log.start()
+        await log.append([rec("s", 1)])
+        await log.close()
+        await log.close()
+
+    async def test_calls_after_close_raise(self, log: SessionLog) -> None:
+        await log.append([rec("s", 1)])
+        await log.close()
+        with pytest.raises(LogClosedError):
+            await log.append([rec("s", 2)])
+        with pytest.raises(LogClosedError):
+            await log.read("s")
+        with pytest.raises(LogClosedError):
+            await log.sessions()
+
+    async def test_start_after_close_reopens_with_the_records(self, log: SessionLog) -> None:
+        await log.append([rec("s", 1), rec("t", 1)])
+        await log.close()
+        await log.start()
+        assert await log.read("s") == [rec("s", 1)]
+        assert await log.sessions() == ["s", "t"]
+        await log.append([rec("s", 2)])
+        assert [r.seq for r in await log.read("s")] == [1, 2]
+
+    async def test_close_finishes_appends_already_made(self, log: SessionLog) -> None:
+        tasks = [asyncio.create_task(log.append([rec(f"s{n}", 1)])) for n in range(20)]
+        await asyncio.sleep(0)  # let every append reach the store
+        await log.close()
+        await asyncio.gather(*tasks)  # none failed
+
+    # -- reading through upcasters ------------------------------------------------------------------
+
+    async def test_old_records_are_upcast_on_read(
+        self, log: SessionLog, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # Pretend this baf is one version ahead of the records it wrote.
+        newer = upcast_module.Upcasters(current_version=CURRENT_VERSION + 1)
+
+        @newer.register("contract_renamed", from_version=CURRENT_VERSION)
+        def rename_title(data: dict[str, Any]) -> dict[str, Any]:
+            data["name"] = data.pop("title")
+            return data
+
+        monkeypatch.setattr(upcast_module, "UPCASTERS", newer)
+        await log.append(
+            [
+                rec("s", 1, kind="contract_renamed", data={"title": "x"}),
+                rec("s", 2, kind="contract_unchanged", data={"title": "y"}),
+            ]
+        )
+        for _ in range(2):  # an upcaster mutating its input must not change the stored record
+            first, second = await log.read("s")
+            assert (first.data, first.version) == ({"name": "x"}, CURRENT_VERSION + 1)
+            assert (second.data, second.version) == ({"title": "y"}, CURRENT_VERSION + 1)
+            assert (first.kind, first.seq, first.ts) == ("contract_renamed", 1, TS + 1)
+
+    async def test_record_from_a_newer_baf_raises(self, log: SessionLog) -> None:
+        await log.append([rec("s", 1), rec("s", 2, version=CURRENT_VERSION + 1)])
+        with pytest.raises(UnknownRecordVersionError) as caught:
+            await log.read("s")
+        error = caught.value
+        assert (error.session_id, error.seq, error.version) == ("s", 2, CURRENT_VERSION + 1)
+        assert await log.read("s", after_seq=2) == []

@@ -1,0 +1,338 @@
+"""What the SQLite store does beyond the shared contract: files, corruption, PRAGMAs, group commit."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from baf.errors import CorruptRecordError, LogClosedError, LogConflictError, LogError
+from baf.log import Record, SQLiteLog
+from baf.log.record import CURRENT_VERSION
+
+
+def rec(session_id: str, seq: int, **data: Any) -> Record:
+    return Record(session_id, seq, "note", data or {"seq": seq}, ts=1000.0 + seq)
+
+
+async def pragma(log: SQLiteLog, name: str) -> Any:
+    """Read a PRAGMA on the store's writer connection."""
+    await log.start()
+    writer = log._writer
+    assert writer is not None
+    async with writer.execute(f"PRAGMA {name}") as cursor:
+        row = await cursor.fetchone()
+    assert row is not None
+    return row[0]
+
+
+def raw_execute(path: Path, sql: str, params: tuple[Any, ...] = ()) -> None:
+    """Change the file behind the store's back, as another tool (or bit rot) would."""
+    connection = sqlite3.connect(path)
+    try:
+        with connection:
+            connection.execute(sql, params)
+    finally:
+        connection.close()
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "log.db"
+
+
+async def test_records_survive_close_and_reopen(db: Path) -> None:
+    async with SQLiteLog(db) as log:
+        await log.append([rec("b", 1), rec("a", 1)])
+        await log.append([rec("b", 2, text="é😀")])
+    async with SQLiteLog(db) as log:
+        assert await log.sessions() == ["b", "a"]
+        assert await log.read("b") == [rec("b", 1), rec("b", 2, text="é😀")]
+        with pytest.raises(LogConflictError):
+            await log.append([rec("a", 1)])
+        await log.append([rec("a", 2)])
+        assert [r.seq for r in await log.read("a")] == [1, 2]
+
+
+async def test_close_commits_what_is_queued(db: Path) -> None:
+    log = SQLiteLog(db)
+    await log.start()
+    tasks = [asyncio.create_task(log.append([rec(f"s{n}", 1)])) for n in range(50)]
+    await asyncio.sleep(0)  # queued, not yet committed
+    await log.close()
+    await asyncio.gather(*tasks)
+    async with SQLiteLog(db) as reopened:
+        assert len(await reopened.sessions()) == 50
+
+
+async def test_starts_on_first_use_and_creates_the_directory(tmp_path: Path) -> None:
+    db = tmp_path / "a" / "b" / "log.db"
+    log = SQLiteLog(db)
+    try:
+        await log.append([rec("s", 1)])
+        assert await asyncio.to_thread(db.exists)
+        assert await log.read("s") == [rec("s", 1)]
+    finally:
+        await log.close()
+
+
+async def test_a_closed_store_refuses_calls_until_started_again(db: Path) -> None:
+    log = SQLiteLog(db)
+    await log.close()  # never started: nothing to close, but closed now
+    with pytest.raises(LogClosedError):
+        await log.append([rec("s", 1)])
+    assert not await asyncio.to_thread(db.exists)  # a refused call did not open the file
+    await log.start()
+    try:
+        await log.append([rec("s", 1)])
+    finally:
+        await log.close()
+
+
+def test_a_store_can_be_used_from_one_event_loop_after_another(db: Path) -> None:
+    # An agent started, stopped and started again under a new asyncio.run keeps its store object.
+    log = SQLiteLog(db)
+
+    async def use(seq: int) -> list[Record]:
+        async with log:
+            await asyncio.gather(log.append([rec("s", seq)]), log.append([rec(f"other{seq}", 1)]))
+            return await log.read("s")
+
+    assert asyncio.run(use(1)) == [rec("s", 1)]
+    assert asyncio.run(use(2)) == [rec("s", 1), rec("s", 2)]
+
+
+@pytest.mark.parametrize(("durability", "synchronous"), [("normal", 1), ("full", 2)])
+async def test_durability_sets_synchronous(db: Path, durability: str, synchronous: int) -> None:
+    async with SQLiteLog(db, durability=durability, busy_timeout=2.5) as log:  # type: ignore[arg-type]
+        assert log.durability == durability
+        assert await pragma(log, "synchronous") == synchronous
+        assert await pragma(log, "journal_mode") == "wal"
+        assert await pragma(log, "busy_timeout") == 2500
+
+
+def test_bad_arguments_are_refused(db: Path) -> None:
+    with pytest.raises(ValueError, match="durability must be one of 'normal', 'full'"):
+        SQLiteLog(db, durability="extra")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="busy_timeout"):
+        SQLiteLog(db, busy_timeout=-1)
+    for path in (":memory:", ""):
+        with pytest.raises(ValueError, match="MemoryLog"):
+            SQLiteLog(path)
+
+
+async def test_group_commit_shares_transactions(db: Path) -> None:
+    async with SQLiteLog(db) as log:
+        await asyncio.gather(*(log.append([rec(f"s{n}", 1), rec(f"s{n}", 2)]) for n in range(100)))
+        assert 1 <= log.commits <= 3
+        assert len(await log.sessions()) == 100
+        # Awaited one at a time there is nothing to group with: one commit each.
+        before = log.commits
+        for seq in range(3, 8):
+            await log.append([rec("s0", seq)])
+        assert log.commits == before + 5
+
+
+async def test_a_second_store_on_the_same_file_cannot_overwrite(db: Path) -> None:
+    async with SQLiteLog(db) as first, SQLiteLog(db) as second:
+        await first.append([rec("s", 1, by="first")])
+        with pytest.raises(LogConflictError) as caught:
+            await second.append([rec("s", 2, by="second"), rec("s", 1, by="second")])
+        assert (caught.value.session_id, caught.value.seq) == ("s", 1)
+        await second.append([rec("s", 2, by="second")])
+        assert [r.data["by"] for r in await first.read("s")] == ["first", "second"]
+        assert await second.sessions() == ["s"]
+
+
+async def test_reads_do_not_wait_for_a_writer(db: Path) -> None:
+    async with SQLiteLog(db) as log:
+        await log.append([rec("s", 1)])
+        other = sqlite3.connect(db, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")  # holds the write lock, like a long transaction elsewhere
+            other.execute(
+                "INSERT INTO baf_records (session_id, seq, ts, kind, version, data) VALUES ('s', 2, 0, 'k', 1, '{}')"
+            )
+            # Sees the last commit, immediately, although the file is locked for writing.
+            assert await asyncio.wait_for(log.read("s"), timeout=1) == [rec("s", 1)]
+            assert await asyncio.wait_for(log.sessions(), timeout=1) == ["s"]
+            other.execute("ROLLBACK")
+        finally:
+            other.close()
+
+
+async def test_a_writer_waits_busy_timeout_for_the_lock(db: Path) -> None:
+    async with SQLiteLog(db, busy_timeout=5) as log:
+        other = sqlite3.connect(db, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            asyncio.get_running_loop().call_later(0.3, other.execute, "COMMIT")
+            started = time.monotonic()
+            await log.append([rec("s", 1)])  # waits for the lock instead of failing at once
+            assert time.monotonic() - started >= 0.2
+        finally:
+            other.close()
+        assert await log.read("s") == [rec("s", 1)]
+
+
+async def test_a_failed_transaction_fails_its_appends_and_the_store_goes_on(db: Path) -> None:
+    async with SQLiteLog(db, busy_timeout=0.1) as log:
+        other = sqlite3.connect(db, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            results = await asyncio.gather(
+                log.append([rec("a", 1)]), log.append([rec("b", 1)]), return_exceptions=True
+            )
+            assert all(isinstance(result, sqlite3.OperationalError) for result in results), results
+            other.execute("COMMIT")
+        finally:
+            other.close()
+        await log.append([rec("a", 1)])
+        assert await log.sessions() == ["a"]
+        assert await log.read("b") == []
+
+
+@pytest.mark.parametrize(
+    ("assignment", "reason"),
+    [
+        ("data = '{\"broken'", "data is not valid JSON"),
+        ("data = '[1, 2]'", "data is an array, not a JSON object"),
+        ("data = '\"text\"'", "data is a string, not a JSON object"),
+        ("data = X'7B7D'", "data is a blob, not JSON text"),
+        ("data = CAST(X'7BFF7D' AS TEXT)", "data is not valid UTF-8"),
+        ("kind = X'00'", "kind is a blob, not text"),
+        ("ts = 'yesterday'", "ts is text, not a number"),
+        ("version = 'one'", "version is text, not an integer"),
+        ("version = 0", "version 0 is not >= 1"),
+    ],
+)
+async def test_corrupt_row_names_session_and_seq(db: Path, assignment: str, reason: str) -> None:
+    async with SQLiteLog(db) as log:
+        await log.append([rec("s", 1), rec("s", 2), rec("s", 3), rec("t", 1)])
+    raw_execute(db, f"UPDATE baf_records SET {assignment} WHERE session_id = 's' AND seq = 2")
+    async with SQLiteLog(db) as log:
+        with pytest.raises(CorruptRecordError) as caught:
+            await log.read("s")
+        error = caught.value
+        assert (error.session_id, error.seq) == ("s", 2)
+        assert reason in error.reason
+        assert "'s'" in str(error) and "seq 2" in str(error)
+        # Only reads that include the row fail; nothing is skipped, nothing else is affected.
+        assert await log.read("s", after_seq=2) == [rec("s", 3)]
+        assert await log.read("t") == [rec("t", 1)]
+
+
+async def test_records_that_sqlite_would_refuse_fail_alone(db: Path) -> None:
+    async with SQLiteLog(db) as log:
+        bad_batches: list[list[Record]] = [
+            [Record("s", 1, "k", {"text": "lone \ud800 surrogate"})],
+            [Record("s", 1, "k", {}, ts=float("nan"))],
+            [Record(42, 1, "k", {})],  # type: ignore[arg-type]
+            [Record("s", 1, "k", {}, version=2**63)],
+            [Record("s", 1, "k", ["not", "a", "dict"])],  # type: ignore[arg-type]
+        ]
+        results = await asyncio.gather(
+            *(log.append(batch) for batch in bad_batches), log.append([rec("good", 1)]), return_exceptions=True
+        )
+        assert all(isinstance(result, TypeError | ValueError) for result in results[:-1]), results
+        assert results[-1] is None
+        assert await log.sessions() == ["good"]
+
+
+async def test_an_append_cancelled_before_the_writer_took_it_is_dropped(db: Path) -> None:
+    async with SQLiteLog(db) as log:
+        task = asyncio.create_task(log.append([rec("s", 1)]))
+        await asyncio.sleep(0)  # the batch is queued; the writer has not run yet
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await log.append([rec("other", 1)])  # the writer has passed the cancelled batch by now
+        assert await log.read("s") == []
+
+
+async def test_a_stopped_writer_fails_appends_instead_of_hanging(db: Path) -> None:
+    async with SQLiteLog(db) as log:
+        writer_task = log._writer_task
+        assert writer_task is not None
+        writer_task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await writer_task
+        with pytest.raises(LogClosedError):
+            await log.append([rec("s", 1)])
+        await log.start()  # a new writer
+        await log.append([rec("s", 1)])
+        assert await log.read("s") == [rec("s", 1)]
+
+
+@pytest.mark.parametrize("use", ["append", "start only"])
+def test_a_store_left_open_does_not_keep_the_process_alive(db: Path, use: str) -> None:
+    # asyncio.run cancels the writer task when it ends; the connections (and their threads) must go.
+    # With "start only" the task is cancelled before its first step, so its own cleanup never runs.
+    log = SQLiteLog(db)
+
+    async def forget_to_close() -> None:
+        await (log.append([rec("s", 1)]) if use == "append" else log.start())
+
+    asyncio.run(forget_to_close())
+    assert log._writer is None and log._reader is None
+    with pytest.raises(LogClosedError):
+        asyncio.run(log.read("s"))
+
+
+async def test_a_file_from_a_newer_schema_is_refused(db: Path) -> None:
+    async with SQLiteLog(db) as log:
+        await log.append([rec("s", 1)])
+    raw_execute(db, "UPDATE baf_meta SET value = '2' WHERE key = 'schema_version'")
+    log = SQLiteLog(db)
+    with pytest.raises(LogError, match="schema version '2'"):
+        await log.start()
+    await log.close()
+
+
+async def test_rows_are_stored_as_documented(db: Path) -> None:
+    async with SQLiteLog(db) as log:
+        await log.append([Record("s", 1, "reply", {"text": "é", "n": [1, 2]}, ts=12.5)])
+    connection = sqlite3.connect(db)
+    try:
+        row = connection.execute("SELECT session_id, seq, ts, kind, version, data FROM baf_records").fetchone()
+    finally:
+        connection.close()
+    # Compact JSON, not ASCII-escaped: the file is readable with the sqlite3 shell.
+    assert row == ("s", 1, 12.5, "reply", CURRENT_VERSION, '{"text":"é","n":[1,2]}')
+
+
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+_WRITER_PROCESS = """
+import asyncio, sys
+from baf.log import Record, SQLiteLog
+
+async def main(path: str, name: str) -> None:
+    async with SQLiteLog(path, busy_timeout=10) as log:
+        for n in range(100):
+            await log.append([Record(f"{name}-{n % 10}", n // 10 * 2 + k, "note", {"by": name}) for k in (1, 2)])
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+"""
+
+
+@pytest.mark.slow
+async def test_two_processes_write_one_file(db: Path) -> None:
+    processes = [
+        await asyncio.create_subprocess_exec(
+            sys.executable, "-c", _WRITER_PROCESS, str(db), name, cwd=_REPO_ROOT, stderr=asyncio.subprocess.PIPE
+        )
+        for name in ("left", "right")
+    ]
+    for process in processes:
+        _, stderr = await asyncio.wait_for(process.communicate(), timeout=60)
+        assert process.returncode == 0, stderr.decode()
+    async with SQLiteLog(db) as log:
+        sessions = await log.sessions()
+        assert sorted(sessions) == sorted(f"{name}-{n}" for name in ("left", "right") for n in range(10))
+        for session in sessions:
+            assert [r.seq for r in await log.read(session)] == list(range(1, 21))

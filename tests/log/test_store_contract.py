@@ -1,0 +1,23 @@
+"""Every store baf ships passes the same contract suite."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from baf.log import MemoryLog, SessionLog, SQLiteLog
+from baf.testing.store_contract import SessionLogContract
+
+
+class TestMemoryLog(SessionLogContract):
+    async def make_log(self, tmp_path: Path) -> SessionLog:
+        return MemoryLog()
+
+
+class TestSQLiteLog(SessionLogContract):
+    async def make_log(self, tmp_path: Path) -> SessionLog:
+        return SQLiteLog(tmp_path / "log.db")
+
+
+class TestSQLiteLogFullDurability(SessionLogContract):
+    async def make_log(self, tmp_path: Path) -> SessionLog:
+        return SQLiteLog(tmp_path / "nested" / "dirs" / "log.db", durability="full")
