@@ -128,5 +128,6 @@ class TerminalPlatform(Platform):
             status = str(task.get("status", "pending"))
             mark = _STATUS_MARK.get(status, "[?]")
             result = f" — {task['result']}" if task.get("result") else ""
-            table.add_row(mark, f"{task.get('id')}. {task.get('description', '')}{result}")
+            # Text, not str: model-written descriptions must not be read as rich markup.
+            table.add_row(Text(mark), Text(f"{task.get('id')}. {task.get('description', '')}{result}"))
         self.console.print(table)

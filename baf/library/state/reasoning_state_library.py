@@ -166,7 +166,7 @@ def new_reasoning_state(
 
 async def _run_reasoning_loop(run: _ReasoningRun) -> None:
     """Plan → act → observe until an answer is accepted, the model fails, or the step budget runs out."""
-    run.emit(ReasoningStepKind.REASONING_STARTED, 0, f"reasoning about: {_shorten(run.request, 80)}",
+    run.emit(ReasoningStepKind.REASONING_STARTED, 0, f"reasoning about: {_summary(run.request, 80)}",
              {"request": run.request, "planning": run.task_list is not None})  # fmt: skip
     step, outcome = 0, "error"
     try:
@@ -323,8 +323,9 @@ class _ReasoningRun:
             planning_call.set(planning)  # this call runs in its own task, so the variable is call-local
         timeout = None if tool.timeout is not None else self.config.tool_timeout
         try:
-            async with self._semaphore, asyncio.timeout(timeout):
-                content, is_error = await tool.run(call.arguments, session=self.session), False
+            async with self._semaphore:
+                async with asyncio.timeout(timeout):  # the clock starts when the call may run, not before
+                    content, is_error = await tool.run(call.arguments, session=self.session), False
         except ToolError as exc:
             content, is_error = f"Error: {exc}", True
             if isinstance(exc, ToolExecutionError):  # the tool's own code raised: keep its traceback
@@ -356,13 +357,13 @@ class _ReasoningRun:
         message = build_pushback_message(pending)
         self.messages.append({"role": "assistant", "content": text})
         self.messages.append({"role": "system", "content": message})
-        self.emit(ReasoningStepKind.LLM_TEXT, step, _shorten(text, 120), {"text": text, "final": False})
+        self.emit(ReasoningStepKind.LLM_TEXT, step, _summary(text, 120), {"text": text, "final": False})
         self.emit(ReasoningStepKind.PUSHBACK, step, f"{len(pending)} task(s) still open",
                   {"pending": [t.to_dict() for t in pending], "message": message})  # fmt: skip
 
     def answer(self, step: int, text: str) -> None:
         """Accept the final answer: it is a step of its own, then the reply."""
-        self.emit(ReasoningStepKind.LLM_TEXT, step, _shorten(text, 120), {"text": text, "final": True})
+        self.emit(ReasoningStepKind.LLM_TEXT, step, _summary(text, 120), {"text": text, "final": True})
         self.session.reply(text)
 
     def finish(self, step: int, outcome: str) -> None:
@@ -413,6 +414,11 @@ def _assistant_tool_call_message(response: LLMResponse) -> dict[str, Any]:
             for c in response.tool_calls
         ],
     }
+
+
+def _summary(text: str, limit: int) -> str:
+    """One line for a step summary: white space folded, then shortened."""
+    return _shorten(" ".join(text.split()), limit)
 
 
 def _shorten(text: str, limit: int) -> str:
