@@ -107,7 +107,7 @@ class UnknownRecordVersionError(LogError):
 
 
 class LogClosedError(LogError):
-    """The store was used before ``start()`` or after ``close()``."""
+    """The store was used after ``close()`` and not started again."""
 
 
 class LLMError(BafError):
