@@ -1,5 +1,56 @@
-"""Platforms: adapters between a wire format and an agent's events and replies."""
+"""Platforms: adapters between a wire format and an agent's events and replies.
+
+``WebSocketPlatform`` needs the ``web`` extra (``websockets``); it is imported lazily so that the core
+stays importable without it. Third-party adapters register under the ``baf.platforms`` entry-point
+group and are found with :func:`discover_platforms`::
+
+    # pyproject.toml of an adapter package
+    [project.entry-points."baf.platforms"]
+    slack = "baf_slack:SlackPlatform"
+"""
+
+from __future__ import annotations
+
+import logging
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any
 
 from baf.platforms.base import Platform
 
-__all__ = ["Platform"]
+if TYPE_CHECKING:
+    from baf.platforms.websocket import WebSocketPlatform
+
+__all__ = ["ENTRY_POINT_GROUP", "Platform", "WebSocketPlatform", "discover_platforms"]
+
+logger = logging.getLogger("baf.platforms")
+
+#: The entry-point group installed adapters register in.
+ENTRY_POINT_GROUP = "baf.platforms"
+
+
+def discover_platforms() -> dict[str, type[Platform]]:
+    """The adapters installed under the ``baf.platforms`` entry-point group, by entry-point name.
+
+    An entry point that fails to load, or that is not a :class:`Platform` subclass, is left out with a
+    logged warning: one broken package must not stop an agent from starting with the others.
+    """
+    found: dict[str, type[Platform]] = {}
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            loaded = entry.load()
+        except Exception:
+            logger.warning("platform entry point %r (%s) failed to load", entry.name, entry.value, exc_info=True)
+            continue
+        if not (isinstance(loaded, type) and issubclass(loaded, Platform)):
+            logger.warning("platform entry point %r (%s) is not a Platform subclass", entry.name, entry.value)
+            continue
+        found[entry.name] = loaded
+    return found
+
+
+def __getattr__(name: str) -> Any:
+    if name == "WebSocketPlatform":
+        from baf.platforms.websocket import WebSocketPlatform
+
+        return WebSocketPlatform
+    raise AttributeError(f"module 'baf.platforms' has no attribute {name!r}")

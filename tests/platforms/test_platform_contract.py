@@ -1,0 +1,156 @@
+"""The platform contract kit, run against every adapter baf ships or shows: WebSocket, Recording, SSE."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import itertools
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from baf import Agent
+from baf.platforms import Platform
+from baf.platforms.websocket import WebSocketPlatform
+from baf.testing import RecordingPlatform
+from baf.testing.platform_contract import ContractClient, Output, PlatformContract, RecordingClient
+
+from .helpers import Client
+
+
+def _load_sse_example() -> Any:
+    path = Path(__file__).resolve().parents[2] / "examples" / "sse_platform.py"
+    spec = importlib.util.spec_from_file_location("examples_sse_platform", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+sse_example = _load_sse_example()
+_user_numbers = itertools.count(1)
+
+
+class TestRecordingPlatform(PlatformContract):
+    def make_platform(self) -> Platform:
+        return RecordingPlatform()
+
+    async def open_client(self, agent: Agent, platform: Platform) -> ContractClient:
+        assert isinstance(platform, RecordingPlatform)
+        return RecordingClient(agent, platform, f"user-{next(_user_numbers)}")
+
+
+class WebSocketClient(ContractClient):
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    async def send(self, text: str) -> None:
+        await self.client.send({"type": "message", "text": text})
+
+    async def next_output(self, wait: float) -> Output:
+        frame = await self.client.recv(wait)
+        if frame["type"] == "reply":
+            return Output("reply", frame.get("text", ""), frame)
+        if frame["type"] == "error":
+            return Output("error", frame["message"], frame)
+        return Output("other", "", frame)
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+class TestWebSocketPlatform(PlatformContract):
+    def make_platform(self) -> Platform:
+        return WebSocketPlatform("127.0.0.1", 0)
+
+    async def open_client(self, agent: Agent, platform: Platform) -> ContractClient:
+        assert isinstance(platform, WebSocketPlatform)
+        client = await Client.open(platform.ws_url)
+        await client.hello()
+        return WebSocketClient(client)
+
+
+async def http(port: int, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
+    """One HTTP/1.1 request with a JSON body; the status and the decoded JSON answer."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    data = json.dumps(body).encode() if body is not None else b""
+    writer.write(f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(data)}\r\n\r\n".encode() + data)
+    await writer.drain()
+    response = await reader.read()
+    writer.close()
+    head, _, payload = response.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(payload)
+
+
+class SSEClient(ContractClient):
+    """A session, its event stream parsed in a background task, and POSTs for messages."""
+
+    def __init__(self, port: int, token: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.port, self.token = port, token
+        self.reader, self.writer = reader, writer
+        self.outputs: asyncio.Queue[Output] = asyncio.Queue()
+        self.task = asyncio.ensure_future(self._read())
+
+    @classmethod
+    async def open(cls, port: int) -> SSEClient:
+        status, created = await http(port, "POST", "/sessions")
+        assert status == 201
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(f"GET /events?token={created['token']} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        await writer.drain()
+        assert (await reader.readline()).startswith(b"HTTP/1.1 200")
+        while (await reader.readline()).strip():
+            pass
+        assert await reader.readline() == b": connected\n"  # registered: replies can no longer be missed
+        return cls(port, created["token"], reader, writer)
+
+    async def _read(self) -> None:
+        event = ""
+        while line := (await self.reader.readline()).decode():
+            if line.startswith("event: "):
+                event = line[7:].strip()
+            elif line.startswith("data: "):
+                data = json.loads(line[6:])
+                kind = event if event in ("reply", "error") else "other"
+                await self.outputs.put(Output(kind, data.get("text") or data.get("message") or "", data))
+
+    async def send(self, text: str) -> None:
+        status, _ = await http(self.port, "POST", "/messages", {"token": self.token, "text": text})
+        assert status == 202
+
+    async def next_output(self, wait: float) -> Output:
+        return await asyncio.wait_for(self.outputs.get(), wait)
+
+    async def close(self) -> None:
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+        self.writer.close()
+
+
+class TestSSEPlatform(PlatformContract):
+    def make_platform(self) -> Platform:
+        platform: Platform = sse_example.SSEPlatform("127.0.0.1", 0)
+        return platform
+
+    async def open_client(self, agent: Agent, platform: Platform) -> ContractClient:
+        return await SSEClient.open(platform.port)  # type: ignore[attr-defined]
+
+
+async def test_sse_example_refuses_bad_requests() -> None:
+    platform = sse_example.SSEPlatform("127.0.0.1", 0)
+    agent = Agent("sse", log="memory://")
+    agent.new_state("idle", initial=True)
+    agent.add_platform(platform)
+    async with agent:
+        port = platform.port
+        assert (await http(port, "POST", "/messages", {"token": "sse-x.bad", "text": "hi"}))[0] == 403
+        assert (await http(port, "POST", "/messages", {"text": "hi"}))[0] == 403
+        assert (await http(port, "POST", "/messages", {"token": 1}))[0] == 400
+        assert (await http(port, "GET", "/history?token=forged"))[0] == 403
+        assert (await http(port, "GET", "/sessions"))[0] == 405
+        assert (await http(port, "GET", "/nowhere"))[0] == 404
+        assert await agent.log.sessions() == []
