@@ -1,0 +1,167 @@
+"""Benchmark: N concurrent WebSocket clients on loopback talking to an agent with a scripted model.
+
+The server (an agent with a reasoning state on a FunctionLLM, an in-memory log and a WebSocketPlatform)
+runs in a child process, so its memory can be measured on its own (RSS from /proc) and the clients do
+not share its event loop. Reported:
+
+- messages/s: replies received per second of wall time while every client sends ``--messages``
+  messages one after another (send, wait for the reply, send the next);
+- p50 / p99 latency from sending a message to receiving its reply;
+- server memory per connected session: server RSS after every client has connected and had one
+  exchange, minus RSS before any client connected, divided by N.
+
+Loopback only, bounded in clients, messages and time (``--timeout``)::
+
+    python bench/bench_websocket.py --clients 1000 --messages 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+
+def serve(port: int) -> None:
+    """The server process: print the port, then serve until stdin closes."""
+    from baf import Agent
+    from baf.library.state.reasoning_state_library import new_reasoning_state
+    from baf.platforms.websocket import WebSocketPlatform
+    from baf.testing import FunctionLLM
+
+    def model(messages: list[dict[str, Any]], tools: list[dict[str, Any]], **_: Any) -> str:
+        return f"echo: {messages[-1]['content']}"
+
+    async def main() -> None:
+        agent = Agent("bench", log="memory://")
+        state = new_reasoning_state(agent, FunctionLLM(model), enable_task_planning=False, memory=0)
+        state.when_event().go_to(state)
+        platform = WebSocketPlatform("127.0.0.1", port, ui=False, ping_interval=None)
+        agent.add_platform(platform)
+        async with agent:
+            print(platform.port, flush=True)
+            await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # parent closes stdin to stop
+
+    asyncio.run(main())
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of ``pid``."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")
+
+
+async def run_clients(port: int, server_pid: int, clients: int, messages: int) -> dict[str, Any]:
+    from websockets.asyncio.client import ClientConnection, connect
+
+    url = f"ws://127.0.0.1:{port}/ws"
+    rss_before = rss_bytes(server_pid)
+    gate = asyncio.Semaphore(100)  # connect in waves: the listen backlog is finite
+
+    async def exchange(ws: ClientConnection, text: str) -> float:
+        started = time.perf_counter()
+        await ws.send(json.dumps({"type": "message", "text": text}))
+        while True:
+            frame = json.loads(await ws.recv())
+            if frame["type"] == "reply":
+                assert frame["text"] == f"echo: {text}", frame
+                return time.perf_counter() - started
+            if frame["type"] == "error":
+                raise RuntimeError(frame)
+
+    async def open_client(i: int) -> ClientConnection:
+        async with gate:
+            ws = await connect(url, open_timeout=60, ping_interval=None, compression=None)
+            await ws.send(json.dumps({"type": "hello"}))
+            while json.loads(await ws.recv())["type"] != "welcome":
+                pass
+            await exchange(ws, f"warm-up {i}")
+            return ws
+
+    started = time.perf_counter()
+    sockets = await asyncio.gather(*(open_client(i) for i in range(clients)))
+    connect_seconds = time.perf_counter() - started
+    await asyncio.sleep(0.5)  # let the server settle before reading its memory
+    rss_connected = rss_bytes(server_pid)
+
+    latencies: list[float] = []
+
+    async def talk(i: int, ws: ClientConnection) -> None:
+        for m in range(messages):
+            latencies.append(await exchange(ws, f"client {i} message {m}"))
+
+    started = time.perf_counter()
+    await asyncio.gather(*(talk(i, ws) for i, ws in enumerate(sockets)))
+    seconds = time.perf_counter() - started
+    await asyncio.gather(*(ws.close() for ws in sockets))
+
+    latencies.sort()
+    return {
+        "clients": clients,
+        "messages_per_client": messages,
+        "replies": len(latencies),
+        "seconds": round(seconds, 3),
+        "messages_per_second": round(len(latencies) / seconds, 1),
+        "latency_p50_ms": round(statistics.median(latencies) * 1000, 2),
+        "latency_p99_ms": round(latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000, 2),
+        "connect_and_warm_up_seconds": round(connect_seconds, 3),
+        "server_rss_before_mb": round(rss_before / 2**20, 1),
+        "server_rss_connected_mb": round(rss_connected / 2**20, 1),
+        "server_bytes_per_session": round((rss_connected - rss_before) / clients),
+    }
+
+
+def raise_fd_limit(needed: int) -> None:
+    """Each client costs one fd here and one in the server: lift the soft limit towards the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < needed:
+        target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        if target < needed:
+            raise SystemExit(f"need {needed} file descriptors, the hard limit is {hard}; use fewer --clients")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--clients", type=int, default=1000, help="concurrent clients (default 1000)")
+    parser.add_argument("--messages", type=int, default=5, help="messages each client sends (default 5)")
+    parser.add_argument("--timeout", type=float, default=300, help="give up after this many seconds")
+    parser.add_argument("--serve", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve is not None:
+        serve(args.serve)
+        return
+    if not 1 <= args.clients <= 10_000 or not 1 <= args.messages <= 1000:
+        raise SystemExit("--clients must be 1..10000 and --messages 1..1000")
+    raise_fd_limit(args.clients * 2 + 256)  # the child inherits the raised limit
+    server = subprocess.Popen(
+        [sys.executable, __file__, "--serve", "0"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        result = asyncio.run(asyncio.wait_for(run_clients(port, server.pid, args.clients, args.messages), args.timeout))
+    finally:
+        if server.stdin is not None:
+            server.stdin.close()
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+    result["python"] = sys.version.split()[0]
+    result["cpus"] = os.cpu_count()
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
