@@ -30,6 +30,7 @@ from baf.reasoning.workspace import Workspace
 if TYPE_CHECKING:
     from baf.platforms.base import Platform
     from baf.platforms.terminal import TerminalPlatform
+    from baf.platforms.websocket import WebSocketPlatform
 
 __all__ = ["Agent"]
 
@@ -128,6 +129,15 @@ class Agent:
         from baf.platforms.terminal import TerminalPlatform
 
         platform = TerminalPlatform(**options)
+        self.add_platform(platform)
+        return platform
+
+    def use_websocket_platform(self, **options: Any) -> WebSocketPlatform:
+        """Attach the WebSocket platform (the ``web`` extra: ``pip install 'baf[web]'``). With ``ui=True``
+        (the default) it also serves the browser UI at http://localhost:PORT/."""
+        from baf.platforms.websocket import WebSocketPlatform
+
+        platform = WebSocketPlatform(**options)
         self.add_platform(platform)
         return platform
 

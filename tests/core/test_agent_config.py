@@ -92,3 +92,18 @@ def test_log_accepts_urls_and_instances(tmp_path: Path) -> None:
     assert type(Agent("a", log=f"sqlite:///{tmp_path / 'x.db'}").log).__name__ == "SQLiteLog"
     with pytest.raises(ValueError, match="sqlite"):
         Agent("a", log="postgres://nope")
+
+
+async def test_use_websocket_platform_serves_the_ui() -> None:
+    import asyncio
+    import urllib.request
+
+    from baf.platforms.websocket import WebSocketPlatform
+
+    agent = Agent("a", log="memory://")
+    agent.new_state("s", initial=True)
+    platform = agent.use_websocket_platform(port=0)
+    assert isinstance(platform, WebSocketPlatform) and agent.platforms == (platform,)
+    async with agent:
+        page = await asyncio.to_thread(lambda: urllib.request.urlopen(platform.url, timeout=5).read().decode())
+    assert "<html" in page.lower()
