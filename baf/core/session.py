@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import copy
 import json
 import logging
 import threading
 from collections import deque
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from baf.core.events import Event
@@ -161,6 +162,37 @@ class Session:
         text = str(message)
         self._writer.record(RecordKind.REPLY, {"text": text})
         return self.after_commit(self._deliver_reply(text))
+
+    def reply_markdown(self, markdown: str) -> Delivery:
+        """Send Markdown to be rendered (platforms without rich text get it as a plain reply)."""
+        return self._rich_reply({"text": str(markdown), "format": "markdown"}, "reply_markdown", str(markdown))
+
+    def reply_options(self, message: str, options: Sequence[str]) -> Delivery:
+        """Offer choices (buttons where the platform has them)."""
+        choices = [str(option) for option in options]
+        data = {"text": str(message), "format": "options", "options": choices}
+        return self._rich_reply(data, "reply_options", str(message), choices)
+
+    def reply_file(self, name: str, content: bytes, mime_type: str = "", caption: str = "") -> Delivery:
+        """Send a file. The bytes are recorded (base64) so the log holds what the user received."""
+        data = {"text": caption or f"[file {name}]", "format": "file", "name": name, "mime_type": mime_type,
+                "data": base64.b64encode(content).decode("ascii")}  # fmt: skip
+        return self._rich_reply(data, "reply_file", name, content, mime_type, caption)
+
+    def reply_image(self, content: bytes, mime_type: str = "image/png", caption: str = "") -> Delivery:
+        """Send an image. The bytes are recorded (base64) so the log holds what the user received."""
+        data = {"text": caption or "[image]", "format": "image", "mime_type": mime_type,
+                "data": base64.b64encode(content).decode("ascii")}  # fmt: skip
+        return self._rich_reply(data, "reply_image", content, mime_type, caption)
+
+    def _rich_reply(self, data: dict[str, Any], method: str, *args: Any) -> Delivery:
+        self._writer.record(RecordKind.REPLY, data)
+
+        async def deliver() -> None:
+            if self.platform is not None:
+                await getattr(self.platform, method)(self, *args)
+
+        return self.after_commit(deliver)
 
     def _deliver_reply(self, text: str) -> Callable[[], Awaitable[None]]:
         async def deliver() -> None:

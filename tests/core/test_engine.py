@@ -400,3 +400,40 @@ async def test_using_an_agent_that_is_not_running_fails_clearly() -> None:
     async with agent:
         with pytest.raises(ConfigurationError, match="while agent 'a' is running"):
             agent.new_state("late")
+
+
+async def test_rich_replies_are_recorded_before_delivery(db_url: str) -> None:
+    delivered: list[tuple[str, Any]] = []
+
+    class Rich(RecordingPlatform):
+        async def reply_options(self, session: Session, message: str, options: Any) -> None:
+            async with open_log(db_url) as other:
+                last = (await other.read(session.id))[-1]
+            delivered.append(("options", (message, list(options), last.kind, last.data["format"])))
+
+        async def reply_file(self, session: Session, name: str, content: bytes, mime_type: str = "",
+                             caption: str = "") -> None:  # fmt: skip
+            delivered.append(("file", (name, content, caption)))
+
+    agent = Agent("a", log=db_url)
+    state = agent.new_state("s", initial=True)
+
+    async def body(session: Session) -> None:
+        if session.event:
+            await session.reply_options("Pick one", ["red", "blue"])
+            session.reply_file("notes.txt", b"hello", "text/plain", caption="your notes")
+            session.reply_image(b"\x89PNG", caption="a chart")  # the base platform falls back to text
+
+    state.set_body(body)
+    state.when_event().go_to(state)
+    platform = Rich()
+    async with agent:
+        session = await agent.receive_message("s", "go", platform)
+        replies = [r.data for r in await agent.log.read("s") if r.kind == "reply"]
+    assert delivered == [
+        ("options", ("Pick one", ["red", "blue"], "reply", "options")),
+        ("file", ("notes.txt", b"hello", "your notes")),
+    ]
+    assert platform.replies["s"] == ["a chart\n\n[image: image/png, 4 bytes]"]
+    assert [r["format"] for r in replies] == ["options", "file", "image"]
+    assert [e.text for e in session.chat_history()][-3:] == ["Pick one", "your notes", "a chart"]
