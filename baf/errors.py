@@ -21,8 +21,16 @@
     │   ├── ToolArgumentError       arguments that are not JSON, or do not fit the tool's schema
     │   ├── ToolTimeoutError        the tool ran past its timeout
     │   └── ToolExecutionError      the tool itself raised; the original is ``__cause__``
-    └── WorkspaceError              a workspace operation was refused
-        └── PathEscapeError         a path that would leave the workspace root
+    ├── WorkspaceError              a workspace operation was refused
+    │   └── PathEscapeError         a path that would leave the workspace root
+    └── PatternError                a reasoning pattern could not finish (``baf.reasoning.patterns``)
+        ├── StructuredOutputError   the model's answer does not parse into the expected model
+        ├── PatternNotFoundError    no pattern registered under that name
+        └── PatternLimitError       a guard stopped the run; ``partial`` holds what was done
+            ├── PatternStepLimitError     max_steps ran out
+            ├── PatternDepthLimitError    max_depth was reached where more depth was needed
+            ├── PatternStepTimeoutError   one step (a model or tool call) ran past step_timeout
+            └── PatternBudgetError        the token or cost budget is spent
 
 Framework invariants (the ``LogError`` branch) propagate: they mean the log cannot be trusted.
 Everything raised by user code (a body, a tool, a platform callback) is recorded as an ``error``
@@ -45,7 +53,15 @@ __all__ = [
     "LogConflictError",
     "LogError",
     "PathEscapeError",
+    "PatternBudgetError",
+    "PatternDepthLimitError",
+    "PatternError",
+    "PatternLimitError",
+    "PatternNotFoundError",
+    "PatternStepLimitError",
+    "PatternStepTimeoutError",
     "SessionVariableError",
+    "StructuredOutputError",
     "ToolArgumentError",
     "ToolError",
     "ToolExecutionError",
@@ -167,3 +183,51 @@ class WorkspaceError(BafError):
 
 class PathEscapeError(WorkspaceError):
     """A path that would reach outside the workspace root."""
+
+
+class PatternError(BafError):
+    """A reasoning pattern (``baf.reasoning.patterns``) could not finish its run."""
+
+
+class StructuredOutputError(PatternError):
+    """The model's answer did not parse into the expected pydantic model, after every parse attempt.
+
+    ``attempts`` lists why each stage of the parse cascade failed; ``text`` is the answer as received.
+    """
+
+    def __init__(self, message: str, text: str = "", attempts: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.text = text
+        self.attempts = list(attempts or [])
+
+
+class PatternNotFoundError(PatternError, KeyError):
+    """No pattern is registered under the requested name."""
+
+    def __str__(self) -> str:
+        # KeyError would quote the message; this error's message is meant to be read as is.
+        return str(self.args[0]) if self.args else ""
+
+
+class PatternLimitError(PatternError):
+    """A guard ended the run early. ``partial`` is the result so far (a ``ReasoningResult``), if any."""
+
+    def __init__(self, message: str, partial: object = None) -> None:
+        super().__init__(message)
+        self.partial = partial
+
+
+class PatternStepLimitError(PatternLimitError):
+    """The pattern used its ``max_steps`` without finishing."""
+
+
+class PatternDepthLimitError(PatternLimitError):
+    """The pattern needed to go deeper than its ``max_depth``."""
+
+
+class PatternStepTimeoutError(PatternLimitError):
+    """One step of the pattern (a model or tool call) ran past ``step_timeout``."""
+
+
+class PatternBudgetError(PatternLimitError):
+    """The run spent its token or cost budget."""
