@@ -47,6 +47,7 @@ class State:
         self.body: Body = _empty_body
         self.fallback_body: Body = default_fallback_body
         self.transitions: list[Transition] = []
+        self._automatic = False
 
     def __repr__(self) -> str:
         return f"State({self.name!r}{', initial' if self.initial else ''})"
@@ -93,6 +94,11 @@ class State:
         """An automatic transition: right after this state's body runs, move to ``dest``."""
         return TransitionBuilder(self, None, label="automatic").go_to(dest)
 
+    @property
+    def has_automatic_transitions(self) -> bool:
+        """Whether any transition of this state fires without an event."""
+        return self._automatic
+
     def _add_transition(self, transition: Transition) -> None:
         if transition.dest.agent is not self.agent:
             raise ConfigurationError(
@@ -100,6 +106,7 @@ class State:
             )
         self.agent._check_mutable("add a transition")
         self.transitions.append(transition)
+        self._automatic = self._automatic or transition.is_automatic
 
 
 def _name_of(fn: Any) -> str:

@@ -2,12 +2,13 @@
 
 Writing
     ``append`` encodes and validates its batch, puts it on a queue with a future and waits. One writer
-    task takes *everything* queued, inserts it in one transaction (``BEGIN IMMEDIATE``, one
-    ``executemany``, ``COMMIT``) and then resolves the futures: many sessions' appends share one
-    commit, so one fsync (``durability="full"``) or one WAL append serves them all. Each call into
-    aiosqlite is a hop to its thread and back (tens of µs), so the happy path makes two: the
-    ``executemany`` (which opens the ``BEGIN IMMEDIATE`` itself: the connection's isolation level is
-    ``IMMEDIATE``) and the ``COMMIT``.
+    task takes *everything* queued, inserts it in one transaction and then resolves the futures: many
+    sessions' appends share one commit, so one fsync (``durability="full"``) or one WAL append serves
+    them all. Each call into aiosqlite is a hop to its thread and back (tens of µs), so the happy path
+    makes one: a single multi-row ``INSERT`` statement on a connection in autocommit mode, which SQLite
+    runs as one atomic transaction that takes the write lock before it reads or writes anything (as
+    ``BEGIN IMMEDIATE`` would). A group too large for one statement's parameter limit runs as
+    ``BEGIN IMMEDIATE``, ``executemany``, ``COMMIT``.
 
     If that transaction hits a UNIQUE violation it is rolled back and the group is replayed batch by
     batch, each under its own savepoint in one new transaction: only a batch that conflicts fails,
@@ -55,6 +56,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import json
 import math
 import os
@@ -115,6 +117,17 @@ SCHEMA: Final[tuple[str, ...]] = (
 )
 
 INSERT_SQL: Final = "INSERT INTO baf_records (session_id, seq, ts, kind, version, data) VALUES (?, ?, ?, ?, ?, ?)"
+# Rows per single-statement group commit: 6 parameters each, under the parameter limit of the SQLite
+# in use (32766 since 3.32, 999 before).
+_ROWS_PER_STATEMENT: Final = (32766 if sqlite3.sqlite_version_info >= (3, 32) else 999) // 6
+
+
+@functools.lru_cache(maxsize=64)
+def _insert_many_sql(rows: int) -> str:
+    """``INSERT`` of ``rows`` rows in one statement (cached: the common sizes repeat)."""
+    return INSERT_SQL + ", (?, ?, ?, ?, ?, ?)" * (rows - 1)
+
+
 _SELECT_SQL: Final = (
     "SELECT seq, ts, kind, version, data FROM baf_records WHERE session_id = ? AND seq > ? ORDER BY seq"
 )
@@ -321,9 +334,9 @@ class SQLiteLog(SessionLog):
         # File system calls can block (a network mount): keep them off the event loop.
         await asyncio.to_thread(self._path.parent.mkdir, parents=True, exist_ok=True)
         try:
-            # isolation_level="IMMEDIATE": sqlite3 opens "BEGIN IMMEDIATE" itself before the first
-            # INSERT, which saves the writer a round trip per commit.
-            self._writer = await aiosqlite.connect(self._path, isolation_level="IMMEDIATE")
+            # Autocommit: a group commit is one multi-row INSERT statement, its own transaction, in one
+            # round trip; larger transactions open "BEGIN IMMEDIATE" themselves.
+            self._writer = await aiosqlite.connect(self._path, isolation_level=None)
             await self._configure_writer(self._writer)
             self._reader = await aiosqlite.connect(self._path, isolation_level=None)
             await self._reader.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
@@ -460,8 +473,12 @@ class SQLiteLog(SessionLog):
             raise LogClosedError(f"{self!r} has no connection")
         rows = live[0].rows if len(live) == 1 else [row for batch in live for row in batch.rows]
         try:
-            await writer.executemany(INSERT_SQL, rows)
-            await writer.commit()
+            if len(rows) <= _ROWS_PER_STATEMENT:
+                await writer.execute(_insert_many_sql(len(rows)), [value for row in rows for value in row])
+            else:
+                await writer.execute("BEGIN IMMEDIATE")
+                await writer.executemany(INSERT_SQL, rows)
+                await writer.commit()
         except sqlite3.IntegrityError:
             await _rollback(writer)
             await self._commit_one_by_one(writer, live)

@@ -336,3 +336,16 @@ async def test_two_processes_write_one_file(db: Path) -> None:
         assert sorted(sessions) == sorted(f"{name}-{n}" for name in ("left", "right") for n in range(10))
         for session in sessions:
             assert [r.seq for r in await log.read(session)] == list(range(1, 21))
+
+
+async def test_a_group_larger_than_one_statement_is_still_one_atomic_append(tmp_path: Path) -> None:
+    from baf.log.sqlite import _ROWS_PER_STATEMENT
+
+    count = _ROWS_PER_STATEMENT + 10
+    async with SQLiteLog(tmp_path / "big.db") as log:
+        await log.append([Record("big", seq, "k", {"n": seq}) for seq in range(1, count + 1)])
+        with pytest.raises(LogConflictError):
+            # The last record conflicts: nothing of this batch may land.
+            await log.append([Record("other", s, "k", {}) for s in range(1, count)] + [Record("big", 1, "k", {})])
+        assert len(await log.read("big")) == count
+        assert await log.read("other") == []

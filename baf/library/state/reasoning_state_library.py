@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -249,7 +250,7 @@ class _ReasoningRun:
         (the user is told and an error is recorded)."""
         system = self.system_prompt()
         tools = self.current_tools()
-        schemas = [tool.schema for tool in tools.values()]
+        schemas = [_schema_of(tool) for tool in tools.values()]
         request: dict[str, Any] = {"step": step, "model": self.config.llm.name,
                                    "messages": self.messages[self._recorded_messages:]}  # fmt: skip
         if system != self._recorded_system:
@@ -402,6 +403,18 @@ class _ReasoningRun:
 
         # Queued, not awaited: delivered in order right after the next commit.
         session.queue_after_commit(deliver)
+
+
+_SCHEMAS: weakref.WeakKeyDictionary[Tool, dict[str, Any]] = weakref.WeakKeyDictionary()
+
+
+def _schema_of(tool: Tool) -> dict[str, Any]:
+    """The tool's schema, built once per tool: ``Tool.schema`` hands out a fresh copy on every access,
+    which cost more than the rest of a turn. Models receive this shared dict and must not mutate it."""
+    schema = _SCHEMAS.get(tool)
+    if schema is None:
+        schema = _SCHEMAS[tool] = tool.schema
+    return schema
 
 
 def _assistant_tool_call_message(response: LLMResponse) -> dict[str, Any]:
