@@ -60,6 +60,9 @@ def _parser() -> argparse.ArgumentParser:
     log.add_argument("session", help="the session id")
     log.add_argument("--json", action="store_true", help="one JSON object per line")
     log.set_defaults(handler=_cmd_log)
+
+    _add_replay_parser(commands)
+    _add_export_parser(commands)
     return parser
 
 
@@ -169,6 +172,66 @@ def _cmd_log(args: argparse.Namespace) -> int:
         table.add_row(str(r.seq), _when(r.ts), r.kind, data if len(data) < 300 else data[:297] + "...")
     console.print(table)
     return 0
+
+
+# -- replay and export (the work is in baf.replay.commands) ---------------------------------------
+
+
+def _add_replay_parser(commands: Any) -> argparse.ArgumentParser:
+    replay = commands.add_parser("replay", help="a session's timeline, its state at any record, or the session list")
+    replay.add_argument("log", help="a log file or URL")
+    replay.add_argument("session", nargs="?", help="the session id (without it: list the sessions)")
+    replay.add_argument("--kind", action="append", default=[], metavar="K",
+                        help="only entries with records of kind K (repeatable, or comma-separated)")
+    replay.add_argument("--from", dest="from_seq", type=int, metavar="SEQ", help="only from this seq on")
+    replay.add_argument("--to", dest="to_seq", type=int, metavar="SEQ", help="only up to this seq")
+    replay.add_argument("--grep", metavar="TEXT", help="only entries containing TEXT (case-insensitive)")
+    replay.add_argument("--json", action="store_true", help="print the (filtered) records, one JSON object per line")
+    replay.add_argument("--follow", action="store_true", help="keep printing records as they are appended")
+    replay.add_argument("--at", type=int, metavar="SEQ", help="the session as it stood after record SEQ")
+    replay.add_argument("--interactive", action="store_true", help="step through the timeline (h for help)")
+    replay.add_argument("--limit", type=int, default=50, help="entries per page (0: all; default 50)")
+    replay.add_argument("--expand", action="store_true", help="show every entry's full data")
+    replay.add_argument("--width", type=int, default=160, help="characters of text shown per entry")
+    replay.set_defaults(handler=_cmd_replay)
+    return replay
+
+
+def _add_export_parser(commands: Any) -> argparse.ArgumentParser:
+    export = commands.add_parser("export", help="export a session as JSON lines or OpenTelemetry spans")
+    export.add_argument("log", help="a log file or URL")
+    export.add_argument("session", help="the session id")
+    export.add_argument("--format", choices=["jsonl", "otel"], default="jsonl",
+                        help="jsonl: the records; otel: OTLP/JSON spans (GenAI semantic conventions)")
+    export.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    export.set_defaults(handler=_cmd_export)
+    return export
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from baf.replay.commands import ReplayOptions, replay
+
+    kinds = frozenset(k.strip() for value in args.kind for k in value.split(",") if k.strip())
+    options = ReplayOptions(
+        session=args.session, kinds=kinds, from_seq=args.from_seq, to_seq=args.to_seq, grep=args.grep,
+        json=args.json, follow=args.follow, at=args.at, interactive=args.interactive, limit=args.limit,
+        expand=args.expand, width=args.width,
+    )  # fmt: skip
+
+    async def go() -> int:
+        async with open_existing_log(args.log) as log:
+            return await replay(log, options, Console(highlight=False), args.log)
+
+    try:
+        return asyncio.run(go())
+    except KeyboardInterrupt:
+        return 130
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from baf.replay.commands import run_export
+
+    return run_export(open_existing_log(args.log), args.session, args.format, args.output)
 
 
 if __name__ == "__main__":

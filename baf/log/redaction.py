@@ -1,0 +1,182 @@
+"""Secrets never reach the log: a ``Redactor`` replaces known secret values with ``[REDACTED]``.
+
+Redaction happens at write time, in ``SessionWriter.record``, before a record is folded or buffered,
+so the database files, ``baf replay`` and every export only ever see the redacted form::
+
+    redactor = Redactor.from_environment()      # OPENAI_API_KEY and other *_API_KEY / *_TOKEN ... values
+    redactor.add("hunter2-the-password")        # what Agent.mark_secret(value) does
+    redactor.redact({"text": "my password is hunter2-the-password"})
+    # -> {"text": "my password is [REDACTED]"}
+
+Secrets are matched as exact substrings, anywhere in the data: in strings nested at any depth in dicts
+and lists, and in dict keys. Values that are not strings (numbers, booleans, None) are left alone.
+
+Two places hold secrets: a ``Redactor`` (one per agent) and the process-wide registry filled by
+:func:`register_secret`, which LLM clients use for the API keys they are given (they know nothing of
+agents). Every ``Redactor`` applies both.
+
+What redaction does *not* do: it does not guess. A secret that is not registered, in the environment
+or marked, is written as it is. Code that needs the real value (a tool, a body) still has it in memory;
+only the record is redacted, so a session variable set to a secret reads back as ``[REDACTED]`` after a
+restart or on replay.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+from baf.log.record import Record
+
+__all__ = [
+    "MIN_SECRET_LENGTH",
+    "REDACTED",
+    "SECRET_ENV_SUFFIXES",
+    "Redactor",
+    "register_secret",
+    "registered_secrets",
+]
+
+#: What a secret is replaced with.
+REDACTED: Final = "[REDACTED]"
+
+#: Shorter values are refused: redacting "a" or "42" would shred every record and hide nothing.
+MIN_SECRET_LENGTH: Final = 6
+
+#: Environment variables whose values are treated as secrets by :meth:`Redactor.from_environment`.
+SECRET_ENV_SUFFIXES: Final[tuple[str, ...]] = ("_API_KEY", "_TOKEN", "_SECRET", "_PASSWORD")
+
+_registry: set[str] = set()
+_registry_version = 0
+_registry_lock = threading.Lock()
+
+
+def register_secret(value: str | None) -> None:
+    """Add ``value`` to the process-wide secrets every ``Redactor`` applies.
+
+    For code that holds a secret but does not know the agent it serves (an LLM client given
+    ``api_key=``). ``None``, and values shorter than :data:`MIN_SECRET_LENGTH` (placeholders such as
+    local servers' ``"none"``), are ignored rather than refused, so callers need not check.
+    """
+    global _registry_version
+    if not isinstance(value, str) or len(value) < MIN_SECRET_LENGTH:
+        return
+    with _registry_lock:
+        if value not in _registry:
+            _registry.add(value)
+            _registry_version += 1
+
+
+def registered_secrets() -> frozenset[str]:
+    """The process-wide secrets (for tests and diagnostics; treat the values with care)."""
+    with _registry_lock:
+        return frozenset(_registry)
+
+
+class Redactor:
+    """Replaces known secret values with :data:`REDACTED`, recursively through record data.
+
+    Thread-safe: sync bodies record from worker threads. ``redact`` is the hot path (it runs for every
+    record); with no secrets it returns its argument at the cost of two attribute reads, and it copies
+    only the containers that hold a secret.
+    """
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        self._own: set[str] = set()
+        self._lock = threading.Lock()
+        # The compiled pattern, and the registry version it was built for.
+        self._pattern: re.Pattern[str] | None = None
+        self._built_for = -1
+        for secret in secrets:
+            self.add(secret)
+
+    @classmethod
+    def from_environment(
+        cls, environ: Mapping[str, str] | None = None, suffixes: Iterable[str] = SECRET_ENV_SUFFIXES
+    ) -> Redactor:
+        """A redactor for the values of ``OPENAI_API_KEY`` and every variable ending in ``suffixes``."""
+        env = os.environ if environ is None else environ
+        ends = tuple(suffixes)
+        redactor = cls()
+        for name, value in env.items():
+            if name.upper().endswith(ends) and len(value) >= MIN_SECRET_LENGTH:
+                redactor.add(value)
+        return redactor
+
+    def add(self, secret: str) -> None:
+        """Treat ``secret`` as secret from now on. Raises ``ValueError`` for a value too short to be one."""
+        if not isinstance(secret, str):
+            raise TypeError(f"a secret must be a str, not {type(secret).__name__}")
+        if len(secret) < MIN_SECRET_LENGTH:
+            raise ValueError(
+                f"a secret must have at least {MIN_SECRET_LENGTH} characters (got {len(secret)}): "
+                "redacting shorter strings would destroy ordinary text"
+            )
+        with self._lock:
+            if secret not in self._own:
+                self._own.add(secret)
+                self._built_for = -1
+
+    @property
+    def active(self) -> bool:
+        """Whether there is anything to redact."""
+        return self._current() is not None
+
+    def redact(self, value: Any) -> Any:
+        """``value`` with every secret replaced; the same object when it holds none."""
+        pattern = self._current()
+        if pattern is None:
+            return value
+        return _walk(value, pattern)
+
+    def redact_text(self, text: str) -> str:
+        """``text`` with every secret replaced (for output that is not record data)."""
+        pattern = self._current()
+        return text if pattern is None else pattern.sub(REDACTED, text)
+
+    def redact_record(self, record: Record) -> Record:
+        """``record`` with its data (and session id) redacted; the same object when clean."""
+        pattern = self._current()
+        if pattern is None:
+            return record
+        data = _walk(record.data, pattern)
+        session_id = pattern.sub(REDACTED, record.session_id)
+        if data is record.data and session_id == record.session_id:
+            return record
+        return Record(session_id, record.seq, record.kind, data, record.ts, record.version)
+
+    def _current(self) -> re.Pattern[str] | None:
+        version = _registry_version
+        if self._built_for == version:
+            return self._pattern
+        with self._lock, _registry_lock:
+            secrets = self._own | _registry
+            # Longest first, so a secret containing another is replaced whole.
+            ordered = sorted(secrets, key=len, reverse=True)
+            self._pattern = re.compile("|".join(map(re.escape, ordered))) if ordered else None
+            self._built_for = _registry_version
+            return self._pattern
+
+
+def _walk(value: Any, pattern: re.Pattern[str]) -> Any:
+    """Redact strings inside ``value``; containers are copied only if something inside changed."""
+    if isinstance(value, str):
+        return pattern.sub(REDACTED, value) if pattern.search(value) else value
+    if isinstance(value, dict):
+        changed = False
+        out: dict[Any, Any] = {}
+        for key, item in value.items():
+            new_key = _walk(key, pattern) if isinstance(key, str) else key
+            new_item = _walk(item, pattern)
+            changed = changed or new_key is not key or new_item is not item
+            out[new_key] = new_item
+        return out if changed else value
+    if isinstance(value, list | tuple):
+        items = [_walk(item, pattern) for item in value]
+        if all(new is old for new, old in zip(items, value, strict=True)):
+            return value
+        return items if isinstance(value, list) else tuple(items)
+    return value

@@ -1,0 +1,167 @@
+"""What ``baf replay`` and ``baf export`` do; ``baf.cli`` only parses the arguments and calls these.
+
+Everything printed or exported passes through a :class:`~baf.log.redaction.Redactor` built from the
+environment: records are redacted when written, this also protects logs written before a key was set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from rich.console import Console
+from rich.text import Text
+
+from baf.log.record import Record
+from baf.log.redaction import Redactor
+from baf.log.store import SessionLog
+from baf.replay.export import export_jsonl, export_otel, record_to_json
+from baf.replay.interactive import run_interactive
+from baf.replay.reading import follow, read_session, session_rows
+from baf.replay.render import DEFAULT_WIDTH, render_sessions, render_snapshot, render_timeline
+from baf.replay.state_at import state_at
+from baf.replay.timeline import ENGINE_KINDS, Entry, EntryFilter, build_timeline, iter_timeline
+
+__all__ = ["ReplayOptions", "export_session", "replay", "run_export"]
+
+
+@dataclass(slots=True)
+class ReplayOptions:
+    """The options of ``baf replay`` (see ``baf replay --help``)."""
+
+    session: str | None = None
+    kinds: frozenset[str] = frozenset()
+    from_seq: int | None = None
+    to_seq: int | None = None
+    grep: str | None = None
+    json: bool = False
+    follow: bool = False
+    at: int | None = None
+    interactive: bool = False
+    limit: int = 50
+    expand: bool = False
+    width: int = DEFAULT_WIDTH
+    poll: float = 0.5
+    stdin: TextIO = field(default_factory=lambda: sys.stdin)
+
+    @property
+    def entry_filter(self) -> EntryFilter:
+        """The ``--kind``/``--from``/``--to``/``--grep`` filter."""
+        return EntryFilter(self.kinds, self.from_seq, self.to_seq, self.grep)
+
+
+async def replay(log: SessionLog, options: ReplayOptions, console: Console, label: str = "log") -> int:
+    """Run ``baf replay`` against an open log; returns the exit code."""
+    redactor = Redactor.from_environment()
+    if options.session is None:
+        render_sessions(console, await session_rows(log), f"sessions in {label}")
+        console.print(Text("pick one: baf replay LOG SESSION", style="dim"))
+        return 0
+    if options.follow:
+        if options.from_seq is not None:
+            after = max(0, options.from_seq - 1)
+        else:
+            after = _tail_start(await read_session(log, options.session, redactor), options)
+        try:
+            await follow(log, options.session, console, after_seq=after, poll=options.poll,
+                         entry_filter=options.entry_filter, redactor=redactor, width=options.width)  # fmt: skip
+        except KeyboardInterrupt:  # pragma: no cover - interactive only
+            pass
+        return 0
+    records = await read_session(log, options.session, redactor)
+    if options.at is not None:
+        render_snapshot(console, state_at(options.session, records, options.at), options.width)
+        return 0
+    if options.json:
+        keep = options.entry_filter
+        for record in records:
+            if _record_matches(record, keep):
+                console.file.write(json.dumps(record_to_json(record), ensure_ascii=False) + "\n")
+        return 0
+    include_engine = bool(options.kinds & ENGINE_KINDS)
+    if options.interactive:
+        entries = _filtered(iter_timeline(records, include_engine), options.entry_filter)
+        run_interactive(records, list(entries), options.stdin, console, redactor, options.width)
+        return 0
+    shown = 0
+    more = False
+    page: list[Entry] = []
+    # Entries are built lazily: a long session costs one screen, not the whole timeline.
+    for entry in _filtered(iter_timeline(records, include_engine), options.entry_filter):
+        if options.limit and shown >= options.limit:
+            more = True
+            break
+        page.append(entry)
+        shown += 1
+    render_timeline(console, page, options.width, options.expand)
+    if more:
+        next_seq = page[-1].last_seq + 1
+        console.print(Text(f"… more after #{page[-1].last_seq} of {records[-1].seq}: "
+                           f"--from {next_seq} for the next page, --limit 0 for all", style="dim"))  # fmt: skip
+    elif not page:
+        console.print(Text("no entries match", style="dim"))
+    return 0
+
+
+def _tail_start(records: list[Record], options: ReplayOptions) -> int:
+    """Where ``--follow`` starts: so that about ``limit`` entries of history are shown first."""
+    if not records or not options.limit:
+        return 0
+    entries = build_timeline(records)
+    if len(entries) <= options.limit:
+        return 0
+    return entries[-options.limit].seq - 1
+
+
+def _filtered(entries: Iterator[Entry], keep: EntryFilter) -> Iterator[Entry]:
+    for entry in entries:
+        if keep.to_seq is not None and entry.seq > keep.to_seq:
+            return  # entries come in seq order: nothing later can match
+        shown = keep.apply(entry)
+        if shown is not None:
+            yield shown
+
+
+def _record_matches(record: Record, keep: EntryFilter) -> bool:
+    """``--json``: the filter applied to records rather than entries."""
+    if keep.from_seq is not None and record.seq < keep.from_seq:
+        return False
+    if keep.to_seq is not None and record.seq > keep.to_seq:
+        return False
+    if keep.kinds and record.kind not in keep.kinds:
+        return False
+    if keep.grep:
+        return keep.grep.lower() in json.dumps(record.data, ensure_ascii=False).lower()
+    return True
+
+
+async def export_session(log: SessionLog, session_id: str, fmt: str, out: TextIO) -> int:
+    """Run ``baf export``: write the session as ``jsonl`` or ``otel`` (OTLP/JSON) to ``out``."""
+    redactor = Redactor.from_environment()
+    records = await read_session(log, session_id, redactor)
+    if fmt == "jsonl":
+        export_jsonl(records, out)
+    elif fmt == "otel":
+        json.dump(export_otel(records), out, ensure_ascii=False)
+        out.write("\n")
+    else:
+        raise ValueError(f"unknown export format {fmt!r}; use jsonl or otel")
+    return 0
+
+
+def run_export(log: SessionLog, session_id: str, fmt: str, output: str | None) -> int:
+    """``export_session`` to a file (``-o``) or stdout, in its own event loop."""
+
+    async def go(out: TextIO) -> int:
+        async with log:
+            return await export_session(log, session_id, fmt, out)
+
+    if output is None or output == "-":
+        return asyncio.run(go(sys.stdout))
+    with Path(output).open("w", encoding="utf-8") as out:
+        return asyncio.run(go(out))

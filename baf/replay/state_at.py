@@ -1,0 +1,67 @@
+"""A session as it stood after one record: ``baf replay LOG SESSION --at SEQ``.
+
+The state, variables and conversation come from :func:`baf.log.projection.project`, the fold the
+runtime itself uses, applied to the records up to ``seq``: there is no second reading of the log.
+What the projection does not keep (it is the runtime's state, and the runtime does not need it) is
+the reasoning loop's task list; that is the last ``task_list`` snapshot up to ``seq``, and whether its
+reasoning invocation was still running then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from baf.library.state.reasoning_step import ReasoningStepKind
+from baf.log.projection import SessionProjection
+from baf.log.record import Record, RecordKind
+
+__all__ = ["SessionSnapshot", "state_at"]
+
+
+@dataclass(slots=True)
+class SessionSnapshot:
+    """What ``--at`` shows: the projection after ``seq``, plus the reasoning loop's position."""
+
+    seq: int
+    projection: SessionProjection
+    #: The task list of the latest reasoning invocation at or before ``seq`` (empty if it did not plan).
+    tasks: list[dict[str, Any]] = field(default_factory=list)
+    #: The seq of the ``task_list`` record ``tasks`` comes from.
+    tasks_seq: int | None = None
+    #: Whether a reasoning invocation had started and not finished at ``seq``.
+    reasoning_in_flight: bool = False
+    #: The request that in-flight invocation is answering.
+    reasoning_request: str | None = None
+    #: The record at ``seq`` itself.
+    record: Record | None = None
+
+
+def state_at(session_id: str, records: Iterable[Record], seq: int | None = None) -> SessionSnapshot:
+    """Fold ``records`` up to and including ``seq`` (all of them when ``None``).
+
+    Raises ``LookupError`` if ``seq`` is beyond the session's last record.
+    """
+    projection = SessionProjection(session_id)
+    snapshot = SessionSnapshot(seq or 0, projection)
+    for record in records:
+        if seq is not None and record.seq > seq:
+            break
+        projection.apply(record)
+        snapshot.record = record
+        if record.kind == RecordKind.TASK_LIST:
+            snapshot.tasks = list(record.data.get("tasks") or [])
+            snapshot.tasks_seq = record.seq
+        elif record.kind == RecordKind.REASONING_STEP:
+            kind = record.data.get("kind")
+            if kind == ReasoningStepKind.REASONING_STARTED:
+                snapshot.reasoning_in_flight = True
+                snapshot.tasks, snapshot.tasks_seq = [], None  # each invocation plans afresh
+                snapshot.reasoning_request = (record.data.get("details") or {}).get("request")
+            elif kind == ReasoningStepKind.REASONING_FINISHED:
+                snapshot.reasoning_in_flight = False
+    if seq is not None and projection.last_seq < seq:
+        raise LookupError(f"session {session_id!r} has no record {seq}: its last record is {projection.last_seq}")
+    snapshot.seq = projection.last_seq
+    return snapshot

@@ -1,0 +1,414 @@
+"""The timeline of a session: its records turned into entries a person can read.
+
+Records are fine-grained (a reasoning turn writes an ``llm_request``, an ``llm_response``, a
+``tool_result`` and several ``reasoning_step`` records); the timeline groups them into what happened:
+
+- an inbound message, a transition, a variable change, a reply, an error: one entry each;
+- a reasoning invocation (``reasoning_started`` .. ``reasoning_finished``): one ``reasoning`` group
+  whose children are its LLM calls, tool calls, task-list changes and remaining steps;
+- an LLM call: the ``llm_request`` and its ``llm_response`` (model, tokens, latency, what it asked for);
+- a tool call: the call from the response and its ``tool_result``, matched by call id.
+
+:class:`TimelineBuilder` is incremental (``feed`` one record at a time, ``finish`` at the end), so the
+viewer can stop after one screen of a long session and ``--follow`` can feed records as they land.
+Entries keep the full data; truncation is the renderer's business.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from baf.library.state.reasoning_step import ReasoningStepKind
+from baf.log.record import Record, RecordKind
+
+__all__ = [
+    "Entry",
+    "EntryFilter",
+    "EntryKind",
+    "TimelineBuilder",
+    "build_timeline",
+    "flatten",
+    "full_llm_request",
+    "iter_timeline",
+]
+
+
+class EntryKind:
+    """The kinds of timeline entries (not record kinds: one entry may cover several records)."""
+
+    SESSION = "session"
+    MESSAGE = "message"
+    TRANSITION = "transition"
+    VARIABLE = "variable"
+    REPLY = "reply"
+    ERROR = "error"
+    REASONING = "reasoning"
+    LLM_CALL = "llm_call"
+    TOOL_CALL = "tool_call"
+    TASK_LIST = "task_list"
+    STEP = "step"
+    ENGINE = "engine"
+    RECORD = "record"
+
+
+#: Records of the engine's bookkeeping, left out of the timeline unless asked for by kind.
+ENGINE_KINDS = frozenset({RecordKind.STEP_STARTED, RecordKind.STEP_FINISHED})
+
+# Reasoning steps that repeat what an LLM-call or tool-call entry already shows.
+_FOLDED_STEPS = frozenset({ReasoningStepKind.LLM_TOOL_CALLS, ReasoningStepKind.TOOL_RESULT})
+
+
+@dataclass(slots=True)
+class Entry:
+    """One line of the timeline, possibly with children (a reasoning group).
+
+    ``seq``/``ts`` are those of the first record; ``seqs`` and ``kinds`` list every record the entry
+    covers (what filters match on). ``data`` holds everything needed to show the entry in full.
+    ``status`` is ``"ok"``, ``"error"`` or ``"open"`` (still running when the log ended).
+    """
+
+    kind: str
+    seq: int
+    ts: float
+    title: str
+    data: dict[str, Any] = field(default_factory=dict)
+    seqs: list[int] = field(default_factory=list)
+    kinds: set[str] = field(default_factory=set)
+    children: list[Entry] = field(default_factory=list)
+    status: str = "ok"
+    end_ts: float | None = None
+
+    def add_record(self, record: Record) -> None:
+        """Note that ``record`` belongs to this entry."""
+        self.seqs.append(record.seq)
+        self.kinds.add(record.kind)
+        self.end_ts = record.ts
+
+    @property
+    def last_seq(self) -> int:
+        """The highest seq the entry (and its children) covers."""
+        last = max(self.seqs) if self.seqs else self.seq
+        return max([last, *(child.last_seq for child in self.children)])
+
+    def search_text(self) -> str:
+        """What ``--grep`` looks in: the title and the full data, as JSON."""
+        return self.title + "\n" + json.dumps(self.data, ensure_ascii=False, default=str)
+
+
+def _entry(kind: str, record: Record, title: str, data: dict[str, Any] | None = None) -> Entry:
+    entry = Entry(kind, record.seq, record.ts, title, data if data is not None else record.data)
+    entry.add_record(record)
+    return entry
+
+
+class TimelineBuilder:
+    """Turns records, fed in seq order, into top-level entries.
+
+    ``feed`` returns the top-level entries completed by that record; a reasoning group is complete at
+    its ``reasoning_finished`` step. ``finish`` returns what is still open (marked ``"open"``).
+    ``include_engine`` keeps ``step_started``/``step_finished`` records (hidden by default: every
+    event has them, and they say nothing the rest does not, except an interrupted step, always shown).
+    """
+
+    def __init__(self, include_engine: bool = False) -> None:
+        self.include_engine = include_engine
+        self._group: Entry | None = None
+        self._llm_call: Entry | None = None
+        self._tool_calls: dict[str, Entry] = {}
+
+    def feed(self, record: Record) -> list[Entry]:
+        """Take the next record; return the top-level entries it completed."""
+        handler = _DISPATCH.get(record.kind)
+        if handler is None:
+            return self._place(_entry(EntryKind.RECORD, record, record.kind))
+        return handler(self, record)
+
+    @property
+    def open_group(self) -> Entry | None:
+        """The reasoning group being built (children are added to it as records arrive)."""
+        return self._group
+
+    def finish(self) -> list[Entry]:
+        """The entries still open at the end of the records (a reasoning loop in flight)."""
+        group, self._group = self._group, None
+        if group is None:
+            return []
+        group.status = "open"
+        return [group]
+
+    # -- placing entries -------------------------------------------------------------------------
+
+    def _place(self, entry: Entry) -> list[Entry]:
+        """Put ``entry`` in the open reasoning group, or return it as a completed top-level entry."""
+        if self._group is not None:
+            self._group.children.append(entry)
+            return []
+        return [entry]
+
+    # -- handlers ---------------------------------------------------------------------------------
+
+    def _session_started(self, record: Record) -> list[Entry]:
+        d = record.data
+        title = f"session started: agent {d.get('agent')}, initial state {d.get('initial_state')}"
+        if d.get("platform"):
+            title += f", platform {d['platform']}"
+        return self._place(_entry(EntryKind.SESSION, record, title))
+
+    def _message(self, record: Record) -> list[Entry]:
+        text = record.data.get("text")
+        if text is None:
+            event = record.data.get("event") or {}
+            text = f"[{event.get('type', 'event')}] {json.dumps(event, ensure_ascii=False, default=str)}"
+        return self._place(_entry(EntryKind.MESSAGE, record, str(text)))
+
+    def _engine(self, record: Record) -> list[Entry]:
+        interrupted = bool(record.data.get("interrupted"))
+        if not (self.include_engine or interrupted):
+            return []
+        title = record.kind.replace("_", " ") + f" (event #{record.data.get('event_seq')})"
+        entry = _entry(EntryKind.ENGINE, record, title + (" — interrupted by a crash" if interrupted else ""))
+        if interrupted:
+            entry.status = "error"
+        return self._place(entry)
+
+    def _transition(self, record: Record) -> list[Entry]:
+        d = record.data
+        title = f"{d.get('source')} → {d.get('dest')}"
+        if d.get("label"):
+            title += f"  ({d['label']})"
+        return self._place(_entry(EntryKind.TRANSITION, record, title))
+
+    def _variable(self, record: Record) -> list[Entry]:
+        d = record.data
+        if record.kind == RecordKind.VARIABLE_DELETED:
+            title = f"del {d.get('name')}"
+        else:
+            title = f"{d.get('name')} = {json.dumps(d.get('value'), ensure_ascii=False, default=str)}"
+        return self._place(_entry(EntryKind.VARIABLE, record, title))
+
+    def _reply(self, record: Record) -> list[Entry]:
+        d = record.data
+        fmt = d.get("format")
+        title = str(d.get("text", ""))
+        if fmt:
+            title = f"[{fmt}] {title}"
+        # Rich replies carry base64 payloads; the timeline shows their size, not the bytes.
+        data = {k: (f"<{len(v)} base64 characters>" if k == "data" else v) for k, v in d.items()}
+        return self._place(_entry(EntryKind.REPLY, record, title, data))
+
+    def _error(self, record: Record) -> list[Entry]:
+        d = record.data
+        entry = _entry(EntryKind.ERROR, record, f"{d.get('source')}: {d.get('type')}: {d.get('message')}")
+        entry.status = "error"
+        return self._place(entry)
+
+    def _llm_request(self, record: Record) -> list[Entry]:
+        d = record.data
+        title = f"{d.get('model')} step {d.get('step')}"
+        entry = _entry(EntryKind.LLM_CALL, record, title, {"request": d, "response": None})
+        entry.status = "open"
+        self._llm_call = entry
+        return self._place(entry)
+
+    def _llm_response(self, record: Record) -> list[Entry]:
+        d = record.data
+        entry = self._llm_call
+        self._llm_call = None
+        placed: list[Entry] = []
+        if entry is None:  # a response without its request (a log that starts mid-call)
+            entry = _entry(EntryKind.LLM_CALL, record, f"{d.get('model')} step {d.get('step')}", {"request": None})
+            placed = self._place(entry)
+        else:
+            entry.add_record(record)
+        entry.data["response"] = d
+        entry.status = "ok"
+        entry.title = _llm_title(d)
+        for call in d.get("tool_calls") or []:
+            tool = Entry(EntryKind.TOOL_CALL, record.seq, record.ts, f"{call.get('name')}({call.get('arguments')})",
+                         {"call": call, "result": None}, status="open")  # fmt: skip
+            tool.kinds.add(record.kind)
+            self._tool_calls[str(call.get("id"))] = tool
+            placed += self._place(tool)
+        return placed
+
+    def _tool_result(self, record: Record) -> list[Entry]:
+        d = record.data
+        # Kept in the map: the ``tool_result`` reasoning step that follows folds into the same entry.
+        tool = self._tool_calls.get(str(d.get("call_id")))
+        if tool is None:
+            tool = _entry(EntryKind.TOOL_CALL, record, f"{d.get('name')}(?)", {"call": None, "result": d})
+            tool.status = "error" if d.get("is_error") else "ok"
+            return self._place(tool)
+        tool.add_record(record)
+        tool.data["result"] = d
+        tool.status = "error" if d.get("is_error") else "ok"
+        return []
+
+    def _task_list(self, record: Record) -> list[Entry]:
+        tasks = record.data.get("tasks") or []
+        return self._place(_entry(EntryKind.TASK_LIST, record, _tasks_line(tasks)))
+
+    def _reasoning_step(self, record: Record) -> list[Entry]:
+        d = record.data
+        kind = d.get("kind")
+        details = d.get("details") or {}
+        if kind == ReasoningStepKind.REASONING_STARTED:
+            done = self.finish()  # a group left open (a crash) ends where the next one starts
+            group = _entry(EntryKind.REASONING, record, str(details.get("request", d.get("summary", ""))),
+                           {"started": d, "finished": None})  # fmt: skip
+            group.status = "open"
+            self._group = group
+            self._tool_calls.clear()
+            return done
+        if kind == ReasoningStepKind.REASONING_FINISHED:
+            closing, self._group = self._group, None
+            if closing is None:
+                return [_entry(EntryKind.STEP, record, str(d.get("summary", "")))]
+            closing.add_record(record)
+            closing.data["finished"] = d
+            closing.status = "ok" if details.get("outcome") == "answered" else "error"
+            return [closing]
+        if kind in _FOLDED_STEPS:
+            target: Entry | None = None
+            if kind == ReasoningStepKind.TOOL_RESULT:
+                target = self._tool_calls.get(str(details.get("call_id")))
+            if target is None:
+                target = self._group
+            if target is not None:
+                target.add_record(record)
+                return []
+        entry = _entry(EntryKind.STEP, record, f"{kind}: {d.get('summary', '')}")
+        if kind in (ReasoningStepKind.PUSHBACK, ReasoningStepKind.MAX_STEPS):
+            entry.status = "error"
+        return self._place(entry)
+
+
+def _llm_title(response: dict[str, Any]) -> str:
+    """``model step N  → calls a, b`` or ``→ "text"``."""
+    calls = response.get("tool_calls") or []
+    what = "calls " + ", ".join(str(c.get("name")) for c in calls) if calls else repr(response.get("text") or "")
+    return f"{response.get('model')} step {response.get('step')} → {what}"
+
+
+def _tasks_line(tasks: list[dict[str, Any]]) -> str:
+    marks = {"pending": "[ ]", "in_progress": "[~]", "completed": "[x]", "skipped": "[-]"}
+    line = "  ".join(f"{marks.get(str(t.get('status')), '[?]')} {t.get('id')}. {t.get('description')}" for t in tasks)
+    return line or "(empty)"
+
+
+_DISPATCH = {
+    RecordKind.SESSION_STARTED: TimelineBuilder._session_started,
+    RecordKind.MESSAGE_RECEIVED: TimelineBuilder._message,
+    RecordKind.STEP_STARTED: TimelineBuilder._engine,
+    RecordKind.STEP_FINISHED: TimelineBuilder._engine,
+    RecordKind.TRANSITION: TimelineBuilder._transition,
+    RecordKind.VARIABLE_SET: TimelineBuilder._variable,
+    RecordKind.VARIABLE_DELETED: TimelineBuilder._variable,
+    RecordKind.REPLY: TimelineBuilder._reply,
+    RecordKind.ERROR: TimelineBuilder._error,
+    RecordKind.LLM_REQUEST: TimelineBuilder._llm_request,
+    RecordKind.LLM_RESPONSE: TimelineBuilder._llm_response,
+    RecordKind.TOOL_RESULT: TimelineBuilder._tool_result,
+    RecordKind.TASK_LIST: TimelineBuilder._task_list,
+    RecordKind.REASONING_STEP: TimelineBuilder._reasoning_step,
+}
+
+
+def iter_timeline(records: Iterable[Record], include_engine: bool = False) -> Iterator[Entry]:
+    """Top-level entries, each yielded as soon as it is complete (so a caller may stop early)."""
+    builder = TimelineBuilder(include_engine)
+    for record in records:
+        yield from builder.feed(record)
+    yield from builder.finish()
+
+
+def build_timeline(records: Iterable[Record], include_engine: bool = False) -> list[Entry]:
+    """All top-level entries of ``records``."""
+    return list(iter_timeline(records, include_engine))
+
+
+def flatten(entries: Iterable[Entry]) -> list[tuple[int, Entry]]:
+    """Entries depth-first as ``(depth, entry)``: what the interactive viewer steps through."""
+    flat: list[tuple[int, Entry]] = []
+    for entry in entries:
+        flat.append((0, entry))
+        flat.extend((1, child) for child in entry.children)
+    return flat
+
+
+@dataclass(frozen=True, slots=True)
+class EntryFilter:
+    """``--kind``/``--from``/``--to``/``--grep``: which entries to show.
+
+    An entry matches if one of its records is in the seq range and of a wanted kind, and its text
+    contains ``grep`` (case-insensitive). A group is kept, with only its matching children, if it or
+    any child matches.
+    """
+
+    kinds: frozenset[str] = frozenset()
+    from_seq: int | None = None
+    to_seq: int | None = None
+    grep: str | None = None
+
+    @property
+    def empty(self) -> bool:
+        """True when the filter lets everything through."""
+        return not self.kinds and self.from_seq is None and self.to_seq is None and not self.grep
+
+    def matches(self, entry: Entry) -> bool:
+        """Whether ``entry`` itself (children aside) matches."""
+        seqs = entry.seqs or [entry.seq]
+        low = self.from_seq if self.from_seq is not None else 0
+        high = self.to_seq if self.to_seq is not None else float("inf")
+        if not any(low <= s <= high for s in seqs):
+            return False
+        if self.kinds and not (self.kinds & entry.kinds or entry.kind in self.kinds):
+            return False
+        return not self.grep or self.grep.lower() in entry.search_text().lower()
+
+    def apply(self, entry: Entry) -> Entry | None:
+        """``entry`` as shown under this filter, or ``None``."""
+        if self.empty:
+            return entry
+        if not entry.children:
+            return entry if self.matches(entry) else None
+        children = [c for c in entry.children if self.matches(c)]
+        if not children and not self.matches(entry):
+            return None
+        kept = copy.copy(entry)
+        kept.children = children
+        return kept
+
+
+def full_llm_request(records: Iterable[Record], seq: int) -> dict[str, Any] | None:
+    """The complete request of the ``llm_request`` record at ``seq``, rebuilt from the deltas.
+
+    The loop records only the messages added since the previous request of the same invocation, and
+    ``system``/``tools`` only when they changed; ``step`` 0 starts a new invocation. Returns
+    ``{"model", "step", "system", "tools", "messages", "parameters"}``, or ``None`` if ``seq`` is not an
+    ``llm_request``.
+    """
+    messages: list[dict[str, Any]] = []
+    system: str | None = None
+    tools: list[dict[str, Any]] = []
+    for record in records:
+        if record.seq > seq:
+            break
+        if record.kind != RecordKind.LLM_REQUEST:
+            continue
+        data = record.data
+        if data.get("step") == 0:
+            messages, system, tools = [], None, []
+        messages = messages + list(data.get("messages") or [])
+        if "system" in data:
+            system = data["system"]
+        if "tools" in data:
+            tools = list(data["tools"])
+        if record.seq == seq:
+            return {"model": data.get("model"), "step": data.get("step"), "system": system, "tools": tools,
+                    "messages": copy.deepcopy(messages), "parameters": data.get("parameters")}  # fmt: skip
+    return None
