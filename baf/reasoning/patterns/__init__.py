@@ -1,0 +1,46 @@
+"""The reasoning pattern catalogue: ready-made strategies, usable on their own or as state bodies.
+
+Every pattern has ``async execute(llm, input, *, tools=None, session=None, **kw) -> ReasoningResult[T]``;
+see ``docs/reasoning_patterns.md`` for what each costs and when to use it. To run one as a state body
+(steps recorded in the session log and streamed), use ``baf.library.state.pattern_state``.
+"""
+
+from baf.reasoning.patterns.accounting import Budget, CallUsage, Meter, Price, PriceTable
+from baf.reasoning.patterns.base import BasePattern, ReasoningPattern
+from baf.reasoning.patterns.chain_of_thought import ChainOfThought
+from baf.reasoning.patterns.compaction import ContextCompactor
+from baf.reasoning.patterns.prompts import PromptTemplate
+from baf.reasoning.patterns.react import ReAct
+from baf.reasoning.patterns.registry import PatternRegistry, pattern_registry
+from baf.reasoning.patterns.result import ReasoningResult, StopReason, as_text
+from baf.reasoning.patterns.review import OutputReviewer
+from baf.reasoning.patterns.run import PatternRun
+from baf.reasoning.patterns.steps import LLMCallInfo, PatternObserver, PatternStep, PatternStepKind
+
+__all__ = [
+    "BasePattern",
+    "Budget",
+    "CallUsage",
+    "ChainOfThought",
+    "ContextCompactor",
+    "LLMCallInfo",
+    "Meter",
+    "OutputReviewer",
+    "PatternObserver",
+    "PatternRegistry",
+    "PatternRun",
+    "PatternStep",
+    "PatternStepKind",
+    "Price",
+    "PriceTable",
+    "PromptTemplate",
+    "ReAct",
+    "ReasoningPattern",
+    "ReasoningResult",
+    "StopReason",
+    "as_text",
+    "pattern_registry",
+]
+
+for _pattern in (ChainOfThought, ReAct):
+    pattern_registry.register(_pattern.default_name, _pattern)

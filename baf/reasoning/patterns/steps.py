@@ -1,0 +1,92 @@
+"""The steps a pattern run emits, and the observer that receives them.
+
+A pattern never writes to a session itself (``baf.reasoning`` does not know sessions); it reports each
+step, model call and tool result to a :class:`PatternObserver`. The session-aware observer in
+``baf.library.state.pattern_state`` turns them into log records and platform messages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from baf.llm.base import LLMResponse
+
+__all__ = ["LLMCallInfo", "PatternObserver", "PatternStep", "PatternStepKind"]
+
+
+class PatternStepKind:
+    """Kinds of :class:`PatternStep`.
+
+    The first five are the pattern catalogue's own; ``ANSWER`` reuses the reasoning state's ``llm_text``
+    kind (with ``final: True``) so a UI shows a pattern's answer exactly like a reasoning loop's.
+    """
+
+    THOUGHT = "thought"
+    ACTION = "action"
+    OBSERVATION = "observation"
+    REFLECTION = "reflection"
+    PLAN = "plan"
+    ANSWER = "llm_text"
+    COMPACTION = "compaction"
+
+
+@dataclass(frozen=True, slots=True)
+class PatternStep:
+    """One observable step: the same envelope as the reasoning state's ``ReasoningStep``.
+
+    ``step`` is the pattern's step counter when the step happened; ``details`` always carries
+    ``pattern`` (the pattern's name) and ``depth`` (0 for the outermost run).
+    """
+
+    kind: str
+    step: int
+    summary: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form, identical to ``ReasoningStep.to_dict``."""
+        return {"kind": self.kind, "step": self.step, "summary": self.summary, "details": self.details}
+
+
+@dataclass(frozen=True, slots=True)
+class LLMCallInfo:
+    """What a pattern is about to send to the model, as an observer sees it before the call."""
+
+    pattern: str
+    call: int
+    purpose: str
+    model: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    system: str | None
+    parameters: dict[str, Any] | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form used in ``llm_request`` records."""
+        data: dict[str, Any] = {
+            "pattern": self.pattern, "call": self.call, "purpose": self.purpose, "model": self.model,
+            "messages": self.messages, "tools": self.tools,
+        }  # fmt: skip
+        if self.system is not None:
+            data["system"] = self.system
+        if self.parameters:
+            data["parameters"] = self.parameters
+        return data
+
+
+@runtime_checkable
+class PatternObserver(Protocol):
+    """Receives everything a pattern run does, in order. All methods must be cheap and not raise."""
+
+    def on_step(self, step: PatternStep) -> None:
+        """A step happened."""
+
+    async def before_llm_call(self, call: LLMCallInfo) -> None:
+        """A model call is about to be made (a session observer records it and commits first)."""
+
+    def after_llm_call(self, call: LLMCallInfo, response: LLMResponse, latency_ms: float) -> None:
+        """The model answered."""
+
+    def on_tool_result(self, call_id: str, name: str, content: str, is_error: bool) -> None:
+        """A tool call finished (``content`` is what the model will read)."""
