@@ -1,0 +1,123 @@
+"""``baf replay`` and ``baf export`` on the golden log, through ``baf.cli.main``."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from baf.cli import main
+from baf.log import open_log
+from baf.log.record import Record
+from baf.replay.reading import follow
+
+from .helpers import GOLDEN_SESSION, copy_golden
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    assert main(list(argv)) == 0
+    return capsys.readouterr().out
+
+
+def test_replay_without_session_lists_sessions(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = run(capsys, "replay", str(copy_golden(tmp_path)))
+    assert GOLDEN_SESSION in out and "golden" in out and "farewell" in out
+
+
+def test_replay_shows_the_timeline(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = run(capsys, "replay", str(copy_golden(tmp_path)), GOLDEN_SESSION)
+    assert "reasoning" in out and "multiply(" in out and "Goodbye." in out
+
+
+def test_replay_pages(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = run(capsys, "replay", str(copy_golden(tmp_path)), GOLDEN_SESSION, "--limit", "3")
+    assert "--from" in out and "Goodbye." not in out
+
+
+def test_replay_filters(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = str(copy_golden(tmp_path))
+    out = run(capsys, "replay", db, GOLDEN_SESSION, "--kind", "error")
+    assert "tax service unavailable" in out and "Goodbye." not in out
+    out = run(capsys, "replay", db, GOLDEN_SESSION, "--grep", "goodbye")
+    assert "Goodbye." in out and "multiply" not in out
+    out = run(capsys, "replay", db, GOLDEN_SESSION, "--from", "55", "--to", "60")
+    assert "bye" in out and "welcome" not in out
+
+
+def test_replay_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = run(capsys, "replay", str(copy_golden(tmp_path)), GOLDEN_SESSION, "--json", "--kind", "tool_result")
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert len(lines) == 5 and {line["kind"] for line in lines} == {"tool_result"}
+
+
+def test_replay_at(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = run(capsys, "replay", str(copy_golden(tmp_path)), GOLDEN_SESSION, "--at", "4")
+    assert "state: welcome" in out and "visits = 1" in out and "Welcome!" in out
+    assert "reasoning_scratchpad" not in out
+
+
+def test_replay_at_beyond_the_end_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", str(copy_golden(tmp_path)), GOLDEN_SESSION, "--at", "999"]) == 2
+    assert "no record 999" in capsys.readouterr().err
+
+
+def test_replay_unknown_session(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["replay", str(copy_golden(tmp_path)), "nope"]) == 2
+    assert "nope" in capsys.readouterr().err
+
+
+def test_interactive_with_piped_commands(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    commands = "n\nn 3\np\njump 28\nopen\nexpand\nstate\nlist 1\nj 9999\nbogus\nh\nq\nn\n"
+    monkeypatch.setattr("sys.stdin", io.StringIO(commands))
+    out = run(capsys, "replay", str(copy_golden(tmp_path)), GOLDEN_SESSION, "--interactive")
+    assert "[2/" in out and "[5/" in out and "[4/" in out
+    assert "LLM request #28" in out and '"role": "system"' not in out  # system is a field, not a message
+    assert '"system":' in out and "Added tasks" in out  # the full request, rebuilt from deltas
+    assert "state: reasoning_state" in out
+    assert "no entry at or after #9999" in out and "unknown command 'bogus'" in out
+    assert "jump to the entry" in out.lower() or "j / jump" in out
+
+
+def test_export_jsonl_and_otel(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = str(copy_golden(tmp_path))
+    out = run(capsys, "export", db, GOLDEN_SESSION, "--format", "jsonl")
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert [line["seq"] for line in lines] == list(range(1, len(lines) + 1))
+    target = tmp_path / "trace.json"
+    run(capsys, "export", db, GOLDEN_SESSION, "--format", "otel", "-o", str(target))
+    document = json.loads(target.read_text())
+    assert document["resourceSpans"][0]["scopeSpans"][0]["spans"]
+
+
+async def test_follow_prints_records_as_they_land(tmp_path: Path) -> None:
+    path = tmp_path / "live.db"
+    console = Console(file=io.StringIO(), width=200)
+    polls = 0
+
+    def stop() -> bool:
+        nonlocal polls
+        polls += 1
+        return polls >= 4
+
+    async with open_log(f"sqlite:///{path}") as writer, open_log(f"sqlite:///{path}") as reader:
+        await writer.append([Record("live", 1, "message_received", {"event": {}, "text": "first"})])
+
+        async def write_more() -> None:
+            await asyncio.sleep(0.02)
+            await writer.append([
+                Record("live", 2, "reasoning_step", {"kind": "reasoning_started", "step": 0, "summary": "",
+                                                     "details": {"request": "first"}}),
+                Record("live", 3, "reply", {"text": "second"}),
+            ])  # fmt: skip
+
+        more = asyncio.ensure_future(write_more())
+        last = await follow(reader, "live", console, poll=0.02, stop=stop)
+        await more
+    out = console.file.getvalue()  # type: ignore[attr-defined]
+    assert last == 3 and "first" in out and "second" in out and "reasoning" in out

@@ -1,0 +1,104 @@
+"""The timeline model: grouping, filters and rebuilding full LLM requests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from baf.log.record import Record
+from baf.replay import EntryFilter, build_timeline, full_llm_request
+from baf.replay.timeline import EntryKind, TimelineBuilder, iter_timeline
+
+from .helpers import GOLDEN_SESSION, copy_golden, golden_maker, read_records_sync
+
+
+def _step(seq: int, kind: str, **details: object) -> Record:
+    return Record("s", seq, "reasoning_step", {"kind": kind, "step": 0, "summary": kind, "details": details}, ts=float(seq))
+
+
+async def test_full_llm_requests_match_what_the_model_received() -> None:
+    maker = golden_maker()
+    agent = maker.build_agent("memory://")
+    async with agent:
+        for text in maker.MESSAGES:
+            await agent.receive_message(GOLDEN_SESSION, text)
+        records = await agent.log.read(GOLDEN_SESSION)
+    sent = [r for r in records if r.kind == "llm_request"]
+    rebuilt = [full_llm_request(records, r.seq) for r in sent]
+    model = _scripted(agent)
+    assert len(rebuilt) == len(model.requests) == 6
+    for request, received in zip(rebuilt, model.requests, strict=True):
+        assert request is not None
+        assert request["messages"] == received.messages
+        assert request["system"] == received.system_message
+        assert request["tools"] == received.tools
+    assert full_llm_request(records, 1) is None  # not an llm_request
+
+
+def _scripted(agent: object) -> object:
+    """The ScriptedLLM inside the golden agent's reasoning body (held by the body's closure)."""
+    from baf.testing.llms import ScriptedLLM
+
+    state = agent.get_state("reasoning_state")  # type: ignore[attr-defined]
+    for cell in state.body.__closure__ or ():
+        config = cell.cell_contents
+        if hasattr(config, "llm") and isinstance(config.llm, ScriptedLLM):
+            return config.llm
+    raise AssertionError("no ScriptedLLM found")
+
+
+def test_a_reasoning_loop_cut_by_a_crash_is_an_open_group() -> None:
+    records = [
+        _step(1, "reasoning_started", request="q"),
+        Record("s", 2, "llm_request", {"step": 0, "model": "m", "messages": []}, ts=2.0),
+    ]
+    entries = build_timeline(records)
+    assert len(entries) == 1 and entries[0].status == "open"
+    assert entries[0].children[0].kind == EntryKind.LLM_CALL and entries[0].children[0].status == "open"
+
+
+def test_a_new_invocation_closes_one_left_open() -> None:
+    records = [_step(1, "reasoning_started", request="a"), _step(2, "reasoning_started", request="b"),
+               _step(3, "reasoning_finished", outcome="answered", steps=1)]  # fmt: skip
+    entries = build_timeline(records)
+    assert [(e.title, e.status) for e in entries] == [("a", "open"), ("b", "ok")]
+
+
+def test_unknown_kinds_and_interrupted_steps_are_shown() -> None:
+    records = [Record("s", 1, "my_kind", {"x": 1}, ts=1.0),
+               Record("s", 2, "step_started", {"event_seq": None}, ts=2.0),
+               Record("s", 3, "step_finished", {"event_seq": 7, "interrupted": True}, ts=3.0)]  # fmt: skip
+    entries = build_timeline(records)
+    assert [(e.kind, e.seq) for e in entries] == [(EntryKind.RECORD, 1), (EntryKind.ENGINE, 3)]
+    assert len(build_timeline(records, include_engine=True)) == 3
+
+
+def test_builder_yields_entries_as_they_complete() -> None:
+    builder = TimelineBuilder()
+    assert builder.feed(_step(1, "reasoning_started", request="q")) == []
+    assert builder.open_group is not None
+    done = builder.feed(_step(2, "reasoning_finished", outcome="answered", steps=1))
+    assert [e.kind for e in done] == [EntryKind.REASONING]
+    assert builder.finish() == []
+
+
+def test_filters(tmp_path: Path) -> None:
+    records = read_records_sync(copy_golden(tmp_path))
+    entries = list(iter_timeline(records))
+
+    def shown(f: EntryFilter) -> list[tuple[str, int]]:
+        out = []
+        for entry in entries:
+            kept = f.apply(entry)
+            if kept is not None:
+                out.append((kept.kind, kept.seq))
+                out += [(c.kind, c.seq) for c in kept.children]
+        return out
+
+    tools_only = shown(EntryFilter(kinds=frozenset({"tool_result"})))
+    assert {k for k, _ in tools_only} == {EntryKind.REASONING, EntryKind.TOOL_CALL}
+    assert len([k for k, _ in tools_only if k == EntryKind.TOOL_CALL]) == 5
+    grep = shown(EntryFilter(grep="TAX SERVICE"))
+    assert (EntryKind.ERROR, next(r.seq for r in records if r.kind == "error")) in grep
+    window = shown(EntryFilter(from_seq=55, to_seq=58))
+    assert all(55 <= seq <= 58 for _, seq in window) and window
+    assert shown(EntryFilter()) == shown(EntryFilter(from_seq=None))
