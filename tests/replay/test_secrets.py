@@ -1,0 +1,140 @@
+"""Canary secrets never reach the log files, ``baf replay`` output or an export.
+
+Plants an API key (given to ``LLMOpenAI`` as ``api_key=``), another in ``OPENAI_API_KEY``, and a value the
+user marks secret, then runs a real session on SQLite in which the user types the secret, tools return
+all three, the model repeats them and a tool error carries one in its message and traceback.
+
+The write-time hooks live in ``baf.core`` (``Agent.mark_secret``, ``SessionWriter.record``) and
+``LLMOpenAI`` (``register_secret``). Where they are not wired yet, :func:`wire_hooks` does exactly what
+they do, so this test pins the behaviour either way; once they are, it exercises the real ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from baf import Agent
+from baf.cli import main
+from baf.core.writer import SessionWriter
+from baf.library.state.reasoning_state_library import new_reasoning_state
+from baf.llm.openai_llm import LLMOpenAI
+from baf.log.redaction import REDACTED, Redactor, register_secret, registered_secrets
+from baf.testing.llms import ScriptedLLM
+
+CANARY_KEY = "sk-canary-llm-7f3a9c2e11d0"
+CANARY_ENV = "sk-canary-env-b81d44e0aa93"
+USER_SECRET = "hunter2-canary-5d9e61"
+CANARIES = (CANARY_KEY, CANARY_ENV, USER_SECRET)
+SESSION = "secret-session"
+
+
+def wire_hooks(monkeypatch: pytest.MonkeyPatch, agent: Agent, llm_key: str) -> None:
+    """Mark the user's secret; stand in for the baf.core / LLMOpenAI hooks if they are not there yet."""
+    if llm_key not in registered_secrets():
+        register_secret(llm_key)  # what LLMOpenAI.__init__ will do with the key it resolved
+    if hasattr(agent, "mark_secret"):
+        agent.mark_secret(USER_SECRET)
+        return
+    # What Agent.__init__ (``self.redactor = Redactor.from_environment()``), Agent.mark_secret and the
+    # one line in SessionWriter.record (``data = self.redactor.redact(data)``) will do.
+    redactor = Redactor.from_environment()
+    redactor.add(USER_SECRET)
+    original = SessionWriter.record
+
+    def record(self: SessionWriter, kind: str, data: dict[str, Any]) -> Any:
+        return original(self, kind, redactor.redact(data))
+
+    monkeypatch.setattr(SessionWriter, "record", record)
+
+
+def build(db: Path) -> tuple[Agent, ScriptedLLM, LLMOpenAI]:
+    agent = Agent("keeper", log=f"sqlite:///{db}")
+    # Constructed as a user would, with the key in code: it must be redacted although never used here.
+    openai_llm = LLMOpenAI("gpt-canary", api_key=CANARY_KEY)
+    model = ScriptedLLM([
+        ScriptedLLM.tool_call("read_config", {}),
+        ScriptedLLM.tool_call("check", {"password": USER_SECRET}),
+        f"Your password is {USER_SECRET}; keys {CANARY_KEY} and {CANARY_ENV}.",
+    ])  # fmt: skip
+
+    @agent.tool
+    def read_config() -> str:
+        """The service configuration."""
+        return f"password={USER_SECRET} env_key={os.environ['OPENAI_API_KEY']} llm_key={CANARY_KEY}"
+
+    @agent.tool
+    def check(password: str) -> str:
+        """Check a password."""
+        raise PermissionError(f"password {password} rejected for key {CANARY_KEY}")
+
+    state = new_reasoning_state(agent, model, enable_task_planning=False)
+    state.when_event().go_to(state)
+    return agent, model, openai_llm
+
+
+def assert_clean(where: str, data: bytes | str) -> None:
+    blob = data.encode("utf-8") if isinstance(data, str) else data
+    for canary in CANARIES:
+        assert canary.encode() not in blob, f"{canary!r} found in {where}"
+
+
+def db_files(db: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in db.parent.glob(db.name + "*")}
+
+
+def test_canaries_never_reach_files_output_or_exports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", CANARY_ENV)
+    db = tmp_path / "secrets.db"
+    agent, model, _ = build(db)
+    wire_hooks(monkeypatch, agent, CANARY_KEY)
+
+    async def run_session() -> None:
+        async with agent:
+            await agent.receive_message(SESSION, f"my password is {USER_SECRET}")
+            await agent.wait_idle()
+            files = db_files(db)
+            assert any(name.endswith("-wal") for name in files)  # checked while the WAL holds the records
+            for name, content in files.items():
+                assert_clean(name, content)
+
+    asyncio.run(run_session())
+    for name, content in db_files(db).items():
+        assert_clean(name, content)
+
+    # The secrets did flow through the session (the model saw them in memory) ...
+    assert USER_SECRET in str(model.requests[0].messages) and CANARY_KEY in str(model.requests[-1].messages)
+    # ... and the log holds the marker in their place.
+    assert REDACTED.encode() in b"".join(db_files(db).values())
+
+    outputs: dict[str, str] = {}
+    for label, argv in {
+        "timeline": ["replay", str(db), SESSION, "--expand", "--limit", "0"],
+        "json": ["replay", str(db), SESSION, "--json"],
+        "at": ["replay", str(db), SESSION, "--at", "999999"],
+        "sessions": ["replay", str(db)],
+    }.items():
+        main(argv)
+        captured = capsys.readouterr()
+        outputs[label] = captured.out + captured.err
+    llm_requests = [n for n, line in enumerate(outputs["json"].splitlines(), 1) if '"llm_request"' in line]
+    assert llm_requests
+    monkeypatch.setattr("sys.stdin", io.StringIO("".join(f"j {n}\nopen\nexpand\nstate\n" for n in llm_requests)))
+    main(["replay", str(db), SESSION, "--interactive"])
+    outputs["interactive"] = capsys.readouterr().out
+    for fmt in ("jsonl", "otel"):
+        target = tmp_path / f"export.{fmt}"
+        assert main(["export", str(db), SESSION, "--format", fmt, "-o", str(target)]) == 0
+        outputs[fmt] = target.read_text()
+    for label, text in outputs.items():
+        assert text.strip(), label
+        assert_clean(label, text)
+    assert REDACTED in outputs["timeline"] and REDACTED in outputs["otel"]
+    assert "LLM request #" in outputs["interactive"]
