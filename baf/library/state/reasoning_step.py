@@ -25,6 +25,12 @@ class ReasoningStepKind:
     TASK_SKIPPED = "task_skipped"
     PUSHBACK = "pushback"
     MAX_STEPS = "max_steps"
+    # Written by the reasoning patterns (baf.reasoning.patterns), alongside LLM_TEXT for their answers.
+    THOUGHT = "thought"
+    ACTION = "action"
+    OBSERVATION = "observation"
+    REFLECTION = "reflection"
+    PLAN = "plan"
 
 
 @dataclass(frozen=True, slots=True)
