@@ -73,7 +73,13 @@ async def replay(log: SessionLog, options: ReplayOptions, console: Console, labe
         except KeyboardInterrupt:  # pragma: no cover - interactive only
             pass
         return 0
-    records = await read_session(log, options.session, redactor)
+    records = await read_session(log, options.session)
+    if options.limit and not (options.at is not None or options.json or options.interactive):
+        # The paged view redacts only the records it reaches: the first screen of a long session
+        # must not cost a pass over all of it.
+        return _page(console, records, options, redactor)
+    if redactor.active:
+        records = [redactor.redact_record(r) for r in records]
     if options.at is not None:
         render_snapshot(console, state_at(options.session, records, options.at), options.width)
         return 0
@@ -88,11 +94,18 @@ async def replay(log: SessionLog, options: ReplayOptions, console: Console, labe
         entries = _filtered(iter_timeline(records, include_engine), options.entry_filter)
         run_interactive(records, list(entries), options.stdin, console, redactor, options.width)
         return 0
+    return _page(console, records, options, Redactor())  # --limit 0: already redacted above
+
+
+def _page(console: Console, records: list[Record], options: ReplayOptions, redactor: Redactor) -> int:
+    """Print one page (``--limit`` entries) of the timeline; entries are built lazily, so a long
+    session costs one screen, not the whole timeline."""
+    include_engine = bool(options.kinds & ENGINE_KINDS)
+    redacted = (redactor.redact_record(r) for r in records) if redactor.active else iter(records)
     shown = 0
     more = False
     page: list[Entry] = []
-    # Entries are built lazily: a long session costs one screen, not the whole timeline.
-    for entry in _filtered(iter_timeline(records, include_engine), options.entry_filter):
+    for entry in _filtered(iter_timeline(redacted, include_engine), options.entry_filter):
         if options.limit and shown >= options.limit:
             more = True
             break

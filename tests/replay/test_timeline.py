@@ -12,7 +12,8 @@ from .helpers import GOLDEN_SESSION, copy_golden, golden_maker, read_records_syn
 
 
 def _step(seq: int, kind: str, **details: object) -> Record:
-    return Record("s", seq, "reasoning_step", {"kind": kind, "step": 0, "summary": kind, "details": details}, ts=float(seq))
+    data = {"kind": kind, "step": 0, "summary": kind, "details": details}
+    return Record("s", seq, "reasoning_step", data, ts=float(seq))
 
 
 async def test_full_llm_requests_match_what_the_model_received() -> None:
