@@ -56,7 +56,10 @@ class EntryKind:
 
 
 #: Records of the engine's bookkeeping, left out of the timeline unless asked for by kind.
-ENGINE_KINDS = frozenset({RecordKind.STEP_STARTED, RecordKind.STEP_FINISHED})
+ENGINE_KINDS = frozenset({RecordKind.STEP_STARTED, RecordKind.STEP_FINISHED, "step_resumed"})
+
+# Written by crash resume (items 3-5 of issue 4); spelled out so this module does not depend on it.
+_STEP_RESUMED = "step_resumed"
 
 # Reasoning steps that repeat what an LLM-call or tool-call entry already shows.
 _FOLDED_STEPS = frozenset({ReasoningStepKind.LLM_TOOL_CALLS, ReasoningStepKind.TOOL_RESULT})
@@ -166,12 +169,14 @@ class TimelineBuilder:
         return self._place(_entry(EntryKind.MESSAGE, record, str(text)))
 
     def _engine(self, record: Record) -> list[Entry]:
-        interrupted = bool(record.data.get("interrupted"))
+        # A crash-interrupted step, or one a restart resumed, is worth seeing; routine steps are not.
+        interrupted = bool(record.data.get("interrupted")) or record.kind == _STEP_RESUMED
         if not (self.include_engine or interrupted):
             return []
         title = record.kind.replace("_", " ") + f" (event #{record.data.get('event_seq')})"
-        entry = _entry(EntryKind.ENGINE, record, title + (" — interrupted by a crash" if interrupted else ""))
-        if interrupted:
+        crashed = bool(record.data.get("interrupted"))
+        entry = _entry(EntryKind.ENGINE, record, title + (" — interrupted by a crash" if crashed else ""))
+        if crashed:
             entry.status = "error"
         return self._place(entry)
 
@@ -305,6 +310,7 @@ _DISPATCH = {
     RecordKind.MESSAGE_RECEIVED: TimelineBuilder._message,
     RecordKind.STEP_STARTED: TimelineBuilder._engine,
     RecordKind.STEP_FINISHED: TimelineBuilder._engine,
+    _STEP_RESUMED: TimelineBuilder._engine,
     RecordKind.TRANSITION: TimelineBuilder._transition,
     RecordKind.VARIABLE_SET: TimelineBuilder._variable,
     RecordKind.VARIABLE_DELETED: TimelineBuilder._variable,
