@@ -2,6 +2,13 @@
 
 Read :func:`run_step` top to bottom: it is the whole runtime semantics. The inbound event was already
 recorded (``message_received``) and committed before the step was queued.
+
+**Resuming a step.** A crash can leave a step open (``step_started`` without ``step_finished``). If the
+body that was running has a ``resume`` attribute, ``async def resume(session, records)``, the restarted
+runtime continues the step (:func:`find_resumption`): it records ``step_resumed`` and calls
+``resume`` with the records that body had written, instead of the body; automatic transitions,
+``step_finished`` and the commit follow as usual. Any other open step is closed as interrupted, since
+its body may already have acted outside baf. The reasoning body is resumable.
 """
 
 from __future__ import annotations
@@ -12,19 +19,21 @@ import functools
 import inspect
 import logging
 import time
+from collections.abc import Sequence
 from concurrent.futures import Executor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from baf.core.events import Event, ReceiveJSONEvent, ReceiveTextEvent
+from baf.core.events import Event, ReceiveJSONEvent, ReceiveTextEvent, event_from_data
 from baf.core.hooks import StepHooks
-from baf.log.record import RecordKind
+from baf.log.record import Record, RecordKind
 
 if TYPE_CHECKING:
     from baf.core.session import Session
     from baf.core.state import Body, State
     from baf.core.transition import Transition
 
-__all__ = ["MAX_AUTOMATIC_TRANSITIONS", "run_step"]
+__all__ = ["MAX_AUTOMATIC_TRANSITIONS", "Resumption", "find_resumption", "run_step"]
 
 logger = logging.getLogger("baf.engine")
 
@@ -43,20 +52,25 @@ async def run_step(
     hooks: StepHooks,
     executor: Executor,
     enter_current: bool = False,
+    resume: Resumption | None = None,
 ) -> None:
     """Handle one event: pick a transition, run bodies, follow automatic transitions, commit, deliver.
 
     ``event`` is ``None`` when the session moves without one: at its start (``enter_current`` runs the
     initial state's body) or after a variable changed outside a step (only automatic transitions).
+    ``resume`` continues a step a crash interrupted instead of starting one (see the module docstring).
     """
     started = time.perf_counter()
     session.event = event
     session.event_seq = event_seq
     session._in_step = True
-    session.record(RecordKind.STEP_STARTED, {"event_seq": event_seq})
-    await hooks.before_step(session, event)
+    interrupted = False
     try:
-        if enter_current:
+        session.record(RecordKind.STEP_RESUMED if resume else RecordKind.STEP_STARTED, {"event_seq": event_seq})
+        await hooks.before_step(session, event)
+        if resume is not None:
+            await _run_body(session, resume.state, resume.body, resume.role, executor)
+        elif enter_current:
             state = session.current_state
             await _run_body(session, state, state.body, "body", executor)
         elif event is not None:
@@ -79,11 +93,61 @@ async def run_step(
                 RuntimeError(f"more than {MAX_AUTOMATIC_TRANSITIONS} automatic transitions in one step"),
                 state=session.projection.current_state,
             )
+    except asyncio.CancelledError as exc:
+        # The agent is stopping past its grace period: say so in the log, as a crash would.
+        interrupted = True
+        session.record_error("runtime", exc, event_seq=event_seq, reason="the agent stopped during this step")
+        raise
     finally:
         session._in_step = False
-        session.record(RecordKind.STEP_FINISHED, {"event_seq": event_seq})
+        finished: dict[str, object] = {"event_seq": event_seq}
+        if interrupted:
+            finished["interrupted"] = True
+        session.record(RecordKind.STEP_FINISHED, finished)
         await session.commit()
         await hooks.after_step(session, event, time.perf_counter() - started)
+        if session.has_unflushed_records:  # an after_step hook recorded an error
+            await session.flush()
+
+
+@dataclass(frozen=True, slots=True)
+class Resumption:
+    """An open step the engine can continue: its event, and the resumable body that was running."""
+
+    event: Event | None
+    event_seq: int | None
+    state: State
+    role: str
+    body: Body  # the body's ``resume`` bound to the records it had written
+
+
+def find_resumption(session: Session, records: Sequence[Record]) -> Resumption | None:
+    """The open step of ``records`` (a session's log) if its running body is resumable, else ``None``.
+
+    The running body is the destination body of the step's last transition; with no transition, the
+    fallback body (a message matched nothing) or, in the session's first step, the initial body.
+    """
+    steps = [i for i, r in enumerate(records) if r.kind == RecordKind.STEP_STARTED]
+    if not steps or any(r.kind == RecordKind.STEP_FINISHED for r in records[steps[-1] :]):
+        return None
+    start = steps[-1]
+    event_seq = records[start].data.get("event_seq")
+    received = next((r for r in records if r.seq == event_seq and r.kind == RecordKind.MESSAGE_RECEIVED), None)
+    event = event_from_data(session.id, received.data["event"]) if received is not None else None
+    state = session.current_state
+    moves = [i for i in range(start, len(records)) if records[i].kind == RecordKind.TRANSITION]
+    if moves:
+        role, body, written = "body", state.body, records[moves[-1] + 1 :]
+    elif isinstance(event, ReceiveTextEvent | ReceiveJSONEvent):
+        role, body, written = "fallback", state.fallback_body, records[start + 1 :]
+    elif event is None and len(steps) == 1:
+        role, body, written = "body", state.body, records[start + 1 :]
+    else:
+        return None
+    resume = getattr(body, "resume", None)
+    if resume is None:
+        return None
+    return Resumption(event, event_seq, state, role, functools.partial(resume, records=list(written)))
 
 
 async def _fire(session: Session, trigger: str) -> Transition | None:
@@ -108,6 +172,9 @@ async def _take(session: Session, transition: Transition, hooks: StepHooks, exec
 async def _run_body(session: Session, state: State, body: Body, role: str, executor: Executor | None) -> None:
     """Run a body, sync ones in a worker thread so a slow one cannot stall other sessions.
     An exception is recorded as an ``error`` and contained: the session goes on."""
+    # Write ahead: the inbound message, the step start and the transition are durable before the body
+    # can act. A LogError here propagates: the body must not run on an unrecorded event.
+    await session.flush()
     try:
         if inspect.iscoroutinefunction(body):
             await body(session)

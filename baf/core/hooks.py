@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import inspect
+import logging
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -11,6 +14,8 @@ if TYPE_CHECKING:
     from baf.core.transition import Transition
 
 __all__ = ["HookChain", "StepHooks"]
+
+logger = logging.getLogger("baf.hooks")
 
 
 class StepHooks:
@@ -39,24 +44,23 @@ class HookChain(StepHooks):
 
     async def before_step(self, session: Session, event: Event | None) -> None:
         for hook in self.hooks:
-            await _guard(session, hook.before_step(session, event))
+            await _guard(session, functools.partial(hook.before_step, session, event))
 
     async def after_transition(self, session: Session, transition: Transition) -> None:
         for hook in self.hooks:
-            await _guard(session, hook.after_transition(session, transition))
+            await _guard(session, functools.partial(hook.after_transition, session, transition))
 
     async def after_step(self, session: Session, event: Event | None, seconds: float) -> None:
         for hook in self.hooks:
-            await _guard(session, hook.after_step(session, event, seconds))
+            await _guard(session, functools.partial(hook.after_step, session, event, seconds))
 
 
-async def _guard(session: Session, call: object) -> None:
-    import logging
-    from collections.abc import Awaitable
-
+async def _guard(session: Session, call: Callable[[], object]) -> None:
+    """Run one hook method, sync or async; a failure is logged and recorded, never raised."""
     try:
-        if isinstance(call, Awaitable):
-            await call
+        result = call()
+        if inspect.isawaitable(result):
+            await result
     except Exception as exc:
-        logging.getLogger("baf.hooks").exception("session %s: a step hook raised", session.id)
+        logger.exception("session %s: a step hook raised", session.id)
         session.record_error("hook", exc)

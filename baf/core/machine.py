@@ -45,45 +45,44 @@ def compile_machine(states: list[State], initial: State) -> AsyncMachine:
     for state in states:
         for transition in state.transitions:
             trigger = CHECK_TRIGGER if transition.is_automatic else EVENT_TRIGGER
-            conditions: list[Callable[[Session], Coroutine[Any, Any, bool]]] = []
-            if transition.event is not None:
-                conditions.append(_event_matches(transition))
-            conditions.extend(_guarded(c) for c in transition.conditions)
             machine.add_transition(
                 trigger,
                 source=state.name,
                 dest=transition.dest.name,
-                conditions=conditions,
+                conditions=[_all_conditions(transition)],
                 before=[_remember(transition)],
             )
     return machine
 
 
-def _event_matches(transition: Transition) -> Callable[[Session], Coroutine[Any, Any, bool]]:
-    assert transition.event is not None
+def _all_conditions(transition: Transition) -> Callable[[Session], Coroutine[Any, Any, bool]]:
+    """One condition for the machine: the event type first, then the user's conditions in order,
+    stopping at the first false. (The machine would run separate conditions all at once.)"""
     pattern = transition.event
-
-    async def matches(session: Session) -> bool:
-        return session.event is not None and session.event.matches(pattern)
-
-    return matches
-
-
-def _guarded(condition: Condition) -> Callable[[Session], Coroutine[Any, Any, bool]]:
-    """A user condition that raises is recorded and counts as false, so the machine goes on."""
+    conditions = transition.conditions
 
     async def check(session: Session) -> bool:
-        try:
-            result: Any = condition(session)
-            if inspect.isawaitable(result):
-                result = await result
-            return bool(result)
-        except Exception as exc:
-            logger.exception("session %s: transition condition %r raised", session.id, condition)
-            session.record_error("condition", exc, condition=getattr(condition, "__name__", repr(condition)))
+        if pattern is not None and (session.event is None or not session.event.matches(pattern)):
             return False
+        for condition in conditions:
+            if not await _holds(session, condition):
+                return False
+        return True
 
     return check
+
+
+async def _holds(session: Session, condition: Condition) -> bool:
+    """A user condition that raises is recorded and counts as false, so the machine goes on."""
+    try:
+        result: Any = condition(session)
+        if inspect.isawaitable(result):
+            result = await result
+        return bool(result)
+    except Exception as exc:
+        logger.exception("session %s: transition condition %r raised", session.id, condition)
+        session.record_error("condition", exc, condition=getattr(condition, "__name__", repr(condition)))
+        return False
 
 
 def _remember(transition: Transition) -> Callable[[Session], None]:

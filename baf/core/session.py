@@ -8,6 +8,7 @@ import copy
 import json
 import logging
 import threading
+import traceback
 from collections import deque
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -160,8 +161,7 @@ class Session:
     def reply(self, message: str) -> Delivery:
         """Send ``message`` to the user. The reply is recorded and made durable before it is sent."""
         text = str(message)
-        self._writer.record(RecordKind.REPLY, {"text": text})
-        return self.after_commit(self._deliver_reply(text))
+        return self._rich_reply({"text": text}, "reply", text)
 
     def reply_markdown(self, markdown: str) -> Delivery:
         """Send Markdown to be rendered (platforms without rich text get it as a plain reply)."""
@@ -194,12 +194,6 @@ class Session:
 
         return self.after_commit(deliver)
 
-    def _deliver_reply(self, text: str) -> Callable[[], Awaitable[None]]:
-        async def deliver() -> None:
-            if self.platform is not None:
-                await self.platform.reply(self, text)
-
-        return deliver
 
     # -- records and commits (used by the engine and the library) -------------------------------
 
@@ -249,10 +243,13 @@ class Session:
         """Make all records durable without running pending sends."""
         await self._writer.flush()
 
+    @property
+    def has_unflushed_records(self) -> bool:
+        """Whether records are waiting for the next flush."""
+        return self._writer.has_pending
+
     def record_error(self, source: str, exc: BaseException, **details: Any) -> Record:
         """Record an ``error`` caused by user code (``source``: body, tool, platform, condition ...)."""
-        import traceback
-
         data: dict[str, Any] = {
             "source": source,
             "type": type(exc).__name__,

@@ -7,6 +7,7 @@ import threading
 import time
 from typing import Any
 
+from baf.errors import LogError
 from baf.log.projection import SessionProjection
 from baf.log.record import Record
 from baf.log.store import SessionLog
@@ -58,4 +59,15 @@ class SessionWriter:
     async def _append_after(self, previous: asyncio.Future[None] | None, batch: list[Record]) -> None:
         if previous is not None:
             await previous  # re-raises if an earlier append failed: never leave a gap behind it
-        await self.log.append(batch)
+        try:
+            await self.log.append(batch)
+        except LogError:
+            raise
+        except Exception as exc:
+            # Whatever the store raised (unencodable data, a locked file), the log now lags this
+            # session's projection: report it as a log failure so the runtime drops the session.
+            first = batch[0]
+            raise LogError(
+                f"session {first.session_id!r}: appending seq {first.seq}..{batch[-1].seq} failed: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc

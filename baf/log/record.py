@@ -24,6 +24,8 @@ class RecordKind:
     ERROR = "error"
     STEP_STARTED = "step_started"
     STEP_FINISHED = "step_finished"
+    #: A restart continues an interrupted step (its body is resumable): the step's records go on after it.
+    STEP_RESUMED = "step_resumed"
     # Written by the reasoning loop.
     LLM_REQUEST = "llm_request"
     LLM_RESPONSE = "llm_response"

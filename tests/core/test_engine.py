@@ -10,7 +10,7 @@ import pytest
 
 from baf import Agent, ReceiveFileEvent, ReceiveJSONEvent, ReceiveTextEvent, Session, StepHooks
 from baf.core.state import DEFAULT_FALLBACK_MESSAGE
-from baf.errors import ConfigurationError, SessionVariableError
+from baf.errors import ConfigurationError, LogError, SessionVariableError
 from baf.log import open_log
 from baf.testing import RecordingPlatform
 
@@ -347,8 +347,58 @@ async def test_records_written_ahead_of_effects(db_url: str) -> None:
     state.when_event().go_to(state)
     async with agent:
         await agent.receive_message("s", "hello", Checking())
-    assert observed["body"][-1] == "message_received"
+    assert "message_received" in observed["body"]
+    assert observed["body"][-2:] == ["step_started", "transition"]
     assert observed["reply"][-2:] == ["variable_set", "reply"]
+
+
+async def test_no_body_runs_before_its_message_is_durable(platform: RecordingPlatform) -> None:
+    """A store that holds appends until released: the body must wait for the message's record."""
+    from baf.log import MemoryLog
+    from baf.log.record import Record
+
+    class GatedLog(MemoryLog):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate = asyncio.Event()
+            self.gate.set()
+
+        async def append(self, records: Any) -> None:
+            await self.gate.wait()
+            await super().append(records)
+
+    class RefusingLog(MemoryLog):
+        async def append(self, records: list[Record]) -> None:
+            if any(r.kind == "message_received" and r.data["text"] == "refused" for r in records):
+                raise OSError("disk full")
+            await super().append(records)
+
+    ran: list[str] = []
+    for log in (GatedLog(), RefusingLog()):
+        agent = Agent("a", log=log)
+        state = agent.new_state("s", initial=True)
+        state.set_body(lambda s: ran.append(s.event.text) if s.event else None)
+        state.when_event().go_to(state)
+        async with agent:
+            await agent.get_or_create_session("s", platform)
+            await agent.wait_idle("s")
+            if isinstance(log, GatedLog):
+                log.gate.clear()
+                pending = asyncio.ensure_future(agent.receive_message("s", "held", platform))
+                await asyncio.sleep(0.05)
+                assert ran == [] and not pending.done()
+                log.gate.set()
+                await pending
+                assert ran == ["held"]
+            else:
+                with pytest.raises(LogError, match="disk full"):
+                    await agent.receive_message("s", "refused", platform)
+                assert ran == ["held"]  # the unrecorded message ran no body
+                # The session is reloaded from what the log really holds, and goes on.
+                await agent.receive_message("s", "after", platform)
+                assert ran == ["held", "after"]
+                texts = [r.data["text"] for r in await log.read("s") if r.kind == "message_received"]
+                assert texts == ["after"]
 
 
 async def test_receive_event_returns_once_durable(db_url: str) -> None:

@@ -63,8 +63,16 @@ def rebuild_requests(records: list[Record]) -> list[LLMRequest]:
 
 
 def trail(records: list[Record]) -> list[str]:
-    """Record kinds, with reasoning steps spelled ``step:<kind>``: the order of the loop in one list."""
-    return [f"step:{r.data['kind']}" if r.kind == "reasoning_step" else r.kind for r in records]
+    """Record kinds, with reasoning steps spelled ``step:<kind>``: the order of the loop in one list.
+
+    The session-start step's bookkeeping (``event_seq`` None) is left out: the first message can be
+    recorded while that step is still finishing, so where its records land is not the loop's order.
+    """
+    return [
+        f"step:{r.data['kind']}" if r.kind == "reasoning_step" else r.kind
+        for r in records
+        if not (r.kind in ("step_started", "step_finished") and r.data.get("event_seq") is None)
+    ]
 
 
 def normalized_events(platform: RecordingPlatform, session_id: str) -> list[tuple[Any, ...]]:
