@@ -7,6 +7,12 @@ Every turn is recorded before it is acted on (``llm_request``, ``llm_response``,
 ``reasoning_step``, ``task_list`` records) and every step streams to the platform after it is durable.
 
 ``_run_reasoning_loop`` is the loop, top to bottom; :class:`_ReasoningRun` holds the helpers it calls.
+
+The body is resumable (``reasoning_body(...).resume``, see ``baf.core.engine``): after a crash, an
+invocation that was in flight is rebuilt from its records by :meth:`_ReasoningRun.resume_from` and continues
+from its last commit point. Model responses and tool results go through an optional
+:class:`~baf.reasoning.effects.EffectSource`, which is how a resume reuses a recorded response and how a
+deterministic re-run (``baf.replay.rerun``) serves everything from the log.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +35,15 @@ from baf.library.state.reasoning_prompt import (
 from baf.library.state.reasoning_step import ReasoningStep, ReasoningStepKind
 from baf.library.state.tasks import Task, TaskList
 from baf.llm.base import LLM, LLMResponse, ToolCall
-from baf.log.record import RecordKind
+from baf.log.record import Record, RecordKind
+from baf.reasoning.effects import (
+    EffectSource,
+    FullRequest,
+    RecordedToolResult,
+    ReplayGuardError,
+    current_effect_source,
+    rebuild_requests,
+)
 from baf.reasoning.tool import Tool
 from baf.reasoning.workspace import workspace_tools
 
@@ -61,6 +75,10 @@ DEFAULT_FALLBACK_MESSAGE = (
     "I could not finish within my step budget. Please try rephrasing the question or narrowing it down."
 )
 SCRATCHPAD_KEY = "reasoning_scratchpad"
+INTERRUPTED_TOOL_MESSAGE = (
+    "Error: this call was interrupted by a restart of the agent before its result was recorded. It may or "
+    "may not have taken effect; check before calling it again."
+)
 _PAYLOAD_LIMIT = 4000
 
 
@@ -134,7 +152,16 @@ def reasoning_body(
             return  # entered without a user message (e.g. at session start): nothing to answer
         await _run_reasoning_loop(_ReasoningRun(session, config, request))
 
+    async def resume(session: Session, records: Sequence[Record]) -> None:
+        """Continue the invocation a crash interrupted; ``records`` are those this body had written."""
+        run = _ReasoningRun.resume_from(session, config, records)
+        if run is None:
+            await reasoning(session)  # nothing of it was durable: run it from the start
+        elif not run.finished:
+            await _run_reasoning_loop(run)
+
     reasoning.__name__ = "reasoning_body"
+    reasoning.resume = resume  # type: ignore[attr-defined]  # the engine's resume hook
     return reasoning
 
 
@@ -166,12 +193,14 @@ def new_reasoning_state(
 
 
 async def _run_reasoning_loop(run: _ReasoningRun) -> None:
-    """Plan → act → observe until an answer is accepted, the model fails, or the step budget runs out."""
-    run.emit(ReasoningStepKind.REASONING_STARTED, 0, f"reasoning about: {_summary(run.request, 80)}",
-             {"request": run.request, "planning": run.task_list is not None})  # fmt: skip
-    step, outcome = 0, "error"
+    """Plan → act → observe until an answer is accepted, the model fails, or the step budget runs out.
+    A resumed run starts at its first step without a recorded response (see :meth:`_ReasoningRun.resume_from`)."""
+    if not run.resumed:
+        run.emit(ReasoningStepKind.REASONING_STARTED, 0, f"reasoning about: {_summary(run.request, 80)}",
+                 {"request": run.request, "planning": run.task_list is not None})  # fmt: skip
+    step, outcome = run.first_step, "error"
     try:
-        for step in range(run.config.max_steps):
+        for step in range(run.first_step, run.config.max_steps):
             response = await run.call_llm(step)
             if response is None:
                 outcome = "llm_error"
@@ -208,10 +237,21 @@ class _CallOutcome:
 class _ReasoningRun:
     """The state of one reasoning invocation and the helpers the loop calls."""
 
-    def __init__(self, session: Session, config: ReasoningConfig, request: str) -> None:
+    def __init__(
+        self, session: Session, config: ReasoningConfig, request: str, source: EffectSource | None = None
+    ) -> None:
         self.session = session
         self.config = config
         self.request = request
+        #: Answers model and tool calls instead of the live model and tools (resume, re-run), if set.
+        self.source = source if source is not None else current_effect_source()
+        #: Where the loop starts; after a resume, the step whose response was not yet acted on.
+        self.first_step = 0
+        self.resumed = False
+        self.finished = False
+        # After a resume: records the log already holds, which the loop must not write again.
+        self._written: set[tuple[str, int]] = set()
+        self._pending_request: FullRequest | None = None
         self.task_list = TaskList() if config.enable_task_planning else None
         self._workspaces: list[Workspace] = []
         self._workspace_tools: dict[str, Tool] = {}
@@ -223,6 +263,49 @@ class _ReasoningRun:
         self._recorded_messages = 0
         self._recorded_system: str | None = None
         self._recorded_tools: list[Tool] | None = None
+
+    @classmethod
+    def resume_from(cls, session: Session, config: ReasoningConfig, records: Sequence[Record]) -> _ReasoningRun | None:
+        """Rebuild the invocation a crash interrupted from the records it wrote (``None`` if it wrote none).
+
+        Records are durable at the loop's commit points only: after an ``llm_request`` (the model call
+        was in flight) and after the ``llm_tool_calls`` step (the tools were running; each tool's own
+        records may follow). Tool results of a turn are recorded with the next request, so the last
+        recorded request is the step to continue: its response is used if recorded, else the recorded
+        request is sent again; its tool calls run again only when idempotent.
+        """
+        starts = [i for i, r in enumerate(records) if _step_kind(r) == ReasoningStepKind.REASONING_STARTED]
+        if not starts:
+            return None
+        invocation = list(records[starts[-1]:])
+        run = cls(session, config, str(invocation[0].data["details"]["request"]))
+        run.resumed = True
+        run.trace = [dict(r.data) for r in invocation if r.kind == RecordKind.REASONING_STEP]
+        run.finished = any(_step_kind(r) == ReasoningStepKind.REASONING_FINISHED for r in invocation)
+        snapshots = [r.data["tasks"] for r in invocation if r.kind == RecordKind.TASK_LIST]
+        if run.task_list is not None and snapshots:
+            run.task_list = TaskList.from_snapshot(snapshots[-1])
+        requests = rebuild_requests(invocation)
+        if run.finished or not requests:
+            return run
+        last = requests[-1]
+        after = [r for r in invocation if last.seq is not None and r.seq > last.seq and r.data.get("step") == last.step]
+        if any(r.kind == RecordKind.TOOL_RESULT for r in after):
+            raise RuntimeError(f"cannot resume: tool results of step {last.step} were recorded before its next request")
+        response = next((r for r in after if r.kind == RecordKind.LLM_RESPONSE), None)
+        run.source = _ResumeSource(last.step, LLMResponse.from_dict(response.data) if response else None, run.source)
+        run._written.add((RecordKind.LLM_REQUEST, last.step))
+        if response is not None:
+            run._written.add((RecordKind.LLM_RESPONSE, last.step))
+        if any(_step_kind(r) == ReasoningStepKind.LLM_TOOL_CALLS for r in after):
+            run._written.add((ReasoningStepKind.LLM_TOOL_CALLS, last.step))
+        run.first_step, run._pending_request = last.step, last
+        run.messages = list(last.messages)
+        run._recorded_messages, run._recorded_system = len(last.messages), last.system
+        tools = list(run.current_tools().values())
+        if [_schema_of(tool) for tool in tools] == last.tools:  # unchanged: the next request need not repeat them
+            run._recorded_tools = tools
+        return run
 
     # -- the model ------------------------------------------------------------------------------
 
@@ -246,44 +329,57 @@ class _ReasoningRun:
         return build_system_prompt(static, self.task_list)
 
     async def call_llm(self, step: int) -> LLMResponse | None:
-        """Record the request, commit, call the model, record its response. ``None`` if the model failed
-        (the user is told and an error is recorded)."""
+        """Record the request, commit, get the response (from the effect source if it has one, else from
+        the model) and record it. ``None`` if the model failed (the user is told, an error is recorded)."""
+        request = self.record_request(step)
+        await self.session.commit()  # tool results are durable before the model sees them
+        started = time.perf_counter()
+        response = self.source.llm_response(request) if self.source is not None else None
+        if response is None:
+            try:
+                response = await self.config.llm.predict_with_tools(
+                    request.messages, request.tools, parameters=request.parameters or None,
+                    system_message=request.system,
+                )  # fmt: skip
+            except AssertionError:
+                raise  # a failed assertion (e.g. a test model's script ran out) is a bug, not an outage
+            except Exception as exc:
+                self.session.record_error("llm", exc, step=step, model=self.config.llm.name)
+                self.session.reply(
+                    f"Sorry, I could not get an answer from the language model ({type(exc).__name__}: {exc}). "
+                    "Please try again in a moment."
+                )
+                return None
+        latency_ms = round((time.perf_counter() - started) * 1000, 3)
+        if (RecordKind.LLM_RESPONSE, step) not in self._written:
+            self.session.record(
+                RecordKind.LLM_RESPONSE,
+                {"step": step, "model": self.config.llm.name, "latency_ms": latency_ms, **response.to_dict()},
+            )
+        return response
+
+    def record_request(self, step: int) -> FullRequest:
+        """Build this turn's request and record what changed since the previous one. A resumed run sends
+        its recorded request again as it was recorded."""
+        if self._pending_request is not None and self._pending_request.step == step:
+            return self._pending_request
         system = self.system_prompt()
         tools = self.current_tools()
         schemas = [_schema_of(tool) for tool in tools.values()]
-        request: dict[str, Any] = {"step": step, "model": self.config.llm.name,
-                                   "messages": self.messages[self._recorded_messages:]}  # fmt: skip
+        data: dict[str, Any] = {"step": step, "model": self.config.llm.name,
+                                "messages": self.messages[self._recorded_messages:]}  # fmt: skip
         if system != self._recorded_system:
-            request["system"] = self._recorded_system = system
+            data["system"] = self._recorded_system = system
         offered = list(tools.values())
         if offered != self._recorded_tools:  # Tool objects compare by identity: a same-named new tool counts
-            request["tools"] = schemas
+            data["tools"] = schemas
             self._recorded_tools = offered
         if self.config.parameters:
-            request["parameters"] = self.config.parameters
+            data["parameters"] = self.config.parameters
         self._recorded_messages = len(self.messages)
-        self.session.record(RecordKind.LLM_REQUEST, request)
-        await self.session.commit()  # tool results are durable before the model sees them
-        started = time.perf_counter()
-        try:
-            response = await self.config.llm.predict_with_tools(
-                list(self.messages), schemas, parameters=self.config.parameters, system_message=system
-            )
-        except AssertionError:
-            raise  # a failed assertion (e.g. a test model's script ran out) is a bug, not an outage
-        except Exception as exc:
-            self.session.record_error("llm", exc, step=step, model=self.config.llm.name)
-            self.session.reply(
-                f"Sorry, I could not get an answer from the language model ({type(exc).__name__}: {exc}). "
-                "Please try again in a moment."
-            )
-            return None
-        latency_ms = round((time.perf_counter() - started) * 1000, 3)
-        self.session.record(
-            RecordKind.LLM_RESPONSE,
-            {"step": step, "model": self.config.llm.name, "latency_ms": latency_ms, **response.to_dict()},
-        )
-        return response
+        record = self.session.record(RecordKind.LLM_REQUEST, data)
+        return FullRequest(step, list(self.messages), system, schemas, dict(self.config.parameters or {}),
+                           self.config.llm.name, record.seq)  # fmt: skip
 
     # -- tools ----------------------------------------------------------------------------------
 
@@ -291,8 +387,9 @@ class _ReasoningRun:
         """Run the turn's tool calls (concurrently, bounded) and feed their results back in call order."""
         calls = response.tool_calls
         self.messages.append(_assistant_tool_call_message(response))
-        self.emit(ReasoningStepKind.LLM_TOOL_CALLS, step, "calling " + ", ".join(c.name for c in calls),
-                  {"tool_calls": [c.to_dict() for c in calls], "text": response.text})  # fmt: skip
+        if (ReasoningStepKind.LLM_TOOL_CALLS, step) not in self._written:
+            self.emit(ReasoningStepKind.LLM_TOOL_CALLS, step, "calling " + ", ".join(c.name for c in calls),
+                      {"tool_calls": [c.to_dict() for c in calls], "text": response.text})  # fmt: skip
         await self.session.commit()  # the response is durable before any tool runs
         tools = self.current_tools()
         outcomes = await asyncio.gather(*(self._run_call(call, tools, step) for call in calls))
@@ -314,7 +411,10 @@ class _ReasoningRun:
                 })  # fmt: skip
 
     async def _run_call(self, call: ToolCall, tools: dict[str, Tool], step: int) -> _CallOutcome:
-        """Run one call. Every failure becomes an error message for the model; the loop goes on."""
+        """Run one call. Every failure becomes an error message for the model; the loop goes on.
+
+        The arguments are always validated by the tool as it is now; the effect source (resume, re-run)
+        may then answer instead of the tool. Planning tools always run: they only touch the task list."""
         tool = tools.get(call.name)
         if tool is None:
             content = f"Error: there is no tool named '{call.name}'. Available tools: {', '.join(tools)}."
@@ -324,9 +424,15 @@ class _ReasoningRun:
             planning_call.set(planning)  # this call runs in its own task, so the variable is call-local
         timeout = None if tool.timeout is not None else self.config.tool_timeout
         try:
+            args = tool.validate_args(call.arguments)
+            served = self.source.tool_result(step, call, tool) if self.source and planning is None else None
+            if served is not None:
+                return _CallOutcome(served.content, served.is_error, served.original_size)
             async with self._semaphore:
                 async with asyncio.timeout(timeout):  # the clock starts when the call may run, not before
-                    content, is_error = await tool.run(call.arguments, session=self.session), False
+                    content, is_error = tool.render_result(await tool.call(args, session=self.session)), False
+        except ReplayGuardError:
+            raise  # a re-run asked for a result the log lacks: never turn that into a tool error
         except ToolError as exc:
             content, is_error = f"Error: {exc}", True
             if isinstance(exc, ToolExecutionError):  # the tool's own code raised: keep its traceback
@@ -406,6 +512,34 @@ class _ReasoningRun:
 
 
 _SCHEMAS: weakref.WeakKeyDictionary[Tool, dict[str, Any]] = weakref.WeakKeyDictionary()
+
+
+class _ResumeSource:
+    """Effects of a resumed invocation: the recorded response of its last step (if any), and what to do
+    with that step's tool calls, whose results were not recorded: run idempotent tools again, tell the
+    model the others were interrupted. Later steps are live (or go to ``then``, a re-run's source)."""
+
+    def __init__(self, step: int, response: LLMResponse | None, then: EffectSource | None) -> None:
+        self.step = step
+        self.response = response
+        self.then = then
+
+    def llm_response(self, request: FullRequest) -> LLMResponse | None:
+        if request.step == self.step and self.response is not None:
+            return self.response
+        return self.then.llm_response(request) if self.then is not None else None
+
+    def tool_result(self, step: int, call: ToolCall, tool: Tool) -> RecordedToolResult | None:
+        if step != self.step:
+            return self.then.tool_result(step, call, tool) if self.then is not None else None
+        if tool.idempotent:
+            return None
+        return RecordedToolResult(INTERRUPTED_TOOL_MESSAGE, True, len(INTERRUPTED_TOOL_MESSAGE))
+
+
+def _step_kind(record: Record) -> str | None:
+    """The reasoning-step kind of a ``reasoning_step`` record, else ``None``."""
+    return str(record.data.get("kind")) if record.kind == RecordKind.REASONING_STEP else None
 
 
 def _schema_of(tool: Tool) -> dict[str, Any]:
