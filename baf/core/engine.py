@@ -64,9 +64,10 @@ async def run_step(
     session.event = event
     session.event_seq = event_seq
     session._in_step = True
-    session.record(RecordKind.STEP_RESUMED if resume else RecordKind.STEP_STARTED, {"event_seq": event_seq})
-    await hooks.before_step(session, event)
+    interrupted = False
     try:
+        session.record(RecordKind.STEP_RESUMED if resume else RecordKind.STEP_STARTED, {"event_seq": event_seq})
+        await hooks.before_step(session, event)
         if resume is not None:
             await _run_body(session, resume.state, resume.body, resume.role, executor)
         elif enter_current:
@@ -92,11 +93,21 @@ async def run_step(
                 RuntimeError(f"more than {MAX_AUTOMATIC_TRANSITIONS} automatic transitions in one step"),
                 state=session.projection.current_state,
             )
+    except asyncio.CancelledError as exc:
+        # The agent is stopping past its grace period: say so in the log, as a crash would.
+        interrupted = True
+        session.record_error("runtime", exc, event_seq=event_seq, reason="the agent stopped during this step")
+        raise
     finally:
         session._in_step = False
-        session.record(RecordKind.STEP_FINISHED, {"event_seq": event_seq})
+        finished: dict[str, object] = {"event_seq": event_seq}
+        if interrupted:
+            finished["interrupted"] = True
+        session.record(RecordKind.STEP_FINISHED, finished)
         await session.commit()
         await hooks.after_step(session, event, time.perf_counter() - started)
+        if session.has_unflushed_records:  # an after_step hook recorded an error
+            await session.flush()
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +172,9 @@ async def _take(session: Session, transition: Transition, hooks: StepHooks, exec
 async def _run_body(session: Session, state: State, body: Body, role: str, executor: Executor | None) -> None:
     """Run a body, sync ones in a worker thread so a slow one cannot stall other sessions.
     An exception is recorded as an ``error`` and contained: the session goes on."""
+    # Write ahead: the inbound message, the step start and the transition are durable before the body
+    # can act. A LogError here propagates: the body must not run on an unrecorded event.
+    await session.flush()
     try:
         if inspect.iscoroutinefunction(body):
             await body(session)

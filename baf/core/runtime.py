@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 from collections import deque
@@ -78,6 +79,13 @@ class Runtime:
                 worker.cancel()
             if pending:
                 await asyncio.wait(pending)
+        # Whatever is still queued will not run in this process: release its waiters. The events are
+        # recorded, so the next start handles them.
+        for mailbox in self._mailboxes.values():
+            for item in mailbox:
+                if item.done is not None and not item.done.done():
+                    item.done.cancel()
+            mailbox.clear()
         for session in self.sessions.values():
             try:
                 await session.flush()
@@ -149,12 +157,22 @@ class Runtime:
 
     async def receive(self, event: Event, platform: Platform | None) -> asyncio.Future[None]:
         """Record ``event`` durably, queue it, and return a future that resolves once it is handled."""
+        data = {"event": event.to_data(), "text": event.text}
+        try:
+            json.dumps(data, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{type(event).__name__} cannot be recorded: its fields must be JSON ({exc})") from exc
         session = await self.get_or_create(event.session_id, platform)
-        record = session.record(RecordKind.MESSAGE_RECEIVED, {"event": event.to_data(), "text": event.text})
+        record = session.record(RecordKind.MESSAGE_RECEIVED, data)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         # Queue before awaiting the flush, so the mailbox order is the record order.
         self._schedule(session, _Item("event", event, record.seq, done))
-        await session.flush()
+        try:
+            await session.flush()
+        except LogError as exc:
+            done.cancel()  # the caller gets the error here, not through the future
+            self._evict(session, exc)
+            raise
         return done
 
     async def wait_idle(self, session_id: str | None = None) -> None:
@@ -191,32 +209,42 @@ class Runtime:
                     enter_current=item.kind == "start", resume=item.resume,
                 )  # fmt: skip
             except LogError as exc:
-                mailbox.popleft()
+                _discard(mailbox, item)
                 _settle(item, exc)
                 self._evict(session, exc)
                 return
             except BaseException as exc:
                 # The engine contains user errors itself; anything reaching here is a framework bug or
                 # a cancellation. Fail this item, keep serving the rest of the mailbox.
-                mailbox.popleft()
+                _discard(mailbox, item)
                 _settle(item, exc)
                 if not isinstance(exc, Exception):
                     raise
                 logger.exception("session %s: step failed", session.id)
                 continue
-            mailbox.popleft()
+            _discard(mailbox, item)
             _settle(item, None)
 
     def _evict(self, session: Session, exc: LogError) -> None:
         """The log refused a write: this in-memory session can no longer be trusted. Drop it, failing
         what it still had queued; the next use reloads it from what the log really holds."""
         logger.error("session %s: %s; reloading it from the log on next use", session.id, exc)
-        for item in self._mailboxes.pop(session.id, deque()):
+        if self.sessions.get(session.id) is not session:
+            return  # already replaced by a reloaded session: leave that one alone
+        mailbox = self._mailboxes.pop(session.id, deque())
+        for item in mailbox:
             _settle(item, exc)
-        self.sessions.pop(session.id, None)
+        mailbox.clear()  # the worker holding this deque stops after its current item
+        del self.sessions[session.id]
         self._workers.pop(session.id, None)
         if self._machine is not None and session.machine_model is not None:
             self._machine.remove_model(session.machine_model)
+
+
+def _discard(mailbox: deque[_Item], item: _Item) -> None:
+    """Remove the finished head item, unless an eviction already emptied the mailbox."""
+    if mailbox and mailbox[0] is item:
+        mailbox.popleft()
 
 
 def _settle(item: _Item, exc: BaseException | None) -> None:
