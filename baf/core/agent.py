@@ -22,7 +22,9 @@ from baf.core.runtime import Runtime
 from baf.core.session import Session
 from baf.core.state import State
 from baf.errors import ConfigurationError
+from baf.llm.base import LLM
 from baf.log import SessionLog, open_log
+from baf.log.redaction import Redactor
 from baf.reasoning.skill import Skill
 from baf.reasoning.tool import Tool
 from baf.reasoning.workspace import Workspace
@@ -59,6 +61,9 @@ class Agent:
         self._hooks = HookChain()
         self._max_body_threads = max_body_threads
         self._runtime: Runtime | None = None
+        #: Replaces secret values in every record at write time (API keys from the environment and
+        #: LLM clients, and values marked with :meth:`mark_secret`).
+        self.redactor = Redactor.from_environment()
         self._stop_requested: asyncio.Event | None = None
 
     def __repr__(self) -> str:
@@ -154,6 +159,17 @@ class Agent:
         """Attach engine-step hooks (see :class:`~baf.core.hooks.StepHooks`)."""
         self._hooks.hooks.append(hook)
         return hook
+
+    def mark_secret(self, value: str) -> None:
+        """Never write ``value`` to the log: it is replaced by ``[REDACTED]`` in every record (and so in
+        replay output and exports). Values shorter than 6 characters are refused."""
+        self.redactor.add(value)
+
+    def redact_secrets_of(self, llm: LLM) -> None:
+        """Redact the credentials ``llm`` holds (its API key) from every record."""
+        for secret in llm.secrets():
+            with contextlib.suppress(ValueError):  # too short to redact safely (a test server's dummy key)
+                self.redactor.add(secret)
 
     # -- properties -----------------------------------------------------------------------------
 

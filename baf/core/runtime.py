@@ -117,7 +117,7 @@ class Runtime:
         projection = project(session_id, records) if records else SessionProjection(session_id)
         if platform is None and projection.platform is not None:
             platform = self.agent.find_platform(projection.platform)
-        session = Session(self.agent, SessionWriter(self.log, projection), platform)
+        session = Session(self.agent, SessionWriter(self.log, projection, self.agent.redactor), platform)
         if not records:
             initial = self.agent.initial_state.name
             session.record(

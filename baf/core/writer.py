@@ -10,6 +10,7 @@ from typing import Any
 from baf.errors import LogError
 from baf.log.projection import SessionProjection
 from baf.log.record import Record
+from baf.log.redaction import Redactor
 from baf.log.store import SessionLog
 
 __all__ = ["SessionWriter"]
@@ -24,9 +25,10 @@ class SessionWriter:
     Appends are chained: a flush returns only when it and every earlier flush of the session are durable.
     """
 
-    def __init__(self, log: SessionLog, projection: SessionProjection) -> None:
+    def __init__(self, log: SessionLog, projection: SessionProjection, redactor: Redactor | None = None) -> None:
         self.log = log
         self.projection = projection
+        self._redactor = redactor
         self._pending: list[Record] = []
         # Sync bodies run in worker threads and record from there, racing the event loop.
         self._lock = threading.Lock()
@@ -34,6 +36,8 @@ class SessionWriter:
 
     def record(self, kind: str, data: dict[str, Any]) -> Record:
         """Buffer a new record and fold it into the projection. Not durable until :meth:`flush`."""
+        if self._redactor is not None:
+            data = self._redactor.redact(data)  # secrets never reach the log, nor the projection
         with self._lock:
             record = Record(self.projection.session_id, self.projection.last_seq + 1, kind, data, time.time())
             self.projection.apply(record)

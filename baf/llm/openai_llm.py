@@ -184,6 +184,10 @@ class LLMOpenAI(LLM):
             )
         return self._client
 
+    def secrets(self) -> list[str]:
+        """The API key, so the runtime can redact it from records (not the local-server placeholder)."""
+        return [] if self._api_key == PLACEHOLDER_API_KEY else [self._api_key]
+
     async def predict_with_tools(
         self,
         messages: list[dict[str, Any]],

@@ -107,3 +107,37 @@ async def test_use_websocket_platform_serves_the_ui() -> None:
     async with agent:
         page = await asyncio.to_thread(lambda: urllib.request.urlopen(platform.url, timeout=5).read().decode())
     assert "<html" in page.lower()
+
+
+async def test_secrets_never_reach_the_log(tmp_path: Path) -> None:
+    from baf.library.state.reasoning_state_library import new_reasoning_state
+    from baf.testing import FunctionLLM, RecordingPlatform
+
+    key = "sk-test-canary-0123456789"
+    marked = "my-private-canary-42"
+
+    class KeyedLLM(FunctionLLM):
+        def secrets(self) -> list[str]:
+            return [key]
+
+    llm = KeyedLLM(lambda messages, tools, **_: f"the key is {key} and the secret is {marked}")
+    db = tmp_path / "s.db"
+    agent = Agent("a", log=f"sqlite:///{db}")
+    state = new_reasoning_state(agent, llm)
+    state.when_event().go_to(state)
+    agent.mark_secret(marked)
+    with pytest.raises(ValueError, match="at least 6 characters"):
+        agent.mark_secret("abc")
+    platform = RecordingPlatform()
+    async with agent:
+        session = await agent.receive_message("s", f"remember {marked}", platform)
+        session.set("note", {"nested": [marked]})
+        records = await agent.log.read("s")
+    # The platform got the model's words (redaction guards the log, not the live conversation) ...
+    assert key in platform.replies["s"][0]
+    # ... but neither value reaches the log, on disk or as read back.
+    for path in tmp_path.iterdir():
+        content = path.read_bytes()
+        assert key.encode() not in content and marked.encode() not in content, path.name
+    assert any("[REDACTED]" in str(r.data) for r in records if r.kind == "reply")
+    assert session["note"] == {"nested": ["[REDACTED]"]}
