@@ -1,0 +1,289 @@
+"""Deterministic re-run: the agent's current code over a recorded session, everything else from the log.
+
+:func:`rerun` feeds the session's recorded inbound events (and variable changes made outside any step)
+to the agent, on a fresh in-memory log, one at a time. Bodies, transitions and the reasoning loop run for
+real; every model response and every tool result comes from the recorded ``llm_response`` and
+``tool_result`` records (a :class:`LogEffects` installed with
+:func:`~baf.reasoning.effects.use_effect_source`), so nothing reaches a network or a tool. Tool
+arguments are still validated by the tools as they are now, and planning tools still run (they only
+touch the loop's task list). A model call or tool call the log cannot answer raises
+:class:`~baf.reasoning.effects.ReplayGuardError` instead of going live.
+
+The new records are then compared with the recorded ones, in order, inbound messages left out (they
+are the input); time stamps, latencies, tracebacks, model names and the platform name are ignored. The
+:class:`RerunReport` names the first difference: its recorded seq, what the log holds and what the code
+did now (for an LLM request, both requests in full), or says the run is identical.
+
+Limits: events are fed after the previous one is handled, so a session whose messages arrived while an
+earlier one was still running re-runs as if they arrived later; a body's own side effects (anything
+but the model and tools) happen again; a session with a crash-resumed or interrupted step diverges there.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from baf.core.events import event_from_data
+from baf.core.runtime import Runtime
+from baf.errors import LogClosedError
+from baf.llm.base import LLMResponse, ToolCall
+from baf.log import MemoryLog, Record, RecordKind, SessionLog, open_log
+from baf.reasoning.effects import (
+    FullRequest,
+    RecordedToolResult,
+    ReplayGuardError,
+    rebuild_requests,
+    use_effect_source,
+)
+from baf.reasoning.tool import Tool
+
+if TYPE_CHECKING:
+    from baf.core.agent import Agent
+
+__all__ = ["Divergence", "LogEffects", "RerunReport", "assert_replays", "read_session", "rerun"]
+
+#: Fields left out of the comparison, by record kind: they change from run to run by nature.
+IGNORED_FIELDS: dict[str, tuple[str, ...]] = {
+    RecordKind.SESSION_STARTED: ("platform",),
+    RecordKind.LLM_REQUEST: ("model",),
+    RecordKind.LLM_RESPONSE: ("model", "latency_ms"),
+    RecordKind.ERROR: ("traceback",),
+}
+
+#: What a difference in a record of each kind means, for the report.
+_WHAT = {
+    RecordKind.TRANSITION: "a different transition",
+    RecordKind.LLM_REQUEST: "a different LLM request",
+    RecordKind.LLM_RESPONSE: "a different LLM response",
+    RecordKind.TOOL_RESULT: "a different tool result",
+    RecordKind.VARIABLE_SET: "a different variable",
+    RecordKind.VARIABLE_DELETED: "a different variable",
+    RecordKind.REPLY: "a different reply",
+    RecordKind.ERROR: "a different error",
+    RecordKind.REASONING_STEP: "a different reasoning step",
+    RecordKind.TASK_LIST: "a different task list",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Divergence:
+    """Where the re-run first differs from the log."""
+
+    #: The seq of the recorded record that differs (the last recorded seq + 1 if the log ran out first).
+    seq: int
+    #: What differs, e.g. "a different transition", "a different LLM request", "a different reply".
+    what: str
+    #: What the log holds there (a record as a dict, a full request, or ``None``).
+    recorded: Any
+    #: What the code did now (same shapes).
+    now: Any
+
+
+@dataclass(frozen=True, slots=True)
+class RerunReport:
+    """The outcome of :func:`rerun`."""
+
+    session_id: str
+    divergence: Divergence | None
+    records_compared: int
+    llm_responses_served: int
+    tool_results_served: int
+    #: What the guards stopped (a model or tool call the log could not answer), if anything.
+    guard_failures: list[str] = field(default_factory=list)
+
+    @property
+    def identical(self) -> bool:
+        """True when the re-run wrote the same records as the log (ignoring :data:`IGNORED_FIELDS`)."""
+        return self.divergence is None
+
+    def __str__(self) -> str:
+        served = f"{self.llm_responses_served} LLM responses and {self.tool_results_served} tool results served"
+        if self.divergence is None:
+            return f"session {self.session_id!r}: identical ({self.records_compared} records compared; {served})"
+        d = self.divergence
+        lines = [
+            f"session {self.session_id!r}: diverges at seq {d.seq}: {d.what} ({served})",
+            f"  recorded: {_show(d.recorded)}",
+            f"  now:      {_show(d.now)}",
+        ]
+        lines += [f"  guard: {failure}" for failure in self.guard_failures]
+        return "\n".join(lines)
+
+
+class LogEffects:
+    """An :class:`~baf.reasoning.effects.EffectSource` answering from a recorded session.
+
+    Model responses are served in the order they were recorded; tool results by the response they
+    belong to and their call id. Anything else raises :class:`ReplayGuardError`.
+    """
+
+    def __init__(self, records: Sequence[Record]) -> None:
+        self.requests = rebuild_requests(records)
+        self.responses: list[LLMResponse] = []
+        self.results: dict[tuple[int, str], RecordedToolResult] = {}
+        for record in records:
+            if record.kind == RecordKind.LLM_RESPONSE:
+                self.responses.append(LLMResponse.from_dict(record.data))
+            elif record.kind == RecordKind.TOOL_RESULT:
+                data = record.data
+                result = RecordedToolResult(data["content"], bool(data["is_error"]), int(data["original_size"]))
+                self.results[(len(self.responses) - 1, str(data["call_id"]))] = result
+        self.llm_served = 0
+        self.tools_served = 0
+        self.failures: list[str] = []
+
+    def llm_response(self, request: FullRequest) -> LLMResponse | None:
+        """The next recorded response (the request is compared with the records, not here)."""
+        if self.llm_served >= len(self.responses):
+            return self._fail(f"the code asked the model a request #{self.llm_served + 1} (step {request.step}); "
+                              f"the log has only {len(self.responses)} responses")  # fmt: skip
+        self.llm_served += 1
+        return self.responses[self.llm_served - 1]
+
+    def tool_result(self, step: int, call: ToolCall, tool: Tool) -> RecordedToolResult | None:
+        """The recorded result of ``call`` in the response last served."""
+        result = self.results.get((self.llm_served - 1, call.id))
+        if result is None:
+            return self._fail(f"the code ran tool call {call.id!r} ({call.name}) at step {step}; the log has no result")
+        self.tools_served += 1
+        return result
+
+    def _fail(self, message: str) -> Any:
+        self.failures.append(message)
+        raise ReplayGuardError(f"re-run guard: {message}")
+
+
+async def read_session(log: str | SessionLog, session_id: str) -> list[Record]:
+    """The records of ``session_id`` in ``log`` (a URL or a store, opened for the read if needed)."""
+    if isinstance(log, str):
+        async with open_log(log) as store:
+            records = await store.read(session_id)
+    else:
+        try:
+            records = await log.read(session_id)
+        except LogClosedError:
+            async with log:
+                records = await log.read(session_id)
+    if not records:
+        raise ValueError(f"the log has no session {session_id!r}")
+    return records
+
+
+async def rerun(log: str | SessionLog, session_id: str, agent: Agent) -> RerunReport:
+    """Re-run ``agent``'s current code over the recorded session and report the first divergence.
+
+    ``agent`` must not be running; its own log and platforms are left alone (the re-run writes to a
+    fresh in-memory log and delivers nothing).
+    """
+    recorded = await read_session(log, session_id)
+    effects = LogEffects(recorded)
+    produced = await _run(agent, session_id, recorded, effects)
+    divergence, compared = _compare(recorded, produced)
+    return RerunReport(session_id, divergence, compared, effects.llm_served, effects.tools_served,
+                       list(effects.failures))  # fmt: skip
+
+
+async def assert_replays(log: str | SessionLog, session_id: str, agent: Agent) -> RerunReport:
+    """:func:`rerun`, raising ``AssertionError`` with the report unless the re-run is identical."""
+    report = await rerun(log, session_id, agent)
+    if not report.identical:
+        raise AssertionError(str(report))
+    return report
+
+
+async def _run(agent: Agent, session_id: str, recorded: Sequence[Record], effects: LogEffects) -> list[Record]:
+    """Feed the recorded inputs to a private runtime of ``agent`` over a fresh log; its records."""
+    if agent.running:
+        raise RuntimeError(f"agent {agent.name!r} is running; re-run it from a stopped agent")
+    store = MemoryLog()
+    runtime = Runtime(agent, store, agent._hooks, agent._max_body_threads)
+    agent._runtime = runtime  # sessions reach their runtime through the agent
+    try:
+        with use_effect_source(effects):
+            await runtime.start()
+            session = await runtime.get_or_create(session_id, None)
+            await runtime.wait_idle(session_id)
+            for record in _inputs(recorded):
+                if record.kind == RecordKind.MESSAGE_RECEIVED:
+                    await (await runtime.receive(event_from_data(session_id, record.data["event"]), None))
+                elif record.kind == RecordKind.VARIABLE_SET:
+                    session.set(record.data["name"], record.data["value"])
+                else:
+                    session.delete(record.data["name"])
+                await runtime.wait_idle(session_id)
+            produced = await store.read(session_id)
+    finally:
+        agent._runtime = None
+        await runtime.stop()
+    return produced
+
+
+def _inputs(records: Sequence[Record]) -> list[Record]:
+    """What came from outside: inbound messages, and variables changed while no step was running."""
+    inputs, in_step = [], False
+    for record in records:
+        if record.kind == RecordKind.STEP_STARTED:
+            in_step = True
+        elif record.kind == RecordKind.STEP_FINISHED:
+            in_step = False
+        elif record.kind == RecordKind.MESSAGE_RECEIVED or (
+            not in_step and record.kind in (RecordKind.VARIABLE_SET, RecordKind.VARIABLE_DELETED)
+        ):
+            inputs.append(record)
+    return inputs
+
+
+def _compare(recorded: Sequence[Record], produced: Sequence[Record]) -> tuple[Divergence | None, int]:
+    """The first difference between the two logs' outputs (inbound messages left out)."""
+    old = [r for r in recorded if r.kind != RecordKind.MESSAGE_RECEIVED]
+    new = [r for r in produced if r.kind != RecordKind.MESSAGE_RECEIVED]
+    old_inputs, new_inputs = _message_numbers(recorded), _message_numbers(produced)
+    for index, (a, b) in enumerate(zip(old, new, strict=False)):
+        if a.kind == b.kind and _comparable(a, old_inputs) == _comparable(b, new_inputs):
+            continue
+        if a.kind == b.kind == RecordKind.LLM_REQUEST:
+            before, now = _full_request(recorded, a.seq), _full_request(produced, b.seq)
+            return Divergence(a.seq, "a different LLM request", before, now), index + 1
+        what = _WHAT.get(a.kind, f"a different {a.kind} record") if a.kind == b.kind else (
+            f"a {b.kind} record where the log has a {a.kind} record"
+        )  # fmt: skip
+        return Divergence(a.seq, what, _shown(a), _shown(b)), index + 1
+    if len(old) == len(new):
+        return None, len(old)
+    if len(old) > len(new):
+        extra = old[len(new)]
+        return Divergence(extra.seq, "the re-run stopped before this record", _shown(extra), None), len(new)
+    last = recorded[-1].seq if recorded else 0
+    return Divergence(last + 1, "the re-run wrote more records than the log has", None, _shown(new[len(old)])), len(old)
+
+
+def _message_numbers(records: Sequence[Record]) -> dict[int, int]:
+    """Inbound message seqs by their order: steps refer to their message by seq, which shifts when a
+    message was recorded while an earlier step was still running."""
+    seqs = [r.seq for r in records if r.kind == RecordKind.MESSAGE_RECEIVED]
+    return {seq: number for number, seq in enumerate(seqs, 1)}
+
+
+def _comparable(record: Record, messages: dict[int, int] | None = None) -> dict[str, Any]:
+    ignored = IGNORED_FIELDS.get(record.kind, ())
+    data = {key: value for key, value in record.data.items() if key not in ignored}
+    if messages is not None and data.get("event_seq") in messages:
+        data["event_seq"] = f"message #{messages[data['event_seq']]}"
+    return data
+
+
+def _shown(record: Record) -> dict[str, Any]:
+    return {"kind": record.kind, **_comparable(record)}
+
+
+def _full_request(records: Sequence[Record], seq: int) -> dict[str, Any]:
+    request = next(r for r in rebuild_requests(records) if r.seq == seq)
+    return {"step": request.step, **request.comparable()}
+
+
+def _show(value: Any, limit: int = 2000) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= limit else f"{text[:limit]}… [{len(text)} characters]"
