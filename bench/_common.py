@@ -1,14 +1,17 @@
 """Helpers shared by the bench scripts: timing, a no-op platform, and the raw aiosqlite baseline.
 
 The raw baseline inserts already-encoded rows into a fresh file with the same table layout
-(``baf.log.sqlite.SCHEMA``), the same statement (``INSERT_SQL``) and the same connection settings as
-``SQLiteLog`` (``isolation_level="IMMEDIATE"``, ``journal_mode=WAL``, ``synchronous`` from the durability
-mode), in the same number of transactions the store committed. It is what the records would cost with
-nothing around them: no JSON encoding, no queue, no writer task, no runtime.
+(``baf.log.sqlite.SCHEMA``), the same statement (``INSERT_SQL``) and the same PRAGMAs as ``SQLiteLog``
+(``journal_mode=WAL``, ``synchronous`` from the durability mode), in the same number of transactions
+the store committed. It is what the records would cost with nothing around them: no JSON encoding, no
+queue, no writer task, no runtime. Two variants: the usual aiosqlite ``executemany`` + ``commit()``
+(two round trips to aiosqlite's thread per transaction), and the floor, one multi-row ``INSERT`` per
+transaction in autocommit mode (one round trip, the store's own technique).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sqlite3
@@ -32,7 +35,7 @@ Row = tuple[str, int, float, str, int, str]
 
 def console() -> Console:
     """A console wide enough for the tables even when the output is piped."""
-    return Console(width=None if sys.stdout.isatty() else 200)
+    return Console(width=None if sys.stdout.isatty() else 230)
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -108,9 +111,13 @@ def split(rows: Sequence[Row], parts: int) -> list[list[Row]]:
     return chunks
 
 
-async def _raw_connection(path: Path, durability: str) -> aiosqlite.Connection:
-    # The same connection settings and layout as SQLiteLog._open / _configure_writer.
-    conn = await aiosqlite.connect(path, isolation_level="IMMEDIATE")
+#: Rows per multi-row INSERT statement: 6 parameters a row, under SQLite's parameter limit.
+_ROWS_PER_STATEMENT = (32766 if sqlite3.sqlite_version_info >= (3, 32) else 999) // 6
+
+
+async def _raw_connection(path: Path, durability: str, isolation_level: str | None) -> aiosqlite.Connection:
+    # The layout and PRAGMAs of SQLiteLog._open / _configure_writer.
+    conn = await aiosqlite.connect(path, isolation_level=isolation_level)
     await conn.execute("PRAGMA busy_timeout = 5000")
     async with conn.execute("PRAGMA journal_mode = WAL") as cursor:
         row = await cursor.fetchone()
@@ -119,21 +126,36 @@ async def _raw_connection(path: Path, durability: str) -> aiosqlite.Connection:
     await conn.execute("BEGIN IMMEDIATE")
     for statement in SCHEMA:
         await conn.execute(statement)
-    await conn.commit()
+    await conn.execute("COMMIT")
     return conn
 
 
-async def raw_insert_seconds(rows: Sequence[Row], commits: int, durability: str, directory: Path) -> float:
-    """Seconds to insert ``rows`` into a fresh file in ``commits`` transactions with plain aiosqlite:
-    per transaction one ``executemany`` (which opens ``BEGIN IMMEDIATE``) and one ``COMMIT``."""
+async def raw_insert_seconds(
+    rows: Sequence[Row], commits: int, durability: str, directory: Path, *, one_statement: bool = False
+) -> float:
+    """Seconds to insert ``rows`` into a fresh file in ``commits`` transactions with plain aiosqlite.
+
+    Default, the usual aiosqlite way: per transaction one ``executemany`` (the connection's
+    ``isolation_level="IMMEDIATE"`` opens ``BEGIN IMMEDIATE``) and one ``commit()``: two round trips to
+    aiosqlite's thread. ``one_statement=True`` is the floor: per transaction one multi-row ``INSERT`` on
+    an autocommit connection, a single round trip (what ``SQLiteLog`` itself does since fb1dabc).
+    """
     path = directory / f"raw-{time.monotonic_ns()}.db"
-    conn = await _raw_connection(path, durability)
+    conn = await _raw_connection(path, durability, None if one_statement else "IMMEDIATE")
     try:
         chunks = split(rows, commits)
         started = time.perf_counter()
         for chunk in chunks:
-            await conn.executemany(INSERT_SQL, chunk)
-            await conn.commit()
+            if one_statement and len(chunk) <= _ROWS_PER_STATEMENT:
+                sql = INSERT_SQL + ", (?, ?, ?, ?, ?, ?)" * (len(chunk) - 1)
+                await conn.execute(sql, [value for row in chunk for value in row])
+            elif one_statement:
+                await conn.execute("BEGIN IMMEDIATE")
+                await conn.executemany(INSERT_SQL, chunk)
+                await conn.execute("COMMIT")
+            else:
+                await conn.executemany(INSERT_SQL, chunk)
+                await conn.commit()
         return time.perf_counter() - started
     finally:
         await conn.close()
@@ -142,8 +164,8 @@ async def raw_insert_seconds(rows: Sequence[Row], commits: int, durability: str,
 
 async def store_replay_seconds(rows: Sequence[Row], commits: int, durability: str, directory: Path) -> float:
     """Seconds for ``SQLiteLog.append`` to store the same records in the same number of commits: each
-    chunk's records are split per session and appended concurrently, so the writer groups them."""
-    import asyncio
+    chunk's records are split per session and appended concurrently, so the writer groups them. Includes
+    the store's JSON encoding and, for chunks of several sessions, one asyncio task per append."""
 
     path = directory / f"replay-{time.monotonic_ns()}.db"
     log = SQLiteLog(path, durability=durability)  # type: ignore[arg-type]
@@ -159,7 +181,10 @@ async def store_replay_seconds(rows: Sequence[Row], commits: int, durability: st
         before = log.commits
         started = time.perf_counter()
         for group in batches:
-            await asyncio.gather(*(log.append(batch) for batch in group))
+            if len(group) == 1:
+                await log.append(group[0])
+            else:
+                await asyncio.gather(*(log.append(batch) for batch in group))
         elapsed = time.perf_counter() - started
         done = log.commits - before
         if done != len(batches):
