@@ -193,6 +193,9 @@ def _add_replay_parser(commands: Any) -> argparse.ArgumentParser:
     replay.add_argument("--limit", type=int, default=50, help="entries per page (0: all; default 50)")
     replay.add_argument("--expand", action="store_true", help="show every entry's full data")
     replay.add_argument("--width", type=int, default=160, help="characters of text shown per entry")
+    replay.add_argument("--rerun", metavar="AGENT_PY",
+                        help="re-run the agent in this file over the session; report the first divergence")
+    replay.add_argument("--fork-at", type=int, metavar="SEQ", help="copy the session up to SEQ into a new session")
     replay.set_defaults(handler=_cmd_replay)
     return replay
 
@@ -211,6 +214,8 @@ def _add_export_parser(commands: Any) -> argparse.ArgumentParser:
 def _cmd_replay(args: argparse.Namespace) -> int:
     from baf.replay.commands import ReplayOptions, replay
 
+    if args.rerun or args.fork_at is not None:
+        return _rerun_or_fork(args)
     kinds = frozenset(k.strip() for value in args.kind for k in value.split(",") if k.strip())
     options = ReplayOptions(
         session=args.session, kinds=kinds, from_seq=args.from_seq, to_seq=args.to_seq, grep=args.grep,
@@ -226,6 +231,22 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         return asyncio.run(go())
     except KeyboardInterrupt:
         return 130
+
+
+def _rerun_or_fork(args: argparse.Namespace) -> int:
+    from baf.replay.cli_hooks import fork_command, rerun_command
+
+    if not args.session:
+        raise SystemExit("baf replay: --rerun and --fork-at need a SESSION")
+    agent = find_agent(load_agent_module(args.rerun)) if args.rerun else None
+
+    async def go() -> int:
+        async with open_existing_log(args.log) as log:
+            if agent is not None:
+                return await rerun_command(log, args.session, agent, Console(highlight=False))
+            return await fork_command(log, args.session, args.fork_at, Console(highlight=False))
+
+    return asyncio.run(go())
 
 
 def _cmd_export(args: argparse.Namespace) -> int:

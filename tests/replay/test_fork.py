@@ -1,0 +1,123 @@
+"""Fork: a new session from any seq of an old one, continued live."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from baf import Agent, Session
+from baf.library.state.reasoning_state_library import new_reasoning_state
+from baf.llm.base import LLM
+from baf.log import open_log
+from baf.log.projection import project
+from baf.replay.fork import fork
+from baf.testing import ScriptedLLM
+
+
+def build(url: str, llm: LLM) -> Agent:
+    agent = Agent("forkable", log=url)
+    asking = agent.new_state("asking", initial=True)
+    reasoning = new_reasoning_state(agent, llm, initial=False, memory=None, enable_task_planning=False)
+
+    def remember(session: Session) -> None:
+        if session.event is not None:
+            session.set("name", session.event.text)
+            session.reply(f"hello {session.event.text}")
+
+    named = agent.new_state("named")
+    named.set_body(remember)
+    asking.when_event().go_to(named)
+    named.when_event().go_to(reasoning)
+    reasoning.when_event().go_to(reasoning)
+    return agent
+
+
+async def test_fork_continues_live_from_the_cut(db_url: str) -> None:
+    async with build(db_url, ScriptedLLM(["first answer", "second answer"])) as agent:
+        await agent.receive_message("s", "Ada")
+        await agent.receive_message("s", "question one")
+        await agent.receive_message("s", "question two")
+        records = await agent.log.read("s")
+    # Cut right after the first answer's step.
+    first_answer = next(r for r in records if r.kind == "reply" and r.data["text"] == "first answer")
+    cut = next(r.seq for r in records if r.kind == "step_finished" and r.seq > first_answer.seq)
+
+    new_id = await fork(db_url, "s", cut)
+    assert new_id == f"s@{cut}"
+    async with open_log(db_url) as log:
+        forked = await log.read(new_id)
+    assert [(r.kind, r.data) for r in forked[:-1]] == [(r.kind, r.data) for r in records if r.seq <= cut]
+    assert forked[-1].kind == "forked_from" and forked[-1].data == {"session": "s", "seq": cut}
+
+    llm = ScriptedLLM(["a different second answer"])
+    async with build(db_url, llm) as agent:
+        session = await agent.get_or_create_session(new_id)
+        assert session.current_state.name == "reasoning_state" and session["name"] == "Ada"
+        await agent.receive_message(new_id, "another question")
+        original = await agent.log.read("s")
+        after = await agent.log.read(new_id)
+    # The model saw the fork's history (no "question two"), and the original session is untouched.
+    assert [m["content"] for m in llm.requests[0].messages] == ["Ada", "hello Ada", "question one", "first answer",
+                                                                 "another question"]  # fmt: skip
+    assert [h.text for h in project(new_id, after).history][-1] == "a different second answer"
+    assert original == records
+    # A second fork of the same point gets a fresh id.
+    assert await fork(db_url, "s", cut) == f"s@{cut}#2"
+
+
+async def test_fork_inside_a_step_closes_it_or_refuses(db_url: str) -> None:
+    async with build(db_url, ScriptedLLM(["first answer"])) as agent:
+        await agent.receive_message("s", "Ada")
+        await agent.receive_message("s", "question one")
+        records = await agent.log.read("s")
+    request = next(r for r in records if r.kind == "llm_request")
+    with pytest.raises(ValueError, match=f"seq {request.seq} is inside the step"):
+        await fork(db_url, "s", request.seq, inside_step="refuse")
+
+    new_id = await fork(db_url, "s", request.seq, "mid")
+    async with open_log(db_url) as log:
+        forked = await log.read("mid")
+    assert [r.kind for r in forked[-3:]] == ["error", "step_finished", "forked_from"]
+    assert forked[-2].data["interrupted"] is True and forked[-1].data["inside_step"] is True
+    assert project("mid", forked).open_step is None
+    async with build(db_url, ScriptedLLM(["answer in the fork"])) as agent:
+        await agent.receive_message(new_id, "question again")
+        after = await agent.log.read(new_id)
+    assert after[-1].kind == "step_finished" and any(r.kind == "reply" and r.data["text"] == "answer in the fork"
+                                                     for r in after)  # fmt: skip
+
+
+async def test_fork_rejects_a_seq_outside_the_session(db_url: str) -> None:
+    async with build(db_url, ScriptedLLM([])) as agent:
+        await agent.receive_message("s", "Ada")
+        last = (await agent.log.read("s"))[-1].seq
+    with pytest.raises(ValueError, match=f"records 1..{last}"):
+        await fork(db_url, "s", last + 1)
+    with pytest.raises(ValueError, match="no session"):
+        await fork(db_url, "nobody", 1)
+
+
+def test_cli_fork_at_and_rerun(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    agent_file = tmp_path / "agent.py"
+    db = tmp_path / "cli.db"
+    agent_file.write_text(
+        "from baf import Agent\n"
+        "from baf.library.state.reasoning_state_library import new_reasoning_state\n"
+        "from baf.testing import ScriptedLLM\n"
+        f"agent = Agent('cli', log='sqlite:///{db}')\n"
+        "state = new_reasoning_state(agent, ScriptedLLM(['hi there']), enable_task_planning=False)\n"
+        "state.when_event().go_to(state)\n"
+    )
+    from baf.cli import find_agent, load_agent_module, main
+
+    async def record() -> None:
+        async with find_agent(load_agent_module(str(agent_file))) as agent:
+            await agent.receive_message("s", "hello")
+
+    asyncio.run(record())
+    assert main(["replay", str(db), "s", "--rerun", str(agent_file)]) == 0
+    assert "identical" in capsys.readouterr().out
+    assert main(["replay", str(db), "s", "--fork-at", "3"]) == 0
+    assert "s@3" in capsys.readouterr().out
