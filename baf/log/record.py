@@ -26,7 +26,7 @@ class RecordKind:
     STEP_FINISHED = "step_finished"
     #: A restart continues an interrupted step (its body is resumable): the step's records go on after it.
     STEP_RESUMED = "step_resumed"
-    #: The first record of a session forked from another after its first records: ``{session, seq}``.
+    #: Written after the records a fork copied from another session: ``{session, seq}`` (``baf.replay.fork``).
     FORKED_FROM = "forked_from"
     # Written by the reasoning loop.
     LLM_REQUEST = "llm_request"
