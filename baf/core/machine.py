@@ -32,9 +32,22 @@ class MachineModel:
     state: str
 
 
+class _SequentialMachine(AsyncMachine):
+    """An AsyncMachine that awaits callbacks one after another.
+
+    The stock machine wraps every callback list in ``asyncio.gather`` (a task per callable), which was
+    half of a message's cost. Ours are one condition and one ``before`` callback per transition, in a
+    fixed order, so running them in sequence loses nothing.
+    """
+
+    @staticmethod
+    async def await_all(callables: list[Callable[[], Any]]) -> list[Any]:
+        return [await func() for func in callables]
+
+
 def compile_machine(states: list[State], initial: State) -> AsyncMachine:
     """Build the machine for ``states``; add sessions with ``machine.add_model(MachineModel(), initial=...)``."""
-    machine = AsyncMachine(
+    machine = _SequentialMachine(
         model=None,
         states=[state.name for state in states],
         initial=initial.name,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import threading
@@ -69,6 +70,9 @@ class Runtime:
         await self.log.start()
         for session_id in await self.log.sessions():
             await self._load(session_id, resume=True)
+        # What exists now (modules, the machine, the sessions just rebuilt) lives as long as the agent:
+        # move it out of the collector's way, so full collections stay cheap as sessions accumulate.
+        gc.freeze()
 
     async def stop(self, timeout: float = 10.0) -> None:  # noqa: ASYNC109 - a grace period, not a deadline
         """Let running steps finish (up to ``timeout`` seconds), then flush and close the log."""

@@ -57,16 +57,18 @@ import asyncio
 import contextlib
 import enum
 import functools
+import gc
 import json
 import math
 import os
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
 import aiosqlite
+import orjson
 
 from baf.errors import CorruptRecordError, LogClosedError, LogConflictError, LogError
 from baf.log.record import Record
@@ -144,6 +146,9 @@ _MAX_INT64: Final = 2**63 - 1
 #: One encoded row of ``baf_records``: (session_id, seq, ts, kind, version, data as JSON text).
 Row = tuple[str, int, float, str, int, str]
 
+
+# Decoding dominates reading a log; orjson parses about four times faster than json.
+_fast_loads: Callable[[str], Any] = orjson.loads
 
 # One encoder for every record: json.dumps with options builds a new encoder on each call.
 _encode_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
@@ -534,7 +539,15 @@ class SQLiteLog(SessionLog):
             if corrupt is None:
                 raise
             raise corrupt from exc
-        return [upcast(_decode(session_id, row)) for row in rows]
+        # Decoding allocates two objects per row and nothing cyclic; the collector's passes over them
+        # cost more than the decoding itself on a long session.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return [upcast(_decode(session_id, row)) for row in rows]
+        finally:
+            if collecting:
+                gc.enable()
 
     async def sessions(self) -> list[str]:
         """Return every session id in the log, in order of its first record."""
@@ -654,9 +667,14 @@ def _decode(session_id: str, row: Any) -> Record:
     if type(text) is not str:
         raise CorruptRecordError(session_id, seq, f"data is {_sql_type(text)}, not JSON text")
     try:
-        data = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise CorruptRecordError(session_id, seq, f"data is not valid JSON: {exc}") from exc
+        data = _fast_loads(text)
+    except ValueError:
+        # orjson refuses what json accepts and the encoder may write (NaN, Infinity, very deep
+        # nesting): the standard parser has the last word.
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            raise CorruptRecordError(session_id, seq, f"data is not valid JSON: {exc}") from exc
     if type(data) is not dict:
         kind_of_json = _JSON_TYPES.get(type(data), type(data).__name__)
         raise CorruptRecordError(session_id, seq, f"data is {kind_of_json}, not a JSON object")
