@@ -136,8 +136,8 @@ async def test_secrets_never_reach_the_log(tmp_path: Path) -> None:
     # The platform got the model's words (redaction guards the log, not the live conversation) ...
     assert key in platform.replies["s"][0]
     # ... but neither value reaches the log, on disk or as read back.
-    for path in tmp_path.iterdir():
-        content = path.read_bytes()
-        assert key.encode() not in content and marked.encode() not in content, path.name
+    files = {path.name: path.read_bytes() for path in tmp_path.iterdir()}  # noqa: ASYNC240 - a test, after stop
+    for name, content in files.items():
+        assert key.encode() not in content and marked.encode() not in content, name
     assert any("[REDACTED]" in str(r.data) for r in records if r.kind == "reply")
     assert session["note"] == {"nested": ["[REDACTED]"]}
