@@ -145,6 +145,12 @@ async def test_resume_from_every_commit_point() -> None:
         assert_consistent(after, ["q1"])
         assert not recorded_steps & {step for _, step in calls2}, f"cut at {end}: a recorded response was asked again"
         assert not [e for e in effects2 if e.startswith("write")] or "w1" not in str(before), end
+        # Only a call from a recorded response can have been cut off; calls of a re-asked model are new.
+        recorded_calls = {(r.data["step"], c["id"]) for r in before if r.kind == "llm_response"
+                          for c in r.data["tool_calls"]}  # fmt: skip
+        reported = {(r.data["step"], r.data["call_id"]) for r in after
+                    if r.kind == "tool_result" and r.data["content"] == INTERRUPTED_TOOL_MESSAGE}  # fmt: skip
+        assert reported <= recorded_calls, f"cut at {end}: a call that never ran was reported interrupted"
         if any(r.kind == "step_resumed" for r in after):
             resumed_somewhere = True
             assert not any(r.kind == "step_finished" and r.data.get("interrupted") for r in after)

@@ -531,7 +531,9 @@ class _ResumeSource:
         return self.then.llm_response(request) if self.then is not None else None
 
     def tool_result(self, step: int, call: ToolCall, tool: Tool) -> RecordedToolResult | None:
-        if step != self.step:
+        if step != self.step or self.response is None:
+            # Another step, or the model was asked again (its response was never recorded): these calls
+            # are new, nothing of them can have run before the crash.
             return self.then.tool_result(step, call, tool) if self.then is not None else None
         if tool.idempotent:
             return None
