@@ -22,7 +22,6 @@ from baf.core.runtime import Runtime
 from baf.core.session import Session
 from baf.core.state import State
 from baf.errors import ConfigurationError
-from baf.llm.base import LLM
 from baf.log import SessionLog, open_log
 from baf.log.redaction import Redactor
 from baf.reasoning.skill import Skill
@@ -164,12 +163,6 @@ class Agent:
         """Never write ``value`` to the log: it is replaced by ``[REDACTED]`` in every record (and so in
         replay output and exports). Values shorter than 6 characters are refused."""
         self.redactor.add(value)
-
-    def redact_secrets_of(self, llm: LLM) -> None:
-        """Redact the credentials ``llm`` holds (its API key) from every record."""
-        for secret in llm.secrets():
-            with contextlib.suppress(ValueError):  # too short to redact safely (a test server's dummy key)
-                self.redactor.add(secret)
 
     # -- properties -----------------------------------------------------------------------------
 

@@ -105,10 +105,6 @@ class LLM(abc.ABC):
     ) -> LLMResponse:
         """Run one model call. ``system_message``, when given, is sent first."""
 
-    def secrets(self) -> list[str]:
-        """Credentials this model holds (API keys) that must never reach a log; none by default."""
-        return []
-
     async def predict(
         self,
         message: str,

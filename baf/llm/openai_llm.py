@@ -46,6 +46,7 @@ from baf.errors import (
     LLMTimeoutError,
 )
 from baf.llm.base import LLM, LLMResponse, ToolCall, Usage
+from baf.log.redaction import register_secret
 
 __all__ = ["LLMOpenAI"]
 
@@ -153,6 +154,7 @@ class LLMOpenAI(LLM):
             key = PLACEHOLDER_API_KEY
         # Kept private and never formatted: it is only handed to the client and used for redaction.
         self._api_key = key
+        register_secret(key)  # every session log redacts it, whichever agent or pattern uses this client
         self._client: openai.AsyncOpenAI | None = None
 
     def __repr__(self) -> str:
@@ -183,10 +185,6 @@ class LLMOpenAI(LLM):
                 max_retries=0,  # the retry policy lives in predict_with_tools, in one place
             )
         return self._client
-
-    def secrets(self) -> list[str]:
-        """The API key, so the runtime can redact it from records (not the local-server placeholder)."""
-        return [] if self._api_key == PLACEHOLDER_API_KEY else [self._api_key]
 
     async def predict_with_tools(
         self,

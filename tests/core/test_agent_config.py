@@ -116,11 +116,10 @@ async def test_secrets_never_reach_the_log(tmp_path: Path) -> None:
     key = "sk-test-canary-0123456789"
     marked = "my-private-canary-42"
 
-    class KeyedLLM(FunctionLLM):
-        def secrets(self) -> list[str]:
-            return [key]
+    from baf.llm import LLMOpenAI
 
-    llm = KeyedLLM(lambda messages, tools, **_: f"the key is {key} and the secret is {marked}")
+    LLMOpenAI("gpt-test", api_key=key)  # constructing a client registers its key for redaction
+    llm = FunctionLLM(lambda messages, tools, **_: f"the key is {key} and the secret is {marked}")
     db = tmp_path / "s.db"
     agent = Agent("a", log=f"sqlite:///{db}")
     state = new_reasoning_state(agent, llm)

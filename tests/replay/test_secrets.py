@@ -15,16 +15,14 @@ import asyncio
 import io
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from baf import Agent
 from baf.cli import main
-from baf.core.writer import SessionWriter
 from baf.library.state.reasoning_state_library import new_reasoning_state
 from baf.llm.openai_llm import LLMOpenAI
-from baf.log.redaction import REDACTED, Redactor, register_secret, registered_secrets
+from baf.log.redaction import REDACTED, registered_secrets
 from baf.testing.llms import ScriptedLLM
 
 CANARY_KEY = "sk-canary-llm-7f3a9c2e11d0"
@@ -35,22 +33,9 @@ SESSION = "secret-session"
 
 
 def wire_hooks(monkeypatch: pytest.MonkeyPatch, agent: Agent, llm_key: str) -> None:
-    """Mark the user's secret; stand in for the baf.core / LLMOpenAI hooks if they are not there yet."""
-    if llm_key not in registered_secrets():
-        register_secret(llm_key)  # what LLMOpenAI.__init__ will do with the key it resolved
-    if hasattr(agent, "mark_secret"):
-        agent.mark_secret(USER_SECRET)
-        return
-    # What Agent.__init__ (``self.redactor = Redactor.from_environment()``), Agent.mark_secret and the
-    # one line in SessionWriter.record (``data = self.redactor.redact(data)``) will do.
-    redactor = Redactor.from_environment()
-    redactor.add(USER_SECRET)
-    original = SessionWriter.record
-
-    def record(self: SessionWriter, kind: str, data: dict[str, Any]) -> Any:
-        return original(self, kind, redactor.redact(data))
-
-    monkeypatch.setattr(SessionWriter, "record", record)
+    """Mark the user's secret; the LLM key must already be known from constructing the client."""
+    assert llm_key in registered_secrets(), "LLMOpenAI did not register its key for redaction"
+    agent.mark_secret(USER_SECRET)
 
 
 def build(db: Path) -> tuple[Agent, ScriptedLLM, LLMOpenAI]:

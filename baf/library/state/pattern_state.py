@@ -99,7 +99,6 @@ def pattern_body(
         request = event.text if event is not None else None
         if request is None:
             return  # entered without a user message: nothing to reason about
-        session.agent.redact_secrets_of(llm)
         observer = SessionObserver(session, stream_steps)
         observer.emit(ReasoningStepKind.REASONING_STARTED, 0, f"{pattern.name}: {request[:80]}",
                       {"request": request, "pattern": pattern.name})  # fmt: skip

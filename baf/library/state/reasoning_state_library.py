@@ -150,7 +150,6 @@ def reasoning_body(
         request = event.text if event is not None else None
         if request is None:
             return  # entered without a user message (e.g. at session start): nothing to answer
-        session.agent.redact_secrets_of(config.llm)
         await _run_reasoning_loop(_ReasoningRun(session, config, request))
 
     async def resume(session: Session, records: Sequence[Record]) -> None:
