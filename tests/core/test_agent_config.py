@@ -140,3 +140,23 @@ async def test_secrets_never_reach_the_log(tmp_path: Path) -> None:
         assert key.encode() not in content and marked.encode() not in content, name
     assert any("[REDACTED]" in str(r.data) for r in records if r.kind == "reply")
     assert session["note"] == {"nested": ["[REDACTED]"]}
+
+
+async def test_a_secret_cut_by_a_summary_does_not_leak_half(tmp_path: Path) -> None:
+    from baf.library.state.reasoning_state_library import new_reasoning_state
+    from baf.testing import FunctionLLM, RecordingPlatform
+
+    secret = "canary-secret-ABCDEFGHIJ"
+    text = "x" * 72 + secret + " and more words after it to pass the summary limits"
+    llm = FunctionLLM(lambda messages, tools, **_: text)
+    db = tmp_path / "s.db"
+    agent = Agent("a", log=f"sqlite:///{db}")
+    state = new_reasoning_state(agent, llm)
+    state.when_event().go_to(state)
+    agent.mark_secret(secret)
+    async with agent:
+        await agent.receive_message("s", text, RecordingPlatform())
+        records = await agent.log.read("s")
+    dumped = str([r.data for r in records])
+    for cut in range(6, len(secret)):
+        assert secret[:cut] not in dumped, secret[:cut]

@@ -100,7 +100,8 @@ def pattern_body(
         if request is None:
             return  # entered without a user message: nothing to reason about
         observer = SessionObserver(session, stream_steps)
-        observer.emit(ReasoningStepKind.REASONING_STARTED, 0, f"{pattern.name}: {request[:80]}",
+        shown = session.agent.redactor.redact_text(request)[:80]  # redact before cutting a secret in half
+        observer.emit(ReasoningStepKind.REASONING_STARTED, 0, f"{pattern.name}: {shown}",
                       {"request": request, "pattern": pattern.name})  # fmt: skip
         offered = tools if tools is not None else _agent_tools(session)
         outcome, steps = "error", 0

@@ -196,7 +196,7 @@ async def _run_reasoning_loop(run: _ReasoningRun) -> None:
     """Plan → act → observe until an answer is accepted, the model fails, or the step budget runs out.
     A resumed run starts at its first step without a recorded response (see :meth:`_ReasoningRun.resume_from`)."""
     if not run.resumed:
-        run.emit(ReasoningStepKind.REASONING_STARTED, 0, f"reasoning about: {_summary(run.request, 80)}",
+        run.emit(ReasoningStepKind.REASONING_STARTED, 0, f"reasoning about: {_summary(run.redact(run.request), 80)}",
                  {"request": run.request, "planning": run.task_list is not None})  # fmt: skip
     step, outcome = run.first_step, "error"
     try:
@@ -307,6 +307,11 @@ class _ReasoningRun:
             run._recorded_tools = tools
         return run
 
+    def redact(self, text: str) -> str:
+        """``text`` with the agent's secrets replaced: for text about to be shortened, since a secret
+        cut in half is no longer recognised when the record is written."""
+        return self.session.agent.redactor.redact_text(text)
+
     # -- the model ------------------------------------------------------------------------------
 
     def current_tools(self) -> dict[str, Tool]:
@@ -407,7 +412,7 @@ class _ReasoningRun:
                 status = "failed" if outcome.is_error else "returned"
                 self.emit(ReasoningStepKind.TOOL_RESULT, step, f"{call.name} {status}", {
                     "call_id": call.id, "name": call.name, "arguments": call.arguments,
-                    "result": _shorten(outcome.content, _PAYLOAD_LIMIT), "is_error": outcome.is_error,
+                    "result": _shorten(self.redact(outcome.content), _PAYLOAD_LIMIT), "is_error": outcome.is_error,
                 })  # fmt: skip
 
     async def _run_call(self, call: ToolCall, tools: dict[str, Tool], step: int) -> _CallOutcome:
@@ -445,7 +450,9 @@ class _ReasoningRun:
         size = len(content)
         limit = self.config.max_tool_output
         if size > limit:
-            content = f"{content[:limit]}\n[output truncated: {size} characters in all, the first {limit} shown]"
+            # Redact before cutting: a secret cut in half would no longer be recognised at write time.
+            kept = self.redact(content)[:limit]
+            content = f"{kept}\n[output truncated: {size} characters in all, the first {limit} shown]"
         return _CallOutcome(content, is_error, size, None if is_error else planning)
 
     # -- answers --------------------------------------------------------------------------------
@@ -464,13 +471,13 @@ class _ReasoningRun:
         message = build_pushback_message(pending)
         self.messages.append({"role": "assistant", "content": text})
         self.messages.append({"role": "system", "content": message})
-        self.emit(ReasoningStepKind.LLM_TEXT, step, _summary(text, 120), {"text": text, "final": False})
+        self.emit(ReasoningStepKind.LLM_TEXT, step, _summary(self.redact(text), 120), {"text": text, "final": False})
         self.emit(ReasoningStepKind.PUSHBACK, step, f"{len(pending)} task(s) still open",
                   {"pending": [t.to_dict() for t in pending], "message": message})  # fmt: skip
 
     def answer(self, step: int, text: str) -> None:
         """Accept the final answer: it is a step of its own, then the reply."""
-        self.emit(ReasoningStepKind.LLM_TEXT, step, _summary(text, 120), {"text": text, "final": True})
+        self.emit(ReasoningStepKind.LLM_TEXT, step, _summary(self.redact(text), 120), {"text": text, "final": True})
         self.session.reply(text)
 
     def finish(self, step: int, outcome: str) -> None:
