@@ -52,6 +52,11 @@ Security
   Without a ``secret`` one is generated per process: tokens then do not survive a restart.
 - ``auth_token`` (optional) must be sent as ``Authorization: Bearer ...`` or as ``?access_token=...`` in
   the WebSocket URL (browsers cannot set headers on a WebSocket): otherwise HTTP 401.
+- ``allowed_hosts``: the ``Host`` header of every request (UI files and the upgrade) must name this
+  server, by default ``localhost``, ``127.0.0.1``, ``[::1]`` or ``host``, on its port; anything else gets
+  HTTP 403. This stops DNS rebinding, where another site's name is made to resolve to this machine (its
+  pages would pass the same-origin check, as their Origin and Host agree). List the public name(s) when
+  serving behind a proxy or on another name.
 - ``allowed_origins``: a browser's ``Origin`` must be listed (``"*"`` allows any); by default only the
   server's own origin is accepted. Clients sending no ``Origin`` (non-browsers) are not origin-checked.
 - Frames longer than ``max_message_size`` bytes get ``error`` (``too_large``) and are dropped; frames
@@ -143,6 +148,12 @@ class WebSocketPlatform(Platform):
         ping_interval: Seconds between keepalive pings (``None`` to disable); a dead peer is closed.
         close_timeout: Seconds to wait for a closing handshake.
         compression: ``"deflate"`` to compress frames; off by default, as it costs memory per connection.
+        allowed_hosts: Accepted ``Host`` header names, against DNS rebinding (``"*"`` for any; ``"name:port"``
+            for one port only). Default: ``localhost``, ``127.0.0.1``, ``[::1]`` and ``host``, on the
+            server's port.
+        max_pending_messages: Messages of one connection accepted but not yet handled; more get ``busy``.
+        max_queued_bytes: Bytes queued per connection before a client that does not read is dropped; a
+            ``history`` frame is also cut to half of it.
     """
 
     name = "websocket"
@@ -162,10 +173,16 @@ class WebSocketPlatform(Platform):
         ping_interval: float | None = 20.0,
         close_timeout: float = 2.0,
         compression: str | None = None,
+        allowed_hosts: Sequence[str] | None = None,
+        max_pending_messages: int = 4,
+        max_queued_bytes: int = 8 * 1024 * 1024,
     ) -> None:
         super().__init__()
-        if max_message_size < 1 or send_queue_size < 1 or history_limit < 1:
-            raise ValueError("max_message_size, send_queue_size and history_limit must be positive")
+        if min(max_message_size, send_queue_size, history_limit, max_pending_messages, max_queued_bytes) < 1:
+            raise ValueError(
+                "max_message_size, send_queue_size, history_limit, max_pending_messages and max_queued_bytes "
+                "must be positive"
+            )
         self.host = host
         self._requested_port = port
         self.ui = ui
@@ -180,6 +197,9 @@ class WebSocketPlatform(Platform):
         self.ping_interval = ping_interval
         self.close_timeout = close_timeout
         self.compression = compression
+        self.allowed_hosts = list(allowed_hosts) if allowed_hosts is not None else None
+        self.max_pending_messages = max_pending_messages
+        self.max_queued_bytes = max_queued_bytes
         self._server: Server | None = None
         # The only per-session state: which connections show which session.
         self._routes: dict[str, set[_Client]] = {}
@@ -247,6 +267,9 @@ class WebSocketPlatform(Platform):
 
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
         path = urlsplit(request.path).path
+        if not self._host_allowed(request):
+            # A page on another name that resolves here (DNS rebinding) sends that name as Host.
+            return _text_response(HTTPStatus.FORBIDDEN, "host not allowed\n")
         is_upgrade = "websocket" in request.headers.get("Upgrade", "").lower()
         if not is_upgrade:
             if self.ui and path in _STATIC:
@@ -276,6 +299,27 @@ class WebSocketPlatform(Platform):
                 logger.exception("auth_token callback failed; refusing the connection")
                 return False
         return hmac.compare_digest(token.encode("utf-8"), self.auth_token.encode("utf-8"))
+
+    def _host_allowed(self, request: Request) -> bool:
+        host = request.headers.get("Host", "").strip().lower()
+        if not host:
+            return False
+        if self.allowed_hosts is not None and "*" in self.allowed_hosts:
+            return True
+        name, _, port_text = host.rpartition(":") if not host.endswith("]") else (host, "", "")
+        if not name:  # no port given: the scheme's default
+            name, port_text = host, ""
+        try:
+            port = int(port_text) if port_text else 80
+        except ValueError:
+            return False
+        if self.allowed_hosts is not None:
+            allowed = {h.lower() for h in self.allowed_hosts}
+            return name in allowed or f"{name}:{port}" in allowed
+        names = {"localhost", "127.0.0.1", "[::1]"}
+        if self.host and self.host not in ("0.0.0.0", "::"):
+            names.add(f"[{self.host.lower()}]" if ":" in self.host else self.host.lower())
+        return name in names and port == self.port
 
     def _origin_allowed(self, request: Request) -> bool:
         origin = request.headers.get("Origin")

@@ -324,3 +324,39 @@ def test_resume_tokens() -> None:
     assert all(platform.verify_resume_token(change(token)) is None for change in bad)
     with pytest.raises(ValueError):
         WebSocketPlatform(max_message_size=0)
+
+
+async def raw_status(port: int, request: str) -> str:
+    """The status line the server answers ``request`` (sent as is) with."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request.encode())
+    await writer.drain()
+    line = (await reader.readline()).decode().strip()
+    writer.close()
+    return line
+
+
+def upgrade(host: str, origin: str) -> str:
+    return (
+        f"GET /ws HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+        f"Origin: {origin}\r\n\r\n"
+    )
+
+
+async def test_dns_rebinding_is_refused_by_the_host_check() -> None:
+    async with serving(body_agent(echo)) as platform:
+        port = platform.port
+        evil = f"rebind.evil.example:{port}"
+        # The page's origin and the Host agree (the name resolves to 127.0.0.1): only the Host check stops it.
+        assert " 403 " in await raw_status(port, upgrade(evil, f"http://{evil}"))
+        assert " 403 " in await raw_status(port, f"GET / HTTP/1.1\r\nHost: {evil}\r\n\r\n")
+        assert " 403 " in await raw_status(port, f"GET /app.js HTTP/1.1\r\nHost: {evil}\r\n\r\n")
+        assert " 403 " in await raw_status(port, f"GET / HTTP/1.1\r\nHost: localhost:{port + 1}\r\n\r\n")
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"):
+            assert " 101 " in await raw_status(port, upgrade(host, f"http://{host}")), host
+            assert " 200 " in await raw_status(port, f"GET / HTTP/1.1\r\nHost: {host}\r\n\r\n"), host
+    async with serving(body_agent(echo), allowed_hosts=["chat.example"]) as platform:
+        port = platform.port
+        assert " 200 " in await raw_status(port, "GET / HTTP/1.1\r\nHost: chat.example\r\n\r\n")
+        assert " 403 " in await raw_status(port, f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n")
