@@ -103,10 +103,13 @@ def use_effect_source(source: EffectSource) -> Iterator[EffectSource]:
 
 
 def rebuild_requests(records: Iterable[Record]) -> list[FullRequest]:
-    """Every model request of the session's reasoning loops, rebuilt from its ``llm_request`` records.
+    """Every model request of the session's reasoning loops and patterns, rebuilt from ``llm_request`` records.
 
-    A record carries the messages added since the previous request of the same invocation, and
-    ``system`` / ``tools`` only when they changed; ``step`` 0 starts a new invocation.
+    A reasoning-loop record carries the messages added since the previous request of the same
+    invocation, and ``system`` / ``tools`` only when they changed; ``step`` 0 starts a new invocation.
+    A pattern record (one with a ``pattern`` key) holds the full message list of its call and has no
+    ``step``: it is complete as it is (its ``step`` is the pattern's call number) and leaves the
+    loop's running state alone.
     """
     rebuilt: list[FullRequest] = []
     messages: list[dict[str, Any]] = []
@@ -116,6 +119,11 @@ def rebuild_requests(records: Iterable[Record]) -> list[FullRequest]:
         if record.kind != RecordKind.LLM_REQUEST:
             continue
         data = record.data
+        if "pattern" in data:
+            rebuilt.append(FullRequest(int(data.get("call") or 0), copy.deepcopy(data.get("messages") or []),
+                                       data.get("system"), copy.deepcopy(data.get("tools") or []),
+                                       dict(data.get("parameters") or {}), data.get("model"), record.seq))  # fmt: skip
+            continue
         if data["step"] == 0:
             messages, system, tools = [], None, []
         messages = messages + copy.deepcopy(data.get("messages") or [])

@@ -121,7 +121,6 @@ class LogEffects:
     """
 
     def __init__(self, records: Sequence[Record]) -> None:
-        self.requests = rebuild_requests(records)
         self.responses: list[LLMResponse] = []
         self.results: dict[tuple[int, str], RecordedToolResult] = {}
         for record in records:
@@ -129,7 +128,9 @@ class LogEffects:
                 self.responses.append(LLMResponse.from_dict(record.data))
             elif record.kind == RecordKind.TOOL_RESULT:
                 data = record.data
-                result = RecordedToolResult(data["content"], bool(data["is_error"]), int(data["original_size"]))
+                content = str(data["content"])
+                size = int(data.get("original_size", len(content)))  # pattern results record no size
+                result = RecordedToolResult(content, bool(data["is_error"]), size)
                 self.results[(len(self.responses) - 1, str(data["call_id"]))] = result
         self.llm_served = 0
         self.tools_served = 0

@@ -8,9 +8,11 @@ from typing import Any
 import pytest
 
 from baf import Agent, Session
+from baf.library.state.pattern_state import new_pattern_state
 from baf.library.state.reasoning_state_library import new_reasoning_state
 from baf.llm.base import LLM, LLMResponse
 from baf.log import MemoryLog, Record
+from baf.reasoning.patterns import ReAct
 from baf.replay.rerun import assert_replays, rerun
 from baf.testing import ScriptedLLM
 
@@ -169,3 +171,57 @@ async def test_a_model_call_the_log_cannot_answer_fails_the_guard() -> None:
     assert report.guard_failures and "the log has only 5 responses" in report.guard_failures[0]
     assert report.divergence is not None and report.divergence.seq == last_response.seq
     assert "guard:" in str(report)
+
+
+def build_pattern(llm: LLM, *, tools_live: bool = False, max_steps: int = 10) -> Agent:
+    """A ReAct pattern state with a multiply tool; ``tools_live=False`` fails the test if the tool runs."""
+    agent = Agent("calc", log=MemoryLog())
+    state = new_pattern_state(agent, llm, ReAct(max_steps=max_steps))
+    state.when_event().go_to(state)
+
+    def multiply(a: int, b: int) -> int:
+        """Multiply two numbers.
+
+        Args:
+            a: The first number.
+            b: The second number.
+        """
+        if not tools_live:
+            pytest.fail("the re-run ran a tool")
+        return a * b
+
+    agent.add_tool(multiply)
+    return agent
+
+
+async def record_pattern() -> tuple[MemoryLog, list[Record]]:
+    agent = build_pattern(ScriptedLLM([
+        ScriptedLLM.tool_call("multiply", {"a": 17, "b": 23}),
+        ScriptedLLM.tool_call("final_answer", {"answer": "391"}),
+    ]), tools_live=True)  # fmt: skip
+    assert isinstance(agent.log, MemoryLog)
+    async with agent:
+        await agent.receive_message("p", "What is 17 * 23?")
+        records = await agent.log.read("p")
+    assert any(r.kind == "tool_result" and r.data["content"] == "391" for r in records)
+    return agent.log, records
+
+
+async def test_a_pattern_session_replays_identically_without_model_or_tools() -> None:
+    log, records = await record_pattern()
+    report = await assert_replays(log, "p", build_pattern(ForbiddenLLM()))
+    assert report.llm_responses_served == sum(1 for r in records if r.kind == "llm_response") == 2
+    assert report.tool_results_served >= 1
+
+
+async def test_a_changed_pattern_diverges_at_its_first_llm_request() -> None:
+    log, records = await record_pattern()
+    agent = Agent("calc", log=MemoryLog())
+    state = new_pattern_state(agent, ForbiddenLLM(), ReAct(prompts={"task": "Solve: {task}"}))
+    state.when_event().go_to(state)
+    report = await rerun(log, "p", agent)
+    first_request = next(r for r in records if r.kind == "llm_request")
+    assert report.divergence is not None and report.divergence.seq == first_request.seq
+    assert report.divergence.what == "a different LLM request"
+    assert report.divergence.now["messages"][0]["content"].startswith("Solve: ")
+    assert report.divergence.recorded["messages"] == first_request.data["messages"]

@@ -22,6 +22,7 @@ from baf.errors import (
     ToolError,
 )
 from baf.llm.base import LLM, LLMResponse, ToolCall
+from baf.reasoning.effects import FullRequest, current_effect_source
 from baf.reasoning.patterns.accounting import Meter
 from baf.reasoning.patterns.compaction import estimate_tokens
 from baf.reasoning.patterns.steps import LLMCallInfo, PatternObserver, PatternStep, PatternStepKind
@@ -119,11 +120,17 @@ class PatternRun:
             await self.observer.before_llm_call(info)
         started = time.perf_counter()
         timeout = self.pattern.step_timeout
+        source = current_effect_source()  # a re-run (or a resume) answers from the log, never the model
+        served = None
+        if source is not None:
+            request = FullRequest(self._calls, list(messages), system, list(tools or []), dict(merged or {}),
+                                  model.name)  # fmt: skip
+            served = source.llm_response(request)
         try:
             async with asyncio.timeout(timeout):
-                response = await model.predict_with_tools(
+                response = served if served is not None else await model.predict_with_tools(
                     list(messages), list(tools or []), parameters=merged, system_message=system
-                )
+                )  # fmt: skip
         except TimeoutError:
             raise PatternStepTimeoutError(
                 f"{self.pattern.name}: the model call for {purpose!r} took longer than step_timeout={timeout:g}s"
@@ -182,9 +189,16 @@ class PatternRun:
                                  f"Available tools: {', '.join(available) or 'none'}."), True  # fmt: skip
         else:
             timeout = tool.timeout if tool.timeout is not None else self.pattern.step_timeout
+            source = current_effect_source()
             try:
-                async with asyncio.timeout(timeout):
-                    content, is_error = await tool.run(call.arguments, session=self.session), False
+                served = None
+                if source is not None:  # a re-run serves the recorded result; the tool must not run
+                    served = source.tool_result(self.steps_taken, call, tool) if _valid(tool, call) else None
+                if served is not None:
+                    content, is_error = served.content, served.is_error
+                else:
+                    async with asyncio.timeout(timeout):
+                        content, is_error = await tool.run(call.arguments, session=self.session), False
             except ToolError as exc:
                 content, is_error = f"Error: {exc}", True
             except TimeoutError:
@@ -229,6 +243,15 @@ class PatternRun:
         reason = self.meter.exceeded()
         if reason is not None:
             raise PatternBudgetError(f"{self.pattern.name}: {reason}")
+
+
+def _valid(tool: Tool, call: ToolCall) -> bool:
+    """Whether the tool, as it is now, accepts the call's arguments (if not, ``tool.run`` reports why)."""
+    try:
+        tool.validate_args(call.arguments)
+    except ToolError:
+        return False
+    return True
 
 
 def _one_line(text: str) -> str:
