@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from baf import Agent
 from baf.library.state.pattern_state import RESULT_VARIABLE, new_pattern_state
 from baf.library.state.reasoning_step import ReasoningStepKind
+from baf.llm.base import LLMResponse, ToolCall
+from baf.log import open_log
 from baf.reasoning.patterns import ChainOfThought, PatternStepKind, ReAct
 from baf.testing import RecordingPlatform, ScriptedLLM
 
@@ -69,3 +73,32 @@ async def test_a_run_without_an_answer_replies_the_failure_message(platform: Rec
         session = await agent.get_or_create_session("s", platform)
         assert session.get(RESULT_VARIABLE)["stop_reason"] == "max_steps"
     assert platform.replies["s"] == ["gave up"]  # no answer was reached: the failure message
+
+
+async def test_the_response_asking_for_a_tool_is_durable_before_the_tool_runs(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'wa.db'}"
+    seen: list[bool] = []
+
+    async def lookup(key: str) -> str:
+        """Look a key up.
+
+        Args:
+            key: The key.
+        """
+        async with open_log(url) as reader:  # a second connection: only committed records are visible
+            records = await reader.read("s")
+        calls = [call["id"] for r in records if r.kind == "llm_response" for call in r.data.get("tool_calls") or []]
+        seen.append("c-lookup" in calls)
+        return "found"
+
+    llm = ScriptedLLM([
+        LLMResponse(text=None, tool_calls=[ToolCall("c-lookup", "lookup", '{"key": "k"}')]),
+        ScriptedLLM.tool_call("final_answer", {"answer": "found"}),
+    ])  # fmt: skip
+    agent = Agent("patterns", log=url)
+    agent.new_tool(lookup)
+    state = new_pattern_state(agent, llm, ReAct())
+    state.when_event().go_to(state)
+    async with agent:
+        await agent.receive_message("s", "look k up")
+    assert seen == [True]

@@ -3,7 +3,8 @@
 ``pattern_body(pattern, llm)`` answers each user message with ``pattern.execute``. A
 :class:`SessionObserver` turns what the run reports into records, write-ahead like the reasoning state:
 each model call is recorded (``llm_request``) and committed before it is made, its answer
-(``llm_response``) and tool results (``tool_result``) are recorded as they come, and every step is a
+(``llm_response``) is committed before any tool it asks for runs, tool results (``tool_result``) are
+recorded as they come, and every step is a
 ``reasoning_step`` record streamed to the platform once durable. Pattern ``llm_request`` records carry
 the full message list of that call and a ``pattern`` field (pattern calls are independent, not one
 growing conversation).
@@ -68,6 +69,11 @@ class SessionObserver:
         """Record the model's answer."""
         self.session.record(RecordKind.LLM_RESPONSE, {"pattern": call.pattern, "call": call.call, "model": call.model,
                                                       "latency_ms": latency_ms, **response.to_dict()})  # fmt: skip
+
+    async def before_tool_call(self, call_id: str, name: str) -> None:
+        """Commit before a tool runs: the ``llm_response`` that asked for the call is durable first, so a
+        crash in the tool never leaves a side effect the log cannot explain."""
+        await self.session.commit()
 
     def on_tool_result(self, call_id: str, name: str, content: str, is_error: bool) -> None:
         """Record a tool result."""

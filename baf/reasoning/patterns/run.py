@@ -25,7 +25,13 @@ from baf.llm.base import LLM, LLMResponse, ToolCall
 from baf.reasoning.effects import FullRequest, current_effect_source
 from baf.reasoning.patterns.accounting import Meter
 from baf.reasoning.patterns.compaction import estimate_tokens
-from baf.reasoning.patterns.steps import LLMCallInfo, PatternObserver, PatternStep, PatternStepKind
+from baf.reasoning.patterns.steps import (
+    LLMCallInfo,
+    PatternObserver,
+    PatternStep,
+    PatternStepKind,
+    before_tool_call,
+)
 from baf.reasoning.patterns.structured import parse_structured, response_format, schema_instructions
 from baf.reasoning.tool import Tool
 
@@ -190,6 +196,7 @@ class PatternRun:
         else:
             timeout = tool.timeout if tool.timeout is not None else self.pattern.step_timeout
             source = current_effect_source()
+            await before_tool_call(self.observer, call.id, call.name)  # write-ahead: the request is durable
             try:
                 served = None
                 if source is not None:  # a re-run serves the recorded result; the tool must not run

@@ -90,3 +90,11 @@ class PatternObserver(Protocol):
 
     def on_tool_result(self, call_id: str, name: str, content: str, is_error: bool) -> None:
         """A tool call finished (``content`` is what the model will read)."""
+
+
+async def before_tool_call(observer: PatternObserver | None, call_id: str, name: str) -> None:
+    """Tell ``observer`` a tool call is about to run, if it wants to know (``before_tool_call`` is optional:
+    a session observer commits there, so the response that asked for the call is durable first)."""
+    hook = getattr(observer, "before_tool_call", None)
+    if hook is not None:
+        await hook(call_id, name)
