@@ -17,6 +17,7 @@ Entries keep the full data; truncation is the renderer's business.
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from typing import Any
 
 from baf.library.state.reasoning_step import ReasoningStepKind
 from baf.log.record import Record, RecordKind
+from baf.reasoning.effects import rebuild_requests
 
 __all__ = [
     "Entry",
@@ -391,30 +393,17 @@ class EntryFilter:
 
 
 def full_llm_request(records: Iterable[Record], seq: int) -> dict[str, Any] | None:
-    """The complete request of the ``llm_request`` record at ``seq``, rebuilt from the deltas.
+    """The complete request of the ``llm_request`` record at ``seq``, rebuilt from the records.
 
-    The loop records only the messages added since the previous request of the same invocation, and
-    ``system``/``tools`` only when they changed; ``step`` 0 starts a new invocation. Returns
-    ``{"model", "step", "system", "tools", "messages", "parameters"}``, or ``None`` if ``seq`` is not an
-    ``llm_request``.
+    One rebuild for the viewer, the re-run and crash resume: :func:`~baf.reasoning.effects.rebuild_requests`
+    (a reasoning loop's records are deltas; a pattern's hold the call's full message list). Returns
+    ``{"model", "step", "system", "tools", "messages", "parameters"}`` (``step`` is a pattern's call
+    number), or ``None`` if ``seq`` is not an ``llm_request``.
     """
-    messages: list[dict[str, Any]] = []
-    system: str | None = None
-    tools: list[dict[str, Any]] = []
-    for record in records:
-        if record.seq > seq:
-            break
-        if record.kind != RecordKind.LLM_REQUEST:
-            continue
-        data = record.data
-        if data.get("step") == 0:
-            messages, system, tools = [], None, []
-        messages = messages + list(data.get("messages") or [])
-        if "system" in data:
-            system = data["system"]
-        if "tools" in data:
-            tools = list(data["tools"])
-        if record.seq == seq:
-            return {"model": data.get("model"), "step": data.get("step"), "system": system, "tools": tools,
-                    "messages": copy.deepcopy(messages), "parameters": data.get("parameters")}  # fmt: skip
+    upto = itertools.takewhile(lambda record: record.seq <= seq, records)
+    for request in rebuild_requests(upto):
+        if request.seq == seq:
+            return {"model": request.model, "step": request.step, "system": request.system,
+                    "tools": request.tools, "messages": request.messages,
+                    "parameters": request.parameters or None}  # fmt: skip
     return None

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from baf import Agent
+from baf.library.state.pattern_state import new_pattern_state
 from baf.log.record import Record
+from baf.reasoning.patterns import ReAct
 from baf.replay import EntryFilter, build_timeline, full_llm_request
 from baf.replay.timeline import EntryKind, TimelineBuilder, iter_timeline
+from baf.testing import ScriptedLLM
 
 from .helpers import GOLDEN_SESSION, copy_golden, golden_maker, read_records_sync
 
@@ -103,3 +107,40 @@ def test_filters(tmp_path: Path) -> None:
     window = shown(EntryFilter(from_seq=55, to_seq=58))
     assert all(55 <= seq <= 58 for _, seq in window) and window
     assert shown(EntryFilter()) == shown(EntryFilter(from_seq=None))
+
+
+async def record_react() -> tuple[list[Record], ScriptedLLM]:
+    """A ReAct pattern session: multiply, then the final answer."""
+
+    def multiply(a: int, b: int) -> int:
+        """Multiply two numbers.
+
+        Args:
+            a: The first number.
+            b: The second number.
+        """
+        return a * b
+
+    llm = ScriptedLLM([
+        ScriptedLLM.tool_call("multiply", {"a": 17, "b": 23}),
+        ScriptedLLM.tool_call("final_answer", {"answer": "391"}),
+    ])  # fmt: skip
+    agent = Agent("calc", log="memory://")
+    agent.new_tool(multiply)
+    state = new_pattern_state(agent, llm, ReAct())
+    state.when_event().go_to(state)
+    async with agent:
+        await agent.receive_message("p", "What is 17 * 23?")
+        records = await agent.log.read("p")
+    return records, llm
+
+
+async def test_full_llm_requests_of_a_pattern_are_what_the_model_received() -> None:
+    records, llm = await record_react()
+    rebuilt = [full_llm_request(records, r.seq) for r in records if r.kind == "llm_request"]
+    assert len(rebuilt) == len(llm.requests) == 2
+    for request, received in zip(rebuilt, llm.requests, strict=True):
+        assert request is not None
+        assert request["messages"] == received.messages  # complete, not the previous call's messages again
+        assert request["system"] == received.system_message and request["tools"] == received.tools
+    assert [request["step"] for request in rebuilt if request is not None] == [1, 2]
