@@ -41,8 +41,11 @@ Server → client:
     ``reasoning_step`` (``step``), ``task_list`` (``tasks``), ``error`` (``message``).
 ``{"type": "error", "code": CODE, "message": "..."}``
     Codes: ``bad_json``, ``bad_frame``, ``unknown_type``, ``too_large``, ``binary``, ``no_session``,
-    ``bad_token``, ``unavailable`` (the agent could not take the message), ``agent`` (an error while
-    handling a message, shown to the user).
+    ``bad_token``, ``unavailable`` (the agent could not take the message: it was not recorded, so send
+    it again later), ``busy`` (``max_pending_messages`` messages of this connection are still being
+    handled, or a ``history`` is still being sent: the frame was not acted on; retry after an answer),
+    ``internal`` (the server failed on the frame; the connection stays usable), ``agent`` (an error
+    while handling a message, shown to the user).
 
 Security
 ========
@@ -61,7 +64,13 @@ Security
   server's own origin is accepted. Clients sending no ``Origin`` (non-browsers) are not origin-checked.
 - Frames longer than ``max_message_size`` bytes get ``error`` (``too_large``) and are dropped; frames
   longer than ``4 * max_message_size`` close the connection (code 1009) before they are read whole.
-- Each connection has a send queue of ``send_queue_size`` frames. Delivery only enqueues, so the agent
+- Frames that are not valid JSON (also too deeply nested), seqs past 2**63-1 and texts with lone
+  surrogates get an error frame; a failure while handling a frame gets ``internal``: none closes the
+  connection.
+- A connection may have ``max_pending_messages`` messages accepted and not yet handled; more are refused
+  with ``busy`` before they are recorded, so no client can grow a session's mailbox without bound.
+- Each connection has a send queue of ``send_queue_size`` frames and ``max_queued_bytes`` bytes; a
+  ``history`` frame holds the newest items that fit half that, and a connection gets one at a time. Delivery only enqueues, so the agent
   never waits for a client; a client whose queue is full (it stopped reading) is disconnected and a
   ``delivery_dropped`` record is written to the session log. It can resume later and get its history.
 
@@ -111,6 +120,7 @@ DELIVERY_DROPPED = "delivery_dropped"
 _SESSION_PREFIX = "ws-"
 _SESSION_ID = re.compile(r"^ws-[A-Za-z0-9_-]{16,64}$")
 _TOKEN_CONTEXT = b"baf.websocket.resume.v1:"
+_MAX_SEQ = 2**63 - 1
 _STATIC = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/index.html": ("index.html", "text/html; charset=utf-8"),
@@ -124,11 +134,17 @@ class _Client:
     """One connection: its socket, the session it is bound to, and its bounded send queue."""
 
     ws: ServerConnection
-    queue: asyncio.Queue[str]
+    queue: asyncio.Queue[tuple[str, int, bool]]
     session_id: str | None = None
     writer: asyncio.Task[None] | None = None
     dropped: bool = False
     sent: int = field(default=0)
+    #: Bytes of the frames in ``queue`` (what the writer has not sent yet).
+    queued_bytes: int = 0
+    #: A ``history`` frame is waiting in ``queue``; another request is refused until it is sent.
+    history_queued: bool = False
+    #: Messages accepted from this connection whose handling has not finished.
+    pending: set[asyncio.Future[None]] = field(default_factory=set)
 
 
 class WebSocketPlatform(Platform):
@@ -371,24 +387,55 @@ class WebSocketPlatform(Platform):
 
     async def _write_loop(self, client: _Client) -> None:
         """Drain the connection's queue. The only place that awaits the socket, so only it can block."""
-        with contextlib.suppress(ConnectionClosed):
+        try:
             while True:
-                frame = await client.queue.get()
+                frame, size, is_history = await client.queue.get()
                 await client.ws.send(frame)
+                client.queued_bytes -= size
+                if is_history:
+                    client.history_queued = False
                 client.sent += 1
+        except ConnectionClosed:
+            pass
+        except Exception as exc:  # the writer must not die silently and leave the client queueing forever
+            logger.exception("websocket client %s: sending failed", client.ws.id)
+            self._drop(client, self._session_of(client), f"sending failed ({type(exc).__name__})")
 
-    def _enqueue(self, client: _Client, frame: str, session: Session | None = None) -> None:
+    def _session_of(self, client: _Client) -> Session | None:
+        if self.agent is None or client.session_id is None:
+            return None
+        with contextlib.suppress(Exception):
+            return self.agent.sessions.get(client.session_id)
+        return None
+
+    def _enqueue(self, client: _Client, frame: str, session: Session | None = None, *, history: bool = False) -> None:
         """Queue a frame without waiting; a full queue means the client stopped reading: drop it."""
         if client.dropped:
             return
+        size = len(frame.encode("utf-8"))
+        if client.queued_bytes + size > self.max_queued_bytes:
+            self._drop(
+                client, session, f"send queue over {self.max_queued_bytes} bytes: the client is not reading"
+            )
+            return
         try:
-            client.queue.put_nowait(frame)
+            client.queue.put_nowait((frame, size, history))
         except asyncio.QueueFull:
             self._drop(client, session, f"send queue full ({self.send_queue_size} frames): the client is not reading")
+            return
+        client.queued_bytes += size
+        if history:
+            client.history_queued = True
 
     def _drop(self, client: _Client, session: Session | None, reason: str) -> None:
+        if client.dropped:
+            return
         client.dropped = True
         pending = client.queue.qsize()
+        # Nothing queued will be sent: let the frames go now rather than when the connection object does.
+        while not client.queue.empty():
+            client.queue.get_nowait()
+        client.queued_bytes = 0
         self._unroute(client)
         if client.writer is not None:
             client.writer.cancel()
@@ -435,8 +482,9 @@ class WebSocketPlatform(Platform):
             return
         try:
             frame = json.loads(raw)
-        except ValueError as exc:
-            self._error(client, "bad_json", f"frames must be JSON objects: {exc}")
+        except (ValueError, RecursionError) as exc:
+            detail = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+            self._error(client, "bad_json", f"frames must be JSON objects: {detail}")
             return
         if not isinstance(frame, dict):
             self._error(client, "bad_frame", "frames must be JSON objects with a 'type'")
@@ -447,7 +495,11 @@ class WebSocketPlatform(Platform):
             known = ", ".join(sorted(self._handlers))
             self._error(client, "unknown_type", f"unknown frame type {kind!r}; known types: {known}")
             return
-        await handler(self, client, frame)
+        try:
+            await handler(self, client, frame)
+        except Exception as exc:  # a bug here must cost one frame, not the connection
+            logger.exception("websocket client %s: handling a %r frame failed", client.ws.id, kind)
+            self._error(client, "internal", f"the server failed on this frame ({type(exc).__name__})")
 
     async def _on_hello(self, client: _Client, frame: dict[str, Any]) -> None:
         token = frame.get("resume") if frame.get("type") == "hello" else frame.get("token")
@@ -458,30 +510,51 @@ class WebSocketPlatform(Platform):
         if session_id is None:
             self._error(client, "bad_token", "the resume token is not valid; send hello without one for a new session")
             return
-        after = frame.get("after_seq", 0)
-        if not isinstance(after, int) or isinstance(after, bool) or after < 0:
-            self._error(client, "bad_frame", "'after_seq' must be a non-negative integer")
+        after = self._after_seq(client, frame)
+        if after is None:
             return
         # Routed before the log is read: a reply committed in between then arrives twice at worst, never not.
         self._welcome(client, session_id, resumed=True)
         await self._send_history(client, after)
+
+    def _after_seq(self, client: _Client, frame: dict[str, Any]) -> int | None:
+        after = frame.get("after_seq", 0)
+        if not isinstance(after, int) or isinstance(after, bool) or not 0 <= after <= _MAX_SEQ:
+            self._error(client, "bad_frame", f"'after_seq' must be an integer from 0 to {_MAX_SEQ}")
+            return None
+        return after
 
     async def _on_message(self, client: _Client, frame: dict[str, Any]) -> None:
         text = frame.get("text")
         if not isinstance(text, str) or not text.strip():
             self._error(client, "bad_frame", "a message needs a non-empty 'text' string")
             return
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # JSON escapes can spell lone surrogates, which no log can store
+            self._error(client, "bad_frame", "'text' must be valid Unicode (no lone surrogates)")
+            return
         if client.session_id is None:
             self._error(client, "no_session", "send hello first")
             return
         agent = self.agent
         assert agent is not None, "add the platform to an agent first"
+        client.pending = {done for done in client.pending if not done.done()}
+        if len(client.pending) >= self.max_pending_messages:
+            # The session's mailbox would grow without bound: the client has to wait for answers.
+            self._error(
+                client, "busy", f"{len(client.pending)} messages are still being handled; send this one later"
+            )
+            return
         try:
             # Returns once the message is durably recorded; handling goes on in the session's mailbox.
-            await agent.receive_event(ReceiveTextEvent(client.session_id, message=text), self)
+            done = await agent.receive_event(ReceiveTextEvent(client.session_id, message=text), self)
         except Exception as exc:
             logger.exception("session %s: the agent could not take a message", client.session_id)
             self._error(client, "unavailable", f"the message was not accepted ({type(exc).__name__}); try again")
+            return
+        if not done.done():
+            client.pending.add(done)
 
     async def _on_reset(self, client: _Client, frame: dict[str, Any]) -> None:
         self._welcome(client, self._new_session_id(), resumed=False)
@@ -490,9 +563,11 @@ class WebSocketPlatform(Platform):
         if client.session_id is None:
             self._error(client, "no_session", "send hello first")
             return
-        after = frame.get("after_seq", 0)
-        if not isinstance(after, int) or isinstance(after, bool) or after < 0:
-            self._error(client, "bad_frame", "'after_seq' must be a non-negative integer")
+        if client.history_queued:
+            self._error(client, "busy", "the previous history is still being sent; ask again once it arrived")
+            return
+        after = self._after_seq(client, frame)
+        if after is None:
             return
         await self._send_history(client, after)
 
@@ -523,18 +598,22 @@ class WebSocketPlatform(Platform):
         assert self.agent is not None and client.session_id is not None
         records = await self.agent.log.read(client.session_id, after_seq)
         items = history_items(records)
-        truncated = len(items) > self.history_limit
         last_seq = records[-1].seq if records else after_seq
-        self._send(
-            client,
-            {
-                "type": "history",
-                "after_seq": after_seq,
-                "last_seq": last_seq,
-                "truncated": truncated,
-                "items": items[-self.history_limit :],
-            },
+        # The newest items that fit both the item limit and half the byte budget of the send queue.
+        budget = self.max_queued_bytes // 2
+        kept: list[str] = []
+        for item in reversed(items[-self.history_limit :]):
+            encoded = json.dumps(item, ensure_ascii=False)
+            budget -= len(encoded.encode("utf-8")) + 1
+            if budget < 1024:  # room for the frame's own fields
+                break
+            kept.append(encoded)
+        kept.reverse()
+        head = json.dumps(
+            {"type": "history", "after_seq": after_seq, "last_seq": last_seq, "truncated": len(kept) < len(items)},
+            ensure_ascii=False,
         )
+        self._enqueue(client, f'{head[:-1]}, "items": [{", ".join(kept)}]}}', history=True)
 
     # -- session ids and resume tokens ----------------------------------------------------------
 

@@ -360,3 +360,114 @@ async def test_dns_rebinding_is_refused_by_the_host_check() -> None:
         port = platform.port
         assert " 200 " in await raw_status(port, "GET / HTTP/1.1\r\nHost: chat.example\r\n\r\n")
         assert " 403 " in await raw_status(port, f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n")
+
+
+async def test_hostile_frames_cost_an_error_frame_not_the_connection() -> None:
+    async with serving(body_agent(echo)) as platform:
+        client = await Client.open(platform.ws_url)
+        await client.send("[" * 50_000)  # json.loads raises RecursionError, not ValueError
+        assert (await client.recv())["code"] == "bad_json"
+        await client.send({"type": "history", "after_seq": 0})
+        assert (await client.recv())["code"] == "no_session"
+        await client.hello()
+        await client.send({"type": "message", "text": "first"})
+        await client.until("reply", text="echo: first")
+        await client.send({"type": "history", "after_seq": 2**70})  # past SQLite's integers
+        assert (await client.recv())["code"] == "bad_frame"
+        await client.send({"type": "hello", "resume": client.token, "after_seq": 2**70})
+        assert (await client.recv())["code"] == "bad_frame"
+        await client.send('{"type": "message", "text": "a\\ud800b"}')  # a lone surrogate: not storable
+        assert (await client.recv())["code"] == "bad_frame"
+
+        async def broken(*_: Any) -> None:
+            raise RuntimeError("a bug in a handler")
+
+        platform._handlers = {**platform._handlers, "reset": broken}  # type: ignore[misc]
+        await client.send({"type": "reset"})
+        error = await client.recv()
+        assert error["code"] == "internal" and "a bug" not in error["message"]
+        await client.send({"type": "message", "text": "still here?"})
+        assert (await client.until("reply"))[0]["text"] == "echo: still here?"
+        assert platform.agent is not None and client.session_id is not None
+        await platform.agent.wait_idle()
+        texts = [r.data.get("text") for r in await platform.agent.log.read(client.session_id)]
+        assert "still here?" in texts and not any("\ud800" in str(t) for t in texts)
+
+
+async def test_a_writer_that_fails_drops_its_client() -> None:
+    async with serving(body_agent(echo)) as platform:
+        client = await Client.open(platform.ws_url)
+        await client.hello()
+        (server_side,) = platform._clients
+
+        async def failing_send(*_: Any) -> None:
+            raise RuntimeError("not a ConnectionClosed")
+
+        server_side.ws.send = failing_send  # type: ignore[method-assign]
+        await client.send({"type": "message", "text": "hi"})
+        for _ in range(100):
+            if server_side.dropped:
+                break
+            await asyncio.sleep(0.02)
+        assert server_side.dropped and server_side.writer is not None and server_side.writer.done()
+        with pytest.raises(ConnectionClosed):
+            await client.recv()
+
+
+async def test_a_flood_of_messages_is_answered_busy_and_the_mailbox_stays_bounded() -> None:
+    async def slow(session: Session) -> None:
+        await asyncio.sleep(0.2)  # stands in for a model call
+        session.reply("done")
+
+    async with serving(body_agent(slow), max_pending_messages=3) as platform:
+        client = await Client.open(platform.ws_url)
+        await client.hello()
+        for i in range(50):
+            await client.send({"type": "message", "text": f"m{i}"})
+        await asyncio.sleep(0.1)
+        assert platform.agent is not None and client.session_id is not None
+        received = [r for r in await platform.agent.log.read(client.session_id) if r.kind == "message_received"]
+        assert len(received) <= 4
+        frames = await client.drain(0.5)
+        busy = [f for f in frames if f["type"] == "error" and f["code"] == "busy"]
+        assert len(busy) >= 45
+        await platform.agent.wait_idle()
+        await client.drain(0.1)
+        await client.send({"type": "message", "text": "later"})  # once answered, messages are taken again
+        assert (await client.until("reply", wait=5))[0]["text"] == "done"
+
+
+async def test_a_client_that_stops_reading_cannot_pile_up_history_frames() -> None:
+    chunk = "y" * 50_000
+
+    def body(session: Session) -> None:
+        for _ in range(40):
+            session.reply(chunk)
+
+    budget = 256 * 1024
+    async with serving(body_agent(body), max_queued_bytes=budget) as platform:
+        writer = await Client.open(platform.ws_url)
+        await writer.hello()
+        await writer.send({"type": "message", "text": "fill the log"})
+        assert platform.agent is not None
+        await platform.agent.wait_idle()
+        await writer.close()
+        stuck = await Client.open(platform.ws_url, max_queue=1, max_size=None)
+        await stuck.hello(resume=writer.token)
+        (server_side,) = platform._clients
+        peak = 0
+        for _ in range(300):  # ~ 2 MB of history each, were it not capped
+            try:
+                await stuck.send({"type": "history", "after_seq": 0})
+            except ConnectionClosed:
+                break
+            await asyncio.sleep(0.002)
+            peak = max(peak, sum(c.queued_bytes for c in platform._clients))
+        assert peak <= budget
+        assert server_side.dropped and server_side.queued_bytes == 0 and server_side.queue.empty()
+        with pytest.raises(ConnectionClosed):
+            while True:  # what it had buffered, then the end
+                await stuck.ws.recv()
+        for client in platform._clients:
+            assert client.queued_bytes <= budget
+            assert all(size <= budget // 2 for _, size, _ in list(client.queue._queue))  # type: ignore[attr-defined]
