@@ -38,7 +38,8 @@ Server → client:
     A full snapshot; ``status`` is ``pending``, ``in_progress``, ``completed`` or ``skipped``.
 ``{"type": "history", "after_seq": N, "last_seq": M, "truncated": BOOL, "items": [...]}``
     Items in log order, each with its ``seq`` and a ``type``: ``user`` / ``reply`` (``text``),
-    ``reasoning_step`` (``step``), ``task_list`` (``tasks``), ``error`` (``message``).
+    ``reasoning_step`` (``step``), ``task_list`` (``tasks``), ``error`` (``message``). ``reply`` items carry
+    the same ``format`` / ``options`` / ``name`` / ``mime_type`` / ``data`` as the live ``reply`` frame.
 ``{"type": "error", "code": CODE, "message": "..."}``
     Codes: ``bad_json``, ``bad_frame``, ``unknown_type``, ``too_large``, ``binary``, ``no_session``,
     ``bad_token``, ``unavailable`` (the agent could not take the message: it was not recorded, so send
@@ -70,9 +71,10 @@ Security
 - A connection may have ``max_pending_messages`` messages accepted and not yet handled; more are refused
   with ``busy`` before they are recorded, so no client can grow a session's mailbox without bound.
 - Each connection has a send queue of ``send_queue_size`` frames and ``max_queued_bytes`` bytes; a
-  ``history`` frame holds the newest items that fit half that, and a connection gets one at a time. Delivery only enqueues, so the agent
-  never waits for a client; a client whose queue is full (it stopped reading) is disconnected and a
-  ``delivery_dropped`` record is written to the session log. It can resume later and get its history.
+  ``history`` frame holds the newest items that fit half that, and a connection gets one at a time.
+  Delivery only enqueues, so the agent never waits for a client; a client whose queue is full (it
+  stopped reading) is disconnected and a ``delivery_dropped`` record is written to the session log. It
+  can resume later and get its history.
 
 The platform holds no session state beyond which connections are bound to which session id.
 """
@@ -121,6 +123,7 @@ _SESSION_PREFIX = "ws-"
 _SESSION_ID = re.compile(r"^ws-[A-Za-z0-9_-]{16,64}$")
 _TOKEN_CONTEXT = b"baf.websocket.resume.v1:"
 _MAX_SEQ = 2**63 - 1
+_REPLY_FIELDS = ("format", "options", "name", "mime_type", "data")
 _STATIC = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/index.html": ("index.html", "text/html; charset=utf-8"),
@@ -414,9 +417,7 @@ class WebSocketPlatform(Platform):
             return
         size = len(frame.encode("utf-8"))
         if client.queued_bytes + size > self.max_queued_bytes:
-            self._drop(
-                client, session, f"send queue over {self.max_queued_bytes} bytes: the client is not reading"
-            )
+            self._drop(client, session, f"send queue over {self.max_queued_bytes} bytes: the client is not reading")
             return
         try:
             client.queue.put_nowait((frame, size, history))
@@ -542,9 +543,7 @@ class WebSocketPlatform(Platform):
         client.pending = {done for done in client.pending if not done.done()}
         if len(client.pending) >= self.max_pending_messages:
             # The session's mailbox would grow without bound: the client has to wait for answers.
-            self._error(
-                client, "busy", f"{len(client.pending)} messages are still being handled; send this one later"
-            )
+            self._error(client, "busy", f"{len(client.pending)} messages are still being handled; send this one later")
             return
         try:
             # Returns once the message is durably recorded; handling goes on in the session's mailbox.
@@ -695,7 +694,12 @@ def history_items(records: Sequence[Record]) -> list[dict[str, Any]]:
             if text is not None:
                 items.append({"seq": record.seq, "type": "user", "text": text})
         elif record.kind == RecordKind.REPLY:
-            items.append({"seq": record.seq, "type": "reply", "text": data.get("text", "")})
+            item = {"seq": record.seq, "type": "reply", "text": data.get("text", "")}
+            # The same fields as the live frame, so a resumed view shows buttons, files and images again.
+            item.update({key: data[key] for key in _REPLY_FIELDS if key in data})
+            if item.get("format") == "image":
+                item.setdefault("name", "image")
+            items.append(item)
         elif record.kind == RecordKind.REASONING_STEP:
             items.append({"seq": record.seq, "type": "reasoning_step", "step": data})
         elif record.kind == RecordKind.TASK_LIST:

@@ -119,13 +119,12 @@ def _echo_body(session: Session) -> None:
     session.reply(f"echo: {text}")
 
 
-async def _rich_body(session: Session) -> None:
-    platform = session.platform
-    assert platform is not None
-    await platform.reply_markdown(session, "**bold** and `code`")
-    await platform.reply_options(session, "Pick one", ["red", "blue"])
-    await platform.reply_file(session, "notes.txt", b"hello", "text/plain", "the notes")
-    await platform.reply_image(session, b"\x89PNG\r\n", "image/png", "a picture")
+def _rich_body(session: Session) -> None:
+    # Through the session, as bodies do: each reply is recorded, then delivered by the platform.
+    session.reply_markdown("**bold** and `code`")
+    session.reply_options("Pick one", ["red", "blue"])
+    session.reply_file("notes.txt", b"hello", "text/plain", "the notes")
+    session.reply_image(b"\x89PNG\r\n", "image/png", "a picture")
     session.reply("done")
 
 
@@ -293,4 +292,3 @@ class PlatformContract:
             await client.close()
 
         await self._run(_echo_body, test)
-

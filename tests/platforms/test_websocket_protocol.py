@@ -295,9 +295,9 @@ async def test_rich_replies_and_agent_errors() -> None:
         assert session.event is not None and session.platform is not None
         if session.event.text == "boom":
             raise ValueError("kaput")
-        await session.platform.reply_options(session, "Pick one", ["red", "blue"])
-        await session.platform.reply_image(session, b"\x89PNG", "image/png", "a picture")
-        await session.platform.reply_file(session, "notes.txt", b"hello", "text/plain")
+        session.reply_options("Pick one", ["red", "blue"])
+        session.reply_image(b"\x89PNG", "image/png", "a picture")
+        session.reply_file("notes.txt", b"hello", "text/plain")
 
     async with serving(body_agent(body)) as platform:
         client = await Client.open(platform.ws_url)
@@ -309,6 +309,25 @@ async def test_rich_replies_and_agent_errors() -> None:
         assert image["format"] == "image" and image["data"] == "iVBORw==" and image["text"] == "a picture"
         file = await client.recv()
         assert file["format"] == "file" and file["name"] == "notes.txt" and file["mime_type"] == "text/plain"
+        # A resumed view shows the same: history items keep the rich fields the log recorded.
+        again = await Client.open(platform.ws_url)
+        await again.hello(resume=client.token)
+        history, _ = await again.until("history")
+        replies = [{k: v for k, v in i.items() if k != "seq"} for i in history["items"] if i["type"] == "reply"]
+        assert replies[0] == {"type": "reply", "format": "options", "text": "Pick one", "options": ["red", "blue"]}
+        assert {k: replies[1][k] for k in ("format", "data", "mime_type", "text")} == {
+            "format": "image",
+            "data": "iVBORw==",
+            "mime_type": "image/png",
+            "text": "a picture",
+        }
+        assert {k: replies[2][k] for k in ("format", "name", "mime_type", "data")} == {
+            "format": "file",
+            "name": "notes.txt",
+            "mime_type": "text/plain",
+            "data": "aGVsbG8=",
+        }
+        await again.close()
         await client.send({"type": "message", "text": "boom"})
         error, _ = await client.until("error")
         assert error["code"] == "agent" and "ValueError" in error["message"] and "kaput" not in error["message"]
