@@ -39,6 +39,10 @@ __all__ = [
 ]
 
 
+#: ``reasoning_finished`` outcomes of a run that succeeded: a reasoning loop's, a pattern's stop reason.
+_SUCCESS_OUTCOMES = frozenset({"answered", "completed"})
+
+
 class EntryKind:
     """The kinds of timeline entries (not record kinds: one entry may cover several records)."""
 
@@ -215,7 +219,7 @@ class TimelineBuilder:
 
     def _llm_request(self, record: Record) -> list[Entry]:
         d = record.data
-        title = f"{d.get('model')} step {d.get('step')}"
+        title = f"{d.get('model')} {_call_label(d)}"
         entry = _entry(EntryKind.LLM_CALL, record, title, {"request": d, "response": None})
         entry.status = "open"
         self._llm_call = entry
@@ -227,13 +231,13 @@ class TimelineBuilder:
         self._llm_call = None
         placed: list[Entry] = []
         if entry is None:  # a response without its request (a log that starts mid-call)
-            entry = _entry(EntryKind.LLM_CALL, record, f"{d.get('model')} step {d.get('step')}", {"request": None})
+            entry = _entry(EntryKind.LLM_CALL, record, f"{d.get('model')} {_call_label(d)}", {"request": None})
             placed = self._place(entry)
         else:
             entry.add_record(record)
         entry.data["response"] = d
         entry.status = "ok"
-        entry.title = _llm_title(d)
+        entry.title = _llm_title(d, entry.data.get("request"))
         for call in d.get("tool_calls") or []:
             tool = Entry(EntryKind.TOOL_CALL, record.seq, record.ts, f"{call.get('name')}({call.get('arguments')})",
                          {"call": call, "result": None}, status="open")  # fmt: skip
@@ -277,7 +281,7 @@ class TimelineBuilder:
                 return [_entry(EntryKind.STEP, record, str(d.get("summary", "")))]
             closing.add_record(record)
             closing.data["finished"] = d
-            closing.status = "ok" if details.get("outcome") == "answered" else "error"
+            closing.status = "ok" if details.get("outcome") in _SUCCESS_OUTCOMES else "error"
             return [closing]
         if kind in _FOLDED_STEPS:
             target: Entry | None = None
@@ -294,11 +298,19 @@ class TimelineBuilder:
         return self._place(entry)
 
 
-def _llm_title(response: dict[str, Any]) -> str:
-    """``model step N  → calls a, b`` or ``→ "text"``."""
+def _llm_title(response: dict[str, Any], request: dict[str, Any] | None = None) -> str:
+    """``model step N  → calls a, b`` or ``→ "text"`` (the call labelled from its request when there is one)."""
     calls = response.get("tool_calls") or []
     what = "calls " + ", ".join(str(c.get("name")) for c in calls) if calls else repr(response.get("text") or "")
-    return f"{response.get('model')} step {response.get('step')} → {what}"
+    return f"{response.get('model')} {_call_label(request or response)} → {what}"
+
+
+def _call_label(data: dict[str, Any]) -> str:
+    """``step N`` for a reasoning loop's call, ``<pattern> call N`` for a pattern's (which has no step)."""
+    if "pattern" in data:
+        purpose = f" ({data['purpose']})" if data.get("purpose") else ""
+        return f"{data.get('pattern')} call {data.get('call')}{purpose}"
+    return f"step {data.get('step')}"
 
 
 def _tasks_line(tasks: list[dict[str, Any]]) -> str:

@@ -9,7 +9,8 @@ from baf.library.state.pattern_state import new_pattern_state
 from baf.log.record import Record
 from baf.reasoning.patterns import ReAct
 from baf.replay import EntryFilter, build_timeline, full_llm_request
-from baf.replay.timeline import EntryKind, TimelineBuilder, iter_timeline
+from baf.replay.export import export_otel
+from baf.replay.timeline import EntryKind, TimelineBuilder, flatten, iter_timeline
 from baf.testing import ScriptedLLM
 
 from .helpers import GOLDEN_SESSION, copy_golden, golden_maker, read_records_sync
@@ -144,3 +145,18 @@ async def test_full_llm_requests_of_a_pattern_are_what_the_model_received() -> N
         assert request["messages"] == received.messages  # complete, not the previous call's messages again
         assert request["system"] == received.system_message and request["tools"] == received.tools
     assert [request["step"] for request in rebuilt if request is not None] == [1, 2]
+
+
+async def test_a_successful_pattern_run_is_shown_and_exported_as_a_success() -> None:
+    records, _ = await record_react()
+    groups = [e for e in build_timeline(records) if e.kind == EntryKind.REASONING]
+    assert len(groups) == 1 and groups[0].status == "ok"  # outcome "completed", a pattern's success
+    titles = [entry.title for _, entry in flatten(groups)]
+    assert not any("None" in title for title in titles), titles
+    assert "scripted react call 1 (thought) → calls multiply" in titles
+    calls = [entry for _, entry in flatten(groups) if entry.kind == EntryKind.TOOL_CALL]
+    assert [c.data["call"]["name"] for c in calls] == ["multiply", "final_answer"]
+    assert all(c.status == "ok" and c.data["result"] is not None for c in calls)
+    assert calls[1].data["result"]["content"] == "391"
+    spans = export_otel(records)["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    assert spans and all(span["status"]["code"] != 2 for span in spans)  # no ERROR span

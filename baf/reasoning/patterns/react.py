@@ -115,10 +115,13 @@ class ReAct(BasePattern[ReActOutput]):
             await self._hook("thought", run, text)
         run.state["final"] = self._final(response, text)
         if run.state["final"] is not None:
-            answer, confidence, how = run.state["final"]
+            answer, confidence, how, call = run.state["final"]
             run.partial = self._output(run, answer, confidence, how)
+            if call is not None:  # the final answer call ends the run instead of running: record its result
+                run.record_tool_result(call, answer, False)
 
-    def _final(self, response: LLMResponse, text: str) -> tuple[str, float | None, str] | None:
+    def _final(self, response: LLMResponse, text: str) -> tuple[str, float | None, str, ToolCall | None] | None:
+        """The answer, its confidence, how the run ended and the final answer call (if one ended it)."""
         if self.termination != "confidence":
             for call in response.tool_calls:
                 if call.name == self.final_tool.name:
@@ -126,14 +129,14 @@ class ReAct(BasePattern[ReActOutput]):
                         args = self.final_tool.validate_args(call.arguments)
                     except ToolArgumentError:
                         continue  # act() hands the error to the model, which can call again
-                    return str(args["answer"]), args.get("confidence"), "final_answer_tool"
+                    return str(args["answer"]), args.get("confidence"), "final_answer_tool", call
         if self.termination != "tool" and text:
             try:
                 report = parse_structured(text, ConfidenceReport)
             except StructuredOutputError:
                 return None  # an ordinary thought, not a conclusion
             if report.confidence >= self.confidence_threshold:
-                return report.answer, report.confidence, "confidence"
+                return report.answer, report.confidence, "confidence", None
         return None
 
     async def should_stop(self, run: PatternRun) -> bool:

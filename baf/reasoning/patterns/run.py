@@ -210,9 +210,14 @@ class PatternRun:
                 content, is_error = f"Error: {exc}", True
             except TimeoutError:
                 content, is_error = f"Error: tool '{call.name}' did not finish within {timeout:g} seconds.", True
+        self.record_tool_result(call, content, is_error)
+        return content, is_error
+
+    def record_tool_result(self, call: ToolCall, content: str, is_error: bool) -> None:
+        """Report a tool call's result to the observer (``run_tool`` does; a pattern whose call ends the
+        run instead of running, like ReAct's final answer, reports it itself)."""
         if self.observer is not None:
             self.observer.on_tool_result(call.id, call.name, content, is_error)
-        return content, is_error
 
     # -- nesting and compaction ---------------------------------------------------------------------
 
