@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from baf.errors import LLMStatusError
+import pytest
+
+from baf.errors import LLMStatusError, StructuredOutputError
 from baf.reasoning.patterns import (
     ChainOfThought,
     GoalDecomposition,
@@ -16,7 +18,8 @@ from baf.reasoning.patterns import (
     TreeOfThoughts,
     pattern_registry,
 )
-from baf.reasoning.patterns.models import StepStatus
+from baf.reasoning.patterns.models import Critique, StepStatus
+from baf.reasoning.patterns.structured import parse_structured
 from baf.testing import FunctionLLM, ScriptedLLM
 
 from .helpers import js
@@ -166,3 +169,18 @@ def test_every_built_in_pattern_is_registered() -> None:
         "pipeline",
     }  # fmt: skip
     assert isinstance(pattern_registry.create("tree_of_thoughts", branching_factor=2), TreeOfThoughts)
+
+
+def test_a_malformed_answer_does_not_yield_one_of_its_nested_objects() -> None:
+    with pytest.raises(StructuredOutputError):
+        parse_structured('Result: {"x": {"satisfactory": true}, }', Critique)
+    # a later, separate object after the malformed one is still found
+    assert parse_structured('{"x": {"a": 1}, } then {"satisfactory": true}', Critique).satisfactory is True
+
+
+def test_values_are_not_coerced() -> None:
+    with pytest.raises(StructuredOutputError):
+        parse_structured('{"satisfactory": "yes"}', Critique)
+    with pytest.raises(StructuredOutputError):
+        parse_structured('Verdict: {"satisfactory": "true", "score": "0.5"}', Critique)
+    assert parse_structured('{"satisfactory": false, "score": 1}', Critique).score == 1.0

@@ -5,8 +5,9 @@ Two routes, chosen per call:
 1. **Native**: when the model supports it, the request carries an OpenAI ``response_format`` with the
    model's JSON schema, so the server constrains the answer.
 2. **Parse cascade** (always applied to the answer, native or not): the whole text as JSON; else the
-   first fenced code block; else the first balanced ``{...}`` object in the text. Each stage validates
-   against the model. Nothing is repaired or guessed: when no stage validates,
+   first fenced code block; else the first balanced ``{...}`` object in the text that is valid JSON (a
+   malformed object is skipped whole, nested objects included). Each stage validates against the model
+   in strict mode (``"yes"`` is not ``true``). Nothing is repaired or guessed: when no stage validates,
    :class:`~baf.errors.StructuredOutputError` says what each stage found.
 """
 
@@ -62,7 +63,7 @@ def parse_structured(text: str | None, model: type[M]) -> M:
             attempts.append(f"{stage}: nothing found")
             continue
         try:
-            return model.model_validate_json(candidate)
+            return model.model_validate_json(candidate, strict=True)  # "yes" is not True, "3" is not 3
         except pydantic.ValidationError as exc:
             attempts.append(f"{stage}: {_describe(exc)}")
     excerpt = raw if len(raw) <= _EXCERPT else f"{raw[:_EXCERPT]}… [{len(raw)} characters]"
@@ -88,6 +89,7 @@ def _first_object(text: str) -> str | None:
     start = text.find("{")
     while start != -1:
         depth, in_string, escaped = 0, False, False
+        next_from = start + 1  # never balanced: an inner object may still be a whole answer
         for index in range(start, len(text)):
             char = text[index]
             if in_string:
@@ -108,9 +110,11 @@ def _first_object(text: str) -> str | None:
                     try:
                         json.loads(candidate)
                     except ValueError:
+                        # Malformed as a whole: none of its nested objects is the answer either.
+                        next_from = index + 1
                         break
                     return candidate
-        start = text.find("{", start + 1)
+        start = text.find("{", next_from)
     return None
 
 
