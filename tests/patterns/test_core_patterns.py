@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -236,3 +237,30 @@ def test_patterns_do_not_depend_on_core_or_library() -> None:
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
             assert not any(n.startswith(("baf.core", "baf.library")) for n in names), path.name
+
+
+def test_timeouts_are_finite_by_default() -> None:
+    for pattern in (ReAct(), ChainOfThought()):
+        assert pattern.step_timeout == 120.0 and pattern.tool_timeout == 60.0
+    with pytest.raises(ConfigurationError):
+        ReAct(tool_timeout=0)
+
+
+async def test_a_stuck_tool_without_its_own_timeout_gets_the_tool_timeout() -> None:
+    async def stuck(key: str) -> str:
+        """Never answers.
+
+        Args:
+            key: A key.
+        """
+        await asyncio.Event().wait()
+        return key
+
+    llm = ScriptedLLM([
+        ScriptedLLM.tool_call("stuck", {"key": "k"}),
+        ScriptedLLM.tool_call("final_answer", {"answer": "gave up on it"}),
+    ])  # fmt: skip
+    result = await asyncio.wait_for(ReAct(tool_timeout=0.05).execute(llm, "?", tools=[Tool(stuck)]), 5)
+    assert result.success and result.output.answer == "gave up on it"
+    tool_message = next(m for m in llm.requests[1].messages if m["role"] == "tool")
+    assert tool_message["content"] == "Error: tool 'stuck' did not finish within 0.05 seconds."

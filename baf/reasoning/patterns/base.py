@@ -78,7 +78,10 @@ class BasePattern(Generic[T]):
         max_steps: Steps the run may take (what a step is depends on the pattern: a thought, a plan step,
             a critique round, ...). Past it the run stops with ``PatternStepLimitError``.
         max_depth: How deep a pattern that nests (Tree of Thoughts, Goal Decomposition) may go.
-        step_timeout: Seconds one model call (and a tool call without its own timeout) may take.
+        step_timeout: Seconds one model call may take (default 120; ``None``: no limit). Past it the run
+            stops with ``PatternStepTimeoutError`` (the partial result, or the error with ``on_limit="raise"``).
+        tool_timeout: Seconds a tool call may take when the tool sets no timeout of its own (default 60,
+            like the reasoning state); past it the model gets an error result and the run goes on.
         prompts: Overrides of the pattern's prompt templates, by slot name (see ``default_prompts``).
         budget: Token and cost limits for the run, nested runs included.
         prices: The price table that turns usage into cost.
@@ -104,7 +107,8 @@ class BasePattern(Generic[T]):
         name: str | None = None,
         max_steps: int = 10,
         max_depth: int = 3,
-        step_timeout: float | None = None,
+        step_timeout: float | None = 120.0,
+        tool_timeout: float = 60.0,
         prompts: Mapping[str, str | PromptTemplate] | None = None,
         budget: Budget | None = None,
         prices: PriceTable | None = None,
@@ -119,6 +123,8 @@ class BasePattern(Generic[T]):
             raise ConfigurationError(f"max_steps and max_depth must be at least 1, got {max_steps}, {max_depth}")
         if step_timeout is not None and not step_timeout > 0:
             raise ConfigurationError(f"step_timeout must be a positive number of seconds, got {step_timeout}")
+        if isinstance(tool_timeout, bool) or not tool_timeout > 0:
+            raise ConfigurationError(f"tool_timeout must be a positive number of seconds, got {tool_timeout}")
         if parse_retries < 0:
             raise ConfigurationError(f"parse_retries cannot be negative, got {parse_retries}")
         if on_limit not in ("partial", "raise"):
@@ -127,6 +133,7 @@ class BasePattern(Generic[T]):
         self.max_steps = max_steps
         self.max_depth = max_depth
         self.step_timeout = step_timeout
+        self.tool_timeout = tool_timeout
         self.prompts = resolve_prompts(self.name, self.default_prompts, prompts, self.prompt_fields)
         self.budget = budget or Budget()
         self.prices = prices or PriceTable()

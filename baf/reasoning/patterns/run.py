@@ -194,7 +194,7 @@ class PatternRun:
             content, is_error = (f"Error: there is no tool named '{call.name}'. "
                                  f"Available tools: {', '.join(available) or 'none'}."), True  # fmt: skip
         else:
-            timeout = tool.timeout if tool.timeout is not None else self.pattern.step_timeout
+            timeout = tool.timeout if tool.timeout is not None else self.pattern.tool_timeout
             source = current_effect_source()
             await before_tool_call(self.observer, call.id, call.name)  # write-ahead: the request is durable
             try:
