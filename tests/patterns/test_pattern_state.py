@@ -102,3 +102,26 @@ async def test_the_response_asking_for_a_tool_is_durable_before_the_tool_runs(tm
     async with agent:
         await agent.receive_message("s", "look k up")
     assert seen == [True]
+
+
+async def test_a_secret_cut_by_a_step_summary_does_not_leak_half(tmp_path: Path) -> None:
+    secret = "canary-secret-ABCDEFGHIJ"
+    thought = "x" * 110 + secret + " and more words after it, past the summary limit"
+    llm = ScriptedLLM([
+        ScriptedLLM.tool_calls([("add", {"a": 2, "b": 3})], text=thought),
+        ScriptedLLM.tool_call("final_answer", {"answer": "5"}),
+    ])  # fmt: skip
+    agent = Agent("patterns", log=f"sqlite:///{tmp_path / 's.db'}")
+    agent.new_tool(add)
+    agent.mark_secret(secret)
+    state = new_pattern_state(agent, llm, ReAct())
+    state.when_event().go_to(state)
+    platform = RecordingPlatform()
+    async with agent:
+        await agent.receive_message("s", "2+3?", platform)
+        records = await agent.log.read("s")
+    summaries = [r.data["summary"] for r in records if r.kind == "reasoning_step"]
+    assert any(summary.startswith("x" * 110 + "[RED") for summary in summaries), summaries
+    dumped = str([r.data for r in records]) + str([step.summary for step in platform.steps["s"]])
+    for cut in range(6, len(secret)):
+        assert secret[:cut] not in dumped, secret[:cut]

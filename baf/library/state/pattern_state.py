@@ -42,6 +42,10 @@ class SessionObserver:
         self.session = session
         self.stream_steps = stream_steps
 
+    def redact(self, text: str) -> str:
+        """Redact the agent's secrets; a run calls it on a step summary before shortening it."""
+        return self.session.agent.redactor.redact_text(text)
+
     def emit(self, kind: str, step: int, summary: str, details: dict[str, Any]) -> None:
         """Record one step and, when streaming, queue it for the platform after the next commit."""
         reasoning_step = ReasoningStep(kind, step, summary, details)

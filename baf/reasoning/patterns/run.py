@@ -92,7 +92,10 @@ class PatternRun:
 
     def emit(self, kind: str, summary: str, **details: Any) -> PatternStep:
         """Add a step to the trace and hand it to the observer."""
-        step = PatternStep(kind, self.steps_taken, _one_line(summary),
+        # Redact before shortening: a secret cut in half would no longer be recognised at write time.
+        redact = getattr(self.observer, "redact", None)
+        text = redact(str(summary)) if redact is not None else str(summary)
+        step = PatternStep(kind, self.steps_taken, _one_line(text),
                            {"pattern": self.pattern.name, "depth": self.depth, **details})  # fmt: skip
         self.trace.append(step)
         if self.observer is not None:

@@ -77,7 +77,12 @@ class LLMCallInfo:
 
 @runtime_checkable
 class PatternObserver(Protocol):
-    """Receives everything a pattern run does, in order. All methods must be cheap and not raise."""
+    """Receives everything a pattern run does, in order. All methods must be cheap and not raise.
+
+    Two more methods are optional (looked up with ``getattr``): ``async before_tool_call(call_id, name)``,
+    awaited just before a tool runs, and ``redact(text) -> str``, applied to a step summary before it is
+    shortened (the session observer commits in the first and redacts the agent's secrets in the second).
+    """
 
     def on_step(self, step: PatternStep) -> None:
         """A step happened."""
