@@ -29,7 +29,7 @@
         └── PatternLimitError       a guard stopped the run; ``partial`` holds what was done
             ├── PatternStepLimitError     max_steps ran out
             ├── PatternDepthLimitError    max_depth was reached where more depth was needed
-            ├── PatternStepTimeoutError   one step (a model or tool call) ran past step_timeout
+            ├── PatternStepTimeoutError   a model call ran past step_timeout
             └── PatternBudgetError        the token or cost budget is spent
 
 Framework invariants (the ``LogError`` branch) propagate: they mean the log cannot be trusted.
@@ -226,7 +226,8 @@ class PatternDepthLimitError(PatternLimitError):
 
 
 class PatternStepTimeoutError(PatternLimitError):
-    """One step of the pattern (a model or tool call) ran past ``step_timeout``."""
+    """A model call of the pattern ran past ``step_timeout`` (tools past ``tool_timeout`` give the model
+    an error result instead)."""
 
 
 class PatternBudgetError(PatternLimitError):
