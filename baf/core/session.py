@@ -243,6 +243,20 @@ class Session:
         """Make all records durable without running pending sends."""
         await self._writer.flush()
 
+    async def read_delivered(self, read: Callable[[int], Awaitable[Any]]) -> Any:
+        """Await ``read(upto)`` between commits, when every record up to seq ``upto`` is durable and its
+        send has run, and no send runs until ``read`` returns: a platform reading the log here and binding a
+        client before it returns shows each record once, from the log (seq <= ``upto``) or live (later)."""
+        while True:
+            await self.commit()
+            async with self._commit_lock:
+                if self._outbox:
+                    continue  # sends were queued meanwhile: deliver them first
+                with self._writer._lock:
+                    upto = self.projection.last_seq - len(self._writer._pending)
+                await self._writer.flush()  # also waits for appends started outside the lock
+                return await read(upto)
+
     @property
     def has_unflushed_records(self) -> bool:
         """Whether records are waiting for the next flush."""

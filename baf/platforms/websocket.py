@@ -16,7 +16,9 @@ Client → server:
     Start a new conversation. The server answers ``welcome`` with a fresh session id and its resume token.
 ``{"type": "hello", "resume": TOKEN, "after_seq": 0}`` (or ``{"type": "resume", "token": TOKEN}``)
     Continue the session the token was issued for; the server answers ``welcome`` then ``history``
-    (records after ``after_seq``, default 0). A token that does not verify gets
+    (records after ``after_seq``, default 0). The history is read while no reply is being sent and the
+    connection is bound before any is again, so each record is shown once: in the history (its ``last_seq``
+    covers it) or in a live frame after it. A token that does not verify gets
     ``error`` (``bad_token``) and the connection stays unbound; it may send ``hello`` again.
 ``{"type": "message", "text": "..."}``
     A user message for the connection's session. Answers arrive as ``reply`` / ``reasoning_step`` /
@@ -514,9 +516,22 @@ class WebSocketPlatform(Platform):
         after = self._after_seq(client, frame)
         if after is None:
             return
-        # Routed before the log is read: a reply committed in between then arrives twice at worst, never not.
-        self._welcome(client, session_id, resumed=True)
-        await self._send_history(client, after)
+        assert self.agent is not None
+        session = self.agent.sessions.get(session_id)
+        if session is None:
+            # Not loaded, so nothing is being delivered for it: routed first, then read (a session loaded in
+            # between could deliver a record twice at worst, never not at all).
+            self._welcome(client, session_id, resumed=True)
+            await self._send_history(client, after)
+            return
+
+        async def read_and_bind(upto: int) -> None:
+            # No send runs meanwhile: each record is in this history (seq <= upto) or delivered after it.
+            records = [r for r in await self._read_log(session_id, after) if r.seq <= upto]
+            self._welcome(client, session_id, resumed=True)
+            self._queue_history(client, after, records, last_seq=max(upto, after))
+
+        await session.read_delivered(read_and_bind)
 
     def _after_seq(self, client: _Client, frame: dict[str, Any]) -> int | None:
         after = frame.get("after_seq", 0)
@@ -593,11 +608,20 @@ class WebSocketPlatform(Platform):
             },
         )
 
+    async def _read_log(self, session_id: str, after_seq: int) -> list[Record]:
+        assert self.agent is not None
+        return list(await self.agent.log.read(session_id, after_seq))
+
     async def _send_history(self, client: _Client, after_seq: int) -> None:
-        assert self.agent is not None and client.session_id is not None
-        records = await self.agent.log.read(client.session_id, after_seq)
+        assert client.session_id is not None
+        self._queue_history(client, after_seq, await self._read_log(client.session_id, after_seq))
+
+    def _queue_history(
+        self, client: _Client, after_seq: int, records: Sequence[Record], last_seq: int | None = None
+    ) -> None:
         items = history_items(records)
-        last_seq = records[-1].seq if records else after_seq
+        if last_seq is None:
+            last_seq = records[-1].seq if records else after_seq
         # The newest items that fit both the item limit and half the byte budget of the send queue.
         budget = self.max_queued_bytes // 2
         kept: list[str] = []

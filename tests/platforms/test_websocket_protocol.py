@@ -490,3 +490,53 @@ async def test_a_client_that_stops_reading_cannot_pile_up_history_frames() -> No
         for client in platform._clients:
             assert client.queued_bytes <= budget
             assert all(size <= budget // 2 for _, size, _ in list(client.queue._queue))  # type: ignore[attr-defined]
+
+
+async def test_resuming_during_a_reply_stream_shows_each_reply_once() -> None:
+    agent = Agent("stream", log="memory://")
+    state = agent.new_state("main", initial=True)
+    count = 60
+
+    async def body(session: Session) -> None:
+        if session.event is None or session.event.text != "go":
+            return
+        for i in range(count):
+            await session.reply(f"r{i}")
+            await asyncio.sleep(0.001)
+
+    state.set_body(body)
+    state.when_event().go_to(state)
+    async with serving(agent) as platform:
+        read = agent.log.read
+
+        async def slow_read(*args: Any, **kwargs: Any) -> Any:
+            await asyncio.sleep(0.003)  # as a real store's read: replies are committed meanwhile
+            return await read(*args, **kwargs)
+
+        agent.log.read = slow_read  # type: ignore[method-assign]
+        first = await Client.open(platform.ws_url)
+        await first.hello()
+        await first.send({"type": "message", "text": "go"})
+
+        async def resume(delay: float) -> list[str]:
+            await asyncio.sleep(delay)
+            client = await Client.open(platform.ws_url, max_size=None)
+            await client.send({"type": "hello", "resume": first.token})
+            view: list[str] = []
+            history_seen = False
+            for frame in await client.drain(1.0):
+                if frame["type"] == "history":
+                    assert not history_seen and not view, "live frames before the history"
+                    history_seen = True
+                    view = [i["text"] for i in frame["items"] if i["type"] == "reply"]
+                elif frame["type"] == "reply":
+                    view.append(frame["text"])
+            await client.close()
+            return view
+
+        views = await asyncio.gather(*(resume(k * 0.004) for k in range(20)))
+        await agent.wait_idle()
+        expected = [f"r{i}" for i in range(count)]
+        assert [v for v in views if v != expected] == []
+        await first.drain(0.05)  # a client that has not read what it was sent waits long for the close
+        await first.close()

@@ -294,8 +294,15 @@
     showTasks([]);
   }
 
+  // The seq the last history frame covered: a live frame that carries a seq at or below it is already shown.
+  let historySeq = 0;
+  function fresh(frame) {
+    return typeof frame.seq !== "number" || frame.seq > historySeq;
+  }
+
   function handleHistory(frame) {
     clearView();
+    historySeq = typeof frame.last_seq === "number" ? frame.last_seq : 0;
     (frame.items || []).forEach((item) => {
       if (item.type === "user") addUser(item.text);
       else if (item.type === "reply") addReply(item);
@@ -311,13 +318,13 @@
       sessionStorage.setItem(TOKEN_KEY, frame.resume_token);
       $("agent-name").textContent = frame.agent || "baf agent";
       document.title = (frame.agent || "baf") + " · baf";
-      if (!frame.resumed) clearView();
+      if (!frame.resumed) { clearView(); historySeq = 0; }
       setStatus("connected", "connected");
     },
     history: handleHistory,
-    reply: addReply,
-    reasoning_step(frame) { addStep(frame.step || {}); },
-    task_list(frame) { showTasks(frame.tasks || []); },
+    reply(frame) { if (fresh(frame)) addReply(frame); },
+    reasoning_step(frame) { if (fresh(frame)) addStep(frame.step || {}); },
+    task_list(frame) { if (fresh(frame)) showTasks(frame.tasks || []); },
     error(frame) {
       if (frame.code === "bad_token") {
         // The server no longer knows this token (e.g. it restarted without a fixed secret): start afresh.
