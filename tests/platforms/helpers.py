@@ -18,15 +18,15 @@ from baf.testing import ScriptedLLM
 FINAL_ANSWER = "The total is **42** (from `lookup`)."
 
 
-def planning_script(delay: float = 0.0) -> ScriptedLLM:
-    """One reasoning invocation: plan two tasks, call a tool, tick both tasks off, answer."""
+def planning_script(delay: float = 0.0, final: str = FINAL_ANSWER) -> ScriptedLLM:
+    """One reasoning invocation: plan two tasks, call a tool, tick both tasks off, answer ``final``."""
     return ScriptedLLM(
         [
             ScriptedLLM.tool_call("add_tasks", {"descriptions": ["Look up the numbers", "Write the answer"]}),
             ScriptedLLM.tool_call("lookup", {"topic": "sales"}),
             ScriptedLLM.tool_call("complete_task", {"task_id": 1, "result": "found 42"}),
             ScriptedLLM.tool_call("complete_task", {"task_id": 2, "result": "written"}),
-            FINAL_ANSWER,
+            final,
         ],
         delay=delay,
     )

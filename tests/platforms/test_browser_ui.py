@@ -13,7 +13,7 @@ from playwright.async_api import Page, async_playwright, expect
 
 from baf.platforms.websocket import WebSocketPlatform
 
-from .helpers import planning_script, reasoning_agent
+from .helpers import FINAL_ANSWER, planning_script, reasoning_agent
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -26,6 +26,11 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 HOSTILE = 'What is the total? <img src=x onerror="window.pwned=1"> [x](javascript:window.pwned=2)'
+# The model's answer goes through the Markdown renderer: markup in it must stay text, and only the web link
+# may become a link.
+HOSTILE_ANSWER = (
+    FINAL_ANSWER + '\n\n[x](javascript:window.pwned=2) <img src=x onerror="window.pwned=1"> [ok](https://a.example)'
+)
 
 # Every distinct task-panel state, in order: the statuses change faster than polling would see reliably.
 WATCH_TASKS = """
@@ -50,7 +55,7 @@ def require_chromium() -> None:
 async def test_chat_trace_tasks_answer_and_history_after_reload() -> None:
     require_chromium()
     ARTIFACTS.mkdir(exist_ok=True)
-    agent = reasoning_agent(planning_script(delay=0.25))
+    agent = reasoning_agent(planning_script(delay=0.25, final=HOSTILE_ANSWER))
     platform = WebSocketPlatform("127.0.0.1", 0)
     agent.add_platform(platform)
     async with agent, async_playwright() as p:
@@ -125,5 +130,11 @@ async def check_trace(page: Page) -> None:
 
 async def check_nothing_was_injected(page: Page) -> None:
     """Markup from users, models and tools is shown as text: no element and no script came from it."""
-    assert await page.evaluate("window.pwned") is None
-    assert await page.locator("#messages img, #messages b, #messages a").count() == 0
+    assert await page.evaluate("typeof window.pwned") == "undefined"
+    assert await page.locator("#messages img, #messages b").count() == 0
+    links = page.locator("#messages a")
+    await expect(links).to_have_count(1)
+    await expect(links).to_have_text("ok")
+    assert await links.get_attribute("href") == "https://a.example"
+    answer = page.locator(".msg.assistant").last
+    await expect(answer).to_contain_text('[x](javascript:window.pwned=2) <img src=x onerror="window.pwned=1">')
