@@ -72,6 +72,8 @@ class SSEPlatform(Platform):
         # Connection routing only: which event streams listen to which session. No other session state.
         self._streams: dict[str, set[asyncio.Queue[bytes | None]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        # Each stream's socket, so a stream that stopped reading can be cut off (see _publish).
+        self._writers: dict[asyncio.Queue[bytes | None], asyncio.StreamWriter] = {}
 
     @property
     def port(self) -> int:
@@ -187,6 +189,7 @@ class SSEPlatform(Platform):
             return await _respond(writer, 403, {"error": "bad token"})
         queue: asyncio.Queue[bytes | None] = asyncio.Queue(self.queue_size)
         self._streams.setdefault(session_id, set()).add(queue)
+        self._writers[queue] = writer
         try:
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\n"
                          b"Connection: close\r\n\r\n: connected\n\n")  # fmt: skip
@@ -195,6 +198,7 @@ class SSEPlatform(Platform):
                 writer.write(chunk)
                 await writer.drain()
         finally:
+            self._writers.pop(queue, None)
             streams = self._streams.get(session_id, set())
             streams.discard(queue)
             if not streams:
@@ -214,6 +218,11 @@ class SSEPlatform(Platform):
                 while not queue.empty():
                     queue.get_nowait()
                 queue.put_nowait(None)
+                # The stream's task is most likely blocked in drain() on that very client, where it would
+                # never see the None: abort the socket, so drain() fails and the task ends.
+                writer = self._writers.pop(queue, None)
+                if writer is not None:
+                    writer.transport.abort()
 
     async def reply(self, session: Session, message: str) -> None:
         """Send a ``reply`` event."""

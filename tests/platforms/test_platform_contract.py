@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from baf import Agent
+from baf.core.session import Session
 from baf.platforms import Platform
 from baf.platforms.websocket import WebSocketPlatform
 from baf.testing import RecordingPlatform
@@ -154,3 +155,33 @@ async def test_sse_example_refuses_bad_requests() -> None:
         assert (await http(port, "GET", "/sessions"))[0] == 405
         assert (await http(port, "GET", "/nowhere"))[0] == 404
         assert await agent.log.sessions() == []
+
+
+async def test_sse_example_ends_a_stream_that_stopped_reading() -> None:
+    platform = sse_example.SSEPlatform("127.0.0.1", 0, queue_size=8)
+    agent = Agent("sse", log="memory://")
+    state = agent.new_state("main", initial=True)
+
+    def flood(session: Session) -> None:
+        if session.event is not None and session.event.text == "flood":
+            for _ in range(300):  # ~18 MB: far more than socket buffers hold
+                session.reply("x" * 60_000)
+
+    state.set_body(flood)
+    state.when_event().go_to(state)
+    agent.add_platform(platform)
+    async with asyncio.timeout(15), agent:  # a stream task stuck in drain() would also hang stop()
+        _, created = await http(platform.port, "POST", "/sessions")
+        reader, writer = await asyncio.open_connection("127.0.0.1", platform.port, limit=4096)
+        writer.write(f"GET /events?token={created['token']} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        await writer.drain()
+        assert (await reader.readline()).startswith(b"HTTP/1.1 200")
+        writer.transport.pause_reading()  # and never read again
+        assert (await http(platform.port, "POST", "/messages", {"token": created["token"], "text": "flood"}))[0] == 202
+        await agent.wait_idle()
+        for _ in range(100):
+            if not platform._tasks:
+                break
+            await asyncio.sleep(0.02)
+        assert platform._tasks == set() and platform._streams == {} and platform._writers == {}
+        writer.close()
