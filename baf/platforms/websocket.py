@@ -14,7 +14,8 @@ Client → server:
 
 ``{"type": "hello"}``
     Start a new conversation. The server answers ``welcome`` with a fresh session id and its resume token.
-``{"type": "hello", "resume": TOKEN, "after_seq": 0}`` (or ``{"type": "resume", "token": TOKEN}``)
+``{"type": "hello", "resume": TOKEN, "after_seq": 0}`` (or ``{"type": "resume", "token": TOKEN}``; a
+``resume`` without a ``token`` gets ``error`` ``bad_token``, never a new session)
     Continue the session the token was issued for; the server answers ``welcome`` then ``history``
     (records after ``after_seq``, default 0). The history is read while no reply is being sent and the
     connection is bound before any is again, so each record is shown once: in the history (its ``last_seq``
@@ -56,6 +57,9 @@ Security
 - Session ids are made by the server. The resume token is the id plus an HMAC-SHA256 of it under the
   platform's ``secret`` (compared in constant time), so a client can only act on sessions it was given.
   Without a ``secret`` one is generated per process: tokens then do not survive a restart.
+  Tokens do not expire and cannot be revoked one by one: whoever holds a token can resume that session
+  for as long as the secret is unchanged. Rotate the ``secret`` to invalidate every token at once; keep
+  the token like a password (the browser UI keeps it in ``sessionStorage``, so it ends with the tab).
 - ``auth_token`` (optional) must be sent as ``Authorization: Bearer ...`` or as ``?access_token=...`` in
   the WebSocket URL (browsers cannot set headers on a WebSocket): otherwise HTTP 401.
 - ``allowed_hosts``: the ``Host`` header of every request (UI files and the upgrade) must name this
@@ -505,7 +509,12 @@ class WebSocketPlatform(Platform):
             self._error(client, "internal", f"the server failed on this frame ({type(exc).__name__})")
 
     async def _on_hello(self, client: _Client, frame: dict[str, Any]) -> None:
-        token = frame.get("resume") if frame.get("type") == "hello" else frame.get("token")
+        is_resume = frame.get("type") == "resume"
+        token = frame.get("token") if is_resume else frame.get("resume")
+        if token is None and is_resume:
+            # Asked to continue a session: silently starting another would look like lost history.
+            self._error(client, "bad_token", "'resume' needs a 'token'; send hello for a new session")
+            return
         if token is None:
             self._welcome(client, self._new_session_id(), resumed=False)
             return

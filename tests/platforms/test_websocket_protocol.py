@@ -141,6 +141,10 @@ async def test_a_client_cannot_resume_or_read_another_session() -> None:
             assert (await mallory.recv())["code"] == "bad_token", forged
             await mallory.send({"type": "resume", "token": forged})
             assert (await mallory.recv())["code"] == "bad_token", forged
+        await mallory.send({"type": "resume"})  # no token: an error, not a silent new session
+        assert (await mallory.recv())["code"] == "bad_token"
+        await mallory.send({"type": "resume", "token": None})
+        assert (await mallory.recv())["code"] == "bad_token"
         await mallory.send({"type": "history", "after_seq": 0})
         assert (await mallory.recv())["code"] == "no_session"
         await mallory.send({"type": "message", "text": "mallory writes into alice's session"})
