@@ -4,19 +4,25 @@ Every session is an append-only log of records; its state is a fold of that log,
 replayed, resumed and trusted.
 """
 
-from baf.core import (
-    Agent,
-    Event,
-    ReceiveFileEvent,
-    ReceiveJSONEvent,
-    ReceiveTextEvent,
-    Session,
-    State,
-    StepHooks,
-    Transition,
-    WildcardEvent,
-)
-from baf.platforms.base import Platform
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from baf.core import (
+        Agent,
+        Event,
+        ReceiveFileEvent,
+        ReceiveJSONEvent,
+        ReceiveTextEvent,
+        Session,
+        State,
+        StepHooks,
+        Transition,
+        WildcardEvent,
+    )
+    from baf.platforms.base import Platform
 
 __version__ = "0.1.0"
 
@@ -34,3 +40,13 @@ __all__ = [
     "WildcardEvent",
     "__version__",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # Loaded on first use, so tools that only read logs (`baf replay`, `baf log`) start without the
+    # runtime and its dependencies.
+    if name == "Platform":
+        return importlib.import_module("baf.platforms.base").Platform
+    if name in __all__:
+        return getattr(importlib.import_module("baf.core"), name)
+    raise AttributeError(f"module 'baf' has no attribute {name!r}")
