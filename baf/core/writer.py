@@ -53,16 +53,47 @@ class SessionWriter:
         """Make every record recorded so far durable."""
         with self._lock:
             batch, self._pending = self._pending, []
+        previous = self._tail
+        if batch and (previous is None or previous.done()):
+            await self._append_inline(previous, batch)
+            return
         if batch:
-            self._tail = asyncio.ensure_future(self._append_after(self._tail, batch))
+            self._tail = asyncio.ensure_future(self._append_after(previous, batch))
         tail = self._tail
         if tail is not None:
             # Shielded: a cancelled caller must not cancel an append other callers wait on.
             await asyncio.shield(tail)
 
+    async def _append_inline(self, previous: asyncio.Future[None] | None, batch: list[Record]) -> None:
+        """Nothing in flight: append in the caller's task (a task and a shield per flush cost a sixth
+        of a reasoning turn), publishing a plain future that concurrent flushes chain behind."""
+        if previous is not None:
+            previous.result()  # an earlier append failed: never leave a gap behind it
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._tail = done
+        try:
+            await self._append(batch)
+        except BaseException as exc:
+            # Cancelled mid-append (the agent stopping), the batch may or may not be in the log: later
+            # flushes must fail rather than append after a possible gap.
+            failure = exc if isinstance(exc, LogError) else LogError(
+                f"session {batch[0].session_id!r}: the append of seq {batch[0].seq}..{batch[-1].seq} was "
+                f"interrupted ({type(exc).__name__}); the log may lag this session"
+            )
+            if not done.done():
+                done.set_exception(failure)
+                done.exception()  # retrieved: whoever chains behind it re-raises it
+            raise
+        if not done.done():
+            done.set_result(None)
+
     async def _append_after(self, previous: asyncio.Future[None] | None, batch: list[Record]) -> None:
         if previous is not None:
-            await previous  # re-raises if an earlier append failed: never leave a gap behind it
+            # Shielded: this task being cancelled must not cancel an inline append's future.
+            await asyncio.shield(previous)  # re-raises if an earlier append failed: never leave a gap
+        await self._append(batch)
+
+    async def _append(self, batch: list[Record]) -> None:
         try:
             await self.log.append(batch)
         except LogError:
