@@ -250,7 +250,8 @@ async def test_kill_9_at_random_points_of_a_running_loop(tmp_path: Path) -> None
     effects.touch()
     rng = random.Random(1234)
     acked: list[str] = []
-    trials = 8
+    # 20 kills by default (about 10 s); BAF_KILL_TRIALS raises it for a soak run.
+    trials = int(os.environ.get("BAF_KILL_TRIALS", "20"))
     for trial in range(trials):
         acked += _run(db, calls, effects, [f"q{trial}"], kill_after=rng.uniform(0.0, 0.15))
     acked += _run(db, calls, effects, [], kill_after=None)  # a clean run finishes whatever was left
