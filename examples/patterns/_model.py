@@ -4,6 +4,7 @@ set, else a scripted offline model that plays the given answers."""
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from baf.llm.base import LLM, LLMResponse
 from baf.llm.openai_llm import LLMOpenAI
@@ -18,3 +19,11 @@ def model(offline_script: list[LLMResponse | str]) -> LLM:
         )
     print("(offline: a scripted model plays the assistant; set OPENAI_API_KEY for a real one)")
     return ScriptedLLM(offline_script)
+
+
+def show(result: Any) -> None:
+    """Print a pattern result: its trace, its answer and what it cost."""
+    for step in result.trace:
+        print(f"[{step.kind}] {step.summary}")
+    print("answer:", result.text)
+    print("success:", result.success, "| steps:", result.steps_taken, "| tokens:", result.usage.total_tokens)

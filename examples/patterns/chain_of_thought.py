@@ -8,11 +8,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _model import model
+from _model import model, show
 
 from baf.reasoning.patterns import ChainOfThought
-from baf.reasoning.tool import Tool  # noqa: F401
-from baf.testing import ScriptedLLM  # noqa: F401
 
 SCRIPT = [
     '{"content": "Distance is speed times time.", "is_final": false}',
@@ -23,10 +21,7 @@ SCRIPT = [
 async def main() -> None:
     pattern = ChainOfThought()
     result = await pattern.execute(model(SCRIPT), "If a train travels 60 km/h for 2.5 hours, how far does it go?")
-    for step in result.trace:
-        print(f"[{step.kind}] {step.summary}")
-    print("answer:", result.text)
-    print("success:", result.success, "| steps:", result.steps_taken, "| tokens:", result.usage.total_tokens)
+    show(result)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _model import model
+from _model import model, show
 
 from baf.reasoning.patterns import ReAct
 from baf.reasoning.tool import Tool
@@ -31,10 +31,7 @@ SCRIPT = [
 async def main() -> None:
     pattern = ReAct()
     result = await pattern.execute(model(SCRIPT), "What is 17 * 23?", tools=TOOLS)
-    for step in result.trace:
-        print(f"[{step.kind}] {step.summary}")
-    print("answer:", result.text)
-    print("success:", result.success, "| steps:", result.steps_taken, "| tokens:", result.usage.total_tokens)
+    show(result)
 
 
 if __name__ == "__main__":

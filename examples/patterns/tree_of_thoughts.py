@@ -8,11 +8,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _model import model
+from _model import model, show
 
 from baf.reasoning.patterns import TreeOfThoughts
-from baf.reasoning.tool import Tool  # noqa: F401
-from baf.testing import ScriptedLLM  # noqa: F401
 
 SCRIPT = [
     '{"branches": ["/tasks with nested /comments", "one flat /items endpoint"]}',
@@ -24,10 +22,7 @@ SCRIPT = [
 async def main() -> None:
     pattern = TreeOfThoughts(branching_factor=2, max_depth=1)
     result = await pattern.execute(model(SCRIPT), "Name a task-management API resource layout.")
-    for step in result.trace:
-        print(f"[{step.kind}] {step.summary}")
-    print("answer:", result.text)
-    print("success:", result.success, "| steps:", result.steps_taken, "| tokens:", result.usage.total_tokens)
+    show(result)
 
 
 if __name__ == "__main__":
