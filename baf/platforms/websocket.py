@@ -526,13 +526,9 @@ class WebSocketPlatform(Platform):
         if after is None:
             return
         assert self.agent is not None
-        session = self.agent.sessions.get(session_id)
-        if session is None:
-            # Not loaded, so nothing is being delivered for it: routed first, then read (a session loaded in
-            # between could deliver a record twice at worst, never not at all).
-            self._welcome(client, session_id, resumed=True)
-            await self._send_history(client, after)
-            return
+        # Loaded (or started) first, so its deliveries can be held while the history is read: a session
+        # that is not in memory yet may be starting right now, for this client's own last message.
+        session = await self.agent.get_or_create_session(session_id, self)
 
         async def read_and_bind(upto: int) -> None:
             # No send runs meanwhile: each record is in this history (seq <= upto) or delivered after it.
