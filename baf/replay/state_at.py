@@ -13,9 +13,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from baf.library.state.reasoning_step import ReasoningStepKind
 from baf.log.projection import SessionProjection
 from baf.log.record import Record, RecordKind
+from baf.reasoning.step import ReasoningStepKind
 
 __all__ = ["SessionSnapshot", "state_at"]
 

@@ -23,9 +23,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from baf.library.state.reasoning_step import ReasoningStepKind
 from baf.log.record import Record, RecordKind
 from baf.reasoning.effects import rebuild_requests
+from baf.reasoning.step import ReasoningStepKind
 
 __all__ = [
     "Entry",

@@ -6,10 +6,10 @@ from pathlib import Path
 
 from baf import Agent
 from baf.library.state.pattern_state import RESULT_VARIABLE, new_pattern_state
-from baf.library.state.reasoning_step import ReasoningStepKind
 from baf.llm.base import LLMResponse, ToolCall
 from baf.log import open_log
 from baf.reasoning.patterns import ChainOfThought, PatternStepKind, ReAct
+from baf.reasoning.step import ReasoningStepKind
 from baf.testing import RecordingPlatform, ScriptedLLM
 
 from .helpers import js

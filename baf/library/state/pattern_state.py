@@ -16,10 +16,10 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from baf.errors import LLMError, PatternError
-from baf.library.state.reasoning_step import ReasoningStep, ReasoningStepKind
 from baf.llm.base import LLM, LLMResponse
 from baf.log.record import RecordKind
 from baf.reasoning.patterns import LLMCallInfo, PatternStep, ReasoningPattern, ReasoningResult
+from baf.reasoning.step import ReasoningStep, ReasoningStepKind
 from baf.reasoning.tool import Tool
 from baf.reasoning.workspace import workspace_tools
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from baf.errors import ToolError
-from baf.library.state.reasoning_step import ReasoningStepKind
 from baf.library.state.tasks import Task, TaskList
+from baf.reasoning.step import ReasoningStepKind
 from baf.reasoning.tool import Tool
 
 __all__ = ["PLANNING_TOOLS", "PlanningCall", "planning_call"]

@@ -32,7 +32,6 @@ from baf.library.state.reasoning_prompt import (
     build_system_prompt,
     memory_messages,
 )
-from baf.library.state.reasoning_step import ReasoningStep, ReasoningStepKind
 from baf.library.state.tasks import Task, TaskList
 from baf.llm.base import LLM, LLMResponse, ToolCall
 from baf.log.record import Record, RecordKind
@@ -44,6 +43,7 @@ from baf.reasoning.effects import (
     current_effect_source,
     rebuild_requests,
 )
+from baf.reasoning.step import ReasoningStep, ReasoningStepKind
 from baf.reasoning.tool import Tool
 from baf.reasoning.workspace import workspace_tools
 

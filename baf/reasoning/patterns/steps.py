@@ -7,46 +7,32 @@ step, model call and tool result to a :class:`PatternObserver`. The session-awar
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from baf.llm.base import LLMResponse
+from baf.reasoning.step import ReasoningStep, ReasoningStepKind
 
 __all__ = ["LLMCallInfo", "PatternObserver", "PatternStep", "PatternStepKind"]
 
 
 class PatternStepKind:
-    """Kinds of :class:`PatternStep`.
+    """Kinds of the steps a pattern emits: the catalogue's own kinds of :class:`ReasoningStepKind`, plus
+    ``ANSWER`` (the reasoning state's ``llm_text``, with ``final: True``, so a UI shows a pattern's
+    answer exactly like a reasoning loop's) and ``COMPACTION``."""
 
-    The first five are the pattern catalogue's own; ``ANSWER`` reuses the reasoning state's ``llm_text``
-    kind (with ``final: True``) so a UI shows a pattern's answer exactly like a reasoning loop's.
-    """
-
-    THOUGHT = "thought"
-    ACTION = "action"
-    OBSERVATION = "observation"
-    REFLECTION = "reflection"
-    PLAN = "plan"
-    ANSWER = "llm_text"
+    THOUGHT = ReasoningStepKind.THOUGHT
+    ACTION = ReasoningStepKind.ACTION
+    OBSERVATION = ReasoningStepKind.OBSERVATION
+    REFLECTION = ReasoningStepKind.REFLECTION
+    PLAN = ReasoningStepKind.PLAN
+    ANSWER = ReasoningStepKind.LLM_TEXT
     COMPACTION = "compaction"
 
 
-@dataclass(frozen=True, slots=True)
-class PatternStep:
-    """One observable step: the same envelope as the reasoning state's ``ReasoningStep``.
-
-    ``step`` is the pattern's step counter when the step happened; ``details`` always carries
-    ``pattern`` (the pattern's name) and ``depth`` (0 for the outermost run).
-    """
-
-    kind: str
-    step: int
-    summary: str
-    details: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form, identical to ``ReasoningStep.to_dict``."""
-        return {"kind": self.kind, "step": self.step, "summary": self.summary, "details": self.details}
+#: A pattern's steps are reasoning steps: the same envelope, streamed and recorded the same way. For a
+#: pattern, ``step`` is its step counter and ``details`` always carries ``pattern`` and ``depth``.
+PatternStep = ReasoningStep
 
 
 @dataclass(frozen=True, slots=True)
