@@ -1,20 +1,23 @@
-"""A session log in one SQLite file, on aiosqlite, with group commit.
+"""A session log in one SQLite file, with group commit.
 
 Writing
     ``append`` encodes and validates its batch, puts it on a queue with a future and waits. One writer
-    task takes *everything* queued, inserts it in one transaction and then resolves the futures: many
-    sessions' appends share one commit, so one fsync (``durability="full"``) or one WAL append serves
-    them all. Each call into aiosqlite is a hop to its thread and back (tens of µs), so the happy path
-    makes one: a single multi-row ``INSERT`` statement on a connection in autocommit mode, which SQLite
-    runs as one atomic transaction that takes the write lock before it reads or writes anything (as
-    ``BEGIN IMMEDIATE`` would). A group too large for one statement's parameter limit runs as
-    ``BEGIN IMMEDIATE``, ``executemany``, ``COMMIT``.
+    task takes *everything* queued and commits it as one group (``baf.log.sqlite_commit``), then
+    resolves the futures: many sessions' appends share one commit, so one WAL append (or one fsync,
+    ``durability="full"``) serves them all. A UNIQUE violation fails only the batch that conflicts,
+    with ``LogConflictError`` naming its first conflicting record; the other batches land. A failure
+    that is not about one batch (disk full, the file locked past ``busy_timeout``) fails every append
+    of the group with the ``sqlite3`` error.
 
-    If that transaction hits a UNIQUE violation it is rolled back and the group is replayed batch by
-    batch, each under its own savepoint in one new transaction: only a batch that conflicts fails,
-    with ``LogConflictError`` naming its first conflicting record, and the others land. A failure
-    that is not about one batch (disk full, the file locked past ``busy_timeout``) fails every
-    append of the group with the ``sqlite3`` error.
+    Where the commit runs depends on what it may wait for. With ``durability="normal"`` a commit
+    writes a few pages to the WAL and does not fsync: tens of microseconds, less than handing it to a
+    thread costs (the thread needs the GIL back to bind parameters and to report, and a busy event
+    loop holds it for up to the 5 ms switch interval each time). So the writer commits on the event
+    loop, with the lock timeout at zero; only if another process holds the write lock does the group
+    go to the store's worker thread, which waits up to ``busy_timeout`` for it. WAL checkpoints (which
+    do fsync) also run on that thread, between two commits, instead of inside one on the loop: appends
+    wait for them, the event loop does not. With ``durability="full"`` every commit fsyncs, so every
+    commit runs on the worker thread.
 
     If the task awaiting ``append`` is cancelled before the writer took its batch, the batch is
     dropped; once taken it is committed anyway. Either way the caller cannot tell, as with any
@@ -47,8 +50,9 @@ file locked retries for ``busy_timeout`` seconds before failing.
 Lifecycle
     The first call opens the store if ``start()`` was not called. ``close()`` commits what is queued
     and closes; until ``start()`` reopens it, calls raise ``LogClosedError``. A store left open when
-    its event loop ends (``asyncio.run`` cancels the writer) closes itself, since aiosqlite's
-    connection threads would otherwise keep the process from exiting; do close it yourself.
+    its event loop ends (``asyncio.run`` cancels the writer) closes itself, since its threads (the
+    worker, and aiosqlite's for the reader) would otherwise keep the process from exiting; do close it
+    yourself.
 """
 
 from __future__ import annotations
@@ -56,22 +60,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
-import functools
 import gc
 import json
 import math
 import os
 import sqlite3
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 import aiosqlite
 import orjson
 
-from baf.errors import CorruptRecordError, LogClosedError, LogConflictError, LogError
+from baf.errors import CorruptRecordError, LogClosedError, LogError
 from baf.log.record import Record
+from baf.log.sqlite_commit import INSERT_SQL, Row, commit_group, is_busy
 from baf.log.store import SessionLog, check_appendable
 from baf.log.upcast import upcast
 
@@ -118,33 +123,19 @@ SCHEMA: Final[tuple[str, ...]] = (
     f"INSERT OR IGNORE INTO baf_meta (key, value) VALUES ('schema_version', '{SCHEMA_VERSION}')",
 )
 
-INSERT_SQL: Final = "INSERT INTO baf_records (session_id, seq, ts, kind, version, data) VALUES (?, ?, ?, ?, ?, ?)"
-# Rows per single-statement group commit: 6 parameters each, under the parameter limit of the SQLite
-# in use (32766 since 3.32, 999 before).
-_ROWS_PER_STATEMENT: Final = (32766 if sqlite3.sqlite_version_info >= (3, 32) else 999) // 6
-
-
-@functools.lru_cache(maxsize=64)
-def _insert_many_sql(rows: int) -> str:
-    """``INSERT`` of ``rows`` rows in one statement (cached: the common sizes repeat)."""
-    return INSERT_SQL + ", (?, ?, ?, ?, ?, ?)" * (rows - 1)
-
-
 _SELECT_SQL: Final = (
     "SELECT seq, ts, kind, version, data FROM baf_records WHERE session_id = ? AND seq > ? ORDER BY seq"
 )
 # Same rows, with text read as bytes: used only to find the row a UTF-8 decoding error came from.
 _SELECT_RAW_SQL: Final = (
-    "SELECT seq, CAST(kind AS BLOB), CAST(data AS BLOB) FROM baf_records "
-    "WHERE session_id = ? AND seq > ? ORDER BY seq"
+    "SELECT seq, CAST(kind AS BLOB), CAST(data AS BLOB) FROM baf_records WHERE session_id = ? AND seq > ? ORDER BY seq"
 )
 _SESSIONS_SQL: Final = "SELECT session_id FROM baf_sessions ORDER BY position"
-# Keys per conflict lookup: 2 parameters each, under SQLite's oldest default limit of 999.
-_LOOKUP_CHUNK: Final = 400
 _MAX_INT64: Final = 2**63 - 1
 
-#: One encoded row of ``baf_records``: (session_id, seq, ts, kind, version, data as JSON text).
-Row = tuple[str, int, float, str, int, str]
+# WAL pages a "normal" store lets accumulate before its worker checkpoints them (SQLite's own
+# automatic checkpoint, which it turns off, uses 1000).
+_CHECKPOINT_PAGES: Final = 1000
 
 
 # Decoding dominates reading a log; orjson parses about four times faster than json.
@@ -218,6 +209,9 @@ def _check_fields(record: Record) -> None:
         raise TypeError(f"{where}: data must be a dict, not {type(record.data).__name__}")
 
 
+_T = TypeVar("_T")
+
+
 class _State(enum.Enum):
     NEW = "new"
     OPEN = "open"
@@ -252,9 +246,7 @@ class SQLiteLog(SessionLog):
         busy_timeout: float = 5.0,
     ) -> None:
         if durability not in DURABILITY_MODES:
-            raise ValueError(
-                f"durability must be one of {', '.join(map(repr, DURABILITY_MODES))}, got {durability!r}"
-            )
+            raise ValueError(f"durability must be one of {', '.join(map(repr, DURABILITY_MODES))}, got {durability!r}")
         if isinstance(busy_timeout, bool) or not isinstance(busy_timeout, int | float) or busy_timeout < 0:
             raise ValueError(f"busy_timeout must be a number of seconds >= 0, got {busy_timeout!r}")
         text_path = os.fspath(path)
@@ -269,13 +261,17 @@ class SQLiteLog(SessionLog):
         self._state = _State.NEW
         self._lifecycle: asyncio.Lock | None = None
         self._lifecycle_loop: asyncio.AbstractEventLoop | None = None
-        self._writer: aiosqlite.Connection | None = None
+        # The writer connection is used by one party at a time: the writer task on the event loop, or
+        # the worker thread while the writer task awaits it.
+        self._writer: sqlite3.Connection | None = None
+        self._worker: ThreadPoolExecutor | None = None
         self._reader: aiosqlite.Connection | None = None
         self._writer_task: asyncio.Task[None] | None = None
         self._pending: list[_Batch] = []
         self._wakeup: asyncio.Event | None = None
         self._stopping = False
         self._commits = 0
+        self._unchecked_pages = 0  # estimated WAL pages written since the last checkpoint
 
     @property
     def path(self) -> Path:
@@ -336,60 +332,80 @@ class SQLiteLog(SessionLog):
                 await self._close_connections()
 
     async def _open(self) -> None:
-        # File system calls can block (a network mount): keep them off the event loop.
-        await asyncio.to_thread(self._path.parent.mkdir, parents=True, exist_ok=True)
+        self._worker = worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="baf-log")
         try:
-            # Autocommit: a group commit is one multi-row INSERT statement, its own transaction, in one
-            # round trip; larger transactions open "BEGIN IMMEDIATE" themselves.
-            self._writer = await aiosqlite.connect(self._path, isolation_level=None)
-            await self._configure_writer(self._writer)
+            # Opening touches the file system (which can block: a network mount) and may wait for
+            # locks: done on the worker.
+            self._writer = await self._on_worker(self._open_writer)
             self._reader = await aiosqlite.connect(self._path, isolation_level=None)
             await self._reader.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
             await self._reader.execute("PRAGMA query_only = ON")
         except BaseException:
             await self._close_connections()
             raise
+        if worker is not self._worker:  # closed meanwhile
+            raise LogClosedError(f"{self!r} was closed while opening")
 
-    async def _configure_writer(self, writer: aiosqlite.Connection) -> None:
-        # busy_timeout first: switching to WAL and creating tables take locks another process may hold.
-        await writer.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
-        async with writer.execute("PRAGMA journal_mode = WAL") as cursor:
-            row = await cursor.fetchone()
-        mode = str(row[0]).lower() if row else "unknown"
-        if mode != "wal":
-            raise LogError(
-                f"{self._path}: SQLite refused WAL journal mode (got {mode!r}); "
-                "the file system may not support it (network file systems often do not)"
-            )
-        await writer.execute(f"PRAGMA synchronous = {DURABILITY_MODES[self._durability]}")
-        await writer.execute("BEGIN IMMEDIATE")
+    def _open_writer(self) -> sqlite3.Connection:
+        """Open and configure the writer connection, creating the layout if needed (worker thread)."""
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        # Autocommit: a group commit is one multi-row INSERT statement, its own transaction; larger
+        # transactions open "BEGIN IMMEDIATE" themselves. Not bound to a thread: see self._writer.
+        writer = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
         try:
-            found = await writer.execute_fetchall(
-                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'baf_meta'"
-            )
-            if found:
-                rows = list(
-                    await writer.execute_fetchall("SELECT value FROM baf_meta WHERE key = 'schema_version'")
+            # busy_timeout first: switching to WAL and creating tables take locks another process may hold.
+            writer.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
+            row = writer.execute("PRAGMA journal_mode = WAL").fetchone()
+            mode = str(row[0]).lower() if row else "unknown"
+            if mode != "wal":
+                raise LogError(
+                    f"{self._path}: SQLite refused WAL journal mode (got {mode!r}); "
+                    "the file system may not support it (network file systems often do not)"
                 )
-                stored = rows[0][0] if rows else None
-                if stored != str(SCHEMA_VERSION):
-                    raise LogError(
-                        f"{self._path} has log schema version {stored!r}; this baf reads version "
-                        f"{SCHEMA_VERSION}: upgrade baf to use this file"
-                    )
-            for statement in SCHEMA:
-                await writer.execute(statement)
-            await writer.commit()
+            writer.execute(f"PRAGMA synchronous = {DURABILITY_MODES[self._durability]}")
+            if self._durability == "normal":
+                # Checkpoints fsync: the worker runs them (see _write_loop), never a commit on the loop.
+                writer.execute("PRAGMA wal_autocheckpoint = 0")
+            writer.execute("BEGIN IMMEDIATE")
+            try:
+                if writer.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'baf_meta'").fetchone():
+                    row = writer.execute("SELECT value FROM baf_meta WHERE key = 'schema_version'").fetchone()
+                    stored = row[0] if row else None
+                    if stored != str(SCHEMA_VERSION):
+                        raise LogError(
+                            f"{self._path} has log schema version {stored!r}; this baf reads version "
+                            f"{SCHEMA_VERSION}: upgrade baf to use this file"
+                        )
+                for statement in SCHEMA:
+                    writer.execute(statement)
+                writer.execute("COMMIT")
+            except BaseException:
+                if writer.in_transaction:
+                    writer.execute("ROLLBACK")
+                raise
+            if self._durability == "normal":
+                writer.execute("PRAGMA busy_timeout = 0")  # commits on the loop never wait: see _commit_group
         except BaseException:
-            await _rollback(writer)
+            writer.close()
             raise
+        return writer
+
+    async def _on_worker(self, function: Callable[..., _T], *args: Any) -> _T:
+        """Run ``function(*args)`` on the worker thread; the task waits, the event loop does not."""
+        if self._worker is None:
+            raise LogClosedError(f"{self!r} has no worker")
+        return await asyncio.get_running_loop().run_in_executor(self._worker, function, *args)
 
     async def _close_connections(self) -> None:
-        writer, reader = self._writer, self._reader
+        writer, reader, worker = self._writer, self._reader, self._worker
         self._writer = self._reader = None
+        self._worker = None
         try:
-            if writer is not None:
-                await writer.close()
+            if worker is not None:
+                # On the worker, after whatever it is still running with the connection.
+                if writer is not None:
+                    await asyncio.get_running_loop().run_in_executor(worker, writer.close)
+                worker.shutdown(wait=False)
         finally:
             if reader is not None:
                 await reader.close()
@@ -398,7 +414,7 @@ class SQLiteLog(SessionLog):
         """Release the file if the writer ended without ``close()`` and could not do it itself.
 
         That happens when the task is cancelled before its first step (``asyncio.run`` ending right
-        after ``start()``): its body never runs. aiosqlite's threads would then keep the process alive.
+        after ``start()``): its body never runs. The threads would then keep the process alive.
         """
         if task is not self._writer_task or self._stopping or (self._writer is None and self._reader is None):
             return
@@ -407,10 +423,14 @@ class SQLiteLog(SessionLog):
         for batch in self._pending:
             _reject(batch.future, error)
         self._pending = []
-        for connection in (self._writer, self._reader):
-            if connection is not None:
-                connection.stop()  # closes the connection and ends its thread, without waiting
+        if self._worker is not None:
+            if self._writer is not None:
+                self._worker.submit(self._writer.close)
+            self._worker.shutdown(wait=False)
+        if self._reader is not None:
+            self._reader.stop()  # closes the connection and ends its thread, without waiting
         self._writer = self._reader = None
+        self._worker = None
 
     def _lifecycle_lock(self) -> asyncio.Lock:
         """The lock serialising start and close, made for the running loop."""
@@ -457,9 +477,11 @@ class SQLiteLog(SessionLog):
                 group, self._pending = self._pending, []
                 await self._commit_group(group)
                 group = []
+                if self._unchecked_pages >= _CHECKPOINT_PAGES:
+                    await self._checkpoint()
         except BaseException as exc:
             # Cancelled (asyncio.run ending without close()) or a bug: no append may wait forever on
-            # us, and the connections must go, or aiosqlite's threads keep the process from exiting.
+            # us, and the connections must go, or the threads keep the process from exiting.
             self._state = _State.CLOSED
             error = LogClosedError(f"{self!r}: the writer task stopped: {exc!r}")
             error.__cause__ = exc
@@ -476,55 +498,67 @@ class SQLiteLog(SessionLog):
         writer = self._writer
         if writer is None:
             raise LogClosedError(f"{self!r} has no connection")
-        rows = live[0].rows if len(live) == 1 else [row for batch in live for row in batch.rows]
+        batches = [batch.rows for batch in live]
         try:
-            if len(rows) <= _ROWS_PER_STATEMENT:
-                await writer.execute(_insert_many_sql(len(rows)), [value for row in rows for value in row])
+            if self._durability == "full":
+                outcomes = await self._on_worker(commit_group, writer, batches)
             else:
-                await writer.execute("BEGIN IMMEDIATE")
-                await writer.executemany(INSERT_SQL, rows)
-                await writer.commit()
-        except sqlite3.IntegrityError:
-            await _rollback(writer)
-            await self._commit_one_by_one(writer, live)
-            return
+                quick = self._commit_on_loop(writer, batches)
+                outcomes = quick if quick is not None else await self._on_worker(self._commit_waiting, writer, batches)
         except Exception as exc:
-            await _rollback(writer)
             for batch in live:
                 _reject(batch.future, exc)
             return
         self._commits += 1
-        for batch in live:
-            _resolve(batch.future)
-
-    async def _commit_one_by_one(self, writer: aiosqlite.Connection, group: list[_Batch]) -> None:
-        """Replay a group that hit a UNIQUE violation, each batch under its own savepoint."""
-        outcomes: list[BaseException | None] = []
-        try:
-            await writer.execute("BEGIN IMMEDIATE")
-            for batch in group:
-                await writer.execute("SAVEPOINT baf_batch")
-                try:
-                    await writer.executemany(INSERT_SQL, batch.rows)
-                except sqlite3.IntegrityError as exc:
-                    await writer.execute("ROLLBACK TO baf_batch")
-                    await writer.execute("RELEASE baf_batch")
-                    outcomes.append(await _name_conflict(writer, batch.rows, exc))
-                else:
-                    await writer.execute("RELEASE baf_batch")
-                    outcomes.append(None)
-            await writer.commit()
-        except Exception as exc:
-            await _rollback(writer)
-            for batch in group:
-                _reject(batch.future, exc)
-            return
-        self._commits += 1
-        for batch, outcome in zip(group, outcomes, strict=True):
+        if self._durability == "normal":
+            self._note_commit(batches)
+        for batch, outcome in zip(live, outcomes, strict=True):
             if outcome is None:
                 _resolve(batch.future)
             else:
                 _reject(batch.future, outcome)
+
+    def _commit_on_loop(
+        self, writer: sqlite3.Connection, batches: list[list[Row]]
+    ) -> list[BaseException | None] | None:
+        """Commit without waiting for any lock; None if another connection holds it."""
+        try:
+            return commit_group(writer, batches)
+        except sqlite3.OperationalError as exc:
+            if is_busy(exc):
+                return None
+            raise
+
+    def _commit_waiting(self, writer: sqlite3.Connection, batches: list[list[Row]]) -> list[BaseException | None]:
+        """Commit, waiting up to ``busy_timeout`` for the lock (worker thread)."""
+        writer.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
+        try:
+            return commit_group(writer, batches)
+        finally:
+            writer.execute("PRAGMA busy_timeout = 0")
+
+    def _note_commit(self, batches: list[list[Row]]) -> None:
+        """Count the WAL pages a commit wrote, estimated: a table and an index leaf, plus the text.
+
+        The estimate only has to keep the WAL from growing without bound, as SQLite's own automatic
+        checkpoint would.
+        """
+        written = sum(len(row[5]) + 64 for rows in batches for row in rows)
+        self._unchecked_pages += 2 + written // 4096
+
+    async def _checkpoint(self) -> None:
+        """Copy the WAL into the database on the worker, between two commits.
+
+        Not concurrently with commits: a checkpoint that new frames keep overtaking never completes,
+        and the WAL restarts from its beginning only after a complete one. PASSIVE does not wait for
+        readers; what they still use is copied next time. A failed checkpoint is retried at the next
+        limit: it loses nothing, the frames stay in the WAL.
+        """
+        self._unchecked_pages = 0
+        writer = self._writer
+        if writer is not None:
+            with contextlib.suppress(sqlite3.Error):
+                await self._on_worker(_checkpoint, writer)
 
     # -- reading -----------------------------------------------------------------------------------
 
@@ -580,40 +614,12 @@ def _reject(future: asyncio.Future[None], exc: BaseException) -> None:
         future.set_exception(exc)
 
 
-async def _rollback(writer: aiosqlite.Connection) -> None:
-    # The error being handled is the one worth reporting; a rollback failing too adds nothing.
-    with contextlib.suppress(sqlite3.Error, ValueError):
-        await writer.rollback()
+def _checkpoint(connection: sqlite3.Connection) -> None:
+    # PASSIVE: copies what it can without waiting for readers or blocking the writer.
+    connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
 
-async def _name_conflict(
-    writer: aiosqlite.Connection, rows: list[Row], error: sqlite3.IntegrityError
-) -> BaseException:
-    """The ``LogConflictError`` for the first row of ``rows`` whose key is already stored.
-
-    Runs inside the replay transaction, after the batch's savepoint was rolled back, so "stored"
-    includes the batches of the same group that were accepted before this one.
-    """
-    existing: set[tuple[str, int]] = set()
-    for start in range(0, len(rows), _LOOKUP_CHUNK):
-        chunk = rows[start : start + _LOOKUP_CHUNK]
-        values = ", ".join("(?, ?)" for _ in chunk)
-        params = [part for row in chunk for part in (row[0], row[1])]
-        found = await writer.execute_fetchall(
-            f"SELECT session_id, seq FROM baf_records WHERE (session_id, seq) IN (VALUES {values})", params
-        )
-        existing.update((session_id, seq) for session_id, seq in found)
-    for row in rows:
-        if (row[0], row[1]) in existing:
-            conflict = LogConflictError(row[0], row[1])
-            conflict.__cause__ = error
-            return conflict
-    return error  # a violation of some other constraint: report SQLite's own words
-
-
-async def _find_undecodable(
-    reader: aiosqlite.Connection, session_id: str, after_seq: int
-) -> CorruptRecordError | None:
+async def _find_undecodable(reader: aiosqlite.Connection, session_id: str, after_seq: int) -> CorruptRecordError | None:
     """The first row of the read whose text is not UTF-8, or None if none is."""
     try:
         rows = await reader.execute_fetchall(_SELECT_RAW_SQL, (session_id, after_seq))

@@ -21,12 +21,11 @@ def rec(session_id: str, seq: int, **data: Any) -> Record:
 
 
 async def pragma(log: SQLiteLog, name: str) -> Any:
-    """Read a PRAGMA on the store's writer connection."""
+    """Read a PRAGMA on the store's writer connection (on the loop, where the writer task uses it)."""
     await log.start()
     writer = log._writer
     assert writer is not None
-    async with writer.execute(f"PRAGMA {name}") as cursor:
-        row = await cursor.fetchone()
+    row = writer.execute(f"PRAGMA {name}").fetchone()
     assert row is not None
     return row[0]
 
@@ -107,13 +106,20 @@ def test_a_store_can_be_used_from_one_event_loop_after_another(db: Path) -> None
     assert asyncio.run(use(2)) == [rec("s", 1), rec("s", 2)]
 
 
-@pytest.mark.parametrize(("durability", "synchronous"), [("normal", 1), ("full", 2)])
-async def test_durability_sets_synchronous(db: Path, durability: str, synchronous: int) -> None:
+@pytest.mark.parametrize(
+    ("durability", "synchronous", "busy_timeout", "autocheckpoint"), [("normal", 1, 0, 0), ("full", 2, 2500, 1000)]
+)
+async def test_durability_sets_synchronous(
+    db: Path, durability: str, synchronous: int, busy_timeout: int, autocheckpoint: int
+) -> None:
+    # "normal" commits on the event loop: its writer never waits for a lock there (the worker thread
+    # does, see test_a_writer_waits_busy_timeout_for_the_lock) and leaves checkpoints to the worker.
     async with SQLiteLog(db, durability=durability, busy_timeout=2.5) as log:  # type: ignore[arg-type]
         assert log.durability == durability
         assert await pragma(log, "synchronous") == synchronous
         assert await pragma(log, "journal_mode") == "wal"
-        assert await pragma(log, "busy_timeout") == 2500
+        assert await pragma(log, "busy_timeout") == busy_timeout
+        assert await pragma(log, "wal_autocheckpoint") == autocheckpoint
 
 
 def test_bad_arguments_are_refused(db: Path) -> None:
@@ -339,7 +345,7 @@ async def test_two_processes_write_one_file(db: Path) -> None:
 
 
 async def test_a_group_larger_than_one_statement_is_still_one_atomic_append(tmp_path: Path) -> None:
-    from baf.log.sqlite import _ROWS_PER_STATEMENT
+    from baf.log.sqlite_commit import ROWS_PER_STATEMENT as _ROWS_PER_STATEMENT
 
     count = _ROWS_PER_STATEMENT + 10
     async with SQLiteLog(tmp_path / "big.db") as log:
@@ -349,3 +355,15 @@ async def test_a_group_larger_than_one_statement_is_still_one_atomic_append(tmp_
             await log.append([Record("other", s, "k", {}) for s in range(1, count)] + [Record("big", 1, "k", {})])
         assert len(await log.read("big")) == count
         assert await log.read("other") == []
+
+
+async def test_a_normal_store_checkpoints_its_wal_off_the_event_loop(db: Path) -> None:
+    # The writer turns SQLite's automatic checkpoint off (it would fsync inside a commit, on the event
+    # loop); the worker must checkpoint instead, or the WAL grows with every record ever written.
+    payload = "x" * 16_000
+    async with SQLiteLog(db) as log:
+        for seq in range(1, 1501):  # ~24 MB of records, one commit each
+            await log.append([Record("s", seq, "note", {"p": payload})])
+        wal_bytes = (await asyncio.to_thread(Path(f"{db}-wal").stat)).st_size
+        assert wal_bytes < 12_000_000, wal_bytes
+        assert [r.seq for r in await log.read("s", after_seq=1498)] == [1499, 1500]
