@@ -75,6 +75,7 @@ import aiosqlite
 import orjson
 
 from baf.errors import CorruptRecordError, LogClosedError, LogError
+from baf.log.json_data import dump_data
 from baf.log.record import Record
 from baf.log.sqlite_commit import INSERT_SQL, Row, commit_group, is_busy
 from baf.log.store import SessionLog, check_appendable
@@ -141,9 +142,6 @@ _CHECKPOINT_PAGES: Final = 1000
 # Decoding dominates reading a log; orjson parses about four times faster than json.
 _fast_loads: Callable[[str], Any] = orjson.loads
 
-# One encoder for every record: json.dumps with options builds a new encoder on each call.
-_encode_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
-
 
 def encode_record(record: Record) -> Row:
     """Encode ``record`` as a ``baf_records`` row, or raise ``TypeError``/``ValueError``.
@@ -173,7 +171,7 @@ def encode_record(record: Record) -> Row:
     ):
         _check_fields(record)
     try:
-        text = _encode_json(data)
+        text = dump_data(data)
     except (TypeError, ValueError) as exc:  # ValueError: a circular reference
         raise TypeError(f"{_where(record)}: data is not JSON: {exc}") from exc
     for name, string in (("session_id", session_id), ("kind", kind), ("data", text)):
