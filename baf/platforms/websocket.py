@@ -54,12 +54,15 @@ Server → client:
 Security
 ========
 
-- Session ids are made by the server. The resume token is the id plus an HMAC-SHA256 of it under the
-  platform's ``secret`` (compared in constant time), so a client can only act on sessions it was given.
-  Without a ``secret`` one is generated per process: tokens then do not survive a restart.
-  Tokens do not expire and cannot be revoked one by one: whoever holds a token can resume that session
-  for as long as the secret is unchanged. Rotate the ``secret`` to invalidate every token at once; keep
-  the token like a password (the browser UI keeps it in ``sessionStorage``, so it ends with the tab).
+- Session ids are made by the server. The resume token is the id and the time it was issued, with an
+  HMAC-SHA256 of both under the platform's ``secret`` (compared in constant time), so a client can only
+  act on sessions it was given. Without a ``secret`` one is generated per process: tokens then do not
+  survive a restart.
+- A token expires ``resume_token_ttl`` seconds after it was issued (default 7 days; ``None``: never).
+  Every ``welcome`` carries a fresh token, so a client that keeps coming back keeps its session, and a
+  token copied once stops working. Tokens cannot be revoked one by one: rotate the ``secret`` to
+  invalidate all of them. Keep the token like a password (the browser UI keeps it in
+  ``sessionStorage``, so it ends with the tab).
 - ``auth_token`` (optional) must be sent as ``Authorization: Bearer ...`` or as ``?access_token=...`` in
   the WebSocket URL (browsers cannot set headers on a WebSocket): otherwise HTTP 401.
 - ``allowed_hosts``: the ``Host`` header of every request (UI files and the upgrade) must name this
@@ -96,6 +99,7 @@ import json
 import logging
 import re
 import secrets
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -127,7 +131,10 @@ PROTOCOL_VERSION = 1
 DELIVERY_DROPPED = "delivery_dropped"
 _SESSION_PREFIX = "ws-"
 _SESSION_ID = re.compile(r"^ws-[A-Za-z0-9_-]{16,64}$")
-_TOKEN_CONTEXT = b"baf.websocket.resume.v1:"
+_TOKEN_ISSUED = re.compile(r"^[0-9a-f]{1,12}$")
+_TOKEN_CONTEXT = b"baf.websocket.resume.v2:"
+# How far in the future an issue time may lie (clocks of several servers sharing a secret drift).
+_TOKEN_CLOCK_SKEW = 300.0
 _MAX_SEQ = 2**63 - 1
 _REPLY_FIELDS = ("format", "options", "name", "mime_type", "data")
 _STATIC = {
@@ -165,6 +172,7 @@ class WebSocketPlatform(Platform):
         port: TCP port; ``0`` picks a free one (read it from :attr:`port` after start).
         ui: Serve the browser UI (static files shipped in ``baf/platforms/web``).
         secret: Key for signing resume tokens; give one (32+ random bytes) for tokens that survive restarts.
+        resume_token_ttl: Seconds a resume token stays valid after it was issued (``None``: forever).
         auth_token: A bearer token every WebSocket client must present, or a function deciding on a token.
         allowed_origins: Browser origins allowed to connect (``["*"]`` for any); default: the server's own.
         max_message_size: Largest inbound frame, in bytes, the platform reads.
@@ -190,6 +198,7 @@ class WebSocketPlatform(Platform):
         *,
         ui: bool = True,
         secret: bytes | str | None = None,
+        resume_token_ttl: float | None = 7 * 24 * 3600,
         auth_token: str | Callable[[str], bool] | None = None,
         allowed_origins: Sequence[str] | None = None,
         max_message_size: int = 64 * 1024,
@@ -214,6 +223,9 @@ class WebSocketPlatform(Platform):
         if isinstance(secret, str):
             secret = secret.encode("utf-8")
         self._secret: bytes = secret if secret is not None else secrets.token_bytes(32)
+        if resume_token_ttl is not None and not resume_token_ttl > 0:
+            raise ValueError(f"resume_token_ttl must be a positive number of seconds or None, got {resume_token_ttl!r}")
+        self.resume_token_ttl = resume_token_ttl
         self.auth_token = auth_token
         self.allowed_origins = list(allowed_origins) if allowed_origins is not None else None
         self.max_message_size = max_message_size
@@ -520,7 +532,11 @@ class WebSocketPlatform(Platform):
             return
         session_id = self.verify_resume_token(token) if isinstance(token, str) else None
         if session_id is None:
-            self._error(client, "bad_token", "the resume token is not valid; send hello without one for a new session")
+            self._error(
+                client,
+                "bad_token",
+                "the resume token is not valid or has expired; send hello without one for a new session",
+            )
             return
         after = self._after_seq(client, frame)
         if after is None:
@@ -649,18 +665,28 @@ class WebSocketPlatform(Platform):
     def _new_session_id() -> str:
         return _SESSION_PREFIX + secrets.token_urlsafe(18)
 
-    def resume_token(self, session_id: str) -> str:
-        """The token that lets a client resume ``session_id``: the id and its HMAC under the secret."""
-        mac = hmac.new(self._secret, _TOKEN_CONTEXT + session_id.encode("utf-8"), hashlib.sha256).digest()
-        return f"{session_id}.{base64.urlsafe_b64encode(mac).rstrip(b'=').decode('ascii')}"
+    def resume_token(self, session_id: str, issued_at: float | None = None) -> str:
+        """A token that lets a client resume ``session_id``: ``ID.ISSUED.MAC``, the MAC over both.
+
+        ``issued_at`` (Unix seconds, default now) is when its ``resume_token_ttl`` starts.
+        """
+        issued = format(int(time.time() if issued_at is None else issued_at), "x")
+        return f"{session_id}.{issued}.{self._token_mac(session_id, issued)}"
 
     def verify_resume_token(self, token: str) -> str | None:
-        """The session id ``token`` was issued for, or ``None`` if it was not issued by this secret."""
-        session_id, dot, _ = token.rpartition(".")
-        if not dot or not _SESSION_ID.match(session_id):
+        """The session id ``token`` was issued for, or ``None`` if this secret did not issue it or it expired."""
+        session_id, issued, mac = _split_token(token)
+        if session_id is None or not hmac.compare_digest(self._token_mac(session_id, issued), mac):
             return None
-        expected = self.resume_token(session_id)
-        return session_id if hmac.compare_digest(expected.encode("utf-8"), token.encode("utf-8")) else None
+        age = time.time() - int(issued, 16)
+        if age < -_TOKEN_CLOCK_SKEW or (self.resume_token_ttl is not None and age > self.resume_token_ttl):
+            return None
+        return session_id
+
+    def _token_mac(self, session_id: str, issued: str) -> str:
+        message = _TOKEN_CONTEXT + f"{session_id}.{issued}".encode()
+        mac = hmac.new(self._secret, message, hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(mac).rstrip(b"=").decode("ascii")
 
     # -- outbound: the Platform interface -------------------------------------------------------
 
@@ -711,6 +737,15 @@ class WebSocketPlatform(Platform):
         self._broadcast(
             session, {"type": "reply", "format": "options", "text": message, "options": [str(o) for o in options]}
         )
+
+
+def _split_token(token: str) -> tuple[str | None, str, str]:
+    """``(session_id, issued, mac)`` of a well-formed token; ``session_id`` is None otherwise."""
+    rest, _, mac = token.rpartition(".")
+    session_id, _, issued = rest.rpartition(".")
+    if not _SESSION_ID.match(session_id) or not _TOKEN_ISSUED.match(issued) or not mac:
+        return None, "", ""
+    return session_id, issued, mac
 
 
 def history_items(records: Sequence[Record]) -> list[dict[str, Any]]:

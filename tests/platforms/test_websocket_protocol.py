@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Callable
@@ -339,14 +340,52 @@ async def test_rich_replies_and_agent_errors() -> None:
 
 def test_resume_tokens() -> None:
     platform = WebSocketPlatform(secret=b"k")
-    token = platform.resume_token("ws-" + "a" * 24)
-    assert platform.verify_resume_token(token) == "ws-" + "a" * 24
+    session_id = "ws-" + "a" * 24
+    token = platform.resume_token(session_id)
+    assert platform.verify_resume_token(token) == session_id
     assert WebSocketPlatform(secret=b"k2").verify_resume_token(token) is None
     assert WebSocketPlatform().verify_resume_token(token) is None  # a generated secret is per instance
-    bad: list[Callable[[str], str]] = [lambda t: t + "=", lambda t: t.replace("a", "b", 1), lambda t: ""]
+    issued = token.split(".")[1]
+    bad: list[Callable[[str], str]] = [
+        lambda t: t + "=",
+        lambda t: t.replace("a", "b", 1),
+        lambda t: "",
+        lambda t: t.replace(f".{issued}.", f".{int(issued, 16) + 3600:x}."),  # issue time moved: MAC fails
+        lambda t: t.replace(f".{issued}.", "."),  # the v1 layout, without an issue time
+    ]
     assert all(platform.verify_resume_token(change(token)) is None for change in bad)
     with pytest.raises(ValueError):
         WebSocketPlatform(max_message_size=0)
+    with pytest.raises(ValueError, match="resume_token_ttl"):
+        WebSocketPlatform(resume_token_ttl=0)
+
+
+def test_resume_tokens_expire() -> None:
+    platform = WebSocketPlatform(secret=b"k", resume_token_ttl=3600)
+    session_id = "ws-" + "b" * 24
+    now = time.time()
+    assert platform.verify_resume_token(platform.resume_token(session_id, issued_at=now - 3500)) == session_id
+    assert platform.verify_resume_token(platform.resume_token(session_id, issued_at=now - 3700)) is None
+    assert platform.verify_resume_token(platform.resume_token(session_id, issued_at=now + 3600)) is None  # future
+    forever = WebSocketPlatform(secret=b"k", resume_token_ttl=None)
+    assert forever.verify_resume_token(platform.resume_token(session_id, issued_at=now - 10**8)) == session_id
+
+
+async def test_an_expired_token_does_not_resume_and_each_welcome_renews_it() -> None:
+    async with serving(body_agent(echo), secret="s", resume_token_ttl=60) as platform:
+        first = await Client.open(platform.ws_url)
+        welcome = await first.hello()
+        session_id = welcome["session_id"]
+        await first.close()
+
+        client = await Client.open(platform.ws_url)
+        stale = platform.resume_token(session_id, issued_at=time.time() - 61)
+        await client.send({"type": "hello", "resume": stale})
+        error = await client.recv()
+        assert error["code"] == "bad_token" and "expired" in error["message"]
+        renewed = await client.hello(resume=welcome["resume_token"])
+        assert renewed["resumed"] is True and renewed["session_id"] == session_id
+        assert platform.verify_resume_token(renewed["resume_token"]) == session_id
 
 
 async def raw_status(port: int, request: str) -> str:
