@@ -132,8 +132,9 @@ def test_bad_arguments_are_refused(db: Path) -> None:
             SQLiteLog(path)
 
 
-async def test_group_commit_shares_transactions(db: Path) -> None:
-    async with SQLiteLog(db) as log:
+@pytest.mark.parametrize("durability", ["normal", "full"])  # on the event loop / on the worker thread
+async def test_group_commit_shares_transactions(db: Path, durability: str) -> None:
+    async with SQLiteLog(db, durability=durability) as log:  # type: ignore[arg-type]
         await asyncio.gather(*(log.append([rec(f"s{n}", 1), rec(f"s{n}", 2)]) for n in range(100)))
         assert 1 <= log.commits <= 3
         assert len(await log.sessions()) == 100
