@@ -1,0 +1,87 @@
+"""encode_json: orjson's speed, json's meaning (what is refused, what is read back)."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import enum
+import json
+import math
+import uuid
+from collections import OrderedDict
+from typing import Any
+
+import pytest
+
+from baf.log.jsontext import encode_json
+
+
+class Color(enum.Enum):
+    RED = "red"
+
+
+class Level(enum.IntEnum):
+    HIGH = 3
+
+
+class Tag(str):
+    pass
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+
+
+SAME_AS_JSON: list[Any] = [
+    {"text": "plain", "n": 1, "f": 1.5, "ok": True, "none": None, "list": [1, "two", {"three": 3.0}]},
+    {"unicode": "grüße – 東京 🎉", "escapes": "quote \" backslash \\ newline \n tab \t nul \x00"},
+    {"tuple": (1, 2), "nested": {"t": ("a", ("b",))}},
+    {1: "integer key", False: "bool key", None: "none key", 2.5: "float key"},
+    {"nan": math.nan, "inf": math.inf, "-inf": -math.inf},
+    {"intenum": Level.HIGH, "strsub": Tag("x"), "ordered": OrderedDict(a=1)},
+    {"big": 2**64 + 1, "neg": -(2**63) - 1, "edge": 2**63, "small": -(2**63)},
+    {"floats": [0.1, -0.0, 1e300, 5e-324, 1e16, 123456789.123456789]},
+    {"deep": [[[[[["x"]]]]]]},
+]
+
+
+@pytest.mark.parametrize("value", SAME_AS_JSON)
+def test_reads_back_as_json_would(value: Any) -> None:
+    expected = json.loads(json.dumps(value))
+    got = json.loads(encode_json(value))
+    # NaN != NaN: compare the text of both decodings instead.
+    assert json.dumps(got) == json.dumps(expected)
+
+
+def test_very_deep_nesting_falls_back_to_json() -> None:
+    value: Any = "x"
+    for _ in range(300):  # beyond orjson's recursion limit, within json's
+        value = [value]
+    assert json.loads(encode_json({"v": value})) == {"v": value}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"object": object()},
+        {"enum": Color.RED},
+        {"uuid": uuid.UUID(int=1)},
+        {"dataclass": Point(1)},
+        {"when": datetime.datetime(2020, 1, 1)},
+        {"set": {1, 2}},
+        {"bytes": b"x"},
+    ],
+)
+def test_refuses_what_json_refuses(value: Any) -> None:
+    with pytest.raises(TypeError):
+        json.dumps(value)
+    with pytest.raises(TypeError):
+        encode_json(value)
+
+
+def test_circular_reference_raises_value_error_like_json() -> None:
+    loop: dict[str, Any] = {}
+    loop["self"] = loop
+    with pytest.raises(ValueError):
+        encode_json(loop)
