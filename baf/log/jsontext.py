@@ -14,11 +14,12 @@ from typing import Any
 
 import orjson
 
-__all__ = ["encode_json"]
+__all__ = ["encode_json", "json_copy"]
 
 # Subclasses of builtins, dataclasses and datetimes go to ``default``; there is none, so orjson raises
 # and ``json`` decides (it encodes str/int/dict/list subclasses and refuses the rest).
 _OPTIONS = orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+_MISSING: Any = object()
 
 
 def encode_json(value: Any) -> bytes | str:
@@ -36,3 +37,17 @@ def encode_json(value: Any) -> bytes | str:
     if orjson.loads(encoded) != value:
         return json.dumps(value)
     return encoded
+
+
+def json_copy(value: Any) -> Any:
+    """``json.loads(json.dumps(value, allow_nan=False))``: a deep copy made of JSON types only, or the
+    ``TypeError``/``ValueError`` that call raises. NaN and infinities are refused."""
+    try:
+        copied = orjson.loads(orjson.dumps(value, option=_OPTIONS))
+    except TypeError:
+        copied = _MISSING
+    # Equal means orjson read it as json would (see encode_json); NaN never compares equal, so it
+    # always takes the json path, which refuses it.
+    if copied is _MISSING or copied != value:
+        copied = json.loads(json.dumps(value, allow_nan=False, ensure_ascii=False))
+    return copied

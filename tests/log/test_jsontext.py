@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from baf.log.jsontext import encode_json
+from baf.log.jsontext import encode_json, json_copy
 
 
 class Color(enum.Enum):
@@ -85,3 +85,26 @@ def test_circular_reference_raises_value_error_like_json() -> None:
     loop["self"] = loop
     with pytest.raises(ValueError):
         encode_json(loop)
+
+
+@pytest.mark.parametrize("value", [*SAME_AS_JSON[:4], *SAME_AS_JSON[5:]])
+def test_json_copy_is_a_json_round_trip(value: Any) -> None:
+    expected = json.loads(json.dumps(value, allow_nan=False, ensure_ascii=False))
+    copied = json_copy(value)
+    assert copied == expected
+    assert json.dumps(copied) == json.dumps(expected)  # same types too (lists for tuples, str keys)
+
+
+def test_json_copy_is_deep() -> None:
+    value = {"list": [{"a": 1}]}
+    copied = json_copy(value)
+    copied["list"][0]["a"] = 2
+    assert value == {"list": [{"a": 1}]}
+
+
+@pytest.mark.parametrize("value", [{"nan": math.nan}, [math.inf], -math.inf, {"enum": Color.RED}, {"o": object()}])
+def test_json_copy_refuses_what_json_refuses(value: Any) -> None:
+    with pytest.raises((TypeError, ValueError)):
+        json.loads(json.dumps(value, allow_nan=False))
+    with pytest.raises((TypeError, ValueError)):
+        json_copy(value)
