@@ -411,7 +411,10 @@ class _ReasoningRun:
                       {"tool_calls": [c.to_dict() for c in calls], "text": response.text})  # fmt: skip
         await self.session.commit()  # the response is durable before any tool runs
         tools = self.current_tools()
-        outcomes = await asyncio.gather(*(self._run_call(call, tools, step) for call in calls))
+        if len(calls) == 1:  # the usual turn: one task of its own (context as with gather), no gather future
+            outcomes = [await asyncio.ensure_future(self._run_call(calls[0], tools, step))]
+        else:
+            outcomes = await asyncio.gather(*(self._run_call(call, tools, step) for call in calls))
         for call, outcome in zip(calls, outcomes, strict=True):
             self.session.record(RecordKind.TOOL_RESULT, {
                 "step": step, "call_id": call.id, "name": call.name, "content": outcome.content,
