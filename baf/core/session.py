@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
-import json
 import logging
 import threading
 import traceback
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from baf.core.events import Event
 from baf.core.writer import SessionWriter
 from baf.errors import SessionVariableError
+from baf.log.jsontext import json_copy
 from baf.log.projection import ChatEntry, SessionProjection
 from baf.log.record import Record, RecordKind
 
@@ -114,7 +114,7 @@ class Session:
         if not isinstance(key, str) or not key:
             raise SessionVariableError(f"variable names must be non-empty strings, got {key!r}")
         try:
-            stored = json.loads(json.dumps(value, allow_nan=False, ensure_ascii=False))
+            stored = json_copy(value)
         except (TypeError, ValueError) as exc:
             raise SessionVariableError(
                 f"session variable {key!r} must be JSON-serialisable; got {type(value).__name__}: {exc}"

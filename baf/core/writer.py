@@ -72,18 +72,17 @@ class SessionWriter:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._tail = done
         try:
-            await self._append(batch)
+            await self.log.append(batch)  # not through _append: one coroutine less on the hot path
         except BaseException as exc:
             # Cancelled mid-append (the agent stopping), the batch may or may not be in the log: later
             # flushes must fail rather than append after a possible gap.
-            failure = exc if isinstance(exc, LogError) else LogError(
-                f"session {batch[0].session_id!r}: the append of seq {batch[0].seq}..{batch[-1].seq} was "
-                f"interrupted ({type(exc).__name__}); the log may lag this session"
-            )
+            failure = _log_error(batch, exc)
             if not done.done():
                 done.set_exception(failure)
                 done.exception()  # retrieved: whoever chains behind it re-raises it
-            raise
+            if failure is exc or not isinstance(exc, Exception):
+                raise
+            raise failure from exc
         if not done.done():
             done.set_result(None)
 
@@ -96,13 +95,26 @@ class SessionWriter:
     async def _append(self, batch: list[Record]) -> None:
         try:
             await self.log.append(batch)
-        except LogError:
-            raise
         except Exception as exc:
-            # Whatever the store raised (unencodable data, a locked file), the log now lags this
-            # session's projection: report it as a log failure so the runtime drops the session.
-            first = batch[0]
-            raise LogError(
-                f"session {first.session_id!r}: appending seq {first.seq}..{batch[-1].seq} failed: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
+            failure = _log_error(batch, exc)
+            if failure is exc:
+                raise
+            raise failure from exc
+
+
+def _log_error(batch: list[Record], exc: BaseException) -> LogError:
+    """``exc`` as the ``LogError`` the runtime acts on: whatever the store raised (unencodable data, a
+    locked file, a cancellation mid-append), the log may now lag this session's projection, so the
+    runtime drops the session. A ``LogError`` is returned as it is."""
+    if isinstance(exc, LogError):
+        return exc
+    first, last = batch[0], batch[-1]
+    if isinstance(exc, Exception):
+        return LogError(
+            f"session {first.session_id!r}: appending seq {first.seq}..{last.seq} failed: "
+            f"{type(exc).__name__}: {exc}"
+        )
+    return LogError(
+        f"session {first.session_id!r}: the append of seq {first.seq}..{last.seq} was "
+        f"interrupted ({type(exc).__name__}); the log may lag this session"
+    )

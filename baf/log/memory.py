@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import bisect
-import dataclasses
-import json
 from collections.abc import Sequence
 
 from baf.errors import LogClosedError, LogConflictError
+from baf.log.jsontext import decode_json, encode_json
 from baf.log.record import Record
 from baf.log.store import SessionLog, check_appendable
 from baf.log.upcast import upcast
 
 __all__ = ["MemoryLog"]
+
+# What the log keeps of a record: (seq, kind, ts, version, data as JSON text).
+_Entry = tuple[int, str, float, int, bytes | str]
 
 
 class MemoryLog(SessionLog):
@@ -25,8 +27,9 @@ class MemoryLog(SessionLog):
     """
 
     def __init__(self) -> None:
-        # Per session, sorted by seq: the record with its data left out, and the data as JSON text.
-        self._records: dict[str, list[tuple[Record, str]]] = {}
+        # Per session, sorted by seq. Plain tuples: a Record copy per append cost as much as encoding
+        # its data.
+        self._records: dict[str, list[_Entry]] = {}
         self._seqs: dict[str, set[int]] = {}
         self._closed = False
 
@@ -38,22 +41,24 @@ class MemoryLog(SessionLog):
             if record.seq in self._seqs.get(record.session_id, ()):
                 raise LogConflictError(record.session_id, record.seq)
         # Encode (and so validate) every record before storing any, for the same reason.
-        encoded = [(dataclasses.replace(r, data={}), _encode(r)) for r in records]
-        for entry in encoded:
-            record = entry[0]
-            seqs = self._seqs.setdefault(record.session_id, set())
-            bucket = self._records.setdefault(record.session_id, [])
-            seqs.add(record.seq)
-            if not bucket or bucket[-1][0].seq < record.seq:
+        encoded = [(r.session_id, (r.seq, r.kind, r.ts, r.version, _encode(r))) for r in records]
+        for session_id, entry in encoded:
+            seqs = self._seqs.setdefault(session_id, set())
+            bucket = self._records.setdefault(session_id, [])
+            seqs.add(entry[0])
+            if not bucket or bucket[-1][0] < entry[0]:
                 bucket.append(entry)
             else:
-                bisect.insort(bucket, entry, key=lambda e: e[0].seq)
+                bisect.insort(bucket, entry, key=lambda e: e[0])
 
     async def read(self, session_id: str, after_seq: int = 0) -> list[Record]:
         self._check_open()
         bucket = self._records.get(session_id, [])
-        start = bisect.bisect_right(bucket, after_seq, key=lambda e: e[0].seq)
-        return [upcast(dataclasses.replace(record, data=json.loads(text))) for record, text in bucket[start:]]
+        start = bisect.bisect_right(bucket, after_seq, key=lambda e: e[0])
+        return [
+            upcast(Record(session_id, seq, kind, decode_json(text), ts, version))
+            for seq, kind, ts, version, text in bucket[start:]
+        ]
 
     async def sessions(self) -> list[str]:
         self._check_open()
@@ -72,7 +77,7 @@ class MemoryLog(SessionLog):
             raise LogClosedError("this MemoryLog is closed")
 
 
-def _encode(record: Record) -> str:
+def _encode(record: Record) -> bytes | str:
     """The record's data as JSON text; TypeError if it cannot be stored."""
     if not isinstance(record.data, dict):
         raise TypeError(
@@ -80,6 +85,6 @@ def _encode(record: Record) -> str:
             f"not {type(record.data).__name__}"
         )
     try:
-        return json.dumps(record.data)
+        return encode_json(record.data)
     except (TypeError, ValueError) as exc:  # ValueError: a circular reference
         raise TypeError(f"session {record.session_id!r} seq {record.seq}: data is not JSON: {exc}") from exc

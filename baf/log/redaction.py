@@ -29,6 +29,8 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
+import orjson
+
 from baf.log.record import Record
 
 __all__ = [
@@ -81,14 +83,15 @@ class Redactor:
 
     Thread-safe: sync bodies record from worker threads. ``redact`` is the hot path (it runs for every
     record); with no secrets it returns its argument at the cost of two attribute reads, and it copies
-    only the containers that hold a secret.
+    only the containers that hold a secret. With secrets, data that holds none is recognised in one
+    search of its JSON text (see :meth:`redact`) rather than by walking it string by string.
     """
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         self._own: set[str] = set()
         self._lock = threading.Lock()
-        # The compiled pattern, and the registry version it was built for.
-        self._pattern: re.Pattern[str] | None = None
+        # The compiled patterns (see _build), and the registry version they were built for.
+        self._patterns: _Patterns = (None, None)
         self._built_for = -1
         for secret in secrets:
             self.add(secret)
@@ -127,8 +130,10 @@ class Redactor:
 
     def redact(self, value: Any) -> Any:
         """``value`` with every secret replaced; the same object when it holds none."""
-        pattern = self._current()
+        pattern, in_json = self._current_patterns()
         if pattern is None:
+            return value
+        if in_json is not None and _clean_in_json(value, in_json):
             return value
         return _walk(value, pattern)
 
@@ -149,16 +154,50 @@ class Redactor:
         return Record(session_id, record.seq, record.kind, data, record.ts, record.version)
 
     def _current(self) -> re.Pattern[str] | None:
+        return self._current_patterns()[0]
+
+    def _current_patterns(self) -> _Patterns:
         version = _registry_version
         if self._built_for == version:
-            return self._pattern
+            return self._patterns  # one attribute, so a thread never sees halves of two builds
         with self._lock, _registry_lock:
-            secrets = self._own | _registry
-            # Longest first, so a secret containing another is replaced whole.
-            ordered = sorted(secrets, key=len, reverse=True)
-            self._pattern = re.compile("|".join(map(re.escape, ordered))) if ordered else None
+            self._patterns = _build(self._own | _registry)
             self._built_for = _registry_version
-            return self._pattern
+            return self._patterns
+
+
+# The pattern matching any secret in text, and the same over JSON text (UTF-8), or None when some
+# secret does not appear as itself in JSON (it holds a quote, a backslash or a control character).
+_Patterns = tuple[re.Pattern[str] | None, re.Pattern[bytes] | None]
+
+
+def _build(secrets: set[str]) -> _Patterns:
+    if not secrets:
+        return None, None
+    # Longest first, so a secret containing another is replaced whole.
+    ordered = sorted(secrets, key=len, reverse=True)
+    pattern = re.compile("|".join(map(re.escape, ordered)))
+    try:
+        verbatim = all(orjson.dumps(s) == b'"' + s.encode() + b'"' for s in ordered)
+    except (TypeError, UnicodeEncodeError):  # a lone surrogate: only the walk can look for it
+        verbatim = False
+    in_json = re.compile(b"|".join(re.escape(s.encode()) for s in ordered)) if verbatim else None
+    return pattern, in_json
+
+
+def _clean_in_json(value: Any, in_json: re.Pattern[bytes]) -> bool:
+    """Whether ``value`` certainly holds no secret: its JSON text does not contain one.
+
+    orjson escapes character by character, and only quotes, backslashes and control characters, so
+    a secret made of none of them (``_build`` checks) appears verbatim in the JSON text of any string
+    or key containing it. Anything orjson does not write as JSON (other key types, subclasses of str
+    that ``_walk`` treats as strings, unknown objects) makes this answer False, and the walk decides.
+    """
+    try:
+        text = orjson.dumps(value, option=orjson.OPT_PASSTHROUGH_SUBCLASS)
+    except TypeError:
+        return False
+    return in_json.search(text) is None
 
 
 def _walk(value: Any, pattern: re.Pattern[str]) -> Any:

@@ -75,7 +75,7 @@ import aiosqlite
 import orjson
 
 from baf.errors import CorruptRecordError, LogClosedError, LogError
-from baf.log.json_data import dump_data
+from baf.log.jsontext import encode_json
 from baf.log.record import Record
 from baf.log.sqlite_commit import INSERT_SQL, Row, commit_group, is_busy
 from baf.log.store import SessionLog, check_appendable
@@ -171,7 +171,8 @@ def encode_record(record: Record) -> Row:
     ):
         _check_fields(record)
     try:
-        text = dump_data(data)
+        encoded = encode_json(data)
+        text = encoded.decode() if isinstance(encoded, bytes) else encoded
     except (TypeError, ValueError) as exc:  # ValueError: a circular reference
         raise TypeError(f"{_where(record)}: data is not JSON: {exc}") from exc
     for name, string in (("session_id", session_id), ("kind", kind), ("data", text)):

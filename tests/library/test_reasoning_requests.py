@@ -293,3 +293,35 @@ async def test_system_prompt_is_rebuilt_every_turn(tmp_path: Path, platform: Rec
     assert "new-note.md" not in before and "Keep notes tidy." not in before
     assert "new-note.md" in after and "Keep notes tidy." in after
     assert rebuild_requests(records) == llm.requests
+
+
+async def test_kept_tools_and_prompt_follow_new_skills_and_workspaces(
+    tmp_path: Path, platform: RecordingPlatform
+) -> None:
+    """The loop keeps the tool set and the static prompt between turns (no workspaces): a skill or a
+    workspace added by a tool still shows from the next turn, and the log still rebuilds every request."""
+    (tmp_path / "menu.txt").write_text("soup\n")
+
+    def learn(session: Session) -> str:
+        """Learn a new skill."""
+        session.agent.new_skill("tidy", "Keep notes tidy.")
+        return "learned"
+
+    def mount(session: Session) -> str:
+        """Mount the kitchen."""
+        session.agent.new_workspace(tmp_path, name="kitchen")
+        return "mounted"
+
+    llm = ScriptedLLM([ScriptedLLM.tool_call("learn", {}), ScriptedLLM.tool_call("mount", {}), "done"])
+    agent, _ = reasoning_agent(llm, enable_task_planning=False)
+    agent.add_tool(learn)
+    agent.add_tool(mount)
+    async with agent:
+        await agent.receive_message("s", "go", platform)
+        records = await records_of(agent, "s")
+    prompts = [r.system_message or "" for r in llm.requests]
+    assert ["Keep notes tidy." in p for p in prompts] == [False, True, True]
+    assert ["menu.txt" in p for p in prompts] == [False, False, True]
+    assert [r.tool_names for r in llm.requests][:2] == [["learn", "mount"], ["learn", "mount"]]
+    assert {"learn", "mount", "list_directory", "read_file"} <= set(llm.requests[2].tool_names)
+    assert rebuild_requests(records) == llm.requests

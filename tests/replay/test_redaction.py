@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
 
 from baf.log.record import Record
@@ -48,3 +51,43 @@ def test_process_registry_applies_to_existing_redactors() -> None:
     register_secret("tiny")  # ignored, like a local server's placeholder key
     assert "registry-canary-0042" in registered_secrets() and "tiny" not in registered_secrets()
     assert r.redact({"t": "registry-canary-0042"}) == {"t": REDACTED}
+
+
+class _Text(str):
+    pass
+
+
+@pytest.mark.parametrize(
+    "secret",
+    ["sk-plain-0123456789", 'with"quote-123', "back\\slash-123", "tab\tinside-123", "grüße-東京-🎉-123"],
+)
+def test_every_place_a_secret_can_hide_is_redacted(secret: str) -> None:
+    """Data without secrets is recognised from its JSON text; everything else is walked. Either way no
+    secret survives, whatever the characters of the secret and wherever it sits."""
+    redactor = Redactor([secret])
+    clean = {"text": "nothing here", "nested": [{"n": 1, "none": None}, ("tuple",)]}
+    assert redactor.redact(clean) is clean
+    places: list[Any] = [
+        {"text": f"before {secret} after"},
+        {f"key {secret}": 1},
+        {"deep": [{"list": [("tuple", f"x{secret}y")]}]},
+        {"sub": _Text(f"a {secret} b")},
+        {1: "int key", "v": secret},
+        {"obj": object(), "v": secret},
+    ]
+    for data in places:
+        strings = list(_strings(redactor.redact(data)))
+        assert not any(secret in text for text in strings), data
+        assert any(REDACTED in text for text in strings), data
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings(key)
+            yield from _strings(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _strings(item)

@@ -18,6 +18,7 @@ deterministic re-run (``baf.replay.rerun``) serves everything from the log.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from baf.core.agent import Agent
     from baf.core.session import Session
     from baf.core.state import State
+    from baf.reasoning.skill import Skill
     from baf.reasoning.workspace import Workspace
 
 __all__ = [
@@ -253,8 +255,12 @@ class _ReasoningRun:
         self._written: set[tuple[str, int]] = set()
         self._pending_request: FullRequest | None = None
         self.task_list = TaskList() if config.enable_task_planning else None
-        self._workspaces: list[Workspace] = []
-        self._workspace_tools: dict[str, Tool] = {}
+        # current_tools() and system_prompt() are rebuilt only when what they are made of changes.
+        self._tools_key: tuple[tuple[Tool, ...], tuple[Workspace, ...]] | None = None
+        self._tools: dict[str, Tool] = {}
+        self._schemas: list[dict[str, Any]] = []
+        self._prompt_key: tuple[Skill, ...] | None = None
+        self._static_prompt = ""
         before = session.event_seq if session.event_seq is not None else session.projection.last_seq + 1
         self.messages: list[dict[str, Any]] = memory_messages(session, before, config.memory)
         self.messages.append({"role": "user", "content": request})
@@ -316,23 +322,31 @@ class _ReasoningRun:
     # -- the model ------------------------------------------------------------------------------
 
     def current_tools(self) -> dict[str, Tool]:
-        """The tools of this turn: the agent's and its workspaces' (read now), and the planning tools."""
-        workspaces = list(self.session.agent.workspaces.values())
-        if workspaces != self._workspaces:  # built again only when a workspace was added
-            self._workspaces = workspaces
-            self._workspace_tools = {t.name: t for t in workspace_tools(workspaces)} if workspaces else {}
-        tools = {**self.session.agent.tools, **self._workspace_tools}
-        if self.task_list is not None:
-            tools.update(PLANNING_TOOLS)
-        return tools
+        """The tools of this turn: the agent's and its workspaces' (read now), and the planning tools.
+        The same dict (do not change it) until a tool or workspace is added; :attr:`_schemas` follows it."""
+        agent = self.session.agent
+        key = (tuple(agent.tools.values()), tuple(agent.workspaces.values()))
+        if key != self._tools_key:
+            agent_tools, workspaces = key
+            tools = {t.name: t for t in agent_tools}
+            if workspaces:
+                tools.update((t.name, t) for t in workspace_tools(list(workspaces)))
+            if self.task_list is not None:
+                tools.update(PLANNING_TOOLS)
+            self._tools_key, self._tools = key, tools
+            self._schemas = [_schema_of(tool) for tool in tools.values()]
+        return self._tools
 
     def system_prompt(self) -> str:
         """The system prompt of this turn: skills and workspace previews as they are now, the task list."""
         agent = self.session.agent
-        static = build_static_prompt(
-            self.config.system_prompt, agent.skills.values(), agent.workspaces.values(), self.task_list is not None
-        )
-        return build_system_prompt(static, self.task_list)
+        skills = tuple(agent.skills.values())
+        if agent.workspaces or skills != self._prompt_key:  # previews are read live: never kept
+            self._static_prompt = build_static_prompt(
+                self.config.system_prompt, skills, agent.workspaces.values(), self.task_list is not None
+            )
+            self._prompt_key = None if agent.workspaces else skills
+        return build_system_prompt(self._static_prompt, self.task_list)
 
     async def call_llm(self, step: int) -> LLMResponse | None:
         """Record the request, commit, get the response (from the effect source if it has one, else from
@@ -371,7 +385,7 @@ class _ReasoningRun:
             return self._pending_request
         system = self.system_prompt()
         tools = self.current_tools()
-        schemas = [_schema_of(tool) for tool in tools.values()]
+        schemas = self._schemas
         data: dict[str, Any] = {"step": step, "model": self.config.llm.name,
                                 "messages": self.messages[self._recorded_messages:]}  # fmt: skip
         if system != self._recorded_system:
@@ -384,7 +398,7 @@ class _ReasoningRun:
             data["parameters"] = self.config.parameters
         self._recorded_messages = len(self.messages)
         record = self.session.record(RecordKind.LLM_REQUEST, data)
-        return FullRequest(step, list(self.messages), system, schemas, dict(self.config.parameters or {}),
+        return FullRequest(step, list(self.messages), system, list(schemas), dict(self.config.parameters or {}),
                            self.config.llm.name, record.seq)  # fmt: skip
 
     # -- tools ----------------------------------------------------------------------------------
@@ -399,7 +413,10 @@ class _ReasoningRun:
         tools = self.current_tools()
         if not _all_rerunnable(calls, tools):
             await self.session.commit()  # the response is durable before a tool with effects runs
-        outcomes = await asyncio.gather(*(self._run_call(call, tools, step) for call in calls))
+        if len(calls) == 1:  # the usual turn: one task of its own (context as with gather), no gather future
+            outcomes = [await asyncio.ensure_future(self._run_call(calls[0], tools, step))]
+        else:
+            outcomes = await asyncio.gather(*(self._run_call(call, tools, step) for call in calls))
         for call, outcome in zip(calls, outcomes, strict=True):
             self.session.record(RecordKind.TOOL_RESULT, {
                 "step": step, "call_id": call.id, "name": call.name, "content": outcome.content,
@@ -511,13 +528,8 @@ class _ReasoningRun:
         send = getattr(self.session.platform, method, None)
         if send is None:
             return  # a platform without streaming support simply does not see the steps
-        session = self.session
-
-        async def deliver() -> None:
-            await send(session, payload)
-
         # Queued, not awaited: delivered in order right after the next commit.
-        session.queue_after_commit(deliver)
+        self.session.queue_after_commit(functools.partial(send, self.session, payload))
 
 
 _SCHEMAS: weakref.WeakKeyDictionary[Tool, dict[str, Any]] = weakref.WeakKeyDictionary()
