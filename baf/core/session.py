@@ -186,13 +186,22 @@ class Session:
         return self._rich_reply(data, "reply_image", content, mime_type, caption)
 
     def _rich_reply(self, data: dict[str, Any], method: str, *args: Any) -> Delivery:
-        self._writer.record(RecordKind.REPLY, data)
-
         async def deliver() -> None:
             if self.platform is not None:
                 await getattr(self.platform, method)(self, *args)
 
+        if not self._in_loop_thread():
+            # Recorded and queued for delivery in one step on the event loop: were the record made here
+            # first, a platform reading history in between (read_delivered) could show the reply from
+            # the log and then again when it is delivered.
+            asyncio.run_coroutine_threadsafe(self._record_and_deliver(data, deliver), self._loop).result()
+            return Delivery(None)
+        self._writer.record(RecordKind.REPLY, data)
         return self.after_commit(deliver)
+
+    async def _record_and_deliver(self, data: dict[str, Any], deliver: Callable[[], Awaitable[None]]) -> None:
+        self._writer.record(RecordKind.REPLY, data)
+        await self._enqueue_and_commit(deliver)
 
 
     # -- records and commits (used by the engine and the library) -------------------------------

@@ -535,19 +535,27 @@ async def test_a_client_that_stops_reading_cannot_pile_up_history_frames() -> No
             assert all(size <= budget // 2 for _, size, _ in list(client.queue._queue))  # type: ignore[attr-defined]
 
 
-async def test_resuming_during_a_reply_stream_shows_each_reply_once() -> None:
+@pytest.mark.parametrize("body_kind", ["async", "sync"])
+async def test_resuming_during_a_reply_stream_shows_each_reply_once(body_kind: str) -> None:
     agent = Agent("stream", log="memory://")
     state = agent.new_state("main", initial=True)
     count = 60
 
-    async def body(session: Session) -> None:
+    async def async_body(session: Session) -> None:
         if session.event is None or session.event.text != "go":
             return
         for i in range(count):
             await session.reply(f"r{i}")
             await asyncio.sleep(0.001)
 
-    state.set_body(body)
+    def sync_body(session: Session) -> None:  # runs in a worker thread: replies cross into the loop
+        if session.event is None or session.event.text != "go":
+            return
+        for i in range(count):
+            session.reply(f"r{i}")
+            time.sleep(0.001)
+
+    state.set_body(async_body if body_kind == "async" else sync_body)
     state.when_event().go_to(state)
     async with serving(agent) as platform:
         read = agent.log.read
