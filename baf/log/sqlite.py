@@ -62,18 +62,19 @@ import json
 import math
 import os
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 import aiosqlite
 import orjson
 
 from baf.errors import CorruptRecordError, LogClosedError, LogConflictError, LogError
-from baf.log.record import Record
+from baf.log import upcast as upcast_module
+from baf.log.projection import SessionProjection
+from baf.log.record import Record, build_record
 from baf.log.store import SessionLog, check_appendable
-from baf.log.upcast import upcast
 
 __all__ = [
     "DURABILITY_MODES",
@@ -139,9 +140,14 @@ _SELECT_RAW_SQL: Final = (
     "WHERE session_id = ? AND seq > ? ORDER BY seq"
 )
 _SESSIONS_SQL: Final = "SELECT session_id FROM baf_sessions ORDER BY position"
+# Rows per fetch in ``project``: large enough that the round trips to aiosqlite's thread do not show,
+# small enough that a chunk's objects stay few.
+_FOLD_CHUNK: Final = 2000
 # Keys per conflict lookup: 2 parameters each, under SQLite's oldest default limit of 999.
 _LOOKUP_CHUNK: Final = 400
 _MAX_INT64: Final = 2**63 - 1
+
+_T = TypeVar("_T")
 
 #: One encoded row of ``baf_records``: (session_id, seq, ts, kind, version, data as JSON text).
 Row = tuple[str, int, float, str, int, str]
@@ -534,20 +540,29 @@ class SQLiteLog(SessionLog):
         try:
             rows = await reader.execute_fetchall(_SELECT_SQL, (session_id, after_seq))
         except sqlite3.OperationalError as exc:
-            # sqlite3 fails the whole fetch on text that is not UTF-8, without saying which row.
-            corrupt = await _find_undecodable(reader, session_id, after_seq)
-            if corrupt is None:
-                raise
-            raise corrupt from exc
-        # Decoding allocates two objects per row and nothing cyclic; the collector's passes over them
-        # cost more than the decoding itself on a long session.
-        collecting = gc.isenabled()
-        gc.disable()
+            raise await _undecodable_or(exc, reader, session_id, after_seq) from exc
+        with _collector_paused():
+            return _decode_rows(session_id, rows, upcast_module.UPCASTERS, build_record)
+
+    async def project(self, session_id: str) -> SessionProjection:
+        """Fold the session's records into a projection, fetching and folding them in chunks.
+
+        Every record is decoded, checked and upcast as ``read`` does, but no chunk outlives its fold:
+        a long session costs neither the memory of all its records nor the collector's passes over
+        them, which cost more than the fold itself once hundreds of thousands of records are alive.
+        """
+        reader = await self._reading()
+        projection = SessionProjection(session_id)
+        registry = upcast_module.UPCASTERS  # looked up once per call, so a test may swap it
         try:
-            return [upcast(_decode(session_id, row)) for row in rows]
-        finally:
-            if collecting:
-                gc.enable()
+            # One statement, so the whole fold sees one snapshot even though it takes many round trips.
+            async with reader.execute(_SELECT_SQL, (session_id, 0)) as cursor:
+                while rows := await cursor.fetchmany(_FOLD_CHUNK):
+                    with _collector_paused():
+                        projection.apply_values(_decode_rows(session_id, rows, registry, _fold_values))
+        except sqlite3.OperationalError as exc:
+            raise await _undecodable_or(exc, reader, session_id, 0) from exc
+        return projection
 
     async def sessions(self) -> list[str]:
         """Return every session id in the log, in order of its first record."""
@@ -611,6 +626,17 @@ async def _name_conflict(
     return error  # a violation of some other constraint: report SQLite's own words
 
 
+async def _undecodable_or(
+    error: sqlite3.OperationalError, reader: aiosqlite.Connection, session_id: str, after_seq: int
+) -> Exception:
+    """What to raise for ``error`` from a read: the ``CorruptRecordError`` of the row it came from, if any.
+
+    sqlite3 fails a whole fetch on text that is not UTF-8, without saying which row.
+    """
+    corrupt = await _find_undecodable(reader, session_id, after_seq)
+    return error if corrupt is None else corrupt
+
+
 async def _find_undecodable(
     reader: aiosqlite.Connection, session_id: str, after_seq: int
 ) -> CorruptRecordError | None:
@@ -649,6 +675,66 @@ _JSON_TYPES: Final[dict[type, str]] = {
 def _sql_type(value: object) -> str:
     """How SQLite stored ``value``, for error messages."""
     return _SQL_TYPES.get(type(value), type(value).__name__)
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Keep the cyclic garbage collector from running while a batch of rows is decoded.
+
+    Decoding allocates a few objects per row and nothing cyclic; on a long session the collector's
+    passes over them (each young object is traversed again as it ages) cost more than the decoding.
+    """
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
+
+
+#: What ``_decode_rows`` makes of each decoded row: ``make(session_id, seq, kind, data, ts, version)``.
+_Make = Callable[[str, int, str, dict[str, Any], float, int], _T]
+
+
+def _decode_rows(session_id: str, rows: Iterable[Any], registry: upcast_module.Upcasters, make: _Make[_T]) -> list[_T]:
+    """Decode ``_SELECT_SQL`` rows, upcast, into ``make(...)`` each; raise ``CorruptRecordError`` on the first bad one.
+
+    The common row (exact column types, JSON that orjson reads as an object, the current version) is
+    handled inline: this loop is most of the cost of reading a log. Any other row goes through
+    ``_decode``, which has the last word on what is corrupt, and through the upcasters.
+    """
+    current = registry.current_version
+    loads = _fast_loads
+    decoded: list[_T] = []
+    append = decoded.append
+    for row in rows:
+        seq, ts, kind, version, text = row
+        if (
+            type(text) is str
+            and type(seq) is int
+            and type(ts) is float
+            and type(kind) is str
+            and type(version) is int
+            and version == current
+        ):
+            try:
+                data = loads(text)
+            except ValueError:
+                data = None  # JSON that only the standard parser reads, or none at all: _decode decides
+            if type(data) is dict:
+                append(make(session_id, seq, kind, data, ts, version))
+                continue
+        record = registry.upcast(_decode(session_id, row))
+        append(make(record.session_id, record.seq, record.kind, record.data, record.ts, record.version))
+    return decoded
+
+
+def _fold_values(
+    session_id: str, seq: int, kind: str, data: dict[str, Any], ts: float, version: int
+) -> tuple[int, float, str, dict[str, Any]]:
+    """A decoded row as ``SessionProjection.apply_values`` takes it: the fold needs no ``Record``."""
+    return (seq, ts, kind, data)
 
 
 def _decode(session_id: str, row: Any) -> Record:
