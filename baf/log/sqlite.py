@@ -62,7 +62,7 @@ import json
 import math
 import os
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar
@@ -140,8 +140,8 @@ _SELECT_RAW_SQL: Final = (
     "WHERE session_id = ? AND seq > ? ORDER BY seq"
 )
 _SESSIONS_SQL: Final = "SELECT session_id FROM baf_sessions ORDER BY position"
-# Rows per fetch in ``project``: large enough that the round trips to aiosqlite's thread do not show,
-# small enough that a chunk's objects stay few.
+# Rows per round trip in ``project``: enough that the trips do not show, few enough that other reads
+# on the connection are not kept waiting long (a chunk is a few milliseconds of decoding).
 _FOLD_CHUNK: Final = 2000
 # Keys per conflict lookup: 2 parameters each, under SQLite's oldest default limit of 999.
 _LOOKUP_CHUNK: Final = 400
@@ -541,25 +541,36 @@ class SQLiteLog(SessionLog):
             rows = await reader.execute_fetchall(_SELECT_SQL, (session_id, after_seq))
         except sqlite3.OperationalError as exc:
             raise await _undecodable_or(exc, reader, session_id, after_seq) from exc
+        registry = upcast_module.UPCASTERS  # looked up on each call, so a test may swap it
+        version = registry.current_version
+
+        def make(seq: int, ts: float, kind: str, data: dict[str, Any]) -> Record:
+            return build_record(session_id, seq, kind, data, ts, version)
+
+        decode = _row_decoder(session_id, registry, make)
         with _collector_paused():
-            return _decode_rows(session_id, rows, upcast_module.UPCASTERS, build_record)
+            return [decode(None, row) for row in rows]
 
     async def project(self, session_id: str) -> SessionProjection:
-        """Fold the session's records into a projection, fetching and folding them in chunks.
+        """Fold the session's records into a projection as they are fetched, without keeping them.
 
-        Every record is decoded, checked and upcast as ``read`` does, but no chunk outlives its fold:
-        a long session costs neither the memory of all its records nor the collector's passes over
-        them, which cost more than the fold itself once hundreds of thousands of records are alive.
+        Every record is decoded, checked and upcast as ``read`` does. The rows are decoded and folded
+        on the reader's thread, as the cursor fetches them, a chunk per round trip: nothing but the
+        projection outlives its row, so a long session costs neither the memory of all its records
+        nor the collector's passes over them, and no row is handed from thread to thread (which,
+        measured, cost as much as decoding it).
         """
         reader = await self._reading()
         projection = SessionProjection(session_id)
-        registry = upcast_module.UPCASTERS  # looked up once per call, so a test may swap it
         try:
             # One statement, so the whole fold sees one snapshot even though it takes many round trips.
             async with reader.execute(_SELECT_SQL, (session_id, 0)) as cursor:
-                while rows := await cursor.fetchmany(_FOLD_CHUNK):
-                    with _collector_paused():
-                        projection.apply_values(_decode_rows(session_id, rows, registry, _fold_values))
+                # aiosqlite types the setter as taking a class; sqlite3 takes any callable.
+                cursor.row_factory = _row_decoder(  # type: ignore[assignment]
+                    session_id, upcast_module.UPCASTERS, projection.apply_fields
+                )
+                while await cursor.fetchmany(_FOLD_CHUNK):
+                    pass  # each fetched row has been folded by the row factory
         except sqlite3.OperationalError as exc:
             raise await _undecodable_or(exc, reader, session_id, 0) from exc
         return projection
@@ -693,22 +704,21 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-#: What ``_decode_rows`` makes of each decoded row: ``make(session_id, seq, kind, data, ts, version)``.
-_Make = Callable[[str, int, str, dict[str, Any], float, int], _T]
+def _row_decoder(
+    session_id: str, registry: upcast_module.Upcasters, make: Callable[[int, float, str, dict[str, Any]], _T]
+) -> Callable[[object, Any], _T]:
+    """``decode(cursor, row)``: a ``_SELECT_SQL`` row decoded, upcast and passed to ``make(seq, ts, kind, data)``.
 
-
-def _decode_rows(session_id: str, rows: Iterable[Any], registry: upcast_module.Upcasters, make: _Make[_T]) -> list[_T]:
-    """Decode ``_SELECT_SQL`` rows, upcast, into ``make(...)`` each; raise ``CorruptRecordError`` on the first bad one.
-
-    The common row (exact column types, JSON that orjson reads as an object, the current version) is
-    handled inline: this loop is most of the cost of reading a log. Any other row goes through
-    ``_decode``, which has the last word on what is corrupt, and through the upcasters.
+    Raises ``CorruptRecordError`` for a bad row. It has a sqlite3 ``row_factory``'s signature (the cursor
+    is ignored), so a fetch can decode as it goes. The common row (exact column types, JSON that orjson
+    reads as an object, the current version) is handled inline, as this is most of the cost of reading
+    a log; any other row goes through ``_decode``, which has the last word on what is corrupt, and
+    through the upcasters.
     """
     current = registry.current_version
     loads = _fast_loads
-    decoded: list[_T] = []
-    append = decoded.append
-    for row in rows:
+
+    def decode(cursor: object, row: Any) -> _T:
         seq, ts, kind, version, text = row
         if (
             type(text) is str
@@ -723,18 +733,11 @@ def _decode_rows(session_id: str, rows: Iterable[Any], registry: upcast_module.U
             except ValueError:
                 data = None  # JSON that only the standard parser reads, or none at all: _decode decides
             if type(data) is dict:
-                append(make(session_id, seq, kind, data, ts, version))
-                continue
+                return make(seq, ts, kind, data)
         record = registry.upcast(_decode(session_id, row))
-        append(make(record.session_id, record.seq, record.kind, record.data, record.ts, record.version))
-    return decoded
+        return make(record.seq, record.ts, record.kind, record.data)
 
-
-def _fold_values(
-    session_id: str, seq: int, kind: str, data: dict[str, Any], ts: float, version: int
-) -> tuple[int, float, str, dict[str, Any]]:
-    """A decoded row as ``SessionProjection.apply_values`` takes it: the fold needs no ``Record``."""
-    return (seq, ts, kind, data)
+    return decode
 
 
 def _decode(session_id: str, row: Any) -> Record:

@@ -1,4 +1,4 @@
-"""The fold: ``apply``, ``apply_all`` and ``apply_values`` give the same projection."""
+"""The fold: ``apply``, ``apply_all`` and ``apply_fields`` give the same projection."""
 
 from __future__ import annotations
 
@@ -19,19 +19,19 @@ def records() -> list[Record]:
     ]
 
 
-def test_apply_all_and_apply_values_fold_as_apply_does() -> None:
+def test_apply_all_and_apply_fields_fold_as_apply_does() -> None:
     one_by_one = SessionProjection("s")
     for record in records():
         one_by_one.apply(record)
     assert (one_by_one.last_seq, one_by_one.first_ts, one_by_one.last_ts) == (8, 10.0, 17.0)
     assert (one_by_one.current_state, one_by_one.variables, one_by_one.errors) == ("busy", {"n": 1}, 1)
     assert project("s", records()) == one_by_one
-    values = [(r.seq, r.ts, r.kind, r.data) for r in records()]
-    assert SessionProjection("s").apply_values(values) == one_by_one
+    by_fields = SessionProjection("s")
+    for r in records():
+        by_fields.apply_fields(r.seq, r.ts, r.kind, r.data)
+    assert by_fields == one_by_one
 
 
 def test_folding_in_parts_is_folding_at_once() -> None:
-    """A store folding chunk by chunk gets what one fold over everything gets."""
-    values = [(r.seq, r.ts, r.kind, r.data) for r in records()]
-    in_parts = SessionProjection("s").apply_values(values[:3]).apply_values(values[3:])
+    in_parts = SessionProjection("s").apply_all(records()[:3]).apply_all(records()[3:])
     assert in_parts == project("s", records())
