@@ -24,7 +24,8 @@ Reading
     Reads use a second connection. In WAL mode a reader sees the last commit and neither waits for
     the writer nor holds it up. Every row is decoded strictly: bad JSON, data that is not an object,
     a column of the wrong type or text that is not UTF-8 raises ``CorruptRecordError`` naming the
-    session and seq. Records then pass through ``baf.log.upcast``.
+    session and seq. Records then pass through ``baf.log.upcast``. ``project`` decodes and folds each
+    row on the reader's thread as it is fetched (so upcasters and the fold run there), keeping none.
 
 Layout
     ``baf_records`` keeps one row per record. Its rowid (``position``) is the global append order and
