@@ -15,7 +15,6 @@ from rich.console import Console
 from rich.table import Table
 
 from baf.log import SessionLog, open_log
-from baf.log.projection import project
 
 if TYPE_CHECKING:
     from baf.core.agent import Agent
@@ -135,7 +134,7 @@ def _when(ts: float | None) -> str:
 def _cmd_sessions(args: argparse.Namespace) -> int:
     async def collect() -> list[Any]:
         async with open_existing_log(args.log) as log:
-            return [project(sid, await log.read(sid)) for sid in await log.sessions()]
+            return [await log.project(sid) for sid in await log.sessions()]
 
     table = Table(title=f"sessions in {args.log}")
     for column in ("session", "agent", "first", "last", "records", "state", "errors"):

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CURRENT_VERSION", "Record", "RecordKind"]
+__all__ = ["CURRENT_VERSION", "Record", "RecordKind", "build_record"]
 
 #: Schema version written by this baf. Older versions are read through upcasters (``baf.log.upcast``).
 CURRENT_VERSION = 1
@@ -51,3 +51,30 @@ class Record:
     data: dict[str, Any]
     ts: float = field(default_factory=time.time)
     version: int = CURRENT_VERSION
+
+
+# The slot descriptors the frozen ``__init__`` writes through ``object.__setattr__(self, name, value)``;
+# bound once here, so ``build_record`` skips the name lookups and the generated ``__init__`` frame.
+_new = object.__new__
+_set_session_id = Record.__dict__["session_id"].__set__
+_set_seq = Record.__dict__["seq"].__set__
+_set_kind = Record.__dict__["kind"].__set__
+_set_data = Record.__dict__["data"].__set__
+_set_ts = Record.__dict__["ts"].__set__
+_set_version = Record.__dict__["version"].__set__
+
+
+def build_record(session_id: str, seq: int, kind: str, data: dict[str, Any], ts: float, version: int) -> Record:
+    """``Record(session_id, seq, kind, data, ts, version)``, about twice as fast: for stores decoding many rows.
+
+    The result is an ordinary ``Record``: the same slots hold the same values as after ``__init__``, so it
+    is equal, frozen, picklable and works with ``dataclasses.replace``. Every field is required here.
+    """
+    record = _new(Record)
+    _set_session_id(record, session_id)
+    _set_seq(record, seq)
+    _set_kind(record, kind)
+    _set_data(record, data)
+    _set_ts(record, ts)
+    _set_version(record, version)
+    return record

@@ -27,7 +27,8 @@ Reading
     Reads use a second connection. In WAL mode a reader sees the last commit and neither waits for
     the writer nor holds it up. Every row is decoded strictly: bad JSON, data that is not an object,
     a column of the wrong type or text that is not UTF-8 raises ``CorruptRecordError`` naming the
-    session and seq. Records then pass through ``baf.log.upcast``.
+    session and seq. Records then pass through ``baf.log.upcast``. ``project`` decodes and folds each
+    row on the reader's thread as it is fetched (so upcasters and the fold run there), keeping none.
 
 Layout
     ``baf_records`` keeps one row per record. Its rowid (``position``) is the global append order and
@@ -65,7 +66,7 @@ import json
 import math
 import os
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,11 +76,12 @@ import aiosqlite
 import orjson
 
 from baf.errors import CorruptRecordError, LogClosedError, LogError
+from baf.log import upcast as upcast_module
 from baf.log.jsontext import encode_json
-from baf.log.record import Record
+from baf.log.projection import SessionProjection
+from baf.log.record import Record, build_record
 from baf.log.sqlite_commit import INSERT_SQL, Row, commit_group, is_busy
 from baf.log.store import SessionLog, check_appendable
-from baf.log.upcast import upcast
 
 __all__ = [
     "DURABILITY_MODES",
@@ -132,6 +134,9 @@ _SELECT_RAW_SQL: Final = (
     "SELECT seq, CAST(kind AS BLOB), CAST(data AS BLOB) FROM baf_records WHERE session_id = ? AND seq > ? ORDER BY seq"
 )
 _SESSIONS_SQL: Final = "SELECT session_id FROM baf_sessions ORDER BY position"
+# Rows per round trip in ``project``: enough that the trips do not show, few enough that other reads
+# on the connection are not kept waiting long (a chunk is a few milliseconds of decoding).
+_FOLD_CHUNK: Final = 2000
 _MAX_INT64: Final = 2**63 - 1
 
 # WAL pages a "normal" store lets accumulate before its worker checkpoints them (SQLite's own
@@ -567,20 +572,40 @@ class SQLiteLog(SessionLog):
         try:
             rows = await reader.execute_fetchall(_SELECT_SQL, (session_id, after_seq))
         except sqlite3.OperationalError as exc:
-            # sqlite3 fails the whole fetch on text that is not UTF-8, without saying which row.
-            corrupt = await _find_undecodable(reader, session_id, after_seq)
-            if corrupt is None:
-                raise
-            raise corrupt from exc
-        # Decoding allocates two objects per row and nothing cyclic; the collector's passes over them
-        # cost more than the decoding itself on a long session.
-        collecting = gc.isenabled()
-        gc.disable()
+            raise await _undecodable_or(exc, reader, session_id, after_seq) from exc
+        registry = upcast_module.UPCASTERS  # looked up on each call, so a test may swap it
+        version = registry.current_version
+
+        def make(seq: int, ts: float, kind: str, data: dict[str, Any]) -> Record:
+            return build_record(session_id, seq, kind, data, ts, version)
+
+        decode = _row_decoder(session_id, registry, make)
+        with _collector_paused():
+            return [decode(None, row) for row in rows]
+
+    async def project(self, session_id: str) -> SessionProjection:
+        """Fold the session's records into a projection as they are fetched, without keeping them.
+
+        Every record is decoded, checked and upcast as ``read`` does. The rows are decoded and folded
+        on the reader's thread, as the cursor fetches them, a chunk per round trip: nothing but the
+        projection outlives its row, so a long session costs neither the memory of all its records
+        nor the collector's passes over them, and no row is handed from thread to thread (which,
+        measured, cost as much as decoding it).
+        """
+        reader = await self._reading()
+        projection = SessionProjection(session_id)
         try:
-            return [upcast(_decode(session_id, row)) for row in rows]
-        finally:
-            if collecting:
-                gc.enable()
+            # One statement, so the whole fold sees one snapshot even though it takes many round trips.
+            async with reader.execute(_SELECT_SQL, (session_id, 0)) as cursor:
+                # aiosqlite types the setter as taking a class; sqlite3 takes any callable.
+                cursor.row_factory = _row_decoder(  # type: ignore[assignment]
+                    session_id, upcast_module.UPCASTERS, projection.apply_fields
+                )
+                while await cursor.fetchmany(_FOLD_CHUNK):
+                    pass  # each fetched row has been folded by the row factory
+        except sqlite3.OperationalError as exc:
+            raise await _undecodable_or(exc, reader, session_id, 0) from exc
+        return projection
 
     async def sessions(self) -> list[str]:
         """Return every session id in the log, in order of its first record."""
@@ -616,6 +641,17 @@ def _reject(future: asyncio.Future[None], exc: BaseException) -> None:
 def _checkpoint(connection: sqlite3.Connection) -> None:
     # PASSIVE: copies what it can without waiting for readers or blocking the writer.
     connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+
+
+async def _undecodable_or(
+    error: sqlite3.OperationalError, reader: aiosqlite.Connection, session_id: str, after_seq: int
+) -> Exception:
+    """What to raise for ``error`` from a read: the ``CorruptRecordError`` of the row it came from, if any.
+
+    sqlite3 fails a whole fetch on text that is not UTF-8, without saying which row.
+    """
+    corrupt = await _find_undecodable(reader, session_id, after_seq)
+    return error if corrupt is None else corrupt
 
 
 async def _find_undecodable(reader: aiosqlite.Connection, session_id: str, after_seq: int) -> CorruptRecordError | None:
@@ -654,6 +690,58 @@ _JSON_TYPES: Final[dict[type, str]] = {
 def _sql_type(value: object) -> str:
     """How SQLite stored ``value``, for error messages."""
     return _SQL_TYPES.get(type(value), type(value).__name__)
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Keep the cyclic garbage collector from running while a batch of rows is decoded.
+
+    Decoding allocates a few objects per row and nothing cyclic; on a long session the collector's
+    passes over them (each young object is traversed again as it ages) cost more than the decoding.
+    """
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _row_decoder(
+    session_id: str, registry: upcast_module.Upcasters, make: Callable[[int, float, str, dict[str, Any]], _T]
+) -> Callable[[object, Any], _T]:
+    """``decode(cursor, row)``: a ``_SELECT_SQL`` row decoded, upcast and passed to ``make(seq, ts, kind, data)``.
+
+    Raises ``CorruptRecordError`` for a bad row. It has a sqlite3 ``row_factory``'s signature (the cursor
+    is ignored), so a fetch can decode as it goes. The common row (exact column types, JSON that orjson
+    reads as an object, the current version) is handled inline, as this is most of the cost of reading
+    a log; any other row goes through ``_decode``, which has the last word on what is corrupt, and
+    through the upcasters.
+    """
+    current = registry.current_version
+    loads = _fast_loads
+
+    def decode(cursor: object, row: Any) -> _T:
+        seq, ts, kind, version, text = row
+        if (
+            type(text) is str
+            and type(seq) is int
+            and type(ts) is float
+            and type(kind) is str
+            and type(version) is int
+            and version == current
+        ):
+            try:
+                data = loads(text)
+            except ValueError:
+                data = None  # JSON that only the standard parser reads, or none at all: _decode decides
+            if type(data) is dict:
+                return make(seq, ts, kind, data)
+        record = registry.upcast(_decode(session_id, row))
+        return make(record.seq, record.ts, record.kind, record.data)
+
+    return decode
 
 
 def _decode(session_id: str, row: Any) -> Record:

@@ -19,6 +19,7 @@ from types import TracebackType
 from typing import Self
 
 from baf.errors import LogConflictError
+from baf.log.projection import SessionProjection
 from baf.log.record import Record
 
 __all__ = ["SessionLog", "check_appendable"]
@@ -41,7 +42,10 @@ def check_appendable(records: Sequence[Record]) -> None:
 
 
 class SessionLog(abc.ABC):
-    """An append-only store of session records. Three methods, plus a lifecycle."""
+    """An append-only store of session records. Three methods, plus a lifecycle.
+
+    ``project`` has a default built on ``read``.
+    """
 
     @abc.abstractmethod
     async def append(self, records: Sequence[Record]) -> None:
@@ -54,6 +58,14 @@ class SessionLog(abc.ABC):
     @abc.abstractmethod
     async def sessions(self) -> list[str]:
         """Return the ids of all sessions in the log, in order of their first record."""
+
+    async def project(self, session_id: str) -> SessionProjection:
+        """Fold every record of ``session_id`` into a ``SessionProjection`` (empty if it has none).
+
+        The same as ``project(session_id, await log.read(session_id))``; a store may override it to fold
+        as it reads, without holding every record at once.
+        """
+        return SessionProjection(session_id).apply_all(await self.read(session_id))
 
     async def start(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Open the store. Idempotent."""

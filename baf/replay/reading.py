@@ -9,7 +9,6 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from baf.log.projection import project
 from baf.log.record import Record
 from baf.log.redaction import Redactor
 from baf.log.store import SessionLog
@@ -36,7 +35,7 @@ async def session_rows(log: SessionLog) -> list[dict[str, Any]]:
     """One summary per session (id, agent, first/last activity, records, state, errors), by projection."""
     rows = []
     for session_id in await log.sessions():
-        p = project(session_id, await log.read(session_id))
+        p = await log.project(session_id)
         rows.append({"session": session_id, "agent": p.agent, "first": p.first_ts, "last": p.last_ts,
                      "records": p.last_seq, "state": p.current_state, "errors": p.errors})  # fmt: skip
     return rows

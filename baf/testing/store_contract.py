@@ -27,7 +27,8 @@ import pytest
 
 from baf.errors import LogClosedError, LogConflictError, UnknownRecordVersionError
 from baf.log import upcast as upcast_module
-from baf.log.record import CURRENT_VERSION, Record
+from baf.log.projection import project
+from baf.log.record import CURRENT_VERSION, Record, RecordKind
 from baf.log.store import SessionLog
 
 __all__ = ["SessionLogContract"]
@@ -238,6 +239,8 @@ class SessionLogContract(abc.ABC):
             await log.read("s")
         with pytest.raises(LogClosedError):
             await log.sessions()
+        with pytest.raises(LogClosedError):
+            await log.project("s")
 
     async def test_start_after_close_reopens_with_the_records(self, log: SessionLog) -> None:
         await log.append([rec("s", 1), rec("t", 1)])
@@ -253,6 +256,32 @@ class SessionLogContract(abc.ABC):
         await asyncio.sleep(0)  # let every append reach the store
         await log.close()
         await asyncio.gather(*tasks)  # none failed
+
+    # -- project: the fold of read ------------------------------------------------------------------
+
+    async def test_project_is_the_fold_of_read(self, log: SessionLog) -> None:
+        kinds: list[tuple[str, dict[str, Any]]] = [
+            (RecordKind.SESSION_STARTED, {"agent": "a", "platform": "p", "initial_state": "idle"}),
+            (RecordKind.MESSAGE_RECEIVED, {"event": {"type": "text"}, "text": "hi"}),
+            (RecordKind.STEP_STARTED, {"event_seq": 2}),
+            (RecordKind.TRANSITION, {"source": "idle", "dest": "busy"}),
+            (RecordKind.VARIABLE_SET, {"name": "n", "value": [1, {"deep": None}]}),
+            ("note", {"anything": "at all"}),
+            (RecordKind.REPLY, {"text": "hello"}),
+            (RecordKind.ERROR, {"message": "x"}),
+            (RecordKind.VARIABLE_DELETED, {"name": "n"}),
+            (RecordKind.STEP_FINISHED, {"event_seq": 2}),
+        ]
+        # Enough records to span several fetches of a store that folds in chunks.
+        records = [rec("s", seq, *kinds[(seq - 1) % len(kinds)]) for seq in range(1, 5002)]
+        for start in range(0, len(records), 1000):
+            await log.append(records[start : start + 1000])
+        await log.append([rec("other", 1, RecordKind.TRANSITION, {"dest": "elsewhere"})])
+        folded = await log.project("s")
+        assert folded == project("s", await log.read("s"))
+        assert (folded.last_seq, folded.current_state, folded.errors) == (5001, "idle", 500)
+        assert folded == project("s", records)
+        assert await log.project("nobody") == project("nobody", [])
 
     # -- reading through upcasters ------------------------------------------------------------------
 
@@ -280,6 +309,21 @@ class SessionLogContract(abc.ABC):
             assert (second.data, second.version) == ({"title": "y"}, CURRENT_VERSION + 1)
             assert (first.kind, first.seq, first.ts) == ("contract_renamed", 1, TS + 1)
 
+    async def test_project_folds_upcast_records(self, log: SessionLog, monkeypatch: pytest.MonkeyPatch) -> None:
+        newer = upcast_module.Upcasters(current_version=CURRENT_VERSION + 1)
+
+        @newer.register(RecordKind.TRANSITION, from_version=CURRENT_VERSION)
+        def rename_target(data: dict[str, Any]) -> dict[str, Any]:
+            data["dest"] = data.pop("target")
+            return data
+
+        monkeypatch.setattr(upcast_module, "UPCASTERS", newer)
+        await log.append([rec("s", 1, RecordKind.TRANSITION, {"target": "old-shape"})])
+        await log.append([rec("s", 2, RecordKind.REPLY, {"text": "new shape"}, version=CURRENT_VERSION + 1)])
+        folded = await log.project("s")
+        assert folded.current_state == "old-shape"
+        assert [entry.text for entry in folded.history] == ["new shape"]
+
     async def test_record_from_a_newer_baf_raises(self, log: SessionLog) -> None:
         await log.append([rec("s", 1), rec("s", 2, version=CURRENT_VERSION + 1)])
         with pytest.raises(UnknownRecordVersionError) as caught:
@@ -287,3 +331,6 @@ class SessionLogContract(abc.ABC):
         error = caught.value
         assert (error.session_id, error.seq, error.version) == ("s", 2, CURRENT_VERSION + 1)
         assert await log.read("s", after_seq=2) == []
+        with pytest.raises(UnknownRecordVersionError) as caught:
+            await log.project("s")
+        assert (caught.value.session_id, caught.value.seq) == ("s", 2)

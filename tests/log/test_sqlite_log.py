@@ -232,6 +232,37 @@ async def test_corrupt_row_names_session_and_seq(db: Path, assignment: str, reas
         # Only reads that include the row fail; nothing is skipped, nothing else is affected.
         assert await log.read("s", after_seq=2) == [rec("s", 3)]
         assert await log.read("t") == [rec("t", 1)]
+        # The fold that reads as it goes is just as strict.
+        with pytest.raises(CorruptRecordError) as caught:
+            await log.project("s")
+        assert (caught.value.session_id, caught.value.seq, caught.value.reason) == ("s", 2, error.reason)
+        assert (await log.project("t")).last_seq == 1
+
+
+@pytest.mark.parametrize("assignment", ["data = '{\"broken'", "data = CAST(X'7BFF7D' AS TEXT)", "version = 0"])
+async def test_a_corrupt_row_far_into_a_long_session_is_named(db: Path, assignment: str) -> None:
+    """``project`` fetches a long session in chunks: a bad row in a later chunk still fails by name."""
+    async with SQLiteLog(db) as log:
+        await log.append([rec("s", seq) for seq in range(1, 6001)])
+    raw_execute(db, f"UPDATE baf_records SET {assignment} WHERE session_id = 's' AND seq = 5500")
+    async with SQLiteLog(db) as log:
+        for reading in (log.read("s"), log.project("s")):
+            with pytest.raises(CorruptRecordError) as caught:
+                await reading
+            assert (caught.value.session_id, caught.value.seq) == ("s", 5500)
+
+
+async def test_rows_off_the_fast_path_read_as_before(db: Path) -> None:
+    """An integer ts and JSON only the standard parser reads (NaN) are valid rows, not corrupt ones."""
+    async with SQLiteLog(db) as log:
+        await log.append([rec("s", 1), Record("s", 2, "reply", {"text": "x", "score": float("inf")}, ts=5.0)])
+    raw_execute(db, "UPDATE baf_records SET ts = 7 WHERE seq = 1")
+    async with SQLiteLog(db) as log:
+        first, second = await log.read("s")
+        assert (first.ts, type(first.ts)) == (7.0, float)
+        assert second.data == {"text": "x", "score": float("inf")}
+        folded = await log.project("s")
+        assert (folded.first_ts, folded.last_ts, folded.history[0].text) == (7.0, 5.0, "x")
 
 
 async def test_records_that_sqlite_would_refuse_fail_alone(db: Path) -> None:
