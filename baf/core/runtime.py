@@ -19,7 +19,6 @@ from baf.core.machine import MachineModel, compile_machine
 from baf.core.session import Session
 from baf.core.writer import SessionWriter
 from baf.errors import ConfigurationError, LogError
-from baf.log.projection import SessionProjection, project
 from baf.log.record import RecordKind
 from baf.log.store import SessionLog
 
@@ -117,12 +116,14 @@ class Runtime:
         return session
 
     async def _load(self, session_id: str, resume: bool, platform: Platform | None = None) -> Session:
-        records = await self.log.read(session_id)
-        projection = project(session_id, records) if records else SessionProjection(session_id)
+        # Folded as it is read: a long session is never held in memory as records. Only a step left
+        # open by a crash needs them, to resume its body.
+        projection = await self.log.project(session_id)
+        records = await self.log.read(session_id) if projection.open_step is not None else []
         if platform is None and projection.platform is not None:
             platform = self.agent.find_platform(projection.platform)
         session = Session(self.agent, SessionWriter(self.log, projection, self.agent.redactor), platform)
-        if not records:
+        if projection.last_seq == 0:
             initial = self.agent.initial_state.name
             session.record(
                 RecordKind.SESSION_STARTED,
