@@ -262,3 +262,48 @@ async def test_tool_that_takes_the_session(platform: RecordingPlatform) -> None:
         session = await agent.receive_message("s", "remember", platform)
         assert session["fact"] == "sky is blue"
     assert "session" not in str(llm.requests[0].tools[0]["function"]["parameters"]["properties"])
+
+
+@pytest.mark.parametrize("clash", ["workspace", "planning"])
+async def test_a_user_tool_named_like_a_builtin_tool_is_refused(
+    clash: str, tmp_path: Path, platform: RecordingPlatform
+) -> None:
+    llm = ScriptedLLM(["never used"])
+    agent, _ = reasoning_agent(llm)
+    name = "read_file" if clash == "workspace" else "add_tasks"
+    if clash == "workspace":
+        agent.new_workspace(tmp_path)
+
+    def shadowed(text: str) -> str:
+        """A user's tool.
+
+        Args:
+            text: Anything.
+        """
+        return text
+
+    agent.new_tool(shadowed, name=name)
+    async with agent:
+        await agent.receive_message("s", "hi", platform)
+        errors = await records_of(agent, "s", "error")
+    assert llm.requests == []  # refused before the model is asked with an ambiguous tool set
+    assert len(errors) == 1 and repr(name) in errors[0].data["message"]
+    assert "rename" in errors[0].data["message"] and "ConfigurationError" in platform.errors["s"][0]
+
+
+async def test_planning_tool_names_are_free_without_task_planning(platform: RecordingPlatform) -> None:
+    llm = ScriptedLLM([ScriptedLLM.tool_call("add_tasks", {"text": "mine"}), "done"])
+    agent, _ = reasoning_agent(llm, enable_task_planning=False)
+
+    def add_tasks(text: str) -> str:
+        """The user's own tool.
+
+        Args:
+            text: Anything.
+        """
+        return f"user tool got {text}"
+
+    agent.new_tool(add_tasks)
+    async with agent:
+        await agent.receive_message("s", "hi", platform)
+    assert tool_messages(llm.requests[1])[0]["content"] == "user tool got mine"

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from baf.errors import ToolError, ToolExecutionError
+from baf.errors import ConfigurationError, ToolError, ToolExecutionError
 from baf.library.state.planning_tools import PLANNING_TOOLS, PlanningCall, planning_call
 from baf.library.state.reasoning_prompt import (
     build_pushback_message,
@@ -329,10 +329,17 @@ class _ReasoningRun:
         if key != self._tools_key:
             agent_tools, workspaces = key
             tools = {t.name: t for t in agent_tools}
-            if workspaces:
-                tools.update((t.name, t) for t in workspace_tools(list(workspaces)))
+            builtin = {t.name: t for t in workspace_tools(list(workspaces))} if workspaces else {}
             if self.task_list is not None:
-                tools.update(PLANNING_TOOLS)
+                builtin.update(PLANNING_TOOLS)
+            clashes = sorted(tools.keys() & builtin.keys())
+            if clashes:
+                # Silently letting one win would hide a tool from the model, or offer it the wrong one.
+                raise ConfigurationError(
+                    f"agent {agent.name!r}: tool name(s) {', '.join(map(repr, clashes))} are taken by the reasoning "
+                    "state's workspace or planning tools; rename your tool(s)"
+                )
+            tools.update(builtin)
             self._tools_key, self._tools = key, tools
             self._schemas = [_schema_of(tool) for tool in tools.values()]
         return self._tools
