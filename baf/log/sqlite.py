@@ -66,7 +66,7 @@ import json
 import math
 import os
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -568,9 +568,15 @@ class SQLiteLog(SessionLog):
 
     async def read(self, session_id: str, after_seq: int = 0) -> list[Record]:
         """Return the records of ``session_id`` with ``seq > after_seq``, in seq order, upcast."""
+        return await self._read(session_id, after_seq, None)
+
+    async def _read(self, session_id: str, after_seq: int, limit: int | None) -> list[Record]:
         reader = await self._reading()
         try:
-            rows = await reader.execute_fetchall(_SELECT_SQL, (session_id, after_seq))
+            if limit is None:
+                rows = await reader.execute_fetchall(_SELECT_SQL, (session_id, after_seq))
+            else:
+                rows = await reader.execute_fetchall(_SELECT_SQL + " LIMIT ?", (session_id, after_seq, limit))
         except sqlite3.OperationalError as exc:
             raise await _undecodable_or(exc, reader, session_id, after_seq) from exc
         registry = upcast_module.UPCASTERS  # looked up on each call, so a test may swap it
@@ -582,6 +588,19 @@ class SQLiteLog(SessionLog):
         decode = _row_decoder(session_id, registry, make)
         with _collector_paused():
             return [decode(None, row) for row in rows]
+
+    async def read_chunks(self, session_id: str, after_seq: int = 0, size: int = 1000) -> AsyncIterator[list[Record]]:
+        """``read`` a chunk at a time: each chunk is one query for the next ``size`` records, so a
+        caller that stops early never reads the rest."""
+        if size < 1:
+            raise ValueError(f"size must be >= 1, got {size!r}")
+        while True:
+            chunk = await self._read(session_id, after_seq, size)
+            if chunk:
+                yield chunk
+            if len(chunk) < size:
+                return
+            after_seq = chunk[-1].seq
 
     async def project(self, session_id: str) -> SessionProjection:
         """Fold the session's records into a projection as they are fetched, without keeping them.

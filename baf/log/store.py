@@ -14,7 +14,7 @@ A store keeps these guarantees (the contract suite in ``baf.testing.store_contra
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
 from typing import Self
 
@@ -44,7 +44,7 @@ def check_appendable(records: Sequence[Record]) -> None:
 class SessionLog(abc.ABC):
     """An append-only store of session records. Three methods, plus a lifecycle.
 
-    ``project`` has a default built on ``read``.
+    ``project`` and ``read_chunks`` have defaults built on ``read``.
     """
 
     @abc.abstractmethod
@@ -66,6 +66,19 @@ class SessionLog(abc.ABC):
         as it reads, without holding every record at once.
         """
         return SessionProjection(session_id).apply_all(await self.read(session_id))
+
+    async def read_chunks(self, session_id: str, after_seq: int = 0, size: int = 1000) -> AsyncIterator[list[Record]]:
+        """The records ``read`` returns, in chunks of at most ``size`` (none if there are none).
+
+        For a caller that may stop early (the first screen of a long session). The default reads
+        everything at once; a store may override it to fetch only what is asked for. Records appended
+        while the chunks are read may or may not be included.
+        """
+        if size < 1:
+            raise ValueError(f"size must be >= 1, got {size!r}")
+        records = await self.read(session_id, after_seq)
+        for start in range(0, len(records), size):
+            yield records[start : start + size]
 
     async def start(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Open the store. Idempotent."""

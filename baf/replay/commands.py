@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -25,7 +25,7 @@ from baf.replay.interactive import run_interactive
 from baf.replay.reading import follow, read_session, session_rows
 from baf.replay.render import DEFAULT_WIDTH, render_sessions, render_snapshot, render_timeline
 from baf.replay.state_at import state_at
-from baf.replay.timeline import ENGINE_KINDS, Entry, EntryFilter, build_timeline, iter_timeline
+from baf.replay.timeline import ENGINE_KINDS, Entry, EntryFilter, TimelineBuilder, build_timeline, iter_timeline
 
 __all__ = ["ReplayOptions", "export_session", "replay", "run_export"]
 
@@ -73,11 +73,9 @@ async def replay(log: SessionLog, options: ReplayOptions, console: Console, labe
         except KeyboardInterrupt:  # pragma: no cover - interactive only
             pass
         return 0
+    if options.at is None and not options.json and not options.interactive:
+        return await _page(console, log, options, redactor)
     records = await read_session(log, options.session)
-    if options.limit and not (options.at is not None or options.json or options.interactive):
-        # The paged view redacts only the records it reaches: the first screen of a long session
-        # must not cost a pass over all of it.
-        return _page(console, records, options, redactor)
     if redactor.active:
         records = [redactor.redact_record(r) for r in records]
     if options.at is not None:
@@ -89,36 +87,54 @@ async def replay(log: SessionLog, options: ReplayOptions, console: Console, labe
             if _record_matches(record, keep):
                 console.file.write(json.dumps(record_to_json(record), ensure_ascii=False) + "\n")
         return 0
-    include_engine = bool(options.kinds & ENGINE_KINDS)
-    if options.interactive:
-        entries = _filtered(iter_timeline(records, include_engine), options.entry_filter)
-        run_interactive(records, list(entries), options.stdin, console, redactor, options.width)
-        return 0
-    return _page(console, records, options, Redactor())  # --limit 0: already redacted above
+    entries = _filtered(iter_timeline(records, bool(options.kinds & ENGINE_KINDS)), options.entry_filter)
+    run_interactive(records, list(entries), options.stdin, console, redactor, options.width)
+    return 0
 
 
-def _page(console: Console, records: list[Record], options: ReplayOptions, redactor: Redactor) -> int:
-    """Print one page (``--limit`` entries) of the timeline; entries are built lazily, so a long
-    session costs one screen, not the whole timeline."""
-    include_engine = bool(options.kinds & ENGINE_KINDS)
-    redacted = (redactor.redact_record(r) for r in records) if redactor.active else iter(records)
-    shown = 0
-    more = False
+async def _page(console: Console, log: SessionLog, options: ReplayOptions, redactor: Redactor) -> int:
+    """Print one page (``--limit`` entries; all with ``--limit 0``) of the timeline.
+
+    Records are read, redacted and turned into entries a chunk at a time, only until the page is full:
+    the first screen of a long session costs one screen, not the whole session.
+    """
+    assert options.session is not None
+    builder = TimelineBuilder(bool(options.kinds & ENGINE_KINDS))
     page: list[Entry] = []
-    for entry in _filtered(iter_timeline(redacted, include_engine), options.entry_filter):
-        if options.limit and shown >= options.limit:
-            more = True
+    last_seq = 0
+
+    def take(entries: Iterable[Entry]) -> bool:
+        """Add what the filter keeps; True once the page is full and one more entry is waiting."""
+        for entry in _filtered(iter(entries), options.entry_filter):
+            if options.limit and len(page) >= options.limit:
+                return True
+            page.append(entry)
+        return False
+
+    more = False
+    async for chunk in log.read_chunks(options.session, size=_PAGE_CHUNK):
+        last_seq = chunk[-1].seq
+        for record in chunk:
+            if take(builder.feed(redactor.redact_record(record) if redactor.active else record)):
+                more = True
+                break
+        if more:
             break
-        page.append(entry)
-        shown += 1
+    if last_seq == 0:
+        raise LookupError(f"session {options.session!r} has no records in this log")
+    if not more:
+        more = take(builder.finish())
     render_timeline(console, page, options.width, options.expand)
     if more:
-        next_seq = page[-1].last_seq + 1
-        console.print(Text(f"… more after #{page[-1].last_seq} of {records[-1].seq}: "
-                           f"--from {next_seq} for the next page, --limit 0 for all", style="dim"))  # fmt: skip
+        console.print(Text(f"… more after #{page[-1].last_seq}: --from {page[-1].last_seq + 1} for the next page, "
+                           "--limit 0 for all", style="dim"))  # fmt: skip
     elif not page:
         console.print(Text("no entries match", style="dim"))
     return 0
+
+
+# Records per read of the paged view: a screen's worth of entries usually comes from far fewer.
+_PAGE_CHUNK = 500
 
 
 def _tail_start(records: list[Record], options: ReplayOptions) -> int:

@@ -309,6 +309,23 @@ class SessionLogContract(abc.ABC):
             assert (second.data, second.version) == ({"title": "y"}, CURRENT_VERSION + 1)
             assert (first.kind, first.seq, first.ts) == ("contract_renamed", 1, TS + 1)
 
+    # -- read_chunks: read, a chunk at a time ---------------------------------------------------------
+
+    async def test_read_chunks_is_read_in_pieces(self, log: SessionLog) -> None:
+        await log.append([rec("s", seq) for seq in range(1, 26)] + [rec("other", 1)])
+        chunks = [chunk async for chunk in log.read_chunks("s", after_seq=3, size=10)]
+        assert all(1 <= len(chunk) <= 10 for chunk in chunks)
+        assert [r for chunk in chunks for r in chunk] == await log.read("s", after_seq=3)
+        assert [chunk async for chunk in log.read_chunks("missing")] == []
+        # A caller may stop after the first chunk; the store is fine afterwards.
+        async for first in log.read_chunks("s", size=4):
+            assert [r.seq for r in first] == [1, 2, 3, 4]
+            break
+        assert len(await log.read("s")) == 25
+        with pytest.raises(ValueError, match="size"):
+            async for _ in log.read_chunks("s", size=0):
+                pass
+
     async def test_project_folds_upcast_records(self, log: SessionLog, monkeypatch: pytest.MonkeyPatch) -> None:
         newer = upcast_module.Upcasters(current_version=CURRENT_VERSION + 1)
 
