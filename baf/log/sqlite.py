@@ -12,9 +12,12 @@ Writing
     Where the commit runs depends on what it may wait for. With ``durability="normal"`` a commit
     writes a few pages to the WAL and does not fsync: tens of microseconds, less than handing it to a
     thread costs (the thread needs the GIL back to bind parameters and to report, and a busy event
-    loop holds it for up to the 5 ms switch interval each time). So the writer commits on the event
-    loop, with the lock timeout at zero; only if another process holds the write lock does the group
-    go to the store's worker thread, which waits up to ``busy_timeout`` for it. WAL checkpoints (which
+    loop holds it for up to the 5 ms switch interval each time). So commits run on the event loop,
+    with the lock timeout at zero; only if another process holds the write lock does the group go to
+    the store's worker thread, which waits up to ``busy_timeout`` for it. An ``append`` that finds
+    the store idle (nothing queued, no other append committed since the loop last went round)
+    commits its batch itself, sparing the two trips through the event loop that waking the writer
+    task costs; appends that arrive together are queued for one group commit as described above. WAL checkpoints (which
     do fsync) also run on that thread, between two commits, instead of inside one on the loop: appends
     wait for them, the event loop does not. With ``durability="full"`` every commit fsyncs, so every
     commit runs on the worker thread.
@@ -276,6 +279,8 @@ class SQLiteLog(SessionLog):
         self._stopping = False
         self._commits = 0
         self._unchecked_pages = 0  # estimated WAL pages written since the last checkpoint
+        self._writer_busy = False  # the writer task is in a commit or checkpoint that may use the worker
+        self._committed_this_round = False  # an append committed itself since the loop last went round
 
     @property
     def path(self) -> Path:
@@ -462,27 +467,72 @@ class SQLiteLog(SessionLog):
         task, wakeup = self._writer_task, self._wakeup
         if task is None or wakeup is None or task.done():
             raise LogClosedError(f"{self!r}: the writer task has stopped")
+        if self._may_commit_now() and self._commit_now(rows, wakeup):
+            return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._pending.append(_Batch(rows, future))
         wakeup.set()
         await future
 
+    def _may_commit_now(self) -> bool:
+        """Whether ``append`` may commit its batch itself, without the writer task.
+
+        Only a store that commits on the loop (durability normal), when nothing is queued, the worker
+        is not using the connection, and no other append committed since the loop last went round:
+        a second append so soon means others are arriving together, and they are better served by one
+        group commit than by one commit each.
+        """
+        return (
+            self._durability == "normal"
+            and not self._pending
+            and not self._writer_busy
+            and not self._committed_this_round
+            and self._writer is not None
+        )
+
+    def _commit_now(self, rows: list[Row], wakeup: asyncio.Event) -> bool:
+        """Commit ``rows`` here and now; False (nothing written) if another process holds the lock."""
+        assert self._writer is not None
+        outcomes = self._commit_on_loop(self._writer, [rows])
+        if outcomes is None:
+            return False
+        self._committed_this_round = True
+        asyncio.get_running_loop().call_soon(self._end_round)
+        self._commits += 1
+        self._note_commit([rows])
+        if self._unchecked_pages >= _CHECKPOINT_PAGES:
+            wakeup.set()  # the writer task checkpoints
+        if outcomes[0] is not None:
+            raise outcomes[0]
+        return True
+
+    def _end_round(self) -> None:
+        self._committed_this_round = False
+
     async def _write_loop(self, wakeup: asyncio.Event) -> None:
         group: list[_Batch] = []
         try:
             while True:
-                if not self._pending:
-                    if self._stopping:
-                        return
+                if self._unchecked_pages >= _CHECKPOINT_PAGES:
+                    self._writer_busy = True
+                    try:
+                        await self._checkpoint()
+                    finally:
+                        self._writer_busy = False
+                elif self._pending:
+                    # Everything queued while the previous transaction ran goes into this one.
+                    group, self._pending = self._pending, []
+                    self._writer_busy = True
+                    try:
+                        await self._commit_group(group)
+                    finally:
+                        self._writer_busy = False
+                    group = []
+                elif self._stopping:
+                    return
+                else:
                     wakeup.clear()
                     await wakeup.wait()
-                    continue
-                # Everything queued while the previous transaction ran goes into this one.
-                group, self._pending = self._pending, []
-                await self._commit_group(group)
-                group = []
-                if self._unchecked_pages >= _CHECKPOINT_PAGES:
-                    await self._checkpoint()
         except BaseException as exc:
             # Cancelled (asyncio.run ending without close()) or a bug: no append may wait forever on
             # us, and the connections must go, or the threads keep the process from exiting.

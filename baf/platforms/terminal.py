@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
+import os
+import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +28,10 @@ _QUIT_WORDS = {"exit", "quit", "/exit", "/quit"}
 
 
 class TerminalPlatform(Platform):
-    """One session (``session_id``) chatting on stdin/stdout. ``exit``, ``quit`` or EOF end it."""
+    """One session (``session_id``) chatting on stdin/stdout. ``exit``, ``quit`` or EOF end it.
+
+    Lines are read from ``input_fd`` (default: standard input's file descriptor).
+    """
 
     name = "terminal"
 
@@ -35,6 +41,7 @@ class TerminalPlatform(Platform):
         console: Console | None = None,
         prompt: str = "you> ",
         show_steps: bool = True,
+        input_fd: int | None = None,
     ) -> None:
         super().__init__()
         self.session_id = session_id
@@ -42,6 +49,7 @@ class TerminalPlatform(Platform):
         self.prompt = prompt
         self.show_steps = show_steps
         self._reader: asyncio.Task[None] | None = None
+        self._lines = _LineReader(sys.stdin.fileno() if input_fd is None else input_fd)
 
     async def start(self) -> None:
         self._reader = asyncio.ensure_future(self._chat())
@@ -74,8 +82,8 @@ class TerminalPlatform(Platform):
         agent.request_stop()
 
     async def _read_line(self) -> str:
-        """Read one line in a daemon thread: a blocked ``input()`` must not keep the process alive
-        after Ctrl-C, which a thread of the default executor would (it is joined at shutdown)."""
+        """Read one line in a daemon thread: a blocked read must not keep the process alive after
+        Ctrl-C, which a thread of the default executor would (it is joined at shutdown)."""
         loop = asyncio.get_running_loop()
         result: asyncio.Future[str] = loop.create_future()
 
@@ -89,12 +97,14 @@ class TerminalPlatform(Platform):
 
         def read() -> None:
             try:
-                value, error = self.console.input(self.prompt), None
-            except BaseException as exc:  # EOFError, KeyboardInterrupt: handed to the loop
+                value, error = self._lines.read_line(), None
+            except BaseException as exc:  # EOFError, OSError: handed to the loop
                 value, error = None, exc
             with contextlib.suppress(RuntimeError):  # the loop may be closed already
                 loop.call_soon_threadsafe(settle, value, error)
 
+        self.console.print(self.prompt, end="", markup=False, highlight=False)
+        self.console.file.flush()
         threading.Thread(target=read, name="baf-terminal-input", daemon=True).start()
         return await result
 
@@ -131,3 +141,31 @@ class TerminalPlatform(Platform):
             # Text, not str: model-written descriptions must not be read as rich markup.
             table.add_row(Text(mark), Text(f"{task.get('id')}. {task.get('description', '')}{result}"))
         self.console.print(table)
+
+
+class _LineReader:
+    """Lines from a file descriptor, read with ``os.read``.
+
+    Not through ``sys.stdin``: a thread blocked in its ``readline`` holds the buffered reader's lock,
+    and an interpreter exiting meanwhile (Ctrl-C) dies with a fatal error when it cannot take that lock
+    to shut the stream down. ``os.read`` holds no Python lock while it waits.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._buffer = ""
+
+    def read_line(self) -> str:
+        """The next line without its newline; ``EOFError`` at the end of the input."""
+        while "\n" not in self._buffer:
+            chunk = os.read(self._fd, 65536)
+            if not chunk:
+                self._buffer += self._decoder.decode(b"", final=True)
+                if not self._buffer:
+                    raise EOFError
+                line, self._buffer = self._buffer, ""
+                return line
+            self._buffer += self._decoder.decode(chunk)
+        line, self._buffer = self._buffer.split("\n", 1)
+        return line.removesuffix("\r")

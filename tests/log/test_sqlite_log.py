@@ -284,13 +284,46 @@ async def test_records_that_sqlite_would_refuse_fail_alone(db: Path) -> None:
 
 async def test_an_append_cancelled_before_the_writer_took_it_is_dropped(db: Path) -> None:
     async with SQLiteLog(db) as log:
-        task = asyncio.create_task(log.append([rec("s", 1)]))
-        await asyncio.sleep(0)  # the batch is queued; the writer has not run yet
+        first = asyncio.create_task(log.append([rec("first", 1)]))  # commits by itself, at once
+        task = asyncio.create_task(log.append([rec("s", 1)]))  # arrives with it: queued for the writer
+        await asyncio.sleep(0)  # both have run up to their commit; the writer has not run yet
+        assert first.done()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
         await log.append([rec("other", 1)])  # the writer has passed the cancelled batch by now
         assert await log.read("s") == []
+        assert await log.sessions() == ["first", "other"]
+
+
+async def test_a_lone_append_commits_at_once_and_appends_arriving_together_share_a_commit(db: Path) -> None:
+    async with SQLiteLog(db) as log:
+        before = log.commits
+        append = asyncio.ensure_future(log.append([rec("alone", 1)]))
+        await asyncio.sleep(0)  # one step of the task: committed without waiting for the writer task
+        assert append.done() and log.commits == before + 1
+        await asyncio.gather(*(log.append([rec(f"s{n}", 1)]) for n in range(50)))
+        assert log.commits <= before + 3  # the first commits by itself, the others as one group
+        assert len(await log.sessions()) == 51
+
+
+async def test_appends_wait_while_the_worker_holds_the_connection(db: Path) -> None:
+    # While one group waits on the worker thread for a lock another process holds, later appends must
+    # queue behind it instead of using the connection from the event loop at the same time.
+    async with SQLiteLog(db, busy_timeout=5) as log:
+        other = sqlite3.connect(db, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            waiting = asyncio.create_task(log.append([rec("a", 1)]))
+            await asyncio.sleep(0.05)  # on the worker now, waiting for the lock
+            later = [asyncio.create_task(log.append([rec("b", seq)])) for seq in (1, 2)]
+            await asyncio.sleep(0.05)
+            assert not waiting.done() and not any(task.done() for task in later)
+            other.execute("COMMIT")
+            await asyncio.wait_for(asyncio.gather(waiting, *later), timeout=5)
+        finally:
+            other.close()
+        assert [r.seq for r in await log.read("b")] == [1, 2] and len(await log.read("a")) == 1
 
 
 async def test_a_stopped_writer_fails_appends_instead_of_hanging(db: Path) -> None:

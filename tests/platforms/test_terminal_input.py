@@ -1,0 +1,31 @@
+"""The terminal platform's line reader: lines from a raw file descriptor."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from baf.platforms.terminal import _LineReader
+
+
+def test_lines_split_and_joined_across_reads_and_eof() -> None:
+    read_end, write_end = os.pipe()
+    try:
+        reader = _LineReader(read_end)
+        os.write(write_end, b"first\nsecond\r\nthi")
+        assert reader.read_line() == "first"
+        assert reader.read_line() == "second"  # several lines from one read, CRLF accepted
+        euro = "€".encode()
+        os.write(write_end, b"rd " + euro[:1])  # a character split between two reads
+        os.write(write_end, euro[1:] + b"\nlast without newline")
+        assert reader.read_line() == "third €"
+        os.close(write_end)
+        write_end = -1
+        assert reader.read_line() == "last without newline"
+        with pytest.raises(EOFError):
+            reader.read_line()
+    finally:
+        os.close(read_end)
+        if write_end != -1:
+            os.close(write_end)
