@@ -9,7 +9,7 @@ from typing import Any
 
 from baf.errors import LogError
 from baf.log.projection import SessionProjection
-from baf.log.record import Record
+from baf.log.record import CURRENT_VERSION, Record, build_record
 from baf.log.redaction import Redactor
 from baf.log.store import SessionLog
 
@@ -39,8 +39,10 @@ class SessionWriter:
         if self._redactor is not None:
             data = self._redactor.redact(data)  # secrets never reach the log, nor the projection
         with self._lock:
-            record = Record(self.projection.session_id, self.projection.last_seq + 1, kind, data, time.time())
-            self.projection.apply(record)
+            projection = self.projection
+            seq = projection.last_seq + 1
+            record = build_record(projection.session_id, seq, kind, data, time.time(), CURRENT_VERSION)
+            projection.apply(record)
             self._pending.append(record)
         return record
 

@@ -180,17 +180,26 @@ def encode_record(record: Record) -> Row:
         _check_fields(record)
     try:
         encoded = encode_json(data)
-        text = encoded.decode() if isinstance(encoded, bytes) else encoded
     except (TypeError, ValueError) as exc:  # ValueError: a circular reference
         raise TypeError(f"{_where(record)}: data is not JSON: {exc}") from exc
-    for name, string in (("session_id", session_id), ("kind", kind), ("data", text)):
-        # A lone surrogate survives json.dumps(ensure_ascii=False) but not SQLite's UTF-8 binding.
-        if not string.isascii():
-            try:
-                string.encode("utf-8")
-            except UnicodeEncodeError as exc:
-                raise ValueError(f"{_where(record)}: {name} is not valid Unicode: {exc}") from exc
+    if isinstance(encoded, bytes):
+        text = encoded.decode()  # orjson's output: valid UTF-8 by construction
+    else:
+        text = encoded
+        _check_unicode(record, "data", text)
+    if not (session_id.isascii() and kind.isascii()):
+        _check_unicode(record, "session_id", session_id)
+        _check_unicode(record, "kind", kind)
     return (session_id, seq, float(ts), kind, version, text)
+
+
+def _check_unicode(record: Record, name: str, text: str) -> None:
+    # A lone surrogate survives json.dumps(ensure_ascii=False) but not SQLite's UTF-8 binding.
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"{_where(record)}: {name} is not valid Unicode: {exc}") from exc
 
 
 def _where(record: Record) -> str:
