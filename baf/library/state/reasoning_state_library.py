@@ -364,15 +364,13 @@ class _ReasoningRun:
         between, the call is simply made again (its response never reached the log), and every tool
         with effects already had its call made durable before it ran."""
         request = self.record_request(step)
+        commit = asyncio.ensure_future(self.session.commit())
         started = time.perf_counter()
-        asking = asyncio.ensure_future(self._ask_model(request))
         try:
-            await self.session.commit()
-        except BaseException:
-            asking.cancel()  # its answer could not be used
-            raise
-        outcome = await asking
-        latency_ms = round((time.perf_counter() - started) * 1000, 3)
+            outcome = await self._ask_model(request)
+            latency_ms = round((time.perf_counter() - started) * 1000, 3)
+        finally:
+            await asyncio.shield(commit)  # shielded: a cancelled loop still commits what it recorded
         if isinstance(outcome, Exception):
             self.session.record_error("llm", outcome, step=step, model=self.config.llm.name)
             self.session.reply(
