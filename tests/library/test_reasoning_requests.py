@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from baf import Session
-from baf.errors import LogError
 from baf.library.state.reasoning_prompt import PLANNING_GUIDANCE
 from baf.llm.base import LLMResponse
-from baf.log import MemoryLog, Record, open_log
+from baf.log import open_log
 from baf.testing import FunctionLLM, RecordingPlatform, ScriptedLLM
 
 from .helpers import reasoning_agent, rebuild_requests, records_of, tool_messages
@@ -175,8 +171,8 @@ async def test_memory_of_other_sessions_is_not_shared(platform: RecordingPlatfor
 
 
 async def test_records_are_written_ahead_and_rebuild_every_request(db_url: str, platform: RecordingPlatform) -> None:
-    """With SQLite, a second connection sees, when a tool runs, the response that asked for it and every
-    earlier tool result; and the ``llm_request`` records alone rebuild every request exactly."""
+    """With SQLite, a second connection sees each response before its tools run and each tool result
+    before the model sees it; and the ``llm_request`` records alone rebuild every request exactly."""
     seen: dict[str, Any] = {}
 
     async def durable(session_id: str) -> list[Any]:
@@ -189,15 +185,15 @@ async def test_records_are_written_ahead_and_rebuild_every_request(db_url: str, 
         Args:
             note: Anything.
         """
-        records = await durable(session.id)
-        responses = [r for r in records if r.kind == "llm_response"]
+        responses = [r for r in await durable(session.id) if r.kind == "llm_response"]
         seen.setdefault("calls_seen_by_tool", []).append([c["arguments"] for c in responses[-1].data["tool_calls"]])
-        results = [r.data["content"] for r in records if r.kind == "tool_result"]
-        seen.setdefault("results_seen_by_tool", []).append(results)
         return f"checked {note}"
 
     async def model(messages: list[dict[str, Any]], tools: list[dict[str, Any]], **kwargs: Any) -> LLMResponse | str:
         turn = len(llm.requests)
+        if turn in (2, 4):
+            results = [r for r in await durable("s") if r.kind == "tool_result"]
+            seen.setdefault("results_before_model", []).append([r.data["content"] for r in results])
         script: list[LLMResponse | str] = [
             ScriptedLLM.tool_call("add_tasks", {"descriptions": ["Check the log"]}),
             ScriptedLLM.tool_call("check_log", {"note": "one"}),
@@ -218,7 +214,7 @@ async def test_records_are_written_ahead_and_rebuild_every_request(db_url: str, 
 
     assert platform.replies["s"] == ["done", "second answer"]
     assert seen["calls_seen_by_tool"] == [['{"note": "one"}'], ['{"note": "two"}', '{"task_id": 1, "result": "ok"}']]
-    assert seen["results_seen_by_tool"] == [
+    assert seen["results_before_model"] == [
         ["Added tasks: 1. Check the log"],
         ["Added tasks: 1. Check the log", "checked one"],
     ]
@@ -329,81 +325,3 @@ async def test_kept_tools_and_prompt_follow_new_skills_and_workspaces(
     assert [r.tool_names for r in llm.requests][:2] == [["learn", "mount"], ["learn", "mount"]]
     assert {"learn", "mount", "list_directory", "read_file"} <= set(llm.requests[2].tool_names)
     assert rebuild_requests(records) == llm.requests
-
-
-class _GatedLog(MemoryLog):
-    """A memory log whose appends holding a request after the first wait for ``gate`` (or fail)."""
-
-    def __init__(self, fail: bool = False) -> None:
-        super().__init__()
-        self.gate = asyncio.Event()
-        self.fail = fail
-
-    async def append(self, records: Sequence[Record]) -> None:
-        if any(r.kind == "llm_request" and r.data["step"] >= 1 for r in records):
-            if self.fail:
-                raise OSError("disk full")
-            await asyncio.wait_for(self.gate.wait(), timeout=5)
-        await super().append(records)
-
-
-async def test_the_model_is_asked_while_its_request_commits(platform: RecordingPlatform) -> None:
-    # The store holds the commit of the step-1 request until the model is asked for step 1: a loop
-    # that waited for that commit before asking would never get there (the gate times out).
-    log = _GatedLog()
-
-    def model(messages: list[dict[str, Any]], tools: list[dict[str, Any]], **_: Any) -> LLMResponse | str:
-        if len(llm.requests) == 2:
-            log.gate.set()
-            return "done"
-        return ScriptedLLM.tool_call("lookup", {"key": "k"})
-
-    llm = FunctionLLM(model)
-    agent, _ = reasoning_agent(llm, enable_task_planning=False)
-    agent.log = log
-    agent.new_tool(lookup, idempotent=True)
-    async with agent:
-        await agent.receive_message("s", "look it up", platform)
-        records = await records_of(agent, "s")
-    assert platform.replies["s"] == ["done"]
-    assert [r.data["step"] for r in records if r.kind == "llm_response"] == [0, 1]
-
-
-async def test_a_response_is_not_acted_on_when_its_request_could_not_be_committed(
-    platform: RecordingPlatform,
-) -> None:
-    # Both turns call an idempotent tool, so no commit stands between a response and its tool: only the
-    # commit of the request (running while the model was asked) keeps the second call from running.
-    looked_up: list[str] = []
-
-    async def find(key: str) -> str:
-        """Find a key.
-
-        Args:
-            key: The key.
-        """
-        looked_up.append(key)
-        return f"found {key}"
-
-    llm = ScriptedLLM([
-        ScriptedLLM.tool_call("find", {"key": "first"}),
-        ScriptedLLM.tool_call("find", {"key": "second"}),
-        "done",
-    ])  # fmt: skip
-    agent, _ = reasoning_agent(llm, enable_task_planning=False)
-    agent.log = _GatedLog(fail=True)
-    agent.new_tool(find, idempotent=True)
-    async with agent:
-        with pytest.raises(LogError):
-            await agent.receive_message("s", "find both", platform)
-    assert looked_up == ["first"]
-    assert len(llm.requests) == 2  # the model was asked for step 1, but its answer was not used
-
-
-async def lookup(key: str) -> str:
-    """Look a key up.
-
-    Args:
-        key: The key.
-    """
-    return f"value of {key}"

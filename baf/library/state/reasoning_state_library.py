@@ -356,48 +356,34 @@ class _ReasoningRun:
         return build_system_prompt(self._static_prompt, self.task_list)
 
     async def call_llm(self, step: int) -> LLMResponse | None:
-        """Record the request, get the response (from the effect source if it has one, else from the model)
-        and record it. ``None`` if the model failed (the user is told, an error is recorded).
-
-        The request and the tool results before it are committed while the model is asked, and the
-        response is used only once that commit is done. The call need not wait for it: after a crash in
-        between, the call is simply made again (its response never reached the log), and every tool
-        with effects already had its call made durable before it ran."""
+        """Record the request, commit, get the response (from the effect source if it has one, else from
+        the model) and record it. ``None`` if the model failed (the user is told, an error is recorded)."""
         request = self.record_request(step)
-        commit = asyncio.ensure_future(self.session.commit())
+        await self.session.commit()  # tool results are durable before the model sees them
         started = time.perf_counter()
-        try:
-            outcome = await self._ask_model(request)
-            latency_ms = round((time.perf_counter() - started) * 1000, 3)
-        finally:
-            await asyncio.shield(commit)  # shielded: a cancelled loop still commits what it recorded
-        if isinstance(outcome, Exception):
-            self.session.record_error("llm", outcome, step=step, model=self.config.llm.name)
-            self.session.reply(
-                f"Sorry, I could not get an answer from the language model ({type(outcome).__name__}: {outcome}). "
-                "Please try again in a moment."
-            )
-            return None
+        response = self.source.llm_response(request) if self.source is not None else None
+        if response is None:
+            try:
+                response = await self.config.llm.predict_with_tools(
+                    request.messages, request.tools, parameters=request.parameters or None,
+                    system_message=request.system,
+                )  # fmt: skip
+            except AssertionError:
+                raise  # a failed assertion (e.g. a test model's script ran out) is a bug, not an outage
+            except Exception as exc:
+                self.session.record_error("llm", exc, step=step, model=self.config.llm.name)
+                self.session.reply(
+                    f"Sorry, I could not get an answer from the language model ({type(exc).__name__}: {exc}). "
+                    "Please try again in a moment."
+                )
+                return None
+        latency_ms = round((time.perf_counter() - started) * 1000, 3)
         if (RecordKind.LLM_RESPONSE, step) not in self._written:
             self.session.record(
                 RecordKind.LLM_RESPONSE,
-                {"step": step, "model": self.config.llm.name, "latency_ms": latency_ms, **outcome.to_dict()},
+                {"step": step, "model": self.config.llm.name, "latency_ms": latency_ms, **response.to_dict()},
             )
-        return outcome
-
-    async def _ask_model(self, request: FullRequest) -> LLMResponse | Exception:
-        """The response to ``request`` (the effect source's, else the model's), or the model's failure."""
-        response = self.source.llm_response(request) if self.source is not None else None
-        if response is not None:
-            return response
-        try:
-            return await self.config.llm.predict_with_tools(
-                request.messages, request.tools, parameters=request.parameters or None, system_message=request.system
-            )
-        except AssertionError:
-            raise  # a failed assertion (e.g. a test model's script ran out) is a bug, not an outage
-        except Exception as exc:
-            return exc
+        return response
 
     def record_request(self, step: int) -> FullRequest:
         """Build this turn's request and record what changed since the previous one. A resumed run sends
