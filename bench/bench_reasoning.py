@@ -3,14 +3,12 @@
 Part 1, overhead per turn. A reasoning state (``new_reasoning_state``, self-loop on every event,
 steps streamed to a platform that drops them) answers one message with a loop of N tool-call turns,
 N = 1, 10, 50: a zero-latency model asks for one call of a trivial async tool N times, then answers.
-That is N + 1 model calls; a *turn* here is one model call. The tool is registered twice over, as
-``idempotent=True`` (a lookup is: one commit per turn, the response durable with the results) and as
-a tool with effects (two commits per turn: the response durable before the tool runs). For each message:
+That is N + 1 model calls; a *turn* here is one model call. For each message:
 
     overhead per turn = (wall time of receive_message - time inside the model) / (N + 1)
 
 measured on a fresh session, median over ``--reps`` messages, with ``enable_task_planning`` False and
-True, for both tools, on the in-memory log and on the SQLite log (durability ``normal``; ``--full`` adds ``full``).
+True, on the in-memory log and on the SQLite log (durability ``normal``; ``--full`` adds ``full``).
 Beside it:
 
 - persistence = SQLite overhead - memory overhead, per turn (what the log adds);
@@ -113,9 +111,9 @@ async def lookup(key: int) -> str:
     return f"value of {key}"
 
 
-def build_agent(log: str, llm: LLM, planning: bool, idempotent: bool = True) -> tuple[Agent, TimingPlatform]:
+def build_agent(log: str, llm: LLM, planning: bool) -> tuple[Agent, TimingPlatform]:
     agent = Agent("bench", log=log)
-    agent.new_tool(lookup, idempotent=idempotent)
+    agent.new_tool(lookup)
     state = new_reasoning_state(agent, llm, max_steps=100, enable_task_planning=planning)
     state.when_event().go_to(state)
     platform = TimingPlatform()
@@ -160,7 +158,7 @@ async def _one_message(agent: Agent, platform: TimingPlatform, llm: BenchLLM, si
 
 
 async def measure_turns(
-    logs: list[str], planning: bool, idempotent: bool, n: int, reps: int, warmup: int, directory: Path
+    logs: list[str], planning: bool, n: int, reps: int, warmup: int, directory: Path
 ) -> dict[str, list[TurnRun]]:
     """Per log kind, ``reps`` measured messages. The logs take turns message by message, and each SQLite
     message's raw insert runs right after it, so a drift in machine load hits all three alike."""
@@ -171,7 +169,7 @@ async def measure_turns(
             db = None if log_kind == "memory" else directory / f"turns-{log_kind}-{time.monotonic_ns()}.db"
             url = "memory://" if db is None else f"sqlite:///{db}?durability={log_kind}"
             llm = BenchLLM(n)
-            agent, platform = build_agent(url, llm, planning, idempotent)
+            agent, platform = build_agent(url, llm, planning)
             await stack.enter_async_context(agent)
             agents[log_kind] = (agent, platform, llm, db)
         kinds = list(agents)
@@ -207,12 +205,12 @@ def paired_ratio(runs: list[TurnRun], memory: list[TurnRun], raw_attr: str) -> s
 
 
 async def concurrent_sessions(
-    log_kind: str, planning: bool, sessions: int, calls: int, delay: float, directory: Path, idempotent: bool = True
+    log_kind: str, planning: bool, sessions: int, calls: int, delay: float, directory: Path
 ) -> tuple[float, float, int, int | None]:
     db = directory / f"conc-{time.monotonic_ns()}.db"
     url = "memory://" if log_kind == "memory" else f"sqlite:///{db}?durability={log_kind}"
     llm = BenchLLM(calls - 1, delay=delay)
-    agent, platform = build_agent(url, llm, planning, idempotent)
+    agent, platform = build_agent(url, llm, planning)
     async with agent:
         ids = [f"c{i}" for i in range(sessions)]
         await asyncio.gather(*(agent.get_or_create_session(sid, platform) for sid in ids))
@@ -246,38 +244,36 @@ async def main() -> None:
     out.print(f"load average before: {', '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
     total = time.perf_counter()
 
-    # (planning, idempotent tool)
-    variants = [(planning, idempotent) for idempotent in (True, False) for planning in (False, True)]
-    results: dict[tuple[bool, bool, int, str], list[TurnRun]] = {}
-    conc: dict[tuple[bool, bool, str], list[tuple[float, float, int, int | None]]] = {}
+    results: dict[tuple[bool, int, str], list[TurnRun]] = {}
+    conc: dict[tuple[bool, str], list[tuple[float, float, int, int | None]]] = {}
     with tempfile.TemporaryDirectory(prefix="baf-bench-") as tmp:
         directory = Path(tmp)
         with out.status("measuring turns ..."):
-            for planning, idempotent in variants:
+            for planning in (False, True):
                 for n in sizes:
                     cell_reps = max(3, reps // 2) if n == 50 else reps
-                    measured = await measure_turns(logs, planning, idempotent, n, cell_reps, warmup, directory)
+                    measured = await measure_turns(logs, planning, n, cell_reps, warmup, directory)
                     for log_kind, runs in measured.items():
-                        results[(planning, idempotent, n, log_kind)] = runs
+                        results[(planning, n, log_kind)] = runs
         with out.status("200 concurrent sessions ..."):
             for _ in range(1 if args.quick else 5):
-                for planning, idempotent in variants:
+                for planning in (False, True):
                     for log_kind in logs:
-                        conc.setdefault((planning, idempotent, log_kind), []).append(
-                            await concurrent_sessions(log_kind, planning, 200, 5, 0.05, directory, idempotent)
+                        conc.setdefault((planning, log_kind), []).append(
+                            await concurrent_sessions(log_kind, planning, 200, 5, 0.05, directory)
                         )
 
     table = Table(title="baf reasoning loop: framework time per LLM turn (zero-latency model, median)")
-    for name in ("planning", "tool", "N tool turns", "model calls", "log", "µs/turn", "rec/turn", "commits/turn",
+    for name in ("planning", "N tool turns", "model calls", "log", "µs/turn", "rec/turn", "commits/turn",
                  "persistence µs/turn", "raw µs/turn", "ratio", "floor µs/turn", "ratio/floor",
                  "< 400 µs"):  # fmt: skip
-        table.add_column(name, justify="left" if name in ("planning", "tool", "log") else "right")
-    for planning, idempotent in variants:
+        table.add_column(name, justify="left" if name in ("planning", "log") else "right")
+    for planning in (False, True):
         for n in sizes:
-            memory_runs = results[(planning, idempotent, n, "memory")]
+            memory_runs = results[(planning, n, "memory")]
             memory = median([r.overhead_s / r.turns for r in memory_runs]) * 1e6
             for log_kind in logs:
-                runs = results[(planning, idempotent, n, log_kind)]
+                runs = results[(planning, n, log_kind)]
                 turns = runs[0].turns
                 per_turn = median([r.overhead_s / r.turns for r in runs]) * 1e6
                 persist = raw = floor = None
@@ -289,10 +285,8 @@ async def main() -> None:
                     ratio = paired_ratio(runs, memory_runs, "raw_s")
                     ratio_floor = paired_ratio(runs, memory_runs, "floor_s")
                 commits = [r.commits / r.turns for r in runs if r.commits is not None]
-                first = n == sizes[0] and log_kind == "memory"
                 table.add_row(
-                    str(planning) if first else "",
-                    _tool_label(idempotent) if first else "",
+                    str(planning) if n == sizes[0] and log_kind == "memory" else "",
                     str(n) if log_kind == "memory" else "",
                     str(turns) if log_kind == "memory" else "",
                     "memory" if log_kind == "memory" else f"sqlite {log_kind}",
@@ -318,17 +312,15 @@ async def main() -> None:
 
     ideal = 5 * 0.05
     table2 = Table(title="200 concurrent sessions x 5 model calls of 50 ms (ideal 0.25 s; median of runs)")
-    for name in ("planning", "tool", "log", "runs", "wall s", "x ideal", "CPU s", "model calls", "commits",
-                 "within 1.3x"):  # fmt: skip
-        table2.add_column(name, justify="left" if name in ("planning", "tool", "log") else "right")
-    for planning, idempotent in variants:
+    for name in ("planning", "log", "runs", "wall s", "x ideal", "CPU s", "model calls", "commits", "within 1.3x"):
+        table2.add_column(name, justify="left" if name in ("planning", "log") else "right")
+    for planning in (False, True):
         for log_kind in logs:
-            runs2 = conc[(planning, idempotent, log_kind)]
+            runs2 = conc[(planning, log_kind)]
             wall = median([w for w, _, _, _ in runs2])
             commits2 = [c for _, _, _, c in runs2 if c is not None]
             table2.add_row(
                 str(planning),
-                _tool_label(idempotent),
                 "memory" if log_kind == "memory" else f"sqlite {log_kind}",
                 str(len(runs2)),
                 fmt(wall, 3),
@@ -347,10 +339,6 @@ async def main() -> None:
         f"total bench time {time.perf_counter() - total:.1f} s; load average after: "
         f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}; Python {sys.version.split()[0]}"
     )
-
-
-def _tool_label(idempotent: bool) -> str:
-    return "idempotent" if idempotent else "effects"
 
 
 if __name__ == "__main__":
