@@ -30,12 +30,10 @@ class BatchLog(MemoryLog):
     def __init__(self) -> None:
         super().__init__()
         self.batches: list[int] = []
-        self.committed: list[list[Record]] = []
 
     async def append(self, records: Sequence[Record]) -> None:
         await super().append(records)
         self.batches.append(len(records))
-        self.committed.append(list(records))
 
 
 def scripted_model(calls: list[tuple[str, int]]) -> FunctionLLM:
@@ -157,27 +155,6 @@ async def test_resume_from_every_commit_point() -> None:
             resumed_somewhere = True
             assert not any(r.kind == "step_finished" and r.data.get("interrupted") for r in after)
     assert resumed_somewhere
-
-
-async def test_a_turn_that_only_calls_rerunnable_tools_commits_once() -> None:
-    """The response of a turn whose calls are all safe to repeat (planning tools, idempotent tools) is
-    committed with its results; a turn calling a tool with effects commits the response before it runs."""
-    calls: list[tuple[str, int]] = []
-    effects: list[str] = []
-    log = BatchLog()
-    async with build(log, calls, effects) as agent:
-        await agent.receive_message("s", "q1")
-
-    def batch_of(kind: str, step: int) -> int:
-        return next(i for i, batch in enumerate(log.committed)
-                    for r in batch if r.kind == kind and r.data.get("step") == step)  # fmt: skip
-
-    # Step 1 calls write_note (not idempotent): its response is durable before the tool runs.
-    assert batch_of("llm_response", 1) < batch_of("tool_result", 1)
-    # Steps 0, 2 and 3 only call planning tools: response and results share one commit.
-    for step in (0, 2, 3):
-        assert batch_of("llm_response", step) == batch_of("tool_result", step) == batch_of("llm_request", step + 1)
-    assert sum(1 for batch in log.committed for r in batch if r.kind == "llm_request") == 5
 
 
 async def test_interrupted_tools_idempotent_rerun_others_reported() -> None:

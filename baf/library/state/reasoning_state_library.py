@@ -275,11 +275,10 @@ class _ReasoningRun:
         """Rebuild the invocation a crash interrupted from the records it wrote (``None`` if it wrote none).
 
         Records are durable at the loop's commit points only: after an ``llm_request`` (the model call
-        was in flight) and, in a turn that calls a tool which is not idempotent, after the
-        ``llm_tool_calls`` step (the tools were running; each tool's own records may follow). Tool
-        results of a turn are recorded with the next request, so the last recorded request is the step
-        to continue: its response is used if recorded, else the recorded request is sent again; its
-        tool calls run again only when idempotent.
+        was in flight) and after the ``llm_tool_calls`` step (the tools were running; each tool's own
+        records may follow). Tool results of a turn are recorded with the next request, so the last
+        recorded request is the step to continue: its response is used if recorded, else the recorded
+        request is sent again; its tool calls run again only when idempotent.
         """
         starts = [i for i, r in enumerate(records) if _step_kind(r) == ReasoningStepKind.REASONING_STARTED]
         if not starts:
@@ -417,9 +416,8 @@ class _ReasoningRun:
         if (ReasoningStepKind.LLM_TOOL_CALLS, step) not in self._written:
             self.emit(ReasoningStepKind.LLM_TOOL_CALLS, step, "calling " + ", ".join(c.name for c in calls),
                       {"tool_calls": [c.to_dict() for c in calls], "text": response.text})  # fmt: skip
+        await self.session.commit()  # the response is durable before any tool runs
         tools = self.current_tools()
-        if not _all_rerunnable(calls, tools):
-            await self.session.commit()  # the response is durable before a tool with effects runs
         if len(calls) == 1:  # the usual turn: one task of its own (context as with gather), no gather future
             outcomes = [await asyncio.ensure_future(self._run_call(calls[0], tools, step))]
         else:
@@ -579,22 +577,6 @@ def _schema_of(tool: Tool) -> dict[str, Any]:
     if schema is None:
         schema = _SCHEMAS[tool] = tool.schema
     return schema
-
-
-def _all_rerunnable(calls: Sequence[ToolCall], tools: dict[str, Tool]) -> bool:
-    """Whether running every call of the turn again after a crash would be harmless: each names an
-    idempotent tool, a planning tool (the task list is rebuilt from the log on resume) or no tool at all.
-
-    Such a turn needs no commit between the model's response and its tools: the response becomes durable
-    with the results, before the next model call. A crash in between loses the response, so a resume
-    asks the model again for that step, which is allowed (its response was never in the log); a tool
-    that is not idempotent never runs without its call being durable first.
-    """
-    for call in calls:
-        tool = tools.get(call.name)
-        if tool is not None and not tool.idempotent and tool is not PLANNING_TOOLS.get(call.name):
-            return False
-    return True
 
 
 def _assistant_tool_call_message(response: LLMResponse) -> dict[str, Any]:
