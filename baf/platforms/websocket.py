@@ -132,6 +132,7 @@ DELIVERY_DROPPED = "delivery_dropped"
 _SESSION_PREFIX = "ws-"
 _SESSION_ID = re.compile(r"^ws-[A-Za-z0-9_-]{16,64}$")
 _TOKEN_ISSUED = re.compile(r"^[0-9a-f]{1,12}$")
+_TOKEN_MAC = re.compile(r"^[A-Za-z0-9_-]{43}$")  # an HMAC-SHA256 in unpadded base64url
 _TOKEN_CONTEXT = b"baf.websocket.resume.v2:"
 # How far in the future an issue time may lie (clocks of several servers sharing a secret drift).
 _TOKEN_CLOCK_SKEW = 300.0
@@ -676,7 +677,7 @@ class WebSocketPlatform(Platform):
     def verify_resume_token(self, token: str) -> str | None:
         """The session id ``token`` was issued for, or ``None`` if this secret did not issue it or it expired."""
         session_id, issued, mac = _split_token(token)
-        if session_id is None or not hmac.compare_digest(self._token_mac(session_id, issued), mac):
+        if session_id is None or not hmac.compare_digest(self._token_mac(session_id, issued).encode(), mac.encode()):
             return None
         age = time.time() - int(issued, 16)
         if age < -_TOKEN_CLOCK_SKEW or (self.resume_token_ttl is not None and age > self.resume_token_ttl):
@@ -743,7 +744,7 @@ def _split_token(token: str) -> tuple[str | None, str, str]:
     """``(session_id, issued, mac)`` of a well-formed token; ``session_id`` is None otherwise."""
     rest, _, mac = token.rpartition(".")
     session_id, _, issued = rest.rpartition(".")
-    if not _SESSION_ID.match(session_id) or not _TOKEN_ISSUED.match(issued) or not mac:
+    if not _SESSION_ID.match(session_id) or not _TOKEN_ISSUED.match(issued) or not _TOKEN_MAC.match(mac):
         return None, "", ""
     return session_id, issued, mac
 

@@ -136,6 +136,7 @@ async def test_a_client_cannot_resume_or_read_another_session() -> None:
             other_platform.resume_token(session_id),  # signed with another key
             f"{alice.token}x",
             "../" + alice.token,
+            alice.token[:-1] + "é",  # not ASCII
         ]
         for forged in forgeries:
             await mallory.send({"type": "hello", "resume": forged})
@@ -352,6 +353,7 @@ def test_resume_tokens() -> None:
         lambda t: "",
         lambda t: t.replace(f".{issued}.", f".{int(issued, 16) + 3600:x}."),  # issue time moved: MAC fails
         lambda t: t.replace(f".{issued}.", "."),  # the v1 layout, without an issue time
+        lambda t: t[:-1] + "é",  # not ASCII: refused, not a crash in the comparison
     ]
     assert all(platform.verify_resume_token(change(token)) is None for change in bad)
     with pytest.raises(ValueError):
