@@ -30,7 +30,8 @@ _QUIT_WORDS = {"exit", "quit", "/exit", "/quit"}
 class TerminalPlatform(Platform):
     """One session (``session_id``) chatting on stdin/stdout. ``exit``, ``quit`` or EOF end it.
 
-    Lines are read from ``input_fd`` (default: standard input's file descriptor).
+    Lines are read from ``input_fd`` if given. Otherwise a terminal is read with ``input()`` (line
+    editing and history work), and piped or redirected input straight from its file descriptor.
     """
 
     name = "terminal"
@@ -49,9 +50,11 @@ class TerminalPlatform(Platform):
         self.prompt = prompt
         self.show_steps = show_steps
         self._reader: asyncio.Task[None] | None = None
-        self._lines = _LineReader(sys.stdin.fileno() if input_fd is None else input_fd)
+        self._input_fd = input_fd
+        self._lines: _LineReader | None = None
 
     async def start(self) -> None:
+        self._lines = _raw_lines(self._input_fd)
         self._reader = asyncio.ensure_future(self._chat())
 
     async def stop(self) -> None:
@@ -95,16 +98,19 @@ class TerminalPlatform(Platform):
             else:
                 result.set_result(value or "")
 
+        lines = self._lines
+
         def read() -> None:
             try:
-                value, error = self._lines.read_line(), None
-            except BaseException as exc:  # EOFError, OSError: handed to the loop
+                value, error = (lines.read_line() if lines else self.console.input(self.prompt)), None
+            except BaseException as exc:  # EOFError, KeyboardInterrupt, OSError: handed to the loop
                 value, error = None, exc
             with contextlib.suppress(RuntimeError):  # the loop may be closed already
                 loop.call_soon_threadsafe(settle, value, error)
 
-        self.console.print(self.prompt, end="", markup=False, highlight=False)
-        self.console.file.flush()
+        if lines is not None:
+            self.console.print(self.prompt, end="", markup=False, highlight=False)
+            self.console.file.flush()
         threading.Thread(target=read, name="baf-terminal-input", daemon=True).start()
         return await result
 
@@ -143,12 +149,26 @@ class TerminalPlatform(Platform):
         self.console.print(table)
 
 
+def _raw_lines(fd: int | None) -> _LineReader | None:
+    """The reader for ``fd``, or for standard input when it is a pipe or a file; None for a terminal or
+    a stdin without a descriptor (an IDE, a notebook), which ``input()`` reads."""
+    if fd is not None:
+        return _LineReader(fd)
+    try:
+        fd = sys.stdin.fileno()
+        interactive = os.isatty(fd)
+    except (AttributeError, ValueError, OSError):  # None, a StringIO, a closed stream
+        return None
+    return None if interactive else _LineReader(fd)
+
+
 class _LineReader:
-    """Lines from a file descriptor, read with ``os.read``.
+    """Lines from a file descriptor, read with ``os.read`` and decoded as UTF-8.
 
     Not through ``sys.stdin``: a thread blocked in its ``readline`` holds the buffered reader's lock,
     and an interpreter exiting meanwhile (Ctrl-C) dies with a fatal error when it cannot take that lock
-    to shut the stream down. ``os.read`` holds no Python lock while it waits.
+    to shut the stream down. ``os.read`` holds no Python lock while it waits. (A terminal is read with
+    ``input()``, which goes through readline, not the buffered reader.)
     """
 
     def __init__(self, fd: int) -> None:

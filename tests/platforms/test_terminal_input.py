@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import os
+import sys
 
 import pytest
 
-from baf.platforms.terminal import _LineReader
+from baf.platforms.terminal import _LineReader, _raw_lines
 
 
 def test_lines_split_and_joined_across_reads_and_eof() -> None:
@@ -29,3 +31,23 @@ def test_lines_split_and_joined_across_reads_and_eof() -> None:
         os.close(read_end)
         if write_end != -1:
             os.close(write_end)
+
+
+def test_which_input_is_read_raw(monkeypatch: pytest.MonkeyPatch) -> None:
+    read_end, write_end = os.pipe()
+    leader, follower = os.openpty()
+    try:
+        monkeypatch.setattr(sys, "stdin", io.StringIO("no descriptor"))
+        assert _raw_lines(None) is None  # input() reads it
+        monkeypatch.setattr(sys, "stdin", None)
+        assert _raw_lines(None) is None
+        with os.fdopen(os.dup(follower)) as terminal:
+            monkeypatch.setattr(sys, "stdin", terminal)
+            assert _raw_lines(None) is None  # a terminal: input(), with line editing
+        with os.fdopen(os.dup(read_end)) as pipe:
+            monkeypatch.setattr(sys, "stdin", pipe)
+            assert isinstance(_raw_lines(None), _LineReader)
+        assert isinstance(_raw_lines(follower), _LineReader)  # an explicit descriptor is always read raw
+    finally:
+        for fd in (read_end, write_end, leader, follower):
+            os.close(fd)
