@@ -14,7 +14,8 @@ Writing
     thread costs (the thread needs the GIL back to bind parameters and to report, and a busy event
     loop holds it for up to the 5 ms switch interval each time). So commits run on the event loop,
     with the lock timeout at zero; only if another process holds the write lock does the group go to
-    the store's worker thread, which waits up to ``busy_timeout`` for it. An ``append`` that finds
+    the store's worker thread, which waits up to ``busy_timeout`` for it; so does a group of more
+    than 256 KB of data, which would hold the loop for milliseconds. An ``append`` that finds
     the store idle (nothing queued, no other append committed since the loop last went round)
     commits its batch itself, sparing the two trips through the event loop that waking the writer
     task costs; appends that arrive together are queued for one group commit as described above. WAL checkpoints (which
@@ -56,7 +57,8 @@ Lifecycle
     and closes; until ``start()`` reopens it, calls raise ``LogClosedError``. A store left open when
     its event loop ends (``asyncio.run`` cancels the writer) closes itself, since its threads (the
     worker, and aiosqlite's for the reader) would otherwise keep the process from exiting; do close it
-    yourself.
+    yourself. Appends still waiting then fail with ``LogClosedError``, including a group the worker
+    thread was already committing, which may have landed: read back to know.
 """
 
 from __future__ import annotations
@@ -142,6 +144,8 @@ _SESSIONS_SQL: Final = "SELECT session_id FROM baf_sessions ORDER BY position"
 _FOLD_CHUNK: Final = 2000
 _MAX_INT64: Final = 2**63 - 1
 
+# Largest group (bytes of JSON) committed on the event loop; SQLite writes ~1 MB in a few ms here.
+_LOOP_COMMIT_BYTES: Final = 256 * 1024
 # WAL pages a "normal" store lets accumulate before its worker checkpoints them (SQLite's own
 # automatic checkpoint, which it turns off, uses 1000).
 _CHECKPOINT_PAGES: Final = 1000
@@ -277,8 +281,8 @@ class SQLiteLog(SessionLog):
         self._state = _State.NEW
         self._lifecycle: asyncio.Lock | None = None
         self._lifecycle_loop: asyncio.AbstractEventLoop | None = None
-        # The writer connection is used by one party at a time: the writer task on the event loop, or
-        # the worker thread while the writer task awaits it.
+        # The writer connection is used by one party at a time: on the event loop (an append committing
+        # its own batch, or the writer task), or by the worker thread while the writer task awaits it.
         self._writer: sqlite3.Connection | None = None
         self._worker: ThreadPoolExecutor | None = None
         self._reader: aiosqlite.Connection | None = None
@@ -303,7 +307,7 @@ class SQLiteLog(SessionLog):
 
     @property
     def commits(self) -> int:
-        """Transactions committed by the writer so far; each holds one or more ``append`` calls."""
+        """Transactions committed so far; each holds one or more ``append`` calls."""
         return self._commits
 
     def __repr__(self) -> str:
@@ -476,14 +480,14 @@ class SQLiteLog(SessionLog):
         task, wakeup = self._writer_task, self._wakeup
         if task is None or wakeup is None or task.done():
             raise LogClosedError(f"{self!r}: the writer task has stopped")
-        if self._may_commit_now() and self._commit_now(rows, wakeup):
+        if self._may_commit_now(rows) and self._commit_now(rows, wakeup):
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._pending.append(_Batch(rows, future))
         wakeup.set()
         await future
 
-    def _may_commit_now(self) -> bool:
+    def _may_commit_now(self, rows: list[Row]) -> bool:
         """Whether ``append`` may commit its batch itself, without the writer task.
 
         Only a store that commits on the loop (durability normal), when nothing is queued, the worker
@@ -493,6 +497,7 @@ class SQLiteLog(SessionLog):
         """
         return (
             self._durability == "normal"
+            and _fits_the_loop([rows])
             and not self._pending
             and not self._writer_busy
             and not self._committed_this_round
@@ -565,6 +570,8 @@ class SQLiteLog(SessionLog):
         try:
             if self._durability == "full":
                 outcomes = await self._on_worker(commit_group, writer, batches)
+            elif not _fits_the_loop(batches):
+                outcomes = await self._on_worker(self._commit_waiting, writer, batches)
             else:
                 quick = self._commit_on_loop(writer, batches)
                 outcomes = quick if quick is not None else await self._on_worker(self._commit_waiting, writer, batches)
@@ -709,6 +716,18 @@ class SQLiteLog(SessionLog):
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():  # the caller may have been cancelled meanwhile
         future.set_result(None)
+
+
+def _fits_the_loop(batches: list[list[Row]]) -> bool:
+    """Whether a group is small enough to commit on the event loop: writing a few megabytes would hold
+    the loop for a noticeable time, so such a group goes to the worker thread."""
+    size = 0
+    for rows in batches:
+        for row in rows:
+            size += len(row[5])
+            if size > _LOOP_COMMIT_BYTES:
+                return False
+    return True
 
 
 def _reject(future: asyncio.Future[None], exc: BaseException) -> None:

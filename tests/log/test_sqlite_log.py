@@ -432,3 +432,27 @@ async def test_a_normal_store_checkpoints_its_wal_off_the_event_loop(db: Path) -
         wal_bytes = (await asyncio.to_thread(Path(f"{db}-wal").stat)).st_size
         assert wal_bytes < 12_000_000, wal_bytes
         assert [r.seq for r in await log.read("s", after_seq=1498)] == [1499, 1500]
+
+
+async def test_a_large_group_commits_on_the_worker_thread(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    import baf.log.sqlite as sqlite_module
+
+    threads: list[tuple[int, int]] = []  # (rows, thread) of each commit
+    commit_group = sqlite_module.commit_group
+
+    def spy(connection: sqlite3.Connection, batches: Any) -> Any:
+        threads.append((sum(len(rows) for rows in batches), threading.get_ident()))
+        return commit_group(connection, batches)
+
+    monkeypatch.setattr(sqlite_module, "commit_group", spy)
+    loop_thread = threading.get_ident()
+    async with SQLiteLog(db) as log:
+        await log.append([rec("small", 1)])
+        await asyncio.sleep(0)
+        big = [Record("big", seq, "note", {"text": "x" * 50_000}) for seq in range(1, 41)]  # 2 MB
+        await log.append(big)
+        assert len(await log.read("big")) == 40
+    # A few bytes commit on the event loop; megabytes would hold it up, so they go to the worker.
+    assert threads == [(1, loop_thread), (40, threads[1][1])] and threads[1][1] != loop_thread
