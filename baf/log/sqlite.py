@@ -16,12 +16,12 @@ Writing
     with the lock timeout at zero; only if another process holds the write lock does the group go to
     the store's worker thread, which waits up to ``busy_timeout`` for it; so does a group of more
     than 256 KB of data, which would hold the loop for milliseconds. An ``append`` that finds
-    the store idle (nothing queued, no other append committed since the loop last went round)
-    commits its batch itself, sparing the two trips through the event loop that waking the writer
-    task costs; appends that arrive together are queued for one group commit as described above. WAL checkpoints (which
-    do fsync) also run on that thread, between two commits, instead of inside one on the loop: appends
-    wait for them, the event loop does not. With ``durability="full"`` every commit fsyncs, so every
-    commit runs on the worker thread.
+    the store idle (nothing queued, no other session's append committed since the loop last went
+    round) commits its batch itself, sparing the two trips through the event loop that waking the
+    writer task costs; appends that arrive together are queued for one group commit as described
+    above. WAL checkpoints (which do fsync) also run on the worker thread, between two commits,
+    instead of inside one on the loop: appends wait for them, the event loop does not. With
+    ``durability="full"`` every commit fsyncs, so every commit runs on the worker thread.
 
     If the task awaiting ``append`` is cancelled before the writer took its batch, the batch is
     dropped; once taken it is committed anyway. Either way the caller cannot tell, as with any
@@ -293,7 +293,8 @@ class SQLiteLog(SessionLog):
         self._commits = 0
         self._unchecked_pages = 0  # estimated WAL pages written since the last checkpoint
         self._writer_busy = False  # the writer task is in a commit or checkpoint that may use the worker
-        self._committed_this_round = False  # an append committed itself since the loop last went round
+        # The session whose append committed itself since the loop last went round, if any.
+        self._round_committer: str | None = None
 
     @property
     def path(self) -> Path:
@@ -480,7 +481,7 @@ class SQLiteLog(SessionLog):
         task, wakeup = self._writer_task, self._wakeup
         if task is None or wakeup is None or task.done():
             raise LogClosedError(f"{self!r}: the writer task has stopped")
-        if self._may_commit_now(rows) and self._commit_now(rows, wakeup):
+        if self._may_commit_now(rows) and self._commit_now(rows):
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._pending.append(_Batch(rows, future))
@@ -490,38 +491,38 @@ class SQLiteLog(SessionLog):
     def _may_commit_now(self, rows: list[Row]) -> bool:
         """Whether ``append`` may commit its batch itself, without the writer task.
 
-        Only a store that commits on the loop (durability normal), when nothing is queued, the worker
-        is not using the connection, and no other append committed since the loop last went round:
-        a second append so soon means others are arriving together, and they are better served by one
-        group commit than by one commit each.
+        Only a store that commits on the loop (durability normal), for a batch small enough to write
+        there, when nothing is queued, the worker is not using the connection, and no other session's
+        append committed since the loop last went round: another session so soon means several are
+        arriving together, and they are better served by one group commit than by one commit each.
         """
         return (
             self._durability == "normal"
             and _fits_the_loop([rows])
             and not self._pending
             and not self._writer_busy
-            and not self._committed_this_round
+            and self._round_committer in (None, rows[0][0])
+            and self._unchecked_pages < _CHECKPOINT_PAGES  # else the writer task checkpoints first
             and self._writer is not None
         )
 
-    def _commit_now(self, rows: list[Row], wakeup: asyncio.Event) -> bool:
+    def _commit_now(self, rows: list[Row]) -> bool:
         """Commit ``rows`` here and now; False (nothing written) if another process holds the lock."""
         assert self._writer is not None
         outcomes = self._commit_on_loop(self._writer, [rows])
         if outcomes is None:
             return False
-        self._committed_this_round = True
-        asyncio.get_running_loop().call_soon(self._end_round)
+        if self._round_committer is None:
+            self._round_committer = rows[0][0]
+            asyncio.get_running_loop().call_soon(self._end_round)
         self._commits += 1
         self._note_commit([rows])
-        if self._unchecked_pages >= _CHECKPOINT_PAGES:
-            wakeup.set()  # the writer task checkpoints
         if outcomes[0] is not None:
             raise outcomes[0]
         return True
 
     def _end_round(self) -> None:
-        self._committed_this_round = False
+        self._round_committer = None
 
     async def _write_loop(self, wakeup: asyncio.Event) -> None:
         group: list[_Batch] = []

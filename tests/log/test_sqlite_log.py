@@ -302,9 +302,18 @@ async def test_a_lone_append_commits_at_once_and_appends_arriving_together_share
         append = asyncio.ensure_future(log.append([rec("alone", 1)]))
         await asyncio.sleep(0)  # one step of the task: committed without waiting for the writer task
         assert append.done() and log.commits == before + 1
+
+        async def twice() -> None:  # one session committing twice in a row: both at once, no hand-off
+            await log.append([rec("alone", 2)])
+            await log.append([rec("alone", 3)])
+
+        both = asyncio.ensure_future(twice())
+        await asyncio.sleep(0)
+        assert both.done() and log.commits == before + 3
+        before = log.commits
         await asyncio.gather(*(log.append([rec(f"s{n}", 1)]) for n in range(50)))
         assert log.commits <= before + 3  # the first commits by itself, the others as one group
-        assert len(await log.sessions()) == 51
+        assert len(await log.sessions()) == 51 and len(await log.read("alone")) == 3
 
 
 async def test_appends_wait_while_the_worker_holds_the_connection(db: Path) -> None:
