@@ -63,9 +63,18 @@ class Runtime:
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Open the log, compile the state machine and bring back every session in the log."""
+        """Open the log, compile the state machine and bring back every session in the log.
+
+        First every body that carries a ``check(agent)`` hook (``reasoning_body`` does: tool names) is
+        asked; one that raises ``ConfigurationError`` stops the start before the log is opened.
+        """
         self.loop_thread_id = threading.get_ident()
         self._machine = compile_machine(self.agent.states, self.agent.initial_state)
+        for state in self.agent.states:
+            for body in (state.body, state.fallback_body):
+                check = getattr(body, "check", None)
+                if check is not None:  # a body's own start-up check (e.g. reasoning_body's tool names)
+                    check(self.agent)
         await self.log.start()
         for session_id in await self.log.sessions():
             await self._load(session_id, resume=True)

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from baf import Agent
+from baf.errors import ConfigurationError
 from baf.llm.base import LLMResponse, ToolCall
 from baf.testing import RecordingPlatform, ScriptedLLM
 
@@ -268,11 +269,7 @@ async def test_tool_that_takes_the_session(platform: RecordingPlatform) -> None:
 async def test_a_user_tool_named_like_a_builtin_tool_is_refused(
     clash: str, tmp_path: Path, platform: RecordingPlatform
 ) -> None:
-    llm = ScriptedLLM(["never used"])
-    agent, _ = reasoning_agent(llm)
     name = "read_file" if clash == "workspace" else "add_tasks"
-    if clash == "workspace":
-        agent.new_workspace(tmp_path)
 
     def shadowed(text: str) -> str:
         """A user's tool.
@@ -282,13 +279,29 @@ async def test_a_user_tool_named_like_a_builtin_tool_is_refused(
         """
         return text
 
-    agent.new_tool(shadowed, name=name)
-    async with agent:
-        await agent.receive_message("s", "hi", platform)
-        errors = await records_of(agent, "s", "error")
-    assert llm.requests == []  # refused before the model is asked with an ambiguous tool set
-    assert len(errors) == 1 and repr(name) in errors[0].data["message"]
-    assert "rename" in errors[0].data["message"] and "ConfigurationError" in platform.errors["s"][0]
+    def agent_with(llm: ScriptedLLM) -> Agent:
+        agent, _ = reasoning_agent(llm)
+        if clash == "workspace":
+            agent.new_workspace(tmp_path)
+        return agent
+
+    # Known at start: the agent does not start.
+    early = agent_with(ScriptedLLM(["never used"]))
+    early.new_tool(shadowed, name=name)
+    with pytest.raises(ConfigurationError, match=repr(name)):
+        await early.start()
+    await early.stop()
+
+    # Added while running: the turn is refused before the model is asked with an ambiguous tool set.
+    llm = ScriptedLLM(["never used"])
+    late = agent_with(llm)
+    async with late:
+        late.new_tool(shadowed, name=name)
+        await late.receive_message("s", "hi", platform)
+        errors = await records_of(late, "s", "error")
+    assert llm.requests == []
+    assert len(errors) == 1 and repr(name) in errors[0].data["message"] and "rename" in errors[0].data["message"]
+    assert "ConfigurationError" in platform.errors["s"][0]
 
 
 async def test_planning_tool_names_are_free_without_task_planning(platform: RecordingPlatform) -> None:

@@ -162,8 +162,13 @@ def reasoning_body(
         elif not run.finished:
             await _run_reasoning_loop(run)
 
+    def check(agent: Agent) -> None:
+        """Refuse to start an agent whose tools clash with this state's built-in ones (see ``Runtime.start``)."""
+        _tool_set(agent, enable_task_planning)
+
     reasoning.__name__ = "reasoning_body"
     reasoning.resume = resume  # type: ignore[attr-defined]  # the engine's resume hook
+    reasoning.check = check  # type: ignore[attr-defined]  # the runtime's start-up check
     return reasoning
 
 
@@ -326,21 +331,8 @@ class _ReasoningRun:
         agent = self.session.agent
         key = (tuple(agent.tools.values()), tuple(agent.workspaces.values()))
         if key != self._tools_key:
-            agent_tools, workspaces = key
-            tools = {t.name: t for t in agent_tools}
-            builtin = {t.name: t for t in workspace_tools(list(workspaces))} if workspaces else {}
-            if self.task_list is not None:
-                builtin.update(PLANNING_TOOLS)
-            clashes = sorted(tools.keys() & builtin.keys())
-            if clashes:
-                # Silently letting one win would hide a tool from the model, or offer it the wrong one.
-                raise ConfigurationError(
-                    f"agent {agent.name!r}: tool name(s) {', '.join(map(repr, clashes))} are taken by the reasoning "
-                    "state's workspace or planning tools; rename your tool(s)"
-                )
-            tools.update(builtin)
-            self._tools_key, self._tools = key, tools
-            self._schemas = [_schema_of(tool) for tool in tools.values()]
+            self._tools_key, self._tools = key, _tool_set(agent, self.task_list is not None)
+            self._schemas = [_schema_of(tool) for tool in self._tools.values()]
         return self._tools
 
     def system_prompt(self) -> str:
@@ -535,6 +527,24 @@ class _ReasoningRun:
             return  # a platform without streaming support simply does not see the steps
         # Queued, not awaited: delivered in order right after the next commit.
         self.session.queue_after_commit(functools.partial(send, self.session, payload))
+
+
+def _tool_set(agent: Agent, planning: bool) -> dict[str, Tool]:
+    """The tools a reasoning state offers: the agent's, its workspaces', and with ``planning`` the
+    planning tools. Raises ``ConfigurationError`` if one of the agent's tools takes a built-in's name:
+    silently letting one win would hide a tool from the model, or hand it the wrong one."""
+    tools = dict(agent.tools)
+    builtin = {t.name: t for t in workspace_tools(list(agent.workspaces.values()))} if agent.workspaces else {}
+    if planning:
+        builtin.update(PLANNING_TOOLS)
+    clashes = sorted(tools.keys() & builtin.keys())
+    if clashes:
+        raise ConfigurationError(
+            f"agent {agent.name!r}: tool name(s) {', '.join(map(repr, clashes))} are taken by the reasoning "
+            "state's workspace or planning tools; rename your tool(s)"
+        )
+    tools.update(builtin)
+    return tools
 
 
 _SCHEMAS: weakref.WeakKeyDictionary[Tool, dict[str, Any]] = weakref.WeakKeyDictionary()
