@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
+import functools
 import logging
 import threading
 import traceback
@@ -227,6 +228,13 @@ class Session:
     def queue_after_commit(self, send: Callable[[], Awaitable[None]]) -> None:
         """Like :meth:`after_commit`, without starting a commit: ``send`` runs at the next one."""
         self._outbox.append(send)
+
+    def queue_platform_call(self, method: str, *args: Any) -> None:
+        """Queue ``platform.<method>(session, *args)`` for the next commit, as :meth:`queue_after_commit`
+        does; nothing if the platform has no such method (streaming is optional for a platform)."""
+        send = getattr(self.platform, method, None)
+        if send is not None:
+            self._outbox.append(functools.partial(send, self, *args))
 
     async def _enqueue_and_commit(self, send: Callable[[], Awaitable[None]]) -> None:
         self._outbox.append(send)

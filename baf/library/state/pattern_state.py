@@ -50,15 +50,8 @@ class SessionObserver:
         """Record one step and, when streaming, queue it for the platform after the next commit."""
         reasoning_step = ReasoningStep(kind, step, summary, details)
         self.session.record(RecordKind.REASONING_STEP, reasoning_step.to_dict())
-        send = getattr(self.session.platform, "reply_reasoning_step", None) if self.stream_steps else None
-        if send is None:
-            return
-        session = self.session
-
-        async def deliver() -> None:
-            await send(session, reasoning_step)
-
-        session.queue_after_commit(deliver)
+        if self.stream_steps:
+            self.session.queue_platform_call("reply_reasoning_step", reasoning_step)
 
     def on_step(self, step: PatternStep) -> None:
         """Record and stream a pattern step as a ``ReasoningStep``."""

@@ -18,7 +18,6 @@ deterministic re-run (``baf.replay.rerun``) serves everything from the log.
 from __future__ import annotations
 
 import asyncio
-import functools
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
@@ -520,13 +519,8 @@ class _ReasoningRun:
         self._stream("reply_task_list_update", snapshot)
 
     def _stream(self, method: str, payload: Any) -> None:
-        if not self.config.stream_steps:
-            return
-        send = getattr(self.session.platform, method, None)
-        if send is None:
-            return  # a platform without streaming support simply does not see the steps
-        # Queued, not awaited: delivered in order right after the next commit.
-        self.session.queue_after_commit(functools.partial(send, self.session, payload))
+        if self.config.stream_steps:  # queued, not awaited: delivered in order right after the next commit
+            self.session.queue_platform_call(method, payload)
 
 
 def _tool_set(agent: Agent, planning: bool) -> dict[str, Tool]:
