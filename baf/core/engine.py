@@ -193,11 +193,4 @@ async def _run_body(session: Session, state: State, body: Body, role: str, execu
 
 def _tell_user(session: Session, message: str) -> None:
     """Show an error on the platform, after the error record is durable."""
-    platform = session.platform
-    if platform is None:
-        return
-
-    async def send() -> None:
-        await platform.reply_error(session, message)
-
-    session.queue_after_commit(send)
+    session.queue_platform_call("reply_error", message)

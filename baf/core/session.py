@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
+import dataclasses
 import functools
 import logging
 import threading
@@ -19,6 +20,7 @@ from baf.errors import SessionVariableError
 from baf.log.jsontext import json_copy
 from baf.log.projection import ChatEntry, SessionProjection
 from baf.log.record import Record, RecordKind
+from baf.log.redaction import Redactor
 
 if TYPE_CHECKING:
     from baf.core.agent import Agent
@@ -187,9 +189,11 @@ class Session:
         return self._rich_reply(data, "reply_image", content, mime_type, caption)
 
     def _rich_reply(self, data: dict[str, Any], method: str, *args: Any) -> Delivery:
+        shown = self._redacted(args)  # the user sees what the log keeps: no secret, live or replayed
+
         async def deliver() -> None:
             if self.platform is not None:
-                await getattr(self.platform, method)(self, *args)
+                await getattr(self.platform, method)(self, *shown)
 
         if not self._in_loop_thread():
             # Recorded and queued for delivery in one step on the event loop: were the record made here
@@ -231,10 +235,17 @@ class Session:
 
     def queue_platform_call(self, method: str, *args: Any) -> None:
         """Queue ``platform.<method>(session, *args)`` for the next commit, as :meth:`queue_after_commit`
-        does; nothing if the platform has no such method (streaming is optional for a platform)."""
+        does; nothing if the platform has no such method (streaming is optional for a platform). The
+        agent's secrets are redacted from ``args``, as from the records."""
         send = getattr(self.platform, method, None)
         if send is not None:
-            self._outbox.append(functools.partial(send, self, *args))
+            self._outbox.append(functools.partial(send, self, *self._redacted(args)))
+
+    def _redacted(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        """``args`` with the agent's secrets replaced in strings, containers and dataclass fields (a
+        ``ReasoningStep``); bytes (a file's content) are passed on as they are."""
+        redactor = self.agent.redactor
+        return tuple(_redact_value(redactor, arg) for arg in args)
 
     async def _enqueue_and_commit(self, send: Callable[[], Awaitable[None]]) -> None:
         self._outbox.append(send)
@@ -300,3 +311,12 @@ class Session:
             fn(*args)
         else:
             self._loop.call_soon_threadsafe(fn, *args)
+
+
+def _redact_value(redactor: Redactor, value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        redacted = {name: redactor.redact(item) for name, item in fields.items()}
+        changed = any(redacted[name] is not fields[name] for name in fields)
+        return dataclasses.replace(value, **redacted) if changed else value
+    return value if isinstance(value, bytes | bytearray) else redactor.redact(value)

@@ -132,9 +132,9 @@ async def test_secrets_never_reach_the_log(tmp_path: Path) -> None:
         session = await agent.receive_message("s", f"remember {marked}", platform)
         session.set("note", {"nested": [marked]})
         records = await agent.log.read("s")
-    # The platform got the model's words (redaction guards the log, not the live conversation) ...
-    assert key in platform.replies["s"][0]
-    # ... but neither value reaches the log, on disk or as read back.
+    # The user sees what the log keeps: the model's words with both values redacted ...
+    assert platform.replies["s"] == ["the key is [REDACTED] and the secret is [REDACTED]"]
+    # ... and neither value reaches the log, on disk or as read back.
     files = {path.name: path.read_bytes() for path in tmp_path.iterdir()}  # noqa: ASYNC240 - a test, after stop
     for name, content in files.items():
         assert key.encode() not in content and marked.encode() not in content, name

@@ -1,4 +1,4 @@
-"""Canary secrets never reach the log files, ``baf replay`` output or an export.
+"""Canary secrets never reach the log files, what the platform shows live, ``baf replay`` output or an export.
 
 Plants an API key (given to ``LLMOpenAI`` as ``api_key=``), another in ``OPENAI_API_KEY``, and a value the
 user marks secret, then runs a real session on SQLite in which the user types the secret, tools return
@@ -23,6 +23,7 @@ from baf.cli import main
 from baf.library.state.reasoning_state_library import new_reasoning_state
 from baf.llm.openai_llm import LLMOpenAI
 from baf.log.redaction import REDACTED, registered_secrets
+from baf.testing import RecordingPlatform
 from baf.testing.llms import ScriptedLLM
 
 CANARY_KEY = "sk-canary-llm-7f3a9c2e11d0"
@@ -81,9 +82,12 @@ def test_canaries_never_reach_files_output_or_exports(
     agent, model, _ = build(db)
     wire_hooks(monkeypatch, agent, CANARY_KEY)
 
+    platform = RecordingPlatform()
+    agent.add_platform(platform)
+
     async def run_session() -> None:
         async with agent:
-            await agent.receive_message(SESSION, f"my password is {USER_SECRET}")
+            await agent.receive_message(SESSION, f"my password is {USER_SECRET}", platform)
             await agent.wait_idle()
             files = db_files(db)
             assert any(name.endswith("-wal") for name in files)  # checked while the WAL holds the records
@@ -93,6 +97,12 @@ def test_canaries_never_reach_files_output_or_exports(
     asyncio.run(run_session())
     for name, content in db_files(db).items():
         assert_clean(name, content)
+    # What the user saw live: the answer, every streamed step (tool results included) and the errors.
+    live = {"replies": platform.replies[SESSION], "steps": platform.steps[SESSION], "errors": platform.errors[SESSION]}
+    assert live["replies"] and live["steps"]
+    for label, seen in live.items():
+        assert_clean(f"live {label}", repr(seen))
+    assert REDACTED in live["replies"][-1]
 
     # The secrets did flow through the session (the model saw them in memory) ...
     assert USER_SECRET in str(model.requests[0].messages) and CANARY_KEY in str(model.requests[-1].messages)
