@@ -245,6 +245,8 @@ class Session:
         """``args`` with the agent's secrets replaced in strings, containers and dataclass fields (a
         ``ReasoningStep``); bytes (a file's content) are passed on as they are."""
         redactor = self.agent.redactor
+        if not redactor.active:
+            return args
         return tuple(_redact_value(redactor, arg) for arg in args)
 
     async def _enqueue_and_commit(self, send: Callable[[], Awaitable[None]]) -> None:
