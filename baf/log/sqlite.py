@@ -1,27 +1,29 @@
 """A session log in one SQLite file, with group commit.
 
 Writing
-    ``append`` encodes and validates its batch, puts it on a queue with a future and waits. One writer
-    task takes *everything* queued and commits it as one group (``baf.log.sqlite_commit``), then
-    resolves the futures: many sessions' appends share one commit, so one WAL append (or one fsync,
-    ``durability="full"``) serves them all. A UNIQUE violation fails only the batch that conflicts,
-    with ``LogConflictError`` naming its first conflicting record; the other batches land. A failure
-    that is not about one batch (disk full, the file locked past ``busy_timeout``) fails every append
-    of the group with the ``sqlite3`` error.
+    ``append`` encodes and validates its batch. Unless it may commit the batch itself (below), it puts
+    it on a queue with a future and waits; one writer task takes *everything* queued and commits it as
+    one group (``baf.log.sqlite_commit``), then resolves the futures: many sessions' appends share one
+    commit, so one WAL append (or one fsync, ``durability="full"``) serves them all. A UNIQUE
+    violation fails only the batch that conflicts, with ``LogConflictError`` naming its first
+    conflicting record; the other batches land. A failure that is not about one batch (disk full, the
+    file locked past ``busy_timeout``) fails every append of the group with the ``sqlite3`` error.
 
-    Where the commit runs depends on what it may wait for. With ``durability="normal"`` a commit
-    writes a few pages to the WAL and does not fsync: tens of microseconds, less than handing it to a
-    thread costs (the thread needs the GIL back to bind parameters and to report, and a busy event
-    loop holds it for up to the 5 ms switch interval each time). So commits run on the event loop,
-    with the lock timeout at zero; only if another process holds the write lock does the group go to
-    the store's worker thread, which waits up to ``busy_timeout`` for it; so does a group of more
-    than 256 KB of data, which would hold the loop for milliseconds. An ``append`` that finds
-    the store idle (nothing queued, no other session's append committed since the loop last went
-    round) commits its batch itself, sparing the two trips through the event loop that waking the
-    writer task costs; appends that arrive together are queued for one group commit as described
-    above. WAL checkpoints (which do fsync) also run on the worker thread, between two commits,
-    instead of inside one on the loop: appends wait for them, the event loop does not. With
-    ``durability="full"`` every commit fsyncs, so every commit runs on the worker thread.
+    Where a commit runs depends on what it may wait for. With ``durability="normal"`` a commit writes
+    a few pages to the WAL and does not fsync: tens of microseconds, less than handing it to a thread
+    costs (the thread needs the GIL back to bind parameters and to report, and a busy event loop holds
+    it for up to the 5 ms switch interval each time). So commits run on the event loop, with the lock
+    timeout at zero. A group goes to the store's worker thread instead when another process holds the
+    write lock (the worker waits up to ``busy_timeout`` for it) or when it holds more than 256 K
+    characters of data (which would hold the loop for milliseconds). WAL checkpoints, which fsync,
+    also run on the worker, between two commits: appends wait for them, the event loop does not. With
+    ``durability="full"`` every commit fsyncs, so every commit runs on the worker.
+
+    With ``durability="normal"``, an ``append`` that finds the store idle commits its batch itself,
+    sparing the two trips through the event loop that waking the writer task costs. Idle means:
+    nothing queued, no checkpoint due, and since the loop last went round no other session's append
+    committed and this session's at most a few times. Appends arriving together (several sessions in
+    one round) queue for one group commit.
 
     If the task awaiting ``append`` is cancelled before the writer took its batch, the batch is
     dropped; once taken it is committed anyway. Either way the caller cannot tell, as with any
@@ -71,6 +73,7 @@ import json
 import math
 import os
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -144,7 +147,9 @@ _SESSIONS_SQL: Final = "SELECT session_id FROM baf_sessions ORDER BY position"
 _FOLD_CHUNK: Final = 2000
 _MAX_INT64: Final = 2**63 - 1
 
-# Largest group (bytes of JSON) committed on the event loop; SQLite writes ~1 MB in a few ms here.
+# Commits one session may make on the event loop before the loop goes round (see _may_commit_now).
+_INLINE_COMMITS_PER_ROUND: Final = 8
+# Largest group (characters of JSON) committed on the event loop; SQLite writes ~1 MB in a few ms here.
 _LOOP_COMMIT_BYTES: Final = 256 * 1024
 # WAL pages a "normal" store lets accumulate before its worker checkpoints them (SQLite's own
 # automatic checkpoint, which it turns off, uses 1000).
@@ -293,8 +298,11 @@ class SQLiteLog(SessionLog):
         self._commits = 0
         self._unchecked_pages = 0  # estimated WAL pages written since the last checkpoint
         self._writer_busy = False  # the writer task is in a commit or checkpoint that may use the worker
-        # The session whose append committed itself since the loop last went round, if any.
+        # The session whose append committed itself since the loop last went round, if any, and how
+        # many times: past a few, its appends wait for the writer task, so a task appending in a tight
+        # loop still lets the event loop go round.
         self._round_committer: str | None = None
+        self._round_commits = 0
 
     @property
     def path(self) -> Path:
@@ -378,7 +386,7 @@ class SQLiteLog(SessionLog):
         try:
             # busy_timeout first: switching to WAL and creating tables take locks another process may hold.
             writer.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
-            row = writer.execute("PRAGMA journal_mode = WAL").fetchone()
+            row = self._switch_to_wal(writer)
             mode = str(row[0]).lower() if row else "unknown"
             if mode != "wal":
                 raise LogError(
@@ -412,6 +420,22 @@ class SQLiteLog(SessionLog):
             writer.close()
             raise
         return writer
+
+    def _switch_to_wal(self, writer: sqlite3.Connection) -> Any:
+        """``PRAGMA journal_mode = WAL``, retried while another connection holds the file.
+
+        Switching needs an exclusive lock, and SQLite reports a conflict on it as busy at once, without
+        waiting ``busy_timeout`` (it would risk a deadlock): two processes opening a new file together
+        can hit it. So wait here, up to ``busy_timeout``.
+        """
+        deadline = time.monotonic() + self._busy_timeout_ms / 1000
+        while True:
+            try:
+                return writer.execute("PRAGMA journal_mode = WAL").fetchone()
+            except sqlite3.OperationalError as exc:
+                if not is_busy(exc) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.01)  # on the worker thread: the event loop is not held
 
     async def _on_worker(self, function: Callable[..., _T], *args: Any) -> _T:
         """Run ``function(*args)`` on the worker thread; the task waits, the event loop does not."""
@@ -502,6 +526,7 @@ class SQLiteLog(SessionLog):
             and not self._pending
             and not self._writer_busy
             and self._round_committer in (None, rows[0][0])
+            and self._round_commits < _INLINE_COMMITS_PER_ROUND
             and self._unchecked_pages < _CHECKPOINT_PAGES  # else the writer task checkpoints first
             and self._writer is not None
         )
@@ -515,6 +540,7 @@ class SQLiteLog(SessionLog):
         if self._round_committer is None:
             self._round_committer = rows[0][0]
             asyncio.get_running_loop().call_soon(self._end_round)
+        self._round_commits += 1
         self._commits += 1
         self._note_commit([rows])
         if outcomes[0] is not None:
@@ -523,6 +549,7 @@ class SQLiteLog(SessionLog):
 
     def _end_round(self) -> None:
         self._round_committer = None
+        self._round_commits = 0
 
     async def _write_loop(self, wakeup: asyncio.Event) -> None:
         group: list[_Batch] = []
@@ -720,8 +747,9 @@ def _resolve(future: asyncio.Future[None]) -> None:
 
 
 def _fits_the_loop(batches: list[list[Row]]) -> bool:
-    """Whether a group is small enough to commit on the event loop: writing a few megabytes would hold
-    the loop for a noticeable time, so such a group goes to the worker thread."""
+    """Whether a group is small enough to commit on the event loop (counted in characters of JSON):
+    writing a few megabytes would hold the loop for a noticeable time, so such a group goes to the
+    worker thread."""
     size = 0
     for rows in batches:
         for row in rows:

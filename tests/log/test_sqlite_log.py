@@ -465,3 +465,44 @@ async def test_a_large_group_commits_on_the_worker_thread(db: Path, monkeypatch:
         assert len(await log.read("big")) == 40
     # A few bytes commit on the event loop; megabytes would hold it up, so they go to the worker.
     assert threads == [(1, loop_thread), (40, threads[1][1])] and threads[1][1] != loop_thread
+
+
+async def test_a_task_appending_in_a_tight_loop_still_lets_other_tasks_run(db: Path) -> None:
+    # Each append of an idle store may commit at once, without yielding; a few in a row, then the
+    # writer task takes the next, so a migration-style loop of appends cannot hold the event loop.
+    ticks = 0
+    running = True
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while running:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    async with SQLiteLog(db) as log:
+        task = asyncio.create_task(ticker())
+        await asyncio.sleep(0)
+        start = ticks
+        for seq in range(1, 101):
+            await log.append([rec("s", seq)])
+        during = ticks - start
+        running = False
+        await task
+        assert during >= 10, during
+        assert [r.seq for r in await log.read("s")] == list(range(1, 101))
+
+
+async def test_opening_waits_for_a_file_another_connection_is_writing(db: Path) -> None:
+    # Switching a file to WAL needs it to itself; SQLite answers a conflict there with "locked" at once
+    # rather than waiting busy_timeout, so two processes opening a new log together used to fail.
+    other = sqlite3.connect(db, isolation_level=None)
+    try:
+        other.execute("CREATE TABLE other_tool (x)")  # a file in the default rollback-journal mode
+        other.execute("BEGIN IMMEDIATE")
+        other.execute("INSERT INTO other_tool VALUES (1)")
+        asyncio.get_running_loop().call_later(0.3, other.execute, "COMMIT")
+        async with SQLiteLog(db, busy_timeout=5) as log:
+            await log.append([rec("s", 1)])
+            assert await log.read("s") == [rec("s", 1)]
+    finally:
+        other.close()
