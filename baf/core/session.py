@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
-import dataclasses
 import functools
 import logging
 import threading
@@ -20,7 +19,6 @@ from baf.errors import SessionVariableError
 from baf.log.jsontext import json_copy
 from baf.log.projection import ChatEntry, SessionProjection
 from baf.log.record import Record, RecordKind
-from baf.log.redaction import Redactor
 
 if TYPE_CHECKING:
     from baf.core.agent import Agent
@@ -242,12 +240,12 @@ class Session:
             self._outbox.append(functools.partial(send, self, *self._redacted(args)))
 
     def _redacted(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
-        """``args`` with the agent's secrets replaced in strings, containers and dataclass fields (a
+        """``args`` with the agent's secrets replaced in strings, containers and dataclasses (a
         ``ReasoningStep``); bytes (a file's content) are passed on as they are."""
         redactor = self.agent.redactor
         if not redactor.active:
             return args
-        return tuple(_redact_value(redactor, arg) for arg in args)
+        return tuple(arg if isinstance(arg, bytes | bytearray) else redactor.redact(arg) for arg in args)
 
     async def _enqueue_and_commit(self, send: Callable[[], Awaitable[None]]) -> None:
         self._outbox.append(send)
@@ -314,11 +312,3 @@ class Session:
         else:
             self._loop.call_soon_threadsafe(fn, *args)
 
-
-def _redact_value(redactor: Redactor, value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
-        redacted = {name: redactor.redact(item) for name, item in fields.items()}
-        changed = any(redacted[name] is not fields[name] for name in fields)
-        return dataclasses.replace(value, **redacted) if changed else value
-    return value if isinstance(value, bytes | bytearray) else redactor.redact(value)

@@ -23,6 +23,8 @@ restart or on replay.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import os
 import re
 import threading
@@ -218,4 +220,19 @@ def _walk(value: Any, pattern: re.Pattern[str]) -> Any:
         if all(new is old for new, old in zip(items, value, strict=True)):
             return value
         return items if isinstance(value, list) else tuple(items)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        # A copy with its fields replaced, set directly: frozen dataclasses and fields outside
+        # __init__ included (what a platform is sent live may be one, e.g. a ReasoningStep).
+        replaced: dict[str, Any] = {}
+        for f in dataclasses.fields(value):
+            item = getattr(value, f.name)
+            new = _walk(item, pattern)
+            if new is not item:
+                replaced[f.name] = new
+        if not replaced:
+            return value
+        clone = copy.copy(value)
+        for name, new in replaced.items():
+            object.__setattr__(clone, name, new)
+        return clone
     return value

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -91,3 +92,31 @@ def _strings(value: Any) -> Iterator[str]:
     elif isinstance(value, list | tuple):
         for item in value:
             yield from _strings(item)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Step:
+    summary: str
+    details: dict[str, Any]
+
+
+@dataclasses.dataclass
+class _Derived:
+    text: str
+    shout: str = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.shout = self.text.upper()
+
+
+def test_dataclasses_are_redacted_in_a_copy_nested_and_frozen_ones_too() -> None:
+    secret = "dc-secret-771"
+    redactor = Redactor([secret, secret.upper()])
+    step = _Step(f"saw {secret}", {"items": [_Step(secret, {})]})
+    clean = redactor.redact(step)
+    assert clean == _Step(f"saw {REDACTED}", {"items": [_Step(REDACTED, {})]})
+    assert step.summary == f"saw {secret}"  # the original is left alone
+    derived = redactor.redact([_Derived(f"x {secret}")])  # a field outside __init__: no replace()
+    assert derived[0].text == f"x {REDACTED}" and derived[0].shout == f"X {REDACTED}"
+    untouched = _Step("nothing here", {})
+    assert redactor.redact(untouched) is untouched
