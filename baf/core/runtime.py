@@ -65,14 +65,14 @@ class Runtime:
     async def start(self) -> None:
         """Open the log, compile the state machine and bring back every session in the log.
 
-        First every body that carries a ``check(agent)`` hook (``reasoning_body`` does: tool names) is
-        asked; one that raises ``ConfigurationError`` stops the start before the log is opened.
+        First every body that carries a ``check_agent(agent)`` hook (``reasoning_body`` does: tool names)
+        is asked; one that raises ``ConfigurationError`` stops the start before the log is opened.
         """
         self.loop_thread_id = threading.get_ident()
         self._machine = compile_machine(self.agent.states, self.agent.initial_state)
         for state in self.agent.states:
             for body in (state.body, state.fallback_body):
-                check = getattr(body, "check", None)
+                check = getattr(body, "check_agent", None)
                 if check is not None:  # a body's own start-up check (e.g. reasoning_body's tool names)
                     check(self.agent)
         await self.log.start()

@@ -185,7 +185,7 @@ class _LineReader:
                 if not self._buffer:
                     raise EOFError
                 line, self._buffer = self._buffer, ""
-                return line
+                return line.removesuffix("\r")
             self._buffer += self._decoder.decode(chunk)
         line, self._buffer = self._buffer.split("\n", 1)
         return line.removesuffix("\r")

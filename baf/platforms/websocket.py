@@ -224,7 +224,7 @@ class WebSocketPlatform(Platform):
         if isinstance(secret, str):
             secret = secret.encode("utf-8")
         self._secret: bytes = secret if secret is not None else secrets.token_bytes(32)
-        if resume_token_ttl is not None and not resume_token_ttl > 0:
+        if resume_token_ttl is not None and (isinstance(resume_token_ttl, bool) or not resume_token_ttl > 0):
             raise ValueError(f"resume_token_ttl must be a positive number of seconds or None, got {resume_token_ttl!r}")
         self.resume_token_ttl = resume_token_ttl
         self.auth_token = auth_token
@@ -744,7 +744,7 @@ def _split_token(token: str) -> tuple[str | None, str, str]:
     """``(session_id, issued, mac)`` of a well-formed token; ``session_id`` is None otherwise."""
     rest, _, mac = token.rpartition(".")
     session_id, _, issued = rest.rpartition(".")
-    if not _SESSION_ID.match(session_id) or not _TOKEN_ISSUED.match(issued) or not _TOKEN_MAC.match(mac):
+    if not (_SESSION_ID.fullmatch(session_id) and _TOKEN_ISSUED.fullmatch(issued) and _TOKEN_MAC.fullmatch(mac)):
         return None, "", ""
     return session_id, issued, mac
 

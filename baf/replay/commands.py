@@ -113,14 +113,18 @@ async def _page(console: Console, log: SessionLog, options: ReplayOptions, redac
 
     more = False
     to_seq = options.to_seq
+    done = False
     async for chunk in log.read_chunks(options.session, size=_PAGE_CHUNK):
         last_seq = chunk[-1].seq
         for record in chunk:
             if take(builder.feed(redactor.redact_record(record) if redactor.active else record)):
-                more = True
+                more = done = True
                 break
-        if more or (to_seq is not None and last_seq > to_seq and builder.open_group is None):
-            break  # the page is full, or past --to with no group open: nothing later can match
+            if to_seq is not None and record.seq > to_seq and builder.open_group is None:
+                done = True  # past --to with no group open: nothing later can match
+                break
+        if done:
+            break
     if last_seq == 0:
         raise LookupError(f"session {options.session!r} has no records in this log")
     if not more:

@@ -20,7 +20,7 @@ def test_lines_split_and_joined_across_reads_and_eof() -> None:
         assert reader.read_line() == "second"  # several lines from one read, CRLF accepted
         euro = "€".encode()
         os.write(write_end, b"rd " + euro[:1])  # a character split between two reads
-        os.write(write_end, euro[1:] + b"\nlast without newline")
+        os.write(write_end, euro[1:] + b"\nlast without newline\r")
         assert reader.read_line() == "third €"
         os.close(write_end)
         write_end = -1

@@ -354,12 +354,14 @@ def test_resume_tokens() -> None:
         lambda t: t.replace(f".{issued}.", f".{int(issued, 16) + 3600:x}."),  # issue time moved: MAC fails
         lambda t: t.replace(f".{issued}.", "."),  # the v1 layout, without an issue time
         lambda t: t[:-1] + "é",  # not ASCII: refused, not a crash in the comparison
+        lambda t: t + "\n",  # a trailing newline is not part of any field
     ]
     assert all(platform.verify_resume_token(change(token)) is None for change in bad)
     with pytest.raises(ValueError):
         WebSocketPlatform(max_message_size=0)
-    with pytest.raises(ValueError, match="resume_token_ttl"):
-        WebSocketPlatform(resume_token_ttl=0)
+    for ttl in (0, -1, True):
+        with pytest.raises(ValueError, match="resume_token_ttl"):
+            WebSocketPlatform(resume_token_ttl=ttl)
 
 
 def test_resume_tokens_expire() -> None:

@@ -161,13 +161,13 @@ def reasoning_body(
         elif not run.finished:
             await _run_reasoning_loop(run)
 
-    def check(agent: Agent) -> None:
+    def check_agent(agent: Agent) -> None:
         """Refuse to start an agent whose tools clash with this state's built-in ones (see ``Runtime.start``)."""
         _tool_set(agent, enable_task_planning)
 
     reasoning.__name__ = "reasoning_body"
     reasoning.resume = resume  # type: ignore[attr-defined]  # the engine's resume hook
-    reasoning.check = check  # type: ignore[attr-defined]  # the runtime's start-up check
+    reasoning.check_agent = check_agent  # type: ignore[attr-defined]  # the runtime's start-up check
     return reasoning
 
 
