@@ -541,7 +541,6 @@ class SQLiteLog(SessionLog):
             self._round_committer = rows[0][0]
             asyncio.get_running_loop().call_soon(self._end_round)
         self._round_commits += 1
-        self._commits += 1
         self._note_commit([rows])
         if outcomes[0] is not None:
             raise outcomes[0]
@@ -598,18 +597,14 @@ class SQLiteLog(SessionLog):
         try:
             if self._durability == "full":
                 outcomes = await self._on_worker(commit_group, writer, batches)
-            elif not _fits_the_loop(batches):
-                outcomes = await self._on_worker(self._commit_waiting, writer, batches)
             else:
-                quick = self._commit_on_loop(writer, batches)
+                quick = self._commit_on_loop(writer, batches) if _fits_the_loop(batches) else None
                 outcomes = quick if quick is not None else await self._on_worker(self._commit_waiting, writer, batches)
         except Exception as exc:
             for batch in live:
                 _reject(batch.future, exc)
             return
-        self._commits += 1
-        if self._durability == "normal":
-            self._note_commit(batches)
+        self._note_commit(batches)
         for batch, outcome in zip(live, outcomes, strict=True):
             if outcome is None:
                 _resolve(batch.future)
@@ -636,11 +631,15 @@ class SQLiteLog(SessionLog):
             writer.execute("PRAGMA busy_timeout = 0")
 
     def _note_commit(self, batches: list[list[Row]]) -> None:
-        """Count the WAL pages a commit wrote, estimated: a table and an index leaf, plus the text.
+        """Count a commit, and the WAL pages it wrote (for ``durability="normal"``, whose checkpoints
+        the store runs itself), estimated: a table and an index leaf, plus the text.
 
         The estimate only has to keep the WAL from growing without bound, as SQLite's own automatic
         checkpoint would.
         """
+        self._commits += 1
+        if self._durability != "normal":
+            return
         written = sum(len(row[5]) + 64 for rows in batches for row in rows)
         self._unchecked_pages += 2 + written // 4096
 

@@ -935,10 +935,8 @@ def tool(
 
     The decorated name becomes the :class:`Tool`; calling it still calls the function directly.
     """
-    if fn is not None:
-        return Tool(fn, name=name, description=description, timeout=timeout, idempotent=idempotent)
 
     def decorate(function: Callable[..., Any]) -> Tool:
         return Tool(function, name=name, description=description, timeout=timeout, idempotent=idempotent)
 
-    return decorate
+    return decorate(fn) if fn is not None else decorate

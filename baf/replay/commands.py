@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -113,18 +113,13 @@ async def _page(console: Console, log: SessionLog, options: ReplayOptions, redac
 
     more = False
     to_seq = options.to_seq
-    done = False
-    async for chunk in log.read_chunks(options.session, size=_PAGE_CHUNK):
-        last_seq = chunk[-1].seq
-        for record in chunk:
-            if take(builder.feed(redactor.redact_record(record) if redactor.active else record)):
-                more = done = True
-                break
-            if to_seq is not None and record.seq > to_seq and builder.open_group is None:
-                done = True  # past --to with no group open: nothing later can match
-                break
-        if done:
+    async for record in _records(log, options.session):
+        last_seq = record.seq
+        if take(builder.feed(redactor.redact_record(record) if redactor.active else record)):
+            more = True
             break
+        if to_seq is not None and record.seq > to_seq and builder.open_group is None:
+            break  # past --to with no group open: nothing later can match
     if last_seq == 0:
         raise LookupError(f"session {options.session!r} has no records in this log")
     if not more:
@@ -140,6 +135,13 @@ async def _page(console: Console, log: SessionLog, options: ReplayOptions, redac
 
 # Records per read of the paged view: a screen's worth of entries usually comes from far fewer.
 _PAGE_CHUNK = 500
+
+
+async def _records(log: SessionLog, session_id: str) -> AsyncIterator[Record]:
+    """The session's records one by one, read ``_PAGE_CHUNK`` at a time."""
+    async for chunk in log.read_chunks(session_id, size=_PAGE_CHUNK):
+        for record in chunk:
+            yield record
 
 
 def _tail_start(records: list[Record], options: ReplayOptions) -> int:
