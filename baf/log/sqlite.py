@@ -394,30 +394,25 @@ class SQLiteLog(SessionLog):
                     "the file system may not support it (network file systems often do not)"
                 )
             writer.execute(f"PRAGMA synchronous = {DURABILITY_MODES[self._durability]}")
-            if self._durability == "normal":
-                # Checkpoints fsync: the worker runs them (see _write_loop), never a commit on the loop.
-                writer.execute("PRAGMA wal_autocheckpoint = 0")
             writer.execute("BEGIN IMMEDIATE")
-            try:
-                if writer.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'baf_meta'").fetchone():
-                    row = writer.execute("SELECT value FROM baf_meta WHERE key = 'schema_version'").fetchone()
-                    stored = row[0] if row else None
-                    if stored != str(SCHEMA_VERSION):
-                        raise LogError(
-                            f"{self._path} has log schema version {stored!r}; this baf reads version "
-                            f"{SCHEMA_VERSION}: upgrade baf to use this file"
-                        )
-                for statement in SCHEMA:
-                    writer.execute(statement)
-                writer.execute("COMMIT")
-            except BaseException:
-                if writer.in_transaction:
-                    writer.execute("ROLLBACK")
-                raise
+            if writer.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'baf_meta'").fetchone():
+                row = writer.execute("SELECT value FROM baf_meta WHERE key = 'schema_version'").fetchone()
+                stored = row[0] if row else None
+                if stored != str(SCHEMA_VERSION):
+                    raise LogError(
+                        f"{self._path} has log schema version {stored!r}; this baf reads version "
+                        f"{SCHEMA_VERSION}: upgrade baf to use this file"
+                    )
+            for statement in SCHEMA:
+                writer.execute(statement)
+            writer.execute("COMMIT")
             if self._durability == "normal":
-                writer.execute("PRAGMA busy_timeout = 0")  # commits on the loop never wait: see _commit_group
+                # Commits on the loop never wait (see _commit_group), and checkpoints, which fsync, are
+                # the worker's (see _write_loop).
+                writer.execute("PRAGMA busy_timeout = 0")
+                writer.execute("PRAGMA wal_autocheckpoint = 0")
         except BaseException:
-            writer.close()
+            writer.close()  # closing rolls back a transaction left open
             raise
         return writer
 
