@@ -43,8 +43,11 @@ Layout
     sessions it wrote 4-5x slower and made the file over 3x larger, because each insert splits pages
     of big rows in the middle of the tree, while rowid inserts append to the end of the table and
     only the small index entries land in the middle. ``baf_sessions`` lists sessions in order of first
-    record; a trigger fills it in the same statement as the insert, so it costs no extra round trip
-    and cannot disagree with ``baf_records``, whoever writes the file.
+    record. The writer fills it: a group commit registers, in the same transaction as their rows, the
+    sessions its connection has not registered yet (``baf.log.sqlite_commit``), so a session costs
+    one ``INSERT OR IGNORE`` per connection rather than work on every row. Schema version 1 filled it
+    with a trigger on ``baf_records``, which cost a few microseconds a row; opening a version-1 file
+    drops the trigger and registers any session missing from the table.
 
 Durability
     ``"normal"`` (``synchronous=NORMAL`` in WAL): a commit survives the process crashing or being
@@ -88,12 +91,13 @@ from baf.log import upcast as upcast_module
 from baf.log.jsontext import encode_json
 from baf.log.projection import SessionProjection
 from baf.log.record import Record, build_record
-from baf.log.sqlite_commit import INSERT_SQL, Row, commit_group, is_busy
+from baf.log.sqlite_commit import INSERT_SQL, REGISTER_SQL, Row, commit_group, is_busy
 from baf.log.store import SessionLog, check_appendable
 
 __all__ = [
     "DURABILITY_MODES",
     "INSERT_SQL",
+    "REGISTER_SQL",
     "SCHEMA",
     "SCHEMA_VERSION",
     "Durability",
@@ -107,10 +111,13 @@ Durability = Literal["normal", "full"]
 #: ``durability`` value -> ``PRAGMA synchronous`` value.
 DURABILITY_MODES: Final[dict[str, str]] = {"normal": "NORMAL", "full": "FULL"}
 
-#: Version of the table layout below, stored in ``baf_meta``. A file with a newer one is refused.
-SCHEMA_VERSION: Final = 1
+#: Version of the table layout below, stored in ``baf_meta``. A file with a newer one is refused; one
+#: with an older one is migrated when opened (see ``_MIGRATIONS``).
+SCHEMA_VERSION: Final = 2
 
-#: The statements that create the layout, run in one transaction. Public so tools can reuse them.
+#: The statements that create the layout, run in one transaction. Public so tools can reuse them; a tool
+#: inserting rows itself (``INSERT_SQL``) registers their sessions too (``REGISTER_SQL``), or
+#: ``sessions()`` will not list them.
 SCHEMA: Final[tuple[str, ...]] = (
     """CREATE TABLE IF NOT EXISTS baf_records (
         position   INTEGER PRIMARY KEY,
@@ -126,13 +133,25 @@ SCHEMA: Final[tuple[str, ...]] = (
         position   INTEGER PRIMARY KEY,
         session_id TEXT NOT NULL UNIQUE
     )""",
-    """CREATE TRIGGER IF NOT EXISTS baf_records_register_session AFTER INSERT ON baf_records
-    BEGIN
-        INSERT OR IGNORE INTO baf_sessions (session_id) VALUES (NEW.session_id);
-    END""",
     "CREATE TABLE IF NOT EXISTS baf_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     f"INSERT OR IGNORE INTO baf_meta (key, value) VALUES ('schema_version', '{SCHEMA_VERSION}')",
 )
+
+#: Stored schema version -> the statements that bring a file from it to ``SCHEMA_VERSION``, run in the
+#: opening transaction.
+_MIGRATIONS: Final[dict[str, tuple[str, ...]]] = {
+    # Version 1 registered sessions with a trigger, which cost every insert a few microseconds; the
+    # writer registers them itself now. A session missing from the table (rows written with the
+    # trigger dropped) is added, in order of its first record, so that sessions() lists it.
+    "1": (
+        "DROP TRIGGER IF EXISTS baf_records_register_session",
+        """INSERT INTO baf_sessions (session_id)
+        SELECT session_id FROM baf_records
+        WHERE session_id NOT IN (SELECT session_id FROM baf_sessions)
+        GROUP BY session_id ORDER BY min(position)""",
+        f"UPDATE baf_meta SET value = '{SCHEMA_VERSION}' WHERE key = 'schema_version'",
+    ),
+}
 
 _SELECT_SQL: Final = (
     "SELECT seq, ts, kind, version, data FROM baf_records WHERE session_id = ? AND seq > ? ORDER BY seq"
@@ -146,6 +165,9 @@ _SESSIONS_SQL: Final = "SELECT session_id FROM baf_sessions ORDER BY position"
 # on the connection are not kept waiting long (a chunk is a few milliseconds of decoding).
 _FOLD_CHUNK: Final = 2000
 _MAX_INT64: Final = 2**63 - 1
+# Sessions the writer remembers as registered; past this many it forgets them all, so a long-lived
+# store does not grow without bound. A forgotten session costs one more registration, on its next append.
+_KNOWN_SESSIONS_LIMIT: Final = 100_000
 
 # Commits one session may make on the event loop before the loop goes round (see _may_commit_now).
 _INLINE_COMMITS_PER_ROUND: Final = 8
@@ -289,6 +311,8 @@ class SQLiteLog(SessionLog):
         # The writer connection is used by one party at a time: on the event loop (an append committing
         # its own batch, or the writer task), or by the worker thread while the writer task awaits it.
         self._writer: sqlite3.Connection | None = None
+        # Sessions known to be in baf_sessions, kept for the writer connection (see sqlite_commit).
+        self._registered: set[str] = set()
         self._worker: ThreadPoolExecutor | None = None
         self._reader: aiosqlite.Connection | None = None
         self._writer_task: asyncio.Task[None] | None = None
@@ -368,6 +392,7 @@ class SQLiteLog(SessionLog):
             # Opening touches the file system (which can block: a network mount) and may wait for
             # locks: done on the worker.
             self._writer = await self._on_worker(self._open_writer)
+            self._registered = set()  # a new connection, maybe to a file changed meanwhile: learn anew
             self._reader = await aiosqlite.connect(self._path, isolation_level=None)
             await self._reader.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
             await self._reader.execute("PRAGMA query_only = ON")
@@ -398,7 +423,10 @@ class SQLiteLog(SessionLog):
             if writer.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'baf_meta'").fetchone():
                 row = writer.execute("SELECT value FROM baf_meta WHERE key = 'schema_version'").fetchone()
                 stored = row[0] if row else None
-                if stored != str(SCHEMA_VERSION):
+                if stored in _MIGRATIONS:
+                    for statement in _MIGRATIONS[stored]:
+                        writer.execute(statement)
+                elif stored != str(SCHEMA_VERSION):
                     raise LogError(
                         f"{self._path} has log schema version {stored!r}; this baf reads version "
                         f"{SCHEMA_VERSION}: upgrade baf to use this file"
@@ -591,7 +619,7 @@ class SQLiteLog(SessionLog):
         batches = [batch.rows for batch in live]
         try:
             if self._durability == "full":
-                outcomes = await self._on_worker(commit_group, writer, batches)
+                outcomes = await self._on_worker(commit_group, writer, batches, self._registered)
             else:
                 quick = self._commit_on_loop(writer, batches) if _fits_the_loop(batches) else None
                 outcomes = quick if quick is not None else await self._on_worker(self._commit_waiting, writer, batches)
@@ -611,7 +639,7 @@ class SQLiteLog(SessionLog):
     ) -> list[BaseException | None] | None:
         """Commit without waiting for any lock; None if another connection holds it."""
         try:
-            return commit_group(writer, batches)
+            return commit_group(writer, batches, self._registered)
         except sqlite3.OperationalError as exc:
             if is_busy(exc):
                 return None
@@ -621,18 +649,21 @@ class SQLiteLog(SessionLog):
         """Commit, waiting up to ``busy_timeout`` for the lock (worker thread)."""
         writer.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
         try:
-            return commit_group(writer, batches)
+            return commit_group(writer, batches, self._registered)
         finally:
             writer.execute("PRAGMA busy_timeout = 0")
 
     def _note_commit(self, batches: list[list[Row]]) -> None:
         """Count a commit, and the WAL pages it wrote (for ``durability="normal"``, whose checkpoints
-        the store runs itself), estimated: a table and an index leaf, plus the text.
+        the store runs itself), estimated: a table and an index leaf, plus the text. Also keeps the set
+        of known-registered sessions bounded.
 
         The estimate only has to keep the WAL from growing without bound, as SQLite's own automatic
         checkpoint would.
         """
         self._commits += 1
+        if len(self._registered) > _KNOWN_SESSIONS_LIMIT:
+            self._registered.clear()
         if self._durability != "normal":
             return
         written = sum(len(row[5]) + 64 for rows in batches for row in rows)

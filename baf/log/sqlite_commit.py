@@ -3,6 +3,14 @@
 ``SQLiteLog`` decides *where* a group commit runs (on the event loop, or on its worker thread when it
 must wait for a lock or an fsync); this module is *what* it runs. Every function leaves the connection
 outside any transaction when it returns or raises, so the next group starts clean.
+
+A group also registers its sessions in ``baf_sessions`` (the list ``sessions()`` reads, in order of
+first record). The caller keeps the set of sessions its connection knows to be registered there, so
+that a session costs one ``INSERT OR IGNORE`` the first time this connection writes it and nothing
+after. A group of known sessions only (the common case) is one multi-row ``INSERT`` in autocommit
+mode; a group with a new session wraps the registration and the ``INSERT`` in ``BEGIN IMMEDIATE`` ...
+``COMMIT``. The set is updated only once the transaction committed: a session whose rows were rolled
+back must be registered again by its next group.
 """
 
 from __future__ import annotations
@@ -16,12 +24,14 @@ from typing import Final
 
 from baf.errors import LogConflictError
 
-__all__ = ["INSERT_SQL", "ROWS_PER_STATEMENT", "Row", "commit_group", "is_busy"]
+__all__ = ["INSERT_SQL", "REGISTER_SQL", "ROWS_PER_STATEMENT", "Row", "commit_group", "is_busy"]
 
 #: One encoded row of ``baf_records``: (session_id, seq, ts, kind, version, data as JSON text).
 Row = tuple[str, int, float, str, int, str]
 
 INSERT_SQL: Final = "INSERT INTO baf_records (session_id, seq, ts, kind, version, data) VALUES (?, ?, ?, ?, ?, ?)"
+#: Registers a session in ``baf_sessions``; a no-op for a session already there (another writer's).
+REGISTER_SQL: Final = "INSERT OR IGNORE INTO baf_sessions (session_id) VALUES (?)"
 
 #: Rows per single-statement group commit: 6 parameters each, under the parameter limit of the SQLite
 #: in use (32766 since 3.32, 999 before).
@@ -53,41 +63,73 @@ def is_busy(error: BaseException) -> bool:
     )
 
 
-def commit_group(connection: sqlite3.Connection, batches: Sequence[list[Row]]) -> list[BaseException | None]:
+def commit_group(
+    connection: sqlite3.Connection, batches: Sequence[list[Row]], registered: set[str]
+) -> list[BaseException | None]:
     """Commit ``batches`` (each one ``append`` call) together; return each batch's outcome.
+
+    ``registered`` holds the sessions known to be in ``baf_sessions``; the group registers the others
+    (in order of their first row) and, once committed, adds them to it.
 
     The happy path is one multi-row ``INSERT`` in autocommit mode: SQLite runs a single statement as
     its own transaction, taking the write lock before it reads anything (as ``BEGIN IMMEDIATE``
-    would). A group over one statement's parameter limit runs as ``BEGIN IMMEDIATE`` + ``executemany``.
-    On a UNIQUE violation the group is replayed batch by batch, each under a savepoint: only a batch
-    that conflicts fails (with ``LogConflictError``), the others land. Any other error (a lock held
-    past ``busy_timeout``, disk full) is raised after rolling back: it concerns the whole group.
+    would). A group registering a session, or over one statement's parameter limit, runs inside
+    ``BEGIN IMMEDIATE``. On a UNIQUE violation the group is replayed batch by batch, each under a
+    savepoint: only a batch that conflicts fails (with ``LogConflictError``), the others land. Any
+    other error (a lock held past ``busy_timeout``, disk full) is raised after rolling back: it
+    concerns the whole group.
     """
     rows = batches[0] if len(batches) == 1 else list(itertools.chain.from_iterable(batches))
+    new = _unregistered(rows, registered)
     try:
-        if len(rows) <= ROWS_PER_STATEMENT:
-            connection.execute(_insert_many_sql(len(rows)), list(itertools.chain.from_iterable(rows)))
-        else:
+        if new or len(rows) > ROWS_PER_STATEMENT:
             connection.execute("BEGIN IMMEDIATE")
-            connection.executemany(INSERT_SQL, rows)
+            connection.executemany(REGISTER_SQL, ((session_id,) for session_id in new))
+            _insert(connection, rows)
             connection.execute("COMMIT")
+        else:
+            _insert(connection, rows)
     except sqlite3.IntegrityError:
         _rollback(connection)
-        return _commit_one_by_one(connection, batches)
+        return _commit_one_by_one(connection, batches, registered)
     except BaseException:
         _rollback(connection)
         raise
+    registered.update(new)
     return [None] * len(batches)
 
 
-def _commit_one_by_one(connection: sqlite3.Connection, batches: Sequence[list[Row]]) -> list[BaseException | None]:
-    """Replay a group that hit a UNIQUE violation, each batch under its own savepoint."""
+def _unregistered(rows: Sequence[Row], registered: set[str]) -> list[str]:
+    """The sessions of ``rows`` not in ``registered``, in order of their first row."""
+    return list(dict.fromkeys(row[0] for row in rows if row[0] not in registered))
+
+
+def _insert(connection: sqlite3.Connection, rows: Sequence[Row]) -> None:
+    """Insert ``rows``: one statement if they fit in one (a single round trip into SQLite)."""
+    if len(rows) <= ROWS_PER_STATEMENT:
+        connection.execute(_insert_many_sql(len(rows)), list(itertools.chain.from_iterable(rows)))
+    else:
+        connection.executemany(INSERT_SQL, rows)
+
+
+def _commit_one_by_one(
+    connection: sqlite3.Connection, batches: Sequence[list[Row]], registered: set[str]
+) -> list[BaseException | None]:
+    """Replay a group that hit a UNIQUE violation, each batch under its own savepoint.
+
+    A batch registers its new sessions under its savepoint, so a batch that fails registers nothing:
+    its session is listed only if a batch of it landed (then in the order that batch landed). A
+    session registered by an earlier batch of the group is registered again, a no-op: this path is rare.
+    """
     outcomes: list[BaseException | None] = []
+    landed: set[str] = set()  # sessions of the batches that landed, registered by this transaction
     try:
         connection.execute("BEGIN IMMEDIATE")
         for rows in batches:
+            new = _unregistered(rows, registered)
             connection.execute("SAVEPOINT baf_batch")
             try:
+                connection.executemany(REGISTER_SQL, ((session_id,) for session_id in new))
                 connection.executemany(INSERT_SQL, rows)
             except sqlite3.IntegrityError as exc:
                 connection.execute("ROLLBACK TO baf_batch")
@@ -95,11 +137,13 @@ def _commit_one_by_one(connection: sqlite3.Connection, batches: Sequence[list[Ro
                 outcomes.append(_name_conflict(connection, rows, exc))
             else:
                 connection.execute("RELEASE baf_batch")
+                landed.update(new)
                 outcomes.append(None)
         connection.execute("COMMIT")
     except BaseException:
         _rollback(connection)
         raise
+    registered.update(landed)
     return outcomes
 
 
