@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any
 
 from transitions.extensions.asyncio import AsyncMachine
@@ -17,6 +17,8 @@ from transitions.extensions.asyncio import AsyncMachine
 from baf.core.engine import CHECK_TRIGGER, EVENT_TRIGGER
 
 if TYPE_CHECKING:
+    from transitions.extensions.asyncio import AsyncEventData
+
     from baf.core.session import Session
     from baf.core.state import State
     from baf.core.transition import Condition, Transition
@@ -43,6 +45,13 @@ class _SequentialMachine(AsyncMachine):
     @staticmethod
     async def await_all(callables: list[Callable[[], Any]]) -> list[Any]:
         return [await func() for func in callables]
+
+    async def callbacks(self, funcs: Iterable[Any], event_data: AsyncEventData) -> None:  # type: ignore[override]
+        # A trigger awaits this about ten times, nearly always for an empty list (prepare, exit, enter,
+        # after, ...): looping here spares a list of partials and an ``await_all`` per call, a third of
+        # the trigger's cost. The order is the same as through ``await_all``.
+        for func in funcs:
+            await self.callback(func, event_data)
 
 
 def compile_machine(states: list[State], initial: State) -> AsyncMachine:
