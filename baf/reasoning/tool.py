@@ -72,6 +72,15 @@ _EXCERPT_CHARS = 200
 _VALUE_CHARS = 40
 
 
+def _no_constants(token: str) -> Any:
+    raise ValueError(f"{token} is not valid JSON")
+
+
+# ``json.loads(text, parse_constant=...)`` builds a decoder on every call, which cost more than the
+# parse of a typical arguments object; one shared decoder (they are stateless) does the same.
+_ARGUMENTS_DECODER = json.JSONDecoder(parse_constant=_no_constants)
+
+
 # --------------------------------------------------------------------------------------------------------
 # Docstrings
 # --------------------------------------------------------------------------------------------------------
@@ -759,11 +768,10 @@ class Tool:
         if not text.strip():
             return {}  # some servers send "" for a call without arguments; it means {}
 
-        def no_constants(token: str) -> Any:
-            raise ValueError(f"{token} is not valid JSON")
-
         try:
-            return json.loads(text, parse_constant=no_constants)
+            if text.startswith("\ufeff"):  # refused as json.loads refuses it (the decoder alone would not)
+                raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+            return _ARGUMENTS_DECODER.decode(text)
         except json.JSONDecodeError as exc:
             reason = f"{exc.msg} at line {exc.lineno} column {exc.colno}"
         except ValueError as exc:

@@ -542,6 +542,10 @@ def test_non_standard_json_constants_are_refused(raw: str) -> None:
     assert "not valid JSON" in problems_of(raw)
 
 
+def test_a_byte_order_mark_is_refused_as_json_loads_refuses_it() -> None:
+    assert "Unexpected UTF-8 BOM" in problems_of('\ufeff{"name": "n"}')
+
+
 @pytest.mark.parametrize(
     ("raw", "kind"), [("[1, 2]", "array of 2 items"), ('"text"', 'string "text"'), ("3", "integer 3")]
 )
