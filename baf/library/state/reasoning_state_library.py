@@ -410,7 +410,7 @@ class _ReasoningRun:
         await self.session.commit()  # the response is durable before any tool runs
         tools = self.current_tools()
         if len(calls) == 1:  # the usual turn: one task of its own (context as with gather), no gather future
-            outcomes = [await asyncio.ensure_future(self._run_call(calls[0], tools, step))]
+            outcomes = [await asyncio.create_task(self._run_call(calls[0], tools, step))]
         else:
             outcomes = await asyncio.gather(*(self._run_call(call, tools, step) for call in calls))
         for call, outcome in zip(calls, outcomes, strict=True):
