@@ -15,13 +15,20 @@ Writing
     it for up to the 5 ms switch interval each time). So commits run on the event loop, with the lock
     timeout at zero. A group goes to the store's worker thread instead when another process holds the
     write lock (the worker waits up to ``busy_timeout`` for it) or when it holds more than 256 K
-    characters of data (which would hold the loop for milliseconds). WAL checkpoints, which fsync,
-    also run on the worker, between two commits: appends wait for them, the event loop does not. With
-    ``durability="full"`` every commit fsyncs, so every commit runs on the worker.
+    characters of data (which would hold the loop for milliseconds). With ``durability="full"`` every
+    commit fsyncs, so every commit runs on the worker.
+
+    Checkpoints (``durability="normal"``; SQLite's automatic one is off, it would fsync inside a
+    commit on the loop) run on the worker with a connection of their own, while commits go on: a
+    checkpoint fsyncs the WAL and the database, milliseconds during which appends used to wait.
+    The WAL restarts from its beginning only when a writer finds it wholly copied, so a checkpoint
+    that commits kept overtaking leaves it growing; when one reports more than
+    ``_WAL_LIMIT_PAGES`` frames, the next checkpoint runs between two commits instead (appends
+    wait for that one), which lets the next commit restart the WAL.
 
     With ``durability="normal"``, an ``append`` that finds the store idle commits its batch itself,
     sparing the two trips through the event loop that waking the writer task costs. Idle means:
-    nothing queued, no checkpoint due, and since the loop last went round no other session's append
+    nothing queued, no blocking checkpoint due, and since the loop last went round no other session's append
     committed and this session's at most a few times. Appends arriving together (several sessions in
     one round) queue for one group commit.
 
@@ -176,6 +183,9 @@ _LOOP_COMMIT_BYTES: Final = 256 * 1024
 # WAL pages a "normal" store lets accumulate before its worker checkpoints them (SQLite's own
 # automatic checkpoint, which it turns off, uses 1000).
 _CHECKPOINT_PAGES: Final = 1000
+# Frames in the WAL, as a background checkpoint reports them, past which the next checkpoint blocks
+# commits so that the WAL can restart (see the module docstring).
+_WAL_LIMIT_PAGES: Final = 2 * _CHECKPOINT_PAGES
 
 
 # Decoding dominates reading a log; orjson parses about four times faster than json.
@@ -321,6 +331,11 @@ class SQLiteLog(SessionLog):
         self._stopping = False
         self._commits = 0
         self._unchecked_pages = 0  # estimated WAL pages written since the last checkpoint
+        # The checkpoints' own connection (worker thread only), whether one runs in the background,
+        # and how many frames the WAL held at the last one.
+        self._checkpointer: sqlite3.Connection | None = None
+        self._checkpointing = False
+        self._wal_frames = 0
         self._writer_busy = False  # the writer task is in a commit or checkpoint that may use the worker
         # The session whose append committed itself since the loop last went round, if any, and how
         # many times: past a few, its appends wait for the writer task, so a task appending in a tight
@@ -472,9 +487,10 @@ class SQLiteLog(SessionLog):
         self._worker = None
         try:
             if worker is not None:
-                # On the worker, after whatever it is still running with the connection.
+                # On the worker, after whatever it is still running with the connections.
                 if writer is not None:
                     await asyncio.get_running_loop().run_in_executor(worker, writer.close)
+                await asyncio.get_running_loop().run_in_executor(worker, self._close_checkpointer)
                 worker.shutdown(wait=False)
         finally:
             if reader is not None:
@@ -496,6 +512,7 @@ class SQLiteLog(SessionLog):
         if self._worker is not None:
             if self._writer is not None:
                 self._worker.submit(self._writer.close)
+            self._worker.submit(self._close_checkpointer)
             self._worker.shutdown(wait=False)
         if self._reader is not None:
             self._reader.stop()  # closes the connection and ends its thread, without waiting
@@ -550,7 +567,7 @@ class SQLiteLog(SessionLog):
             and not self._writer_busy
             and self._round_committer in (None, rows[0][0])
             and self._round_commits < _INLINE_COMMITS_PER_ROUND
-            and self._unchecked_pages < _CHECKPOINT_PAGES  # else the writer task checkpoints first
+            and not self._blocking_checkpoint_due  # else the writer task checkpoints first
             and self._writer is not None
         )
 
@@ -577,7 +594,7 @@ class SQLiteLog(SessionLog):
         group: list[_Batch] = []
         try:
             while True:
-                if self._unchecked_pages >= _CHECKPOINT_PAGES:
+                if self._blocking_checkpoint_due:
                     self._writer_busy = True
                     try:
                         await self._checkpoint()
@@ -668,16 +685,54 @@ class SQLiteLog(SessionLog):
             return
         written = sum(len(row[5]) + 64 for rows in batches for row in rows)
         self._unchecked_pages += 2 + written // 4096
+        if self._unchecked_pages >= _CHECKPOINT_PAGES and not self._blocking_checkpoint_due:
+            self._start_background_checkpoint()
+
+    @property
+    def _blocking_checkpoint_due(self) -> bool:
+        """Whether the writer task must checkpoint between two commits before the next commit: a
+        checkpoint is due and the background ones have not let the WAL restart."""
+        return self._unchecked_pages >= _CHECKPOINT_PAGES and self._wal_frames > _WAL_LIMIT_PAGES
+
+    def _start_background_checkpoint(self) -> None:
+        """Checkpoint on the worker with the checkpoints' connection, commits going on meanwhile."""
+        if self._checkpointing or self._worker is None:
+            return  # one at a time; the pages stay counted, so the next commit starts the next one
+        self._unchecked_pages = 0
+        self._checkpointing = True
+        done = asyncio.get_running_loop().run_in_executor(self._worker, self._checkpoint_in_background)
+        done.add_done_callback(self._background_checkpoint_done)
+
+    def _checkpoint_in_background(self) -> int:
+        """Checkpoint with the checkpoints' connection (opened on first use); the WAL's frame count
+        (worker thread)."""
+        if self._checkpointer is None:
+            checkpointer = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+            checkpointer.execute("PRAGMA synchronous = NORMAL")
+            checkpointer.execute("PRAGMA wal_autocheckpoint = 0")
+            self._checkpointer = checkpointer
+        return _checkpoint(self._checkpointer)
+
+    def _background_checkpoint_done(self, done: asyncio.Future[int]) -> None:
+        self._checkpointing = False
+        if not done.cancelled() and done.exception() is None:
+            self._wal_frames = done.result()
+        # A failed checkpoint loses nothing: the frames stay in the WAL for the next one.
+
+    def _close_checkpointer(self) -> None:
+        """Close the checkpoints' connection, if it was opened (worker thread)."""
+        checkpointer, self._checkpointer = self._checkpointer, None
+        if checkpointer is not None:
+            checkpointer.close()
 
     async def _checkpoint(self) -> None:
-        """Copy the WAL into the database on the worker, between two commits.
-
-        Not concurrently with commits: a checkpoint that new frames keep overtaking never completes,
-        and the WAL restarts from its beginning only after a complete one. PASSIVE does not wait for
-        readers; what they still use is copied next time. A failed checkpoint is retried at the next
-        limit: it loses nothing, the frames stay in the WAL.
+        """Copy the WAL into the database on the worker, between two commits, so that the next commit
+        can restart the WAL (see the module docstring). PASSIVE does not wait for readers; what they
+        still use is copied next time. A failed checkpoint is retried at the next limit: it loses
+        nothing, the frames stay in the WAL.
         """
         self._unchecked_pages = 0
+        self._wal_frames = 0
         writer = self._writer
         if writer is not None:
             with contextlib.suppress(sqlite3.Error):
@@ -789,9 +844,13 @@ def _reject(future: asyncio.Future[None], exc: BaseException) -> None:
         future.set_exception(exc)
 
 
-def _checkpoint(connection: sqlite3.Connection) -> None:
-    # PASSIVE: copies what it can without waiting for readers or blocking the writer.
-    connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+def _checkpoint(connection: sqlite3.Connection) -> int:
+    """Copy what the WAL holds into the database; return the WAL's frame count (0 if unknown).
+
+    PASSIVE: copies what it can without waiting for readers or blocking writers. Raises ``sqlite3.Error``.
+    """
+    row = connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    return int(row[1]) if row and isinstance(row[1], int) and row[1] > 0 else 0
 
 
 async def _undecodable_or(

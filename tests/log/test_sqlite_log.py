@@ -431,16 +431,60 @@ async def test_a_group_larger_than_one_statement_is_still_one_atomic_append(tmp_
         assert await log.read("other") == []
 
 
-async def test_a_normal_store_checkpoints_its_wal_off_the_event_loop(db: Path) -> None:
+async def test_a_normal_store_keeps_its_wal_bounded_under_sustained_appends(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # The writer turns SQLite's automatic checkpoint off (it would fsync inside a commit, on the event
-    # loop); the worker must checkpoint instead, or the WAL grows with every record ever written.
+    # loop), so the store must checkpoint itself. Appends here never pause, so background checkpoints
+    # are always overtaken and the WAL never restarts by itself: only the blocking checkpoint that
+    # follows a too-large report keeps it bounded (without it the WAL reaches ~44 MB, without any
+    # checkpoint more). Limits scaled down so that a short run crosses them many times.
+    import baf.log.sqlite as sqlite_module
+
+    monkeypatch.setattr(sqlite_module, "_CHECKPOINT_PAGES", 100)
+    monkeypatch.setattr(sqlite_module, "_WAL_LIMIT_PAGES", 200)
     payload = "x" * 16_000
     async with SQLiteLog(db) as log:
         for seq in range(1, 1501):  # ~24 MB of records, one commit each
             await log.append([Record("s", seq, "note", {"p": payload})])
         wal_bytes = (await asyncio.to_thread(Path(f"{db}-wal").stat)).st_size
-        assert wal_bytes < 12_000_000, wal_bytes
+        assert wal_bytes < 6_000_000, wal_bytes
         assert [r.seq for r in await log.read("s", after_seq=1498)] == [1499, 1500]
+
+
+async def test_appends_commit_while_a_background_checkpoint_runs(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A checkpoint fsyncs the WAL and the database (milliseconds); appends must not wait for it.
+    import threading
+
+    import baf.log.sqlite as sqlite_module
+
+    monkeypatch.setattr(sqlite_module, "_CHECKPOINT_PAGES", 5)
+    started, release = threading.Event(), threading.Event()
+    checkpoint = SQLiteLog._checkpoint_in_background
+
+    def held(self: SQLiteLog) -> int:
+        started.set()
+        release.wait(10)
+        return checkpoint(self)
+
+    monkeypatch.setattr(SQLiteLog, "_checkpoint_in_background", held)
+    try:
+        async with SQLiteLog(db) as log:
+            seq = 0
+            while not started.is_set() and seq < 100:
+                seq += 1
+                await log.append([rec("s", seq)])
+                await asyncio.sleep(0)  # a new round: each append may commit on the loop
+            assert started.is_set(), "no checkpoint started"
+            for _ in range(20):  # the checkpoint is still held: these must commit anyway
+                seq += 1
+                await asyncio.wait_for(log.append([rec("s", seq)]), timeout=5)
+                await asyncio.sleep(0)
+            assert not release.is_set()
+            assert len(await log.read("s")) == seq
+            release.set()
+    finally:
+        release.set()
 
 
 async def test_a_large_group_commits_on_the_worker_thread(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
