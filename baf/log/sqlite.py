@@ -708,8 +708,11 @@ class SQLiteLog(SessionLog):
         (worker thread)."""
         if self._checkpointer is None:
             checkpointer = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-            checkpointer.execute("PRAGMA synchronous = NORMAL")
-            checkpointer.execute("PRAGMA wal_autocheckpoint = 0")
+            try:
+                checkpointer.execute("PRAGMA synchronous = NORMAL")  # as the writer's: fsync around copying
+            except BaseException:
+                checkpointer.close()
+                raise
             self._checkpointer = checkpointer
         return _checkpoint(self._checkpointer)
 
