@@ -18,7 +18,7 @@ import yaml
 
 from baf.core.events import Event, ReceiveTextEvent
 from baf.core.hooks import HookChain, StepHooks
-from baf.core.runtime import Runtime
+from baf.core.runtime import STOP_GRACE_PERIOD, Runtime
 from baf.core.session import Session
 from baf.core.state import State
 from baf.errors import ConfigurationError
@@ -64,6 +64,7 @@ class Agent:
         #: LLM clients, and values marked with :meth:`mark_secret`).
         self.redactor = Redactor.from_environment()
         self._stop_requested: asyncio.Event | None = None
+        self._stopping: Runtime | None = None
 
     def __repr__(self) -> str:
         return f"Agent({self.name!r}, states={list(self._states)})"
@@ -328,12 +329,16 @@ class Agent:
         runtime, self._runtime = self._runtime, None
         if runtime is None:
             return
-        for platform in reversed(self._platforms):
-            try:
-                await platform.stop()
-            except Exception:
-                logger.exception("platform %s failed to stop", platform.name)
-        await runtime.stop()
+        self._stopping = runtime  # a second Ctrl-C interrupts it (see _on_signal)
+        try:
+            for platform in reversed(self._platforms):
+                try:
+                    await platform.stop()
+                except Exception:
+                    logger.exception("platform %s failed to stop", platform.name)
+            await runtime.stop()
+        finally:
+            self._stopping = None
 
     async def __aenter__(self) -> Agent:
         await self.start()
@@ -345,7 +350,11 @@ class Agent:
         await self.stop()
 
     def run(self) -> None:
-        """Start, serve until Ctrl-C / SIGTERM (or a platform asks to stop), then stop cleanly."""
+        """Start, serve until Ctrl-C / SIGTERM (or a platform asks to stop), then stop cleanly.
+
+        Stopping lets the running steps finish, for up to ``STOP_GRACE_PERIOD`` (10) seconds; a second
+        Ctrl-C stops at once, recording the steps still running as interrupted by the user.
+        """
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(self._serve())
 
@@ -354,9 +363,28 @@ class Agent:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, self._stop_requested.set)
+                loop.add_signal_handler(sig, self._on_signal)
         async with self:
             await self._stop_requested.wait()
+
+    def _on_signal(self) -> None:
+        """Ctrl-C or SIGTERM under :meth:`run`: the first stops after the running steps, the next now."""
+        assert self._stop_requested is not None
+        runtime = self._runtime or self._stopping
+        if not self._stop_requested.is_set():
+            self._stop_requested.set()
+            if runtime is not None and runtime.busy:
+                # Without this the user sees nothing happen until the step ends, and presses again.
+                print(
+                    f"\nbaf: stopping after the current step (up to {STOP_GRACE_PERIOD:g} s); "
+                    "press Ctrl-C again to stop now",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        elif runtime is not None:
+            if runtime.busy:
+                print("\nbaf: stopping now, without waiting for the current step", file=sys.stderr, flush=True)
+            runtime.interrupt()
 
     def request_stop(self) -> None:
         """Make :meth:`run` return (platforms call this when their user quits)."""

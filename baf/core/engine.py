@@ -40,6 +40,14 @@ logger = logging.getLogger("baf.engine")
 #: Automatic transitions followed in one step before the engine declares a loop and stops.
 MAX_AUTOMATIC_TRANSITIONS = 100
 
+# The ``error`` message recorded for a step the runtime stopped, by its ``interrupted_by`` value (also
+# on the step's ``step_finished``): ``user`` asked to stop now (a second Ctrl-C), ``stop`` is the agent
+# stopping past its grace period. A step a crash left open is closed at the next start, as ``crash``.
+_INTERRUPTION_MESSAGES = {
+    "user": "interrupted by the user: told to stop now (a second Ctrl-C), the agent did not wait for this step",
+    "stop": "the agent stopped and this step did not finish within the grace period",
+}
+
 # Triggers of the compiled ``transitions`` machine (see ``baf.core.machine``).
 EVENT_TRIGGER = "_baf_event"
 CHECK_TRIGGER = "_baf_check"
@@ -64,7 +72,7 @@ async def run_step(
     session.event = event
     session.event_seq = event_seq
     session._in_step = True
-    interrupted = False
+    interrupted_by: str | None = None
     try:
         session.record(RecordKind.STEP_RESUMED if resume else RecordKind.STEP_STARTED, {"event_seq": event_seq})
         await hooks.before_step(session, event)
@@ -94,16 +102,20 @@ async def run_step(
                 state=session.projection.current_state,
             )
     except asyncio.CancelledError as exc:
-        # The agent is stopping past its grace period: say so in the log, as a crash would.
-        interrupted = True
-        session.record_error("runtime", exc, event_seq=event_seq, reason="the agent stopped during this step")
+        # The agent is stopping and will not wait for this step: say so in the log, and who stopped it.
+        interrupted_by = session._interrupted_by or "stop"
+        message = _INTERRUPTION_MESSAGES.get(interrupted_by, _INTERRUPTION_MESSAGES["stop"])
+        session.record_error("runtime", exc, event_seq=event_seq, message=message, interrupted_by=interrupted_by)
         raise
     finally:
         session._in_step = False
         finished: dict[str, object] = {"event_seq": event_seq}
-        if interrupted:
-            finished["interrupted"] = True
+        if interrupted_by is not None:
+            finished.update(interrupted=True, interrupted_by=interrupted_by)
         session.record(RecordKind.STEP_FINISHED, finished)
+        if interrupted_by is not None:
+            # The runtime is stopping: a body thread it abandoned must not add records after the step's end.
+            session._close()
         await session.commit()
         await hooks.after_step(session, event, time.perf_counter() - started)
         if session.has_unflushed_records:  # an after_step hook recorded an error

@@ -8,7 +8,6 @@ import json
 import logging
 import threading
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -17,6 +16,7 @@ from baf.core.events import Event, event_from_data
 from baf.core.hooks import HookChain
 from baf.core.machine import MachineModel, compile_machine
 from baf.core.session import Session
+from baf.core.threadpool import DaemonThreadPool
 from baf.core.writer import SessionWriter
 from baf.errors import ConfigurationError, LogError
 from baf.log.record import RecordKind
@@ -28,7 +28,10 @@ if TYPE_CHECKING:
     from baf.core.agent import Agent
     from baf.platforms.base import Platform
 
-__all__ = ["Runtime"]
+__all__ = ["STOP_GRACE_PERIOD", "Runtime"]
+
+#: Seconds :meth:`Runtime.stop` lets running steps finish before it interrupts them.
+STOP_GRACE_PERIOD = 10.0
 
 logger = logging.getLogger("baf.runtime")
 
@@ -57,7 +60,8 @@ class Runtime:
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._check_queued: set[str] = set()
         self._machine: AsyncMachine | None = None
-        self._executor = ThreadPoolExecutor(max_workers=max_body_threads, thread_name_prefix="baf-body")
+        self._executor = DaemonThreadPool(max_workers=max_body_threads, thread_name_prefix="baf-body")
+        self._interrupting = False
         self._loading: dict[str, asyncio.Future[Session]] = {}
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -82,14 +86,37 @@ class Runtime:
         # move it out of the collector's way, so full collections stay cheap as sessions accumulate.
         gc.freeze()
 
-    async def stop(self, timeout: float = 10.0) -> None:  # noqa: ASYNC109 - a grace period, not a deadline
-        """Let running steps finish (up to ``timeout`` seconds), then flush and close the log."""
+    @property
+    def busy(self) -> bool:
+        """Whether a step is running or queued (what :meth:`stop` would wait for)."""
+        return any(not worker.done() for worker in self._workers.values())
+
+    def interrupt(self) -> None:
+        """Stop now (a second Ctrl-C): cancel the running steps, each recorded as interrupted by the
+        user, instead of waiting for them. A sync body's thread cannot be killed: it is abandoned, and
+        what it records or replies after this fails with ``LogClosedError``."""
+        self._interrupting = True
+        self._cancel_workers("user")
+
+    def _cancel_workers(self, reason: str) -> None:
+        for session_id, worker in self._workers.items():
+            # A worker already cancelled is recording its interruption: a second cancel would cut that.
+            if not worker.done() and not worker.cancelling():
+                session = self.sessions.get(session_id)
+                if session is not None:
+                    session._interrupted_by = reason
+                worker.cancel()
+
+    async def stop(self, timeout: float = STOP_GRACE_PERIOD) -> None:  # noqa: ASYNC109 - a grace period
+        """Let running steps finish (up to ``timeout`` seconds, or until :meth:`interrupt`), then
+        interrupt what is left, flush and close the log."""
         workers = [w for w in self._workers.values() if not w.done()]
         if workers:
+            if self._interrupting:
+                self._cancel_workers("user")  # interrupted before the stop began
             _, pending = await asyncio.wait(workers, timeout=timeout)
-            for worker in pending:
-                worker.cancel()
             if pending:
+                self._cancel_workers("stop")
                 await asyncio.wait(pending)
         # Whatever is still queued will not run in this process: release its waiters. The events are
         # recorded, so the next start handles them.
@@ -99,11 +126,14 @@ class Runtime:
                     item.done.cancel()
             mailbox.clear()
         for session in self.sessions.values():
+            # An abandoned body thread may still call the session: nothing more may reach the log.
+            session._close()
             try:
                 await session.flush()
             except LogError:
                 logger.exception("session %s: final flush failed", session.id)
         await self.log.close()
+        # Threads of abandoned bodies are daemons: they do not keep the process alive.
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     # -- sessions -------------------------------------------------------------------------------
@@ -159,7 +189,10 @@ class Runtime:
                 RuntimeError("the process stopped while this step was running; the step was not resumed"),
                 event_seq=projection.open_step,
             )
-            session.record(RecordKind.STEP_FINISHED, {"event_seq": projection.open_step, "interrupted": True})
+            session.record(
+                RecordKind.STEP_FINISHED,
+                {"event_seq": projection.open_step, "interrupted": True, "interrupted_by": "crash"},
+            )
         if not projection.started:
             self._schedule(session, _Item("start"))
         for seq, data in sorted(projection.unstarted.items()):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import concurrent.futures
+import contextlib
 import copy
 import functools
 import logging
@@ -15,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from baf.core.events import Event
 from baf.core.writer import SessionWriter
-from baf.errors import SessionVariableError
+from baf.errors import LogClosedError, SessionVariableError
 from baf.log.jsontext import json_copy
 from baf.log.projection import ChatEntry, SessionProjection
 from baf.log.record import Record, RecordKind
@@ -77,6 +79,8 @@ class Session:
         self._outbox: deque[Callable[[], Awaitable[None]]] = deque()
         self._commit_lock = asyncio.Lock()
         self._in_step = False
+        # Who interrupted the running step ("user", "stop"), set by the runtime before it cancels it.
+        self._interrupted_by: str | None = None
         #: The model object the ``transitions`` machine moves between states.
         self.machine_model: Any = None
 
@@ -197,7 +201,7 @@ class Session:
             # Recorded and queued for delivery in one step on the event loop: were the record made here
             # first, a platform reading history in between (read_delivered) could show the reply from
             # the log and then again when it is delivered.
-            asyncio.run_coroutine_threadsafe(self._record_and_deliver(data, deliver), self._loop).result()
+            self._run_in_loop(functools.partial(self._record_and_deliver, data, deliver))
             return Delivery(None)
         self._writer.record(RecordKind.REPLY, data)
         return self.after_commit(deliver)
@@ -224,7 +228,7 @@ class Session:
             # The engine's own commit at the end of the step re-raises a failure; this one may go unawaited.
             task.add_done_callback(_retrieve_exception)
             return Delivery(task)
-        asyncio.run_coroutine_threadsafe(self._enqueue_and_commit(send), self._loop).result()
+        self._run_in_loop(functools.partial(self._enqueue_and_commit, send))
         return Delivery(None)
 
     def queue_after_commit(self, send: Callable[[], Awaitable[None]]) -> None:
@@ -309,6 +313,48 @@ class Session:
     def _call_in_loop(self, fn: Callable[..., Any], *args: Any) -> None:
         if self._in_loop_thread():
             fn(*args)
-        else:
-            self._loop.call_soon_threadsafe(fn, *args)
+        elif not self._writer.closed:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nothing left to tell
+                self._loop.call_soon_threadsafe(fn, *args)
+
+    def _run_in_loop(self, make: Callable[[], Awaitable[None]]) -> None:
+        """From a worker thread: run ``make()`` on the event loop and wait for it.
+
+        A body the runtime gave up on (the agent stopped) may still call the session from its thread:
+        that raises ``LogClosedError`` there. The coroutine is only made on the loop, once it is known to
+        run, so a loop that closed meanwhile leaves no coroutine un-awaited.
+        """
+        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        def start() -> None:
+            if self._writer.closed:
+                done.set_exception(self._closed_error())
+                return
+            task = asyncio.ensure_future(make())
+            task.add_done_callback(functools.partial(_copy_outcome, done))
+
+        if self._writer.closed:
+            raise self._closed_error()
+        try:
+            self._loop.call_soon_threadsafe(start)
+        except RuntimeError:  # the event loop is closed
+            raise self._closed_error() from None
+        done.result()
+
+    def _closed_error(self) -> LogClosedError:
+        return LogClosedError(f"session {self.id!r} is closed: the agent stopped; this was not recorded nor sent")
+
+    def _close(self) -> None:
+        """The runtime stopped: refuse new records (from a body thread it abandoned); flushing goes on."""
+        self._writer.close()
+
+
+def _copy_outcome(target: concurrent.futures.Future[None], task: asyncio.Future[None]) -> None:
+    """Settle a worker thread's future with a loop task's outcome."""
+    if task.cancelled():  # the loop is shutting down
+        target.set_exception(LogClosedError("the agent stopped before this was recorded and sent"))
+    elif (exc := task.exception()) is not None:
+        target.set_exception(exc)
+    else:
+        target.set_result(None)
 

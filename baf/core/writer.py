@@ -7,7 +7,7 @@ import threading
 import time
 from typing import Any
 
-from baf.errors import LogError
+from baf.errors import LogClosedError, LogError
 from baf.log.projection import SessionProjection
 from baf.log.record import CURRENT_VERSION, Record, build_record
 from baf.log.redaction import Redactor
@@ -33,18 +33,35 @@ class SessionWriter:
         # Sync bodies run in worker threads and record from there, racing the event loop.
         self._lock = threading.Lock()
         self._tail: asyncio.Future[None] | None = None
+        self._closed = False
 
     def record(self, kind: str, data: dict[str, Any]) -> Record:
-        """Buffer a new record and fold it into the projection. Not durable until :meth:`flush`."""
+        """Buffer a new record and fold it into the projection. Not durable until :meth:`flush`.
+        ``LogClosedError`` once :meth:`close` was called."""
         if self._redactor is not None:
             data = self._redactor.redact(data)  # secrets never reach the log, nor the projection
         with self._lock:
+            if self._closed:
+                raise LogClosedError(
+                    f"session {self.projection.session_id!r} is closed: the agent stopped, so this "
+                    f"{kind} record was not written"
+                )
             projection = self.projection
             seq = projection.last_seq + 1
             record = build_record(projection.session_id, seq, kind, data, time.time(), CURRENT_VERSION)
             projection.apply(record)
             self._pending.append(record)
         return record
+
+    def close(self) -> None:
+        """Refuse new records from now on; :meth:`flush` still writes those recorded before."""
+        with self._lock:
+            self._closed = True
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
 
     @property
     def has_pending(self) -> bool:

@@ -67,7 +67,7 @@ async def fork(
                 "source": "fork", "type": "ForkedInsideStep", "event_seq": event_seq,
                 "message": f"forked at seq {at_seq}, inside this step; the step was closed as interrupted",
             }, now))  # fmt: skip
-            closing = {"event_seq": event_seq, "interrupted": True}
+            closing = {"event_seq": event_seq, "interrupted": True, "interrupted_by": "fork"}
             copied.append(Record(new_id, at_seq + 2, RecordKind.STEP_FINISHED, closing, now))
         copied.append(Record(new_id, copied[-1].seq + 1, RecordKind.FORKED_FROM, origin, now))
         await writable.append(copied)

@@ -114,6 +114,20 @@ def _entry(kind: str, record: Record, title: str, data: dict[str, Any] | None = 
     return entry
 
 
+def _interruption(interrupted_by: Any) -> str:
+    """What ended an interrupted step, from its ``step_finished``'s ``interrupted_by`` (logs written
+    before that field existed only marked steps a crash left open)."""
+    if interrupted_by in (None, "crash"):
+        return "interrupted by a crash"
+    if interrupted_by == "user":
+        return "interrupted by the user"
+    if interrupted_by == "stop":
+        return "interrupted: the agent stopped past its grace period"
+    if interrupted_by == "fork":
+        return "interrupted: the fork was cut inside it"
+    return f"interrupted ({interrupted_by})"
+
+
 class TimelineBuilder:
     """Turns records, fed in seq order, into top-level entries.
 
@@ -175,14 +189,15 @@ class TimelineBuilder:
         return self._place(_entry(EntryKind.MESSAGE, record, str(text)))
 
     def _engine(self, record: Record) -> list[Entry]:
-        # A crash-interrupted step, or one a restart resumed, is worth seeing; routine steps are not.
-        interrupted = bool(record.data.get("interrupted")) or record.kind == _STEP_RESUMED
-        if not (self.include_engine or interrupted):
+        # An interrupted step, or one a restart resumed, is worth seeing; routine steps are not.
+        interrupted = bool(record.data.get("interrupted"))
+        if not (self.include_engine or interrupted or record.kind == _STEP_RESUMED):
             return []
         title = record.kind.replace("_", " ") + f" (event #{record.data.get('event_seq')})"
-        crashed = bool(record.data.get("interrupted"))
-        entry = _entry(EntryKind.ENGINE, record, title + (" — interrupted by a crash" if crashed else ""))
-        if crashed:
+        if interrupted:
+            title += f" — {_interruption(record.data.get('interrupted_by'))}"
+        entry = _entry(EntryKind.ENGINE, record, title)
+        if interrupted:
             entry.status = "error"
         return self._place(entry)
 

@@ -81,6 +81,7 @@ async def test_fork_inside_a_step_closes_it_or_refuses(db_url: str) -> None:
         forked = await log.read("mid")
     assert [r.kind for r in forked[-3:]] == ["error", "step_finished", "forked_from"]
     assert forked[-2].data["interrupted"] is True and forked[-1].data["inside_step"] is True
+    assert forked[-2].data["interrupted_by"] == "fork"
     assert project("mid", forked).open_step is None
     async with build(db_url, ScriptedLLM(["answer in the fork"])) as agent:
         await agent.receive_message(new_id, "question again")

@@ -78,6 +78,21 @@ def test_unknown_kinds_and_interrupted_steps_are_shown() -> None:
     assert len(build_timeline(records, include_engine=True)) == 3
 
 
+def test_an_interrupted_step_says_what_interrupted_it() -> None:
+    def title(**data: object) -> str:
+        record = Record("s", 1, "step_finished", {"event_seq": 7, "interrupted": True, **data}, ts=1.0)
+        [entry] = build_timeline([record])
+        assert entry.status == "error"
+        return entry.title
+
+    assert title().endswith("— interrupted by a crash")  # a log from before interrupted_by
+    assert title(interrupted_by="crash").endswith("— interrupted by a crash")
+    assert title(interrupted_by="user").endswith("— interrupted by the user")
+    assert "grace period" in title(interrupted_by="stop")
+    assert "fork" in title(interrupted_by="fork")
+    assert title(interrupted_by="other").endswith("— interrupted (other)")
+
+
 def test_builder_yields_entries_as_they_complete() -> None:
     builder = TimelineBuilder()
     assert builder.feed(_step(1, "reasoning_started", request="q")) == []

@@ -1,0 +1,169 @@
+"""Ctrl-C on ``baf run`` in a terminal, while a slow sync body runs: once waits, twice stops now."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+# The body says it started (a file, not the terminal: the test waits for it), sleeps, then replies.
+SLOW_AGENT = """
+import os, pathlib, time
+from baf import Agent, ReceiveTextEvent, Session
+
+agent = Agent("slow", log="sqlite:///slow.db")
+idle = agent.new_state("idle", initial=True)
+work = agent.new_state("work")
+
+def slow(session: Session) -> None:
+    pathlib.Path("body-started").touch()
+    time.sleep(float(os.environ["SLOW_SECONDS"]))
+    session.reply("done sleeping")
+
+work.set_body(slow)
+idle.when_event(ReceiveTextEvent).go_to(work)
+work.go_to(idle)
+"""
+
+
+class Terminal:
+    """``baf run slow.py`` on a pseudo-terminal (stdin and stdout, as in a real terminal); stderr piped."""
+
+    def __init__(self, cwd: Path, seconds: float) -> None:
+        (cwd / "slow.py").write_text(SLOW_AGENT)
+        self.cwd = cwd
+        leader, follower = pty.openpty()
+        env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+        env.update(SLOW_SECONDS=str(seconds), COLUMNS="120", NO_COLOR="1")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "baf.cli", "run", "slow.py"],
+            cwd=cwd, stdin=follower, stdout=follower, stderr=subprocess.PIPE, env=env, start_new_session=True,
+        )  # fmt: skip
+        os.close(follower)
+        self.leader = leader
+        self.output = ""
+
+    def read(self, seconds: float) -> None:
+        """Collect terminal output for ``seconds`` (the pty must be drained or the agent blocks)."""
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            ready, _, _ = select.select([self.leader], [], [], min(left, 0.05))
+            if ready:
+                try:
+                    chunk = os.read(self.leader, 65536)
+                except OSError:  # the process exited and closed its side
+                    time.sleep(min(left, 0.05))
+                    continue
+                self.output += chunk.decode(errors="replace")
+
+    def wait_for(self, what: str, timeout: float = 60) -> None:
+        end = time.monotonic() + timeout
+        while what not in self.output and time.monotonic() < end and self.proc.poll() is None:
+            self.read(0.1)
+        assert what in self.output, self.output
+
+    def send_message(self, text: str, timeout: float = 60) -> None:
+        """Type ``text`` once the prompt is up; return once its body has started."""
+        self.wait_for("you>", timeout)
+        os.write(self.leader, text.encode() + b"\n")
+        started, end = self.cwd / "body-started", time.monotonic() + timeout
+        while not started.exists() and time.monotonic() < end:
+            self.read(0.05)
+        assert started.exists(), self.output
+
+    def wait_exit(self, timeout: float) -> float:
+        """Wait for the process to exit; the seconds it took."""
+        begun = time.monotonic()
+        while self.proc.poll() is None and time.monotonic() - begun < timeout:
+            self.read(0.05)
+        took = time.monotonic() - begun
+        assert self.proc.poll() is not None, f"still running after {took:.1f} s"
+        self.read(0.1)
+        return took
+
+    def stderr(self) -> str:
+        assert self.proc.stderr is not None
+        return self.proc.stderr.read().decode(errors="replace")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
+        os.close(self.leader)
+
+
+@pytest.fixture
+def terminal(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Terminal]:
+    term = Terminal(tmp_path, request.param)
+    yield term
+    term.close()
+
+
+def baf(*args: str, cwd: Path) -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", "baf.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def records(cwd: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in baf("log", "slow.db", "terminal", "--json", cwd=cwd).splitlines()]
+
+
+@pytest.mark.parametrize("terminal", [2.0], indirect=True)
+def test_first_ctrl_c_says_so_and_lets_the_step_finish_and_reply(terminal: Terminal) -> None:
+    terminal.send_message("hello")
+    terminal.proc.send_signal(signal.SIGINT)
+    terminal.wait_exit(timeout=30)
+    err = terminal.stderr()
+    assert terminal.proc.returncode == 0, err
+    assert "stopping after the current step" in err and "Ctrl-C again to stop now" in err
+    assert "Traceback" not in err and "never awaited" not in err
+    assert "done sleeping" in terminal.output  # delivered
+
+    log = records(terminal.cwd)
+    assert [r["data"]["text"] for r in log if r["kind"] == "reply"] == ["done sleeping"]  # type: ignore[index]
+    assert log[-1]["kind"] == "step_finished" and "interrupted" not in log[-1]["data"]  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("terminal", [8.0], indirect=True)
+def test_second_ctrl_c_stops_now_and_records_the_user_interrupted(terminal: Terminal) -> None:
+    terminal.send_message("hello")
+    terminal.proc.send_signal(signal.SIGINT)
+    terminal.read(0.3)
+    terminal.proc.send_signal(signal.SIGINT)
+    # The body sleeps 8 s: the process must not wait for its thread.
+    took = terminal.wait_exit(timeout=20)
+    err = terminal.stderr()
+    assert took < 3, f"exited {took:.1f} s after the second Ctrl-C\n{err}"
+    assert terminal.proc.returncode == 0, err
+    assert "Ctrl-C again to stop now" in err
+    assert "Traceback" not in err and "never awaited" not in err and "Warning" not in err
+    assert "done sleeping" not in terminal.output
+
+    log = records(terminal.cwd)
+    error, finished = log[-2], log[-1]
+    assert error["kind"] == "error" and str(error["data"]["message"]).startswith(  # type: ignore[index]
+        "interrupted by the user"
+    )
+    assert finished["kind"] == "step_finished"
+    assert finished["data"]["interrupted_by"] == "user"  # type: ignore[index]
+
+    timeline = baf("replay", "slow.db", "terminal", cwd=terminal.cwd)
+    assert "— interrupted by the user" in timeline
+    assert "crash" not in timeline
