@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
+from baf.errors import LogError
 from baf.log import SessionLog, open_log
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result: int = args.handler(args)
         return result
-    except (FileNotFoundError, ValueError, LookupError) as exc:
+    except (FileNotFoundError, ValueError, LookupError, LogError) as exc:
         Console(stderr=True).print(f"[red]baf {args.command}: {exc}[/red]")
         return 2
 
@@ -116,15 +117,19 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 # -- reading logs ---------------------------------------------------------------------------------
 
 
-def open_existing_log(target: str) -> SessionLog:
-    """Open a log by URL or file path, refusing to create a new empty file by mistake."""
+def open_existing_log(target: str, *, read_only: bool = True) -> SessionLog:
+    """Open a log by URL or file path, refusing to create a new empty file by mistake.
+
+    A SQLite log is opened read-only unless ``read_only=False`` (``--fork-at``, which appends): reading
+    it must not change the file (no migration, no WAL switch, no tables added to a foreign database).
+    """
     if "://" in target:
         if target.startswith("sqlite:///") and not Path(target.removeprefix("sqlite:///").split("?")[0]).exists():
             raise FileNotFoundError(f"no such log: {target}")
-        return open_log(target)
+        return open_log(target, read_only=read_only) if target.lower().startswith("sqlite:") else open_log(target)
     if not Path(target).exists():
         raise FileNotFoundError(f"no such log file: {target}")
-    return open_log(f"sqlite:///{target}")
+    return open_log(f"sqlite:///{target}", read_only=read_only)
 
 
 def _when(ts: float | None) -> str:
@@ -240,7 +245,8 @@ def _rerun_or_fork(args: argparse.Namespace) -> int:
     agent = find_agent(load_agent_module(args.rerun)) if args.rerun else None
 
     async def go() -> int:
-        async with open_existing_log(args.log) as log:
+        # A re-run only reads the log (it runs on a fresh in-memory one); a fork appends to it.
+        async with open_existing_log(args.log, read_only=agent is not None) as log:
             if agent is not None:
                 return await rerun_command(log, args.session, agent, Console(highlight=False))
             return await fork_command(log, args.session, args.fork_at, Console(highlight=False))

@@ -9,7 +9,8 @@
     │   ├── LogConflictError        (session_id, seq) already exists: an append never overwrites
     │   ├── CorruptRecordError      a stored record cannot be decoded; names session and seq
     │   ├── UnknownRecordVersionError  a record written by a newer baf than this one
-    │   └── LogClosedError          append or read on a store that is not open
+    │   ├── LogClosedError          append or read on a store that is not open
+    │   └── LogReadOnlyError        append on a store opened read-only
     ├── LLMError                    the model could not be used
     │   ├── LLMConnectionError      the server could not be reached (after retries)
     │   ├── LLMTimeoutError         the request took longer than its timeout (after retries)
@@ -52,6 +53,7 @@ __all__ = [
     "LogClosedError",
     "LogConflictError",
     "LogError",
+    "LogReadOnlyError",
     "PathEscapeError",
     "PatternBudgetError",
     "PatternDepthLimitError",
@@ -124,6 +126,10 @@ class UnknownRecordVersionError(LogError):
 
 class LogClosedError(LogError):
     """The store was used after ``close()`` and not started again."""
+
+
+class LogReadOnlyError(LogError):
+    """``append`` on a store opened read-only (``SQLiteLog(path, read_only=True)``); nothing was written."""
 
 
 class LLMError(BafError):

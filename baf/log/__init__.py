@@ -33,7 +33,9 @@ __all__ = [
 ]
 
 _ACCEPTED = "sqlite:///relative/path.db, sqlite:////absolute/path.db, memory://"
-_SQLITE_OPTIONS = ("durability", "busy_timeout")
+_SQLITE_OPTIONS = ("durability", "busy_timeout", "read_only")
+# How ``read_only`` may be spelled in a query string.
+_FLAGS = {"true": True, "1": True, "false": False, "0": False}
 
 
 def open_log(url: str | SessionLog, **options: Any) -> SessionLog:
@@ -43,9 +45,10 @@ def open_log(url: str | SessionLog, **options: Any) -> SessionLog:
     - ``sqlite:////absolute/path.db``: the same with an absolute path (four slashes);
     - ``memory://``: a new, empty ``MemoryLog``.
 
-    SQLite options (``durability``, ``busy_timeout``) may be given in the query string
-    (``sqlite:///a.db?durability=full``) or as keyword arguments; a keyword argument wins over the same
-    option in the URL. Anything else raises ``ValueError``.
+    SQLite options (``durability``, ``busy_timeout``, ``read_only``) may be given in the query string
+    (``sqlite:///a.db?durability=full``, ``sqlite:///a.db?read_only=true``) or as keyword arguments; a
+    keyword argument wins over the same option in the URL. Anything else raises ``ValueError``.
+    ``read_only`` opens an existing log without ever changing it: see ``SQLiteLog``.
     """
     if isinstance(url, SessionLog):
         if options:
@@ -83,5 +86,10 @@ def open_log(url: str | SessionLog, **options: Any) -> SessionLog:
                 raise ValueError(
                     f"{url!r}: busy_timeout must be a number of seconds, got {merged['busy_timeout']!r}"
                 ) from None
+        if isinstance(merged.get("read_only"), str):
+            flag = _FLAGS.get(merged["read_only"].lower())
+            if flag is None:
+                raise ValueError(f"{url!r}: read_only must be true or false, got {merged['read_only']!r}")
+            merged["read_only"] = flag
         return SQLiteLog(path, **merged)
     raise ValueError(f"unsupported log URL {url!r}; accepted: {_ACCEPTED}")

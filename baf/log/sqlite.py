@@ -64,6 +64,19 @@ Durability
 Several processes may open the same file: SQLite serialises their writers; a writer that finds the
 file locked retries for ``busy_timeout`` seconds before failing.
 
+Reading only
+    ``SQLiteLog(path, read_only=True)`` (``open_log("sqlite:///path?read_only=true")``) opens only the
+    reader, with SQLite's read-only URI mode (``file:...?mode=ro``), for tools that must leave the file
+    as they found it (``baf replay``, ``baf export``): it creates no file, runs no schema statement, no
+    migration, no journal-mode change and no checkpoint, and ``append`` raises ``LogReadOnlyError``. It
+    reads every schema version this baf knows (1 and 2) and refuses, with ``LogError``, a missing
+    file, a directory, a file that is not a SQLite database or has no baf tables, and a newer schema.
+    A WAL-mode file being written by another process reads as usual. SQLite needs the file's
+    ``-wal`` and ``-shm`` companions for that: a read-only connection creates them if they are missing
+    and leaves them behind (removing them takes a checkpoint, which is a write), so a WAL-mode log in
+    a directory this process cannot write is refused unless they already exist. ``immutable=1`` would
+    do without them, but would also let SQLite read pages a live writer is changing.
+
 Lifecycle
     The first call opens the store if ``start()`` was not called. ``close()`` commits what is queued
     and closes; until ``start()`` reopens it, calls raise ``LogClosedError``. A store left open when
@@ -89,11 +102,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar
+from urllib.parse import quote
 
 import aiosqlite
 import orjson
 
-from baf.errors import CorruptRecordError, LogClosedError, LogError
+from baf.errors import CorruptRecordError, LogClosedError, LogError, LogReadOnlyError
 from baf.log import upcast as upcast_module
 from baf.log.jsontext import encode_json
 from baf.log.projection import SessionProjection
@@ -168,6 +182,18 @@ _SELECT_RAW_SQL: Final = (
     "SELECT seq, CAST(kind AS BLOB), CAST(data AS BLOB) FROM baf_records WHERE session_id = ? AND seq > ? ORDER BY seq"
 )
 _SESSIONS_SQL: Final = "SELECT session_id FROM baf_sessions ORDER BY position"
+# A read-only store cannot migrate a version-1 file, so it lists what the migration would register
+# after the registered sessions, in one statement (one snapshot).
+_SESSIONS_V1_SQL: Final = """SELECT session_id FROM (
+    SELECT session_id, 0 AS part, position AS rank FROM baf_sessions
+    UNION ALL
+    SELECT session_id, 1, min(position) FROM baf_records
+    WHERE session_id NOT IN (SELECT session_id FROM baf_sessions) GROUP BY session_id
+) ORDER BY part, rank"""
+_BAF_TABLES: Final = ("baf_records", "baf_sessions", "baf_meta")
+_TABLES_SQL: Final = "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?, ?)"
+# What a read-only store reads as it is: the current layout, and those it would migrate from.
+_READABLE_VERSIONS: Final = frozenset({str(SCHEMA_VERSION), *_MIGRATIONS})
 # Rows per round trip in ``project``: enough that the trips do not show, few enough that other reads
 # on the connection are not kept waiting long (a chunk is a few milliseconds of decoding).
 _FOLD_CHUNK: Final = 2000
@@ -290,6 +316,10 @@ class SQLiteLog(SessionLog):
     loss); see the module docstring. ``busy_timeout`` is how many seconds a statement waits for a lock
     held by another process before failing.
 
+    ``read_only=True`` opens an existing log for reading only and never changes the file (see "Reading
+    only" in the module docstring); ``append`` then raises ``LogReadOnlyError`` and ``durability`` does
+    not apply.
+
     ``start()`` is optional: the first call opens the store. ``close()`` commits everything already
     queued, then closes; after it every call raises ``LogClosedError`` until ``start()`` opens the
     file again. The store belongs to the event loop that started it; closed, it may be started again
@@ -301,6 +331,8 @@ class SQLiteLog(SessionLog):
         path: str | os.PathLike[str],
         durability: Durability = "normal",
         busy_timeout: float = 5.0,
+        *,
+        read_only: bool = False,
     ) -> None:
         if durability not in DURABILITY_MODES:
             raise ValueError(f"durability must be one of {', '.join(map(repr, DURABILITY_MODES))}, got {durability!r}")
@@ -315,6 +347,9 @@ class SQLiteLog(SessionLog):
         self._path = Path(text_path).absolute()
         self._durability: Durability = durability
         self._busy_timeout_ms = round(busy_timeout * 1000)
+        self._read_only = bool(read_only)
+        # Version 1 files are migrated by a writer, but a read-only store reads them as they are.
+        self._sessions_sql = _SESSIONS_SQL
         self._state = _State.NEW
         self._lifecycle: asyncio.Lock | None = None
         self._lifecycle_loop: asyncio.AbstractEventLoop | None = None
@@ -354,24 +389,35 @@ class SQLiteLog(SessionLog):
         return self._durability
 
     @property
+    def read_only(self) -> bool:
+        """Whether the store was opened for reading only (``append`` refused, the file never changed)."""
+        return self._read_only
+
+    @property
     def commits(self) -> int:
         """Transactions committed so far; each holds one or more ``append`` calls."""
         return self._commits
 
     def __repr__(self) -> str:
-        return f"SQLiteLog({str(self._path)!r}, durability={self._durability!r}, state={self._state.value})"
+        mode = "read_only=True" if self._read_only else f"durability={self._durability!r}"
+        return f"SQLiteLog({str(self._path)!r}, {mode}, state={self._state.value})"
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Open the file, create the tables if needed and start the writer. Idempotent.
 
+        Read-only, only check that the file is a baf log this baf can read and open the reader.
         Also reopens a closed store.
         """
         if self._state is _State.OPEN:
             return
         async with self._lifecycle_lock():
             if self._state is _State.OPEN:
+                return
+            if self._read_only:
+                self._reader = await self._open_read_only()
+                self._state = _State.OPEN
                 return
             await self._open()
             # Made here, not in __init__: asyncio primitives belong to the loop that first waits on them.
@@ -459,6 +505,38 @@ class SQLiteLog(SessionLog):
             raise
         return writer
 
+    async def _open_read_only(self) -> aiosqlite.Connection:
+        """The reader alone, opened with ``mode=ro`` on a baf log this baf can read; raises ``LogError``."""
+        path = self._path
+        # On a thread, as the writer opens on its worker: the file system may block (a network mount).
+        why_not = await asyncio.to_thread(_not_a_file, path)
+        if why_not is not None:
+            raise LogError(why_not)
+        reader: aiosqlite.Connection | None = None
+        try:
+            reader = await aiosqlite.connect(_read_only_uri(path), uri=True, isolation_level=None)
+            await reader.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
+            tables = {row[0] for row in await reader.execute_fetchall(_TABLES_SQL, _BAF_TABLES)}
+            if not tables:
+                raise LogError(f"not a baf log: {path} has no baf tables")
+            if missing := [name for name in _BAF_TABLES if name not in tables]:
+                raise LogError(f"not a baf log: {path} has no table {', '.join(missing)}")
+            rows = await reader.execute_fetchall("SELECT value FROM baf_meta WHERE key = 'schema_version'")
+            stored = next((row[0] for row in rows), None)
+            if stored not in _READABLE_VERSIONS:
+                raise LogError(
+                    f"{path} has log schema version {stored!r}; this baf reads versions "
+                    f"{', '.join(sorted(_READABLE_VERSIONS))}: upgrade baf to read this file"
+                )
+            self._sessions_sql = _SESSIONS_SQL if stored == str(SCHEMA_VERSION) else _SESSIONS_V1_SQL
+        except BaseException as exc:
+            if reader is not None:
+                await reader.close()
+            if isinstance(exc, sqlite3.Error):
+                raise await asyncio.to_thread(_read_only_open_error, path, exc) from exc
+            raise
+        return reader
+
     def _switch_to_wal(self, writer: sqlite3.Connection) -> Any:
         """``PRAGMA journal_mode = WAL``, retried while another connection holds the file.
 
@@ -533,7 +611,12 @@ class SQLiteLog(SessionLog):
     # -- writing -----------------------------------------------------------------------------------
 
     async def append(self, records: Sequence[Record]) -> None:
-        """Durably append ``records`` (any sessions), all or nothing; see the module docstring."""
+        """Durably append ``records`` (any sessions), all or nothing; see the module docstring.
+
+        Raises ``LogReadOnlyError`` on a store opened with ``read_only=True``.
+        """
+        if self._read_only:
+            raise LogReadOnlyError(f"{self!r} is read-only: open it without read_only=True to append")
         self._check_not_closed()
         check_appendable(records)
         rows = [encode_record(record) for record in records]
@@ -806,7 +889,7 @@ class SQLiteLog(SessionLog):
     async def sessions(self) -> list[str]:
         """Return every session id in the log, in order of its first record."""
         reader = await self._reading()
-        rows = await reader.execute_fetchall(_SESSIONS_SQL)
+        rows = await reader.execute_fetchall(self._sessions_sql)
         ids: list[str] = []
         for (session_id,) in rows:
             if not isinstance(session_id, str):
@@ -822,6 +905,49 @@ class SQLiteLog(SessionLog):
         if self._state is not _State.OPEN or reader is None:
             raise LogClosedError(f"{self!r} is closed")
         return reader
+
+
+def _read_only_uri(path: Path) -> str:
+    """The SQLite URI opening ``path`` read-only; quoted, since ``?``, ``#`` and ``%`` mean something in a URI."""
+    return f"file:{quote(str(path))}?mode=ro"
+
+
+def _not_a_file(path: Path) -> str | None:
+    """Why ``path`` cannot be a log file (SQLite says "unable to open database file" for both), if so."""
+    if path.is_dir():
+        return f"cannot read {path}: it is a directory, not a log file"
+    if not path.exists():
+        return f"cannot read {path}: no such log file"
+    return None
+
+
+def _read_only_open_error(path: Path, error: sqlite3.Error) -> LogError:
+    """A one-line ``LogError`` for what SQLite said while a read-only store opened ``path``."""
+    name = getattr(error, "sqlite_errorname", "")
+    if name == "SQLITE_NOTADB":
+        return LogError(f"not a baf log: {path} is not a SQLite database")
+    if name in ("SQLITE_CANTOPEN", "SQLITE_READONLY_DIRECTORY") and _needs_wal_files(path):
+        # SQLite cannot create them in a directory it may not write to (a read-only mount or folder),
+        # and reading without them (immutable=1) would be unsafe should a writer come along.
+        return LogError(
+            f"cannot read {path}: a WAL-mode file needs its -wal and -shm files, which cannot be "
+            "created in its folder; copy it to a folder you can write to"
+        )
+    return LogError(f"cannot read {path}: {error}")
+
+
+def _needs_wal_files(path: Path) -> bool:
+    """Whether ``path`` is a WAL-mode SQLite file whose ``-shm`` file is missing.
+
+    Read from the header: bytes 18 and 19 (the read and write format versions) are 2 in WAL mode.
+    """
+    try:
+        with path.open("rb") as file:
+            header = file.read(20)
+    except OSError:
+        return False
+    wal = header.startswith(b"SQLite format 3\0") and header[18:20] == b"\x02\x02"
+    return wal and not path.with_name(path.name + "-shm").exists()
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

@@ -158,9 +158,13 @@ class LogEffects:
 
 
 async def read_session(log: str | SessionLog, session_id: str) -> list[Record]:
-    """The records of ``session_id`` in ``log`` (a URL or a store, opened for the read if needed)."""
+    """The records of ``session_id`` in ``log`` (a URL or a store, opened for the read if needed).
+
+    A SQLite URL is opened read-only: checking a recorded session (a test fixture) must not change its file.
+    """
     if isinstance(log, str):
-        async with open_log(log) as store:
+        read_only = {"read_only": True} if log.lower().startswith("sqlite:") else {}
+        async with open_log(log, **read_only) as store:
             records = await store.read(session_id)
     else:
         try:

@@ -3,6 +3,9 @@ from the log, and find the first divergence after a change."""
 
 from __future__ import annotations
 
+import os
+import sqlite3
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,7 +14,7 @@ from baf import Agent, Session
 from baf.library.state.pattern_state import new_pattern_state
 from baf.library.state.reasoning_state_library import new_reasoning_state
 from baf.llm.base import LLM, LLMResponse
-from baf.log import MemoryLog, Record
+from baf.log import MemoryLog, Record, SQLiteLog
 from baf.reasoning.patterns import ReAct
 from baf.replay.rerun import assert_replays, rerun
 from baf.testing import ScriptedLLM
@@ -225,3 +228,21 @@ async def test_a_changed_pattern_diverges_at_its_first_llm_request() -> None:
     assert report.divergence.what == "a different LLM request"
     assert report.divergence.now["messages"][0]["content"].startswith("Solve: ")
     assert report.divergence.recorded["messages"] == first_request.data["messages"]
+
+
+async def test_a_rerun_from_a_url_leaves_the_file_as_it_was(tmp_path: Path) -> None:
+    """A recorded fixture is opened read-only: not migrated (here: a schema-1 file), not rewritten."""
+    _, records = await record()
+    db = tmp_path / "weather.db"
+    async with SQLiteLog(db) as log:
+        await log.append(records)
+    connection = sqlite3.connect(db)
+    connection.executescript("""UPDATE baf_meta SET value = '1' WHERE key = 'schema_version';
+        CREATE TRIGGER baf_records_register_session AFTER INSERT ON baf_records
+        BEGIN INSERT OR IGNORE INTO baf_sessions (session_id) VALUES (NEW.session_id); END;
+        PRAGMA journal_mode = DELETE;""")
+    connection.close()
+    before = db.read_bytes()
+    await assert_replays(f"sqlite:///{db}", "s", build(ForbiddenLLM(), tools_live=False))
+    assert db.read_bytes() == before
+    assert os.listdir(tmp_path) == ["weather.db"]
