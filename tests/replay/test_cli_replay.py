@@ -13,6 +13,7 @@ from rich.console import Console
 from baf.cli import main
 from baf.log import open_log
 from baf.log.record import Record
+from baf.replay.commands import ReplayOptions, replay
 from baf.replay.reading import follow
 
 from .helpers import GOLDEN_SESSION, copy_golden
@@ -121,3 +122,57 @@ async def test_follow_prints_records_as_they_land(tmp_path: Path) -> None:
         await more
     out = console.file.getvalue()  # type: ignore[attr-defined]
     assert last == 3 and "first" in out and "second" in out and "reasoning" in out
+
+
+@pytest.mark.parametrize("argv", [
+    ["--limit", "-1"], ["--width", "-5"], ["--limit", "x"], ["--at", "0"], ["--at", "-1"], ["--from", "0"],
+    ["--to", "-3"], ["--fork-at", "0"],
+])  # fmt: skip
+def test_replay_refuses_numbers_out_of_range(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["replay", str(copy_golden(tmp_path)), GOLDEN_SESSION, *argv])
+    assert exit_.value.code == 2
+    assert f"argument {argv[0]}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["--follow"], ["--at", "5"], ["--rerun", "agent.py"], ["--fork-at", "3"],
+                                  ["--json"], ["--kind", "reply"], ["--limit", "3"]])  # fmt: skip
+def test_session_options_without_a_session_are_usage_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["replay", str(copy_golden(tmp_path)), *argv])
+    assert exit_.value.code == 2
+    assert f"{argv[0]} needs a SESSION" in capsys.readouterr().err
+
+
+async def test_follow_waits_for_a_session_that_has_not_started(tmp_path: Path) -> None:
+    path = tmp_path / "live.db"
+    console = Console(file=io.StringIO(), width=200)
+    out = console.file
+
+    async def printed(text: str) -> None:
+        # The console writes to a StringIO: there is no event to wait on, only its text.
+        while text not in out.getvalue():  # type: ignore[attr-defined]  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+
+    async with open_log(f"sqlite:///{path}") as writer, open_log(f"sqlite:///{path}") as reader:
+        await writer.append([Record("other", 1, "message_received", {"event": {}, "text": "elsewhere"})])
+        following = asyncio.ensure_future(replay(reader, ReplayOptions(session="later", follow=True, poll=0.01),
+                                                 console))  # fmt: skip
+        await asyncio.wait_for(printed("waiting for session 'later'"), 10)
+        await writer.append([Record("later", 1, "message_received", {"event": {}, "text": "here at last"})])
+        await asyncio.wait_for(printed("here at last"), 10)
+        assert not following.done()
+        following.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await following
+
+
+def test_export_to_a_directory_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["export", str(copy_golden(tmp_path)), GOLDEN_SESSION, "-o", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot write -o {tmp_path}" in err and "Is a directory" in err and "Traceback" not in err
+
