@@ -176,3 +176,15 @@ def test_export_to_a_directory_is_a_usage_error(tmp_path: Path, capsys: pytest.C
     err = capsys.readouterr().err
     assert f"cannot write -o {tmp_path}" in err and "Is a directory" in err and "Traceback" not in err
 
+
+def test_interactive_stops_at_the_ends_and_explains_bad_arguments(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO("n 2\np 100\nn 1000\nj abc\nn x\nq\n"))
+    out = run(capsys, "replay", str(copy_golden(tmp_path)), GOLDEN_SESSION, "--interactive")
+    lines = out.splitlines()
+    total = lines[1].split("/")[1].split("]")[0]
+    assert lines[3:5] == ["(at the start)", lines[1]]  # back at the first entry
+    assert lines[5] == "(at the end)" and lines[6].startswith(f"[{total}/{total}]") and "Goodbye." in lines[6]
+    assert "j takes a record number, e.g. j 28" in out and "n takes a number of entries" in out
+    assert "invalid literal" not in out
