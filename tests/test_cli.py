@@ -153,3 +153,26 @@ def test_output_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
         proc.stderr.close()
         assert proc.returncode == 141, (command, err)
         assert err == "", (command, err)
+
+
+def test_run_says_where_the_websocket_platform_listens(tmp_path: Path) -> None:
+    import signal
+    import threading
+
+    (tmp_path / "web.py").write_text(
+        "from baf import Agent\nfrom baf.platforms.websocket import WebSocketPlatform\n"
+        "agent = Agent('web', log='memory://')\nagent.new_state('idle', initial=True)\n"
+        "agent.add_platform(WebSocketPlatform(port=0))\n"
+    )  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-m", "baf.cli", "run", "web.py"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    assert proc.stderr is not None
+    guard = threading.Timer(30, proc.kill)  # a silent start must fail the test, not hang it
+    guard.start()
+    line = proc.stderr.readline()  # returns once the platform has started (or the guard killed it)
+    guard.cancel()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert line.startswith("websocket platform listening on ws://127.0.0.1:") and "browser UI: http://" in line
+    assert ":0/" not in line  # the port it got, not the one asked for
+    assert proc.returncode == 0 and "Traceback" not in err
