@@ -90,6 +90,8 @@ class Entry:
     children: list[Entry] = field(default_factory=list)
     status: str = "ok"
     end_ts: float | None = None
+    #: The group as built, when a filter kept only some of its children (its totals count them all).
+    unfiltered: Entry | None = None
 
     def add_record(self, record: Record) -> None:
         """Note that ``record`` belongs to this entry."""
@@ -128,6 +130,8 @@ class TimelineBuilder:
         self._group: Entry | None = None
         self._llm_call: Entry | None = None
         self._tool_calls: dict[str, Entry] = {}
+        # The latest error record's data: it says why a step that follows was closed as interrupted.
+        self._last_error: dict[str, Any] = {}
 
     def feed(self, record: Record) -> list[Entry]:
         """Take the next record; return the top-level entries it completed."""
@@ -175,16 +179,32 @@ class TimelineBuilder:
         return self._place(_entry(EntryKind.MESSAGE, record, str(text)))
 
     def _engine(self, record: Record) -> list[Entry]:
+        # A reasoning invocation runs within one step: if it is still open when its step ends, it was cut
+        # short (the agent stopped, or a fork was cut inside it), and what follows is not part of it.
+        done = self.finish() if record.kind == RecordKind.STEP_FINISHED else []
+        for group in done:
+            group.status = "error"  # not "open": it will not go on
         # A crash-interrupted step, or one a restart resumed, is worth seeing; routine steps are not.
         interrupted = bool(record.data.get("interrupted")) or record.kind == _STEP_RESUMED
         if not (self.include_engine or interrupted):
-            return []
-        title = record.kind.replace("_", " ") + f" (event #{record.data.get('event_seq')})"
-        crashed = bool(record.data.get("interrupted"))
-        entry = _entry(EntryKind.ENGINE, record, title + (" — interrupted by a crash" if crashed else ""))
-        if crashed:
+            return done
+        event_seq = record.data.get("event_seq")
+        # A step without an event is the initial state's body, run when the session starts.
+        title = record.kind.replace("_", " ") + (f" (event #{event_seq})" if event_seq is not None
+                                                  else " (session start)")  # fmt: skip
+        if record.data.get("interrupted"):
+            title += " — " + _interruption(self._last_error)
+        entry = _entry(EntryKind.ENGINE, record, title)
+        if record.data.get("interrupted"):
             entry.status = "error"
-        return self._place(entry)
+        return done + self._place(entry)
+
+    def _forked_from(self, record: Record) -> list[Entry]:
+        d = record.data
+        title = f"forked from session {d.get('session')} after #{d.get('seq')}"
+        if d.get("inside_step"):
+            title += " (inside a step)"
+        return self._place(_entry(EntryKind.SESSION, record, title))
 
     def _transition(self, record: Record) -> list[Entry]:
         d = record.data
@@ -213,6 +233,7 @@ class TimelineBuilder:
 
     def _error(self, record: Record) -> list[Entry]:
         d = record.data
+        self._last_error = d
         entry = _entry(EntryKind.ERROR, record, f"{d.get('source')}: {d.get('type')}: {d.get('message')}")
         entry.status = "error"
         return self._place(entry)
@@ -313,6 +334,15 @@ def _call_label(data: dict[str, Any]) -> str:
     return f"step {data.get('step')}"
 
 
+def _interruption(error: dict[str, Any]) -> str:
+    """Why a step was closed as interrupted, from the error record written just before its end."""
+    if error.get("source") == "fork":
+        return "closed by the fork, which was cut inside it"
+    if error.get("reason"):  # the agent stopped past its grace period
+        return f"interrupted: {error['reason']}"
+    return "interrupted by a crash"  # found open by a restart
+
+
 def _tasks_line(tasks: list[dict[str, Any]]) -> str:
     marks = {"pending": "[ ]", "in_progress": "[~]", "completed": "[x]", "skipped": "[-]"}
     line = "  ".join(f"{marks.get(str(t.get('status')), '[?]')} {t.get('id')}. {t.get('description')}" for t in tasks)
@@ -335,6 +365,7 @@ _DISPATCH = {
     RecordKind.TOOL_RESULT: TimelineBuilder._tool_result,
     RecordKind.TASK_LIST: TimelineBuilder._task_list,
     RecordKind.REASONING_STEP: TimelineBuilder._reasoning_step,
+    RecordKind.FORKED_FROM: TimelineBuilder._forked_from,
 }
 
 
@@ -401,6 +432,7 @@ class EntryFilter:
             return None
         kept = copy.copy(entry)
         kept.children = children
+        kept.unfiltered = entry.unfiltered or entry
         return kept
 
 

@@ -188,3 +188,37 @@ def test_interactive_stops_at_the_ends_and_explains_bad_arguments(
     assert lines[5] == "(at the end)" and lines[6].startswith(f"[{total}/{total}]") and "Goodbye." in lines[6]
     assert "j takes a record number, e.g. j 28" in out and "n takes a number of entries" in out
     assert "invalid literal" not in out
+
+
+def test_a_filtered_reasoning_group_reports_the_runs_totals(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = str(copy_golden(tmp_path))
+    whole = run(capsys, "replay", db, GOLDEN_SESSION)
+    header = next(line for line in whole.splitlines() if "What is 6 times 7" in line and "reasoning" in line)
+    assert "[answered, 5 LLM calls, 1408 tokens]" in header
+    for argv in (["--kind", "tool_result"], ["--from", "40"], ["--grep", "multiply"]):
+        assert "[answered, 5 LLM calls, 1408 tokens]" in run(capsys, "replay", db, GOLDEN_SESSION, *argv), argv
+
+
+def test_replay_at_separates_a_task_from_its_result(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = run(capsys, "replay", str(copy_golden(tmp_path)), GOLDEN_SESSION, "--at", "50")
+    assert "[x] 1. multiply — 42" in out and "[-] 2. add tax — the tax service is down" in out
+
+
+def test_the_session_start_step_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = run(capsys, "replay", str(copy_golden(tmp_path)), GOLDEN_SESSION, "--kind", "step_started")
+    assert "step started (session start)" in out and "step started (event #5)" in out
+    assert "None" not in out
+
+
+def test_a_fork_inside_a_step_reads_as_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = str(copy_golden(tmp_path))
+    run(capsys, "replay", db, GOLDEN_SESSION, "--fork-at", "30")  # inside the reasoning run's step
+    lines = run(capsys, "replay", db, f"{GOLDEN_SESSION}@30", "--limit", "0").splitlines()
+    header = next(line for line in lines if "What is 6 times 7" in line and "reasoning" in line)
+    assert "[cut short, 2 LLM calls" in header  # not "in flight": its step was closed
+    closed = next(line for line in lines if "step finished (event #17)" in line)
+    assert "closed by the fork" in closed and "crash" not in closed
+    assert lines[-1].endswith(f"● session      forked from session {GOLDEN_SESSION} after #30 (inside a step)")
+    assert "│" not in lines[-1] and "│" not in closed  # after the run, not in it
