@@ -105,7 +105,8 @@ def _parser() -> argparse.ArgumentParser:
     run.set_defaults(handler=_cmd_run)
 
     demo = commands.add_parser("demo", help="run the reasoning demo (offline unless OPENAI_API_KEY is set)")
-    demo.add_argument("--log", default=None, help="log URL (default: a sqlite file in the working folder)")
+    demo.add_argument("--log", default=None,
+                      help="log file or URL (default: reasoning_demo.db in the working folder)")
     demo.set_defaults(handler=_cmd_demo)
 
     sessions = commands.add_parser("sessions", help="list the sessions of a log")
@@ -172,8 +173,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from baf.library.demo import run_demo
 
-    run_demo(log=args.log)
+    run_demo(log=None if args.log is None else _log_url(args.log))
     return 0
+
+
+def _log_url(target: str) -> str:
+    """A log URL for ``target``, which may also be a plain file path (read as a SQLite file, as
+    ``baf replay`` reads it)."""
+    return target if "://" in target else f"sqlite:///{target}"
 
 
 # -- reading logs ---------------------------------------------------------------------------------
