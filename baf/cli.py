@@ -61,8 +61,9 @@ def _stdout_closed() -> int:
     stdout is pointed at devnull so the interpreter's final flush of what is still buffered does not fail
     again at exit; 141 (128 + SIGPIPE) is what a shell reports for a command cut off the same way.
     """
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
+    with contextlib.suppress(OSError, ValueError):  # a stdout without a file descriptor (as in tests)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
     return 141
 
 
