@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib.util
 import json
+import os
 import sys
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from baf.errors import LogError
+from baf.errors import ConfigurationError, LogError
 from baf.log import SessionLog, open_log
 
 if TYPE_CHECKING:
@@ -32,10 +36,64 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         result: int = args.handler(args)
+        sys.stdout.flush()  # inside the try: a reader that went away must not fail at exit instead
         return result
-    except (FileNotFoundError, ValueError, LookupError, LogError) as exc:
-        Console(stderr=True).print(f"[red]baf {args.command}: {exc}[/red]")
-        return 2
+    except BrokenPipeError:
+        return _stdout_closed()
+    except ConfigurationError as exc:
+        return _fail(args.command, exc)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError, ValueError,
+            LookupError, LogError) as exc:  # fmt: skip
+        if getattr(exc, _FROM_USER_CODE, False):
+            raise  # a bug in the user's agent file: its traceback is what they need
+        return _fail(args.command, exc)
+
+
+def _fail(command: str, error: object) -> int:
+    """Print ``baf COMMAND: error`` on stderr; the exit status of usage and configuration errors."""
+    Console(stderr=True, highlight=False).print(Text(f"baf {command}: {error}", style="red"), soft_wrap=True)
+    return 2
+
+
+def _stdout_closed() -> int:
+    """Whoever read stdout is gone (``baf log ... | head``): stop quietly, as Python's signal docs advise.
+
+    stdout is pointed at devnull so the interpreter's final flush of what is still buffered does not fail
+    again at exit; 141 (128 + SIGPIPE) is what a shell reports for a command cut off the same way.
+    """
+    with contextlib.suppress(OSError, ValueError):  # a stdout without a file descriptor (as in tests)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    return 141
+
+
+class _Stdout(Console):
+    """The console for a command's output. rich ends the process itself (status 1) when stdout is closed;
+    this leaves it to :func:`main`, so every command ends the same way."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError
+
+
+#: Set on an exception raised by the user's own code under ``baf run`` / ``--rerun``.
+_FROM_USER_CODE = "_baf_from_user_code"
+
+
+@contextlib.contextmanager
+def _user_code() -> Iterator[None]:
+    """Mark exceptions from the user's code, so :func:`main` does not shorten them to one line.
+
+    baf's own configuration errors are the exception: they name the problem and its fix, and
+    their traceback only points into baf.
+    """
+    try:
+        yield
+    except ConfigurationError:
+        raise
+    except Exception as exc:
+        with contextlib.suppress(AttributeError):  # an exception type without a __dict__
+            setattr(exc, _FROM_USER_CODE, True)
+        raise
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -48,7 +106,8 @@ def _parser() -> argparse.ArgumentParser:
     run.set_defaults(handler=_cmd_run)
 
     demo = commands.add_parser("demo", help="run the reasoning demo (offline unless OPENAI_API_KEY is set)")
-    demo.add_argument("--log", default=None, help="log URL (default: a sqlite file in the working folder)")
+    demo.add_argument("--log", default=None,
+                      help="log file or URL (default: reasoning_demo.db in the working folder)")
     demo.set_defaults(handler=_cmd_demo)
 
     sessions = commands.add_parser("sessions", help="list the sessions of a log")
@@ -100,18 +159,29 @@ def find_agent(module: Any) -> Agent:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    agent = find_agent(load_agent_module(args.path))
+    if not Path(args.path).is_file():
+        raise FileNotFoundError(f"no such file: {args.path}")
+    with _user_code():
+        module = load_agent_module(args.path)
+    agent = find_agent(module)
     if not agent.platforms:
         agent.use_terminal_platform(session_id=args.session)
-    agent.run()
+    with _user_code():
+        agent.run()
     return 0
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     from baf.library.demo import run_demo
 
-    run_demo(log=args.log)
+    run_demo(log=None if args.log is None else _log_url(args.log))
     return 0
+
+
+def _log_url(target: str) -> str:
+    """A log URL for ``target``, which may also be a plain file path (read as a SQLite file, as
+    ``baf replay`` reads it)."""
+    return target if "://" in target else f"sqlite:///{target}"
 
 
 # -- reading logs ---------------------------------------------------------------------------------
@@ -149,7 +219,7 @@ def _cmd_sessions(args: argparse.Namespace) -> int:
             p.session_id, p.agent or "-", _when(p.first_ts), _when(p.last_ts), str(p.last_seq),
             p.current_state or "-", str(p.errors),
         )
-    Console().print(table)
+    _Stdout().print(table)
     return 0
 
 
@@ -161,7 +231,7 @@ def _cmd_log(args: argparse.Namespace) -> int:
     records = asyncio.run(collect())
     if not records:
         raise LookupError(f"session {args.session!r} has no records in {args.log}")
-    console = Console()
+    console = _Stdout()
     if args.json:
         for r in records:
             line = {"session_id": r.session_id, "seq": r.seq, "ts": r.ts, "kind": r.kind, "version": r.version,
@@ -181,26 +251,49 @@ def _cmd_log(args: argparse.Namespace) -> int:
 # -- replay and export (the work is in baf.replay.commands) ---------------------------------------
 
 
+def _count(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer of at least ``minimum`` (argparse reports anything else as a usage error)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be {minimum} or more, not {value}")
+        return value
+
+    return parse
+
+
+_SEQ = _count(1)  # seqs start at 1
+_PAGE_DEFAULT = 50
+
+
 def _add_replay_parser(commands: Any) -> argparse.ArgumentParser:
     replay = commands.add_parser("replay", help="a session's timeline, its state at any record, or the session list")
     replay.add_argument("log", help="a log file or URL")
     replay.add_argument("session", nargs="?", help="the session id (without it: list the sessions)")
     replay.add_argument("--kind", action="append", default=[], metavar="K",
                         help="only entries with records of kind K (repeatable, or comma-separated)")
-    replay.add_argument("--from", dest="from_seq", type=int, metavar="SEQ", help="only from this seq on")
-    replay.add_argument("--to", dest="to_seq", type=int, metavar="SEQ", help="only up to this seq")
+    replay.add_argument("--from", dest="from_seq", type=_SEQ, metavar="SEQ", help="only from this seq on")
+    replay.add_argument("--to", dest="to_seq", type=_SEQ, metavar="SEQ", help="only up to this seq")
     replay.add_argument("--grep", metavar="TEXT", help="only entries containing TEXT (case-insensitive)")
     replay.add_argument("--json", action="store_true", help="print the (filtered) records, one JSON object per line")
-    replay.add_argument("--follow", action="store_true", help="keep printing records as they are appended")
-    replay.add_argument("--at", type=int, metavar="SEQ", help="the session as it stood after record SEQ")
+    replay.add_argument("--follow", action="store_true",
+                        help="keep printing records as they are appended (waits for a session not yet started)")
+    replay.add_argument("--at", type=_SEQ, metavar="SEQ", help="the session as it stood after record SEQ")
     replay.add_argument("--interactive", action="store_true", help="step through the timeline (h for help)")
-    replay.add_argument("--limit", type=int, default=50, help="entries per page (0: all; default 50)")
+    # None until given, so that giving them without a SESSION can be refused; filled in by _cmd_replay.
+    replay.add_argument("--limit", type=_count(0), metavar="N",
+                        help=f"entries per page (0: all; default {_PAGE_DEFAULT})")
     replay.add_argument("--expand", action="store_true", help="show every entry's full data")
-    replay.add_argument("--width", type=int, default=160, help="characters of text shown per entry")
+    replay.add_argument("--width", type=_count(0), metavar="N",
+                        help="characters of text shown per entry (0: no limit; default 160)")
     replay.add_argument("--rerun", metavar="AGENT_PY",
                         help="re-run the agent in this file over the session; report the first divergence")
-    replay.add_argument("--fork-at", type=int, metavar="SEQ", help="copy the session up to SEQ into a new session")
-    replay.set_defaults(handler=_cmd_replay)
+    replay.add_argument("--fork-at", type=_SEQ, metavar="SEQ", help="copy the session up to SEQ into a new session")
+    replay.set_defaults(handler=_cmd_replay, usage_error=replay.error)
     return replay
 
 
@@ -215,21 +308,36 @@ def _add_export_parser(commands: Any) -> argparse.ArgumentParser:
     return export
 
 
+#: ``baf replay`` options that act on one session, by their ``argparse`` dest, with their spelling.
+_SESSION_OPTIONS = {
+    "kind": "--kind", "from_seq": "--from", "to_seq": "--to", "grep": "--grep", "json": "--json",
+    "follow": "--follow", "at": "--at", "interactive": "--interactive", "limit": "--limit",
+    "expand": "--expand", "width": "--width", "rerun": "--rerun", "fork_at": "--fork-at",
+}  # fmt: skip
+
+
 def _cmd_replay(args: argparse.Namespace) -> int:
     from baf.replay.commands import ReplayOptions, replay
+    from baf.replay.render import DEFAULT_WIDTH
 
+    if args.session is None:
+        # Without SESSION the sessions are listed: an option meant for one session would be ignored.
+        given = [flag for dest, flag in _SESSION_OPTIONS.items() if getattr(args, dest) not in (None, False, [])]
+        if given:
+            args.usage_error(f"{', '.join(given)} need{'s' if len(given) == 1 else ''} a SESSION")
     if args.rerun or args.fork_at is not None:
         return _rerun_or_fork(args)
     kinds = frozenset(k.strip() for value in args.kind for k in value.split(",") if k.strip())
     options = ReplayOptions(
         session=args.session, kinds=kinds, from_seq=args.from_seq, to_seq=args.to_seq, grep=args.grep,
-        json=args.json, follow=args.follow, at=args.at, interactive=args.interactive, limit=args.limit,
-        expand=args.expand, width=args.width,
+        json=args.json, follow=args.follow, at=args.at, interactive=args.interactive,
+        limit=_PAGE_DEFAULT if args.limit is None else args.limit, expand=args.expand,
+        width=DEFAULT_WIDTH if args.width is None else args.width,
     )  # fmt: skip
 
     async def go() -> int:
         async with open_existing_log(args.log) as log:
-            return await replay(log, options, Console(highlight=False), args.log)
+            return await replay(log, options, _Stdout(highlight=False), args.log)
 
     try:
         return asyncio.run(go())
@@ -240,16 +348,18 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 def _rerun_or_fork(args: argparse.Namespace) -> int:
     from baf.replay.cli_hooks import fork_command, rerun_command
 
-    if not args.session:
-        raise SystemExit("baf replay: --rerun and --fork-at need a SESSION")
-    agent = find_agent(load_agent_module(args.rerun)) if args.rerun else None
+    agent = None
+    if args.rerun:
+        with _user_code():
+            module = load_agent_module(args.rerun)
+        agent = find_agent(module)
 
     async def go() -> int:
         # A re-run only reads the log (it runs on a fresh in-memory one); a fork appends to it.
         async with open_existing_log(args.log, read_only=agent is not None) as log:
             if agent is not None:
-                return await rerun_command(log, args.session, agent, Console(highlight=False))
-            return await fork_command(log, args.session, args.fork_at, Console(highlight=False))
+                return await rerun_command(log, args.session, agent, _Stdout(highlight=False))
+            return await fork_command(log, args.session, args.fork_at, _Stdout(highlight=False))
 
     return asyncio.run(go())
 

@@ -4,6 +4,7 @@
 
     BafError
     ├── ConfigurationError          the agent was wired wrongly (duplicate state, two initial states, ...)
+    │                               or cannot start as set up (a platform's port is in use, ...)
     ├── SessionVariableError        a session variable that cannot be stored (not JSON-serialisable)
     ├── LogError                    the session log broke one of its guarantees
     │   ├── LogConflictError        (session_id, seq) already exists: an append never overwrites

@@ -32,12 +32,14 @@ import hashlib
 import hmac
 import json
 import logging
+import os
 import secrets
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from baf import Agent, Session
 from baf.core.events import ReceiveTextEvent
+from baf.errors import ConfigurationError
 from baf.platforms import Platform
 
 __all__ = ["SSEPlatform"]
@@ -84,7 +86,13 @@ class SSEPlatform(Platform):
 
     async def start(self) -> None:
         """Listen for HTTP requests."""
-        self._server = await asyncio.start_server(self._serve, self.host, self._port)
+        try:
+            self._server = await asyncio.start_server(self._serve, self.host, self._port)
+        except OSError as exc:  # mostly: the port is taken (a second copy of this server?)
+            reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+            raise ConfigurationError(f"sse platform cannot listen on {self.host}:{self._port}: {reason}; "
+                                     "stop whatever uses it or pick another port") from exc  # fmt: skip
+        logger.info("sse platform listening on http://%s:%d/", self.host, self.port)
 
     async def stop(self) -> None:
         """Close the event streams and stop listening."""
@@ -123,6 +131,10 @@ class SSEPlatform(Platform):
             await self._handle(reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
             pass  # a client that hung up or sent garbage: nothing to answer
+        except asyncio.CancelledError:
+            # stop() cancelled this connection (an open event stream, say). Nobody awaits the task but
+            # asyncio itself, which on Python 3.11 prints a traceback for a task that ends cancelled.
+            pass
         finally:
             self._tasks.discard(task)
             writer.close()
@@ -261,8 +273,12 @@ def main() -> None:
     state.set_body(echo)
     state.when_event().go_to(state)
     agent.add_platform(SSEPlatform())
-    print("listening on http://127.0.0.1:8766 (Ctrl-C to stop)")
-    agent.run()
+    # Show the platform's INFO line (where it listens); baf's own would show without this.
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        agent.run()  # Ctrl-C to stop
+    except ConfigurationError as exc:
+        raise SystemExit(f"sse_platform: {exc}") from None
 
 
 if __name__ == "__main__":

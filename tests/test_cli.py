@@ -95,3 +95,84 @@ def test_ctrl_c_stops_cleanly_and_keeps_the_log(tmp_path: Path) -> None:
     dump = baf("log", "greetings.db", "terminal", "--json", cwd=tmp_path)
     kinds = [json.loads(line)["kind"] for line in dump.stdout.splitlines()]
     assert kinds.count("reply") == 2 and kinds[-1] == "step_finished"
+
+
+CONFIGURATION_ERRORS = {
+    "no_key.py": (
+        "from baf import Agent\nfrom baf.llm import LLMOpenAI\n"
+        "agent = Agent('a', log='memory://')\nllm = LLMOpenAI('gpt-4o-mini')\n",
+        "LLMOpenAI('gpt-4o-mini') has no API key",
+    ),
+    "no_root.py": (
+        "from baf import Agent\nagent = Agent('a', log='memory://')\nagent.new_workspace('./missing', name='docs')\n",
+        "root folder './missing' not found",
+    ),
+    "clash.py": (
+        "from baf import Agent\nagent = Agent('a', log='memory://')\n"
+        "def add(a: int) -> int:\n    'Add.'\n    return a\n"
+        "agent.tool(add)\nagent.tool(name='add')(add)\n",
+        "already has a tool named 'add'",
+    ),
+    # Raised by agent.run() rather than while the file is imported.
+    "no_initial_state.py": ("from baf import Agent\nagent = Agent('a', log='memory://')\n", "initial"),
+}
+
+
+def test_run_reports_configuration_errors_in_one_line(tmp_path: Path) -> None:
+    for name, (source, message) in CONFIGURATION_ERRORS.items():
+        (tmp_path / name).write_text(source)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
+        result = subprocess.run([sys.executable, "-m", "baf.cli", "run", name], cwd=tmp_path, env=env,
+                                capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert result.returncode == 2, (name, result.stderr)
+        assert "Traceback" not in result.stderr, name
+        assert result.stderr.startswith("baf run: ") and message in result.stderr, (name, result.stderr)
+
+
+def test_run_keeps_the_traceback_of_errors_in_user_code(tmp_path: Path) -> None:
+    # A ValueError or LookupError is also what baf's own usage errors are: from the user's file it is a bug.
+    for error in ("ValueError('bad value')", "KeyError('missing')"):
+        (tmp_path / "buggy.py").write_text(f"def setup():\n    raise {error}\nsetup()\n")
+        result = baf("run", "buggy.py", cwd=tmp_path)
+        assert result.returncode == 1, result.stderr
+        assert "Traceback" in result.stderr and 'buggy.py", line 2, in setup' in result.stderr
+
+
+def test_output_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    golden = Path(__file__).parent / "fixtures" / "golden" / "golden.db"
+    db = tmp_path / "golden.db"
+    db.write_bytes(golden.read_bytes())
+    for command in (["log", str(db), "golden-1", "--json"], ["export", str(db), "golden-1", "--format", "jsonl"],
+                    ["replay", str(db), "golden-1", "--json"], ["replay", str(db), "golden-1"]):  # fmt: skip
+        proc = subprocess.Popen([sys.executable, "-m", "baf.cli", *command], cwd=tmp_path,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()  # like `| head` that has read what it wanted, before baf has written a line
+        err = proc.stderr.read().decode()
+        proc.wait(timeout=60)
+        proc.stderr.close()
+        assert proc.returncode == 141, (command, err)
+        assert err == "", (command, err)
+
+
+def test_run_says_where_the_websocket_platform_listens(tmp_path: Path) -> None:
+    import signal
+    import threading
+
+    (tmp_path / "web.py").write_text(
+        "from baf import Agent\nfrom baf.platforms.websocket import WebSocketPlatform\n"
+        "agent = Agent('web', log='memory://')\nagent.new_state('idle', initial=True)\n"
+        "agent.add_platform(WebSocketPlatform(port=0))\n"
+    )  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-m", "baf.cli", "run", "web.py"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    assert proc.stderr is not None
+    guard = threading.Timer(30, proc.kill)  # a silent start must fail the test, not hang it
+    guard.start()
+    line = proc.stderr.readline()  # returns once the platform has started (or the guard killed it)
+    guard.cancel()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert line.startswith("websocket platform listening on ws://127.0.0.1:") and "browser UI: http://" in line
+    assert ":0/" not in line  # the port it got, not the one asked for
+    assert proc.returncode == 0 and "Traceback" not in err

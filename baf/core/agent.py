@@ -354,7 +354,11 @@ class Agent:
 
         Stopping lets the running steps finish, for up to ``STOP_GRACE_PERIOD`` (10) seconds; a second
         Ctrl-C stops at once, recording the steps still running as interrupted by the user.
+
+        If the application has not set up :mod:`logging`, baf's INFO lines (a platform saying where it
+        listens) are shown on stderr.
         """
+        _show_baf_log_lines()
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(self._serve())
 
@@ -416,6 +420,21 @@ class Agent:
         if self._runtime is None:
             raise ConfigurationError(f"agent {self.name!r} is not running; use 'async with agent:' or agent.start()")
         return self._runtime
+
+
+def _show_baf_log_lines() -> None:
+    """Print the ``baf`` loggers' INFO lines and above on stderr, unless logging is configured already.
+
+    Without a handler Python shows warnings only, so a server started with ``agent.run()`` would not
+    say where it listens. An application that configures logging decides for itself.
+    """
+    baf_logger = logging.getLogger("baf")
+    if logging.getLogger().handlers or baf_logger.handlers or baf_logger.level != logging.NOTSET:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(message)s"))  # the format of Python's default (last resort) output
+    baf_logger.addHandler(handler)
+    baf_logger.setLevel(logging.INFO)
 
 
 def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -308,7 +308,12 @@ def run_demo(log: str | None = None, llm: LLM | None = None, console: Console | 
     """
     console = console or Console()
     model = llm or demo_llm()
-    agent = build_demo_agent(log or DEFAULT_LOG_URL, llm=model)
+    url = log or DEFAULT_LOG_URL
+    agent = build_demo_agent(url, llm=model)
     print_intro(model, console)
-    agent.use_terminal_platform(console=console)
+    terminal = agent.use_terminal_platform(console=console)
     agent.run()
+    if url.startswith("sqlite:///"):  # a file to read back (a memory:// log is gone)
+        path = url.removeprefix("sqlite:///").split("?", 1)[0]
+        console.print(Text(f"The conversation is recorded in {path}; see it again with: "
+                           f"baf replay {path} {terminal.session_id}", style="dim"), soft_wrap=True)  # fmt: skip

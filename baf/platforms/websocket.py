@@ -97,6 +97,7 @@ import hashlib
 import hmac
 import json
 import logging
+import os
 import re
 import secrets
 import time
@@ -108,6 +109,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
 from baf.core.events import ReceiveTextEvent
+from baf.errors import ConfigurationError
 from baf.log.record import Record, RecordKind
 from baf.platforms.base import Platform
 
@@ -273,20 +275,26 @@ class WebSocketPlatform(Platform):
         """Listen on ``host:port``."""
         if self._server is not None:
             return
-        self._server = await serve(
-            self._handle,
-            self.host,
-            self._requested_port,
-            process_request=self._process_request,
-            # Read up to 4x the limit so a slightly oversize frame gets an error frame and the connection
-            # lives on; anything bigger is refused by the library before it is buffered (close 1009).
-            max_size=4 * self.max_message_size,
-            ping_interval=self.ping_interval,
-            close_timeout=self.close_timeout,
-            compression=self.compression,
-            server_header=None,
-        )
-        logger.info("websocket platform listening on %s", self.ws_url)
+        try:
+            self._server = await serve(
+                self._handle,
+                self.host,
+                self._requested_port,
+                process_request=self._process_request,
+                # Read up to 4x the limit so a slightly oversize frame gets an error frame and the connection
+                # lives on; anything bigger is refused by the library before it is buffered (close 1009).
+                max_size=4 * self.max_message_size,
+                ping_interval=self.ping_interval,
+                close_timeout=self.close_timeout,
+                compression=self.compression,
+                server_header=None,
+            )
+        except OSError as exc:  # mostly: the port is taken, by another agent or a second copy of this one
+            reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+            raise ConfigurationError(f"websocket platform cannot listen on {self.host}:{self._requested_port}: "
+                                     f"{reason}; stop whatever uses it or pick another port") from exc  # fmt: skip
+        where = f"{self.ws_url} (browser UI: {self.url})" if self.ui else self.ws_url
+        logger.info("websocket platform listening on %s", where)  # agent.run() shows baf's INFO lines
 
     async def stop(self) -> None:
         """Close every connection and stop listening."""

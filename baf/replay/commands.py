@@ -66,7 +66,12 @@ async def replay(log: SessionLog, options: ReplayOptions, console: Console, labe
         if options.from_seq is not None:
             after = max(0, options.from_seq - 1)
         else:
-            after = _tail_start(await read_session(log, options.session, redactor), options)
+            records = await log.read(options.session)
+            if not records:
+                # Following a session before its first record is how one watches it start: wait for it.
+                console.print(Text(f"waiting for session {options.session!r} to start (Ctrl-C to stop)",
+                                   style="dim"))  # fmt: skip
+            after = _tail_start(records, options)
         try:
             await follow(log, options.session, console, after_seq=after, poll=options.poll,
                          entry_filter=options.entry_filter, redactor=redactor, width=options.width)  # fmt: skip
@@ -199,5 +204,10 @@ def run_export(log: SessionLog, session_id: str, fmt: str, output: str | None) -
 
     if output is None or output == "-":
         return asyncio.run(go(sys.stdout))
-    with Path(output).open("w", encoding="utf-8") as out:
+    try:
+        out = Path(output).open("w", encoding="utf-8")
+    except OSError as exc:
+        # Same type (the CLI reports these as usage errors), with a message that says which option is wrong.
+        raise type(exc)(f"cannot write -o {output}: {exc.strerror or exc}") from None
+    with out:
         return asyncio.run(go(out))

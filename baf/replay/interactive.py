@@ -44,12 +44,10 @@ class TimelineCursor:
         return self.items[self.index]
 
     def move(self, delta: int) -> bool:
-        """Move by ``delta`` entries; False (and no move) past either end."""
+        """Move by ``delta`` entries, stopping at the first or last one; False if that cut the move short."""
         target = self.index + delta
-        if not 0 <= target < len(self.items):
-            return False
-        self.index = target
-        return True
+        self.index = min(max(target, 0), len(self.items) - 1)
+        return self.index == target
 
     def jump(self, seq: int) -> bool:
         """Go to the entry that covers ``seq`` (or the first one after it); False if there is none.
@@ -99,13 +97,17 @@ def run_interactive(records: list[Record], entries: list[Entry], stdin: TextIO, 
             if command in ("h", "help", "?"):
                 console.print(Text(HELP))
             elif command in ("n", "next", "p", "prev", "previous"):
-                step = int(args[0]) if args else 1
+                step = _number(args, 1, f"{command} takes a number of entries, e.g. {command} 3")
                 if not cursor.move(step if command.startswith("n") else -step):
                     console.print(Text("(at the end)" if command.startswith("n") else "(at the start)", style="dim"))
                 _show(console, cursor, width)
             elif command in ("j", "jump"):
-                if not args or not cursor.jump(int(args[0])):
-                    console.print(Text(f"no entry at or after #{args[0] if args else '?'}", style="red"))
+                usage = f"{command} takes a record number, e.g. {command} 28"
+                if not args:
+                    raise _BadArgument(usage)
+                target = _number(args, 0, usage)
+                if not cursor.jump(target):
+                    console.print(Text(f"no entry at or after #{target}", style="red"))
                 _show(console, cursor, width)
             elif command in ("e", "expand"):
                 depth, entry = cursor.current
@@ -121,15 +123,29 @@ def run_interactive(records: list[Record], entries: list[Entry], stdin: TextIO, 
             elif command in ("s", "state"):
                 render_snapshot(console, state_at(session_id, records, cursor.current[1].last_seq), width)
             elif command in ("l", "list"):
-                around = int(args[0]) if args else 5
+                around = _number(args, 5, f"{command} takes a number of entries, e.g. {command} 3")
                 low, high = max(0, cursor.index - around), min(len(cursor.items), cursor.index + around + 1)
                 for index in range(low, high):
                     depth, entry = cursor.items[index]
                     console.print(entry_line(entry, depth, width, ">" if index == cursor.index else ""), soft_wrap=True)
             else:
                 console.print(Text(f"unknown command {command!r}; h for help", style="red"))
-        except ValueError as exc:
-            console.print(Text(f"bad argument: {exc}", style="red"))
+        except _BadArgument as exc:
+            console.print(Text(str(exc), style="red"))
+
+
+class _BadArgument(ValueError):
+    """A command argument that is not what the command takes; the message says what is."""
+
+
+def _number(args: list[str], default: int, usage: str) -> int:
+    """The command's numeric argument (``default`` when there is none)."""
+    if not args:
+        return default
+    try:
+        return int(args[0])
+    except ValueError:
+        raise _BadArgument(usage) from None
 
 
 def _show(console: Console, cursor: TimelineCursor, width: int) -> None:

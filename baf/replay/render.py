@@ -75,9 +75,11 @@ def _detail(entry: Entry, width: int) -> str:
         return f"{head} → {shorten(str(result.get('content', '')), width)}"
     if entry.kind == EntryKind.REASONING:
         finished = (entry.data.get("finished") or {}).get("details") or {}
-        calls = sum(1 for c in entry.children if c.kind == EntryKind.LLM_CALL)
-        tokens = sum(_tokens(c) for c in entry.children)
-        outcome = finished.get("outcome", "in flight")
+        children = (entry.unfiltered or entry).children  # the totals of the run, whatever a filter shows
+        calls = sum(1 for c in children if c.kind == EntryKind.LLM_CALL)
+        tokens = sum(_tokens(c) for c in children)
+        # No outcome: still running when the log ends ("open"), or cut short when its step ended.
+        outcome = finished.get("outcome") or ("in flight" if entry.status == "open" else "cut short")
         return f"{shorten(entry.title, width)}  [{outcome}, {calls} LLM calls, {tokens} tokens]"
     return shorten(entry.title, width)
 
@@ -166,9 +168,10 @@ def render_snapshot(console: Console, snapshot: SessionSnapshot, width: int = DE
         console.print(Text("  (none)", style="dim"))
     marks = {"pending": "[ ]", "in_progress": "[~]", "completed": "[x]", "skipped": "[-]"}
     for task in snapshot.tasks:
-        result = f" — {task.get('result')}" if task.get("result") else ""
+        # shorten() trims the text it is given, so the separator stays outside it.
+        result = f" — {shorten(str(task['result']), width)}" if task.get("result") else ""
         console.print(Text(f"  {marks.get(str(task.get('status')), '[?]')} {task.get('id')}. "
-                           f"{task.get('description')}{shorten(result, width)}"))  # fmt: skip
+                           f"{task.get('description')}{result}"))  # fmt: skip
     console.print(Text("conversation:", style="bold"))
     if not p.history:
         console.print(Text("  (none)", style="dim"))

@@ -90,6 +90,8 @@ class Entry:
     children: list[Entry] = field(default_factory=list)
     status: str = "ok"
     end_ts: float | None = None
+    #: The group as built, when a filter kept only some of its children (its totals count them all).
+    unfiltered: Entry | None = None
 
     def add_record(self, record: Record) -> None:
         """Note that ``record`` belongs to this entry."""
@@ -114,9 +116,14 @@ def _entry(kind: str, record: Record, title: str, data: dict[str, Any] | None = 
     return entry
 
 
-def _interruption(interrupted_by: Any) -> str:
-    """What ended an interrupted step, from its ``step_finished``'s ``interrupted_by`` (logs written
-    before that field existed only marked steps a crash left open)."""
+def _interruption(interrupted_by: Any, error: dict[str, Any]) -> str:
+    """What ended an interrupted step: its ``step_finished``'s ``interrupted_by`` or, in logs written
+    before that field existed, the error record written just before the step's end."""
+    if interrupted_by is None:  # older logs
+        if error.get("source") == "fork":
+            interrupted_by = "fork"
+        elif error.get("reason"):
+            return f"interrupted: {error['reason']}"
     if interrupted_by in (None, "crash"):
         return "interrupted by a crash"
     if interrupted_by == "user":
@@ -124,7 +131,7 @@ def _interruption(interrupted_by: Any) -> str:
     if interrupted_by == "stop":
         return "interrupted: the agent stopped past its grace period"
     if interrupted_by == "fork":
-        return "interrupted: the fork was cut inside it"
+        return "closed by the fork, which was cut inside it"
     return f"interrupted ({interrupted_by})"
 
 
@@ -142,6 +149,8 @@ class TimelineBuilder:
         self._group: Entry | None = None
         self._llm_call: Entry | None = None
         self._tool_calls: dict[str, Entry] = {}
+        # The latest error record's data: it says why a step that follows was closed as interrupted.
+        self._last_error: dict[str, Any] = {}
 
     def feed(self, record: Record) -> list[Entry]:
         """Take the next record; return the top-level entries it completed."""
@@ -189,17 +198,32 @@ class TimelineBuilder:
         return self._place(_entry(EntryKind.MESSAGE, record, str(text)))
 
     def _engine(self, record: Record) -> list[Entry]:
-        # An interrupted step, or one a restart resumed, is worth seeing; routine steps are not.
-        interrupted = bool(record.data.get("interrupted"))
-        if not (self.include_engine or interrupted or record.kind == _STEP_RESUMED):
-            return []
-        title = record.kind.replace("_", " ") + f" (event #{record.data.get('event_seq')})"
-        if interrupted:
-            title += f" — {_interruption(record.data.get('interrupted_by'))}"
+        # A reasoning invocation runs within one step: if it is still open when its step ends, it was cut
+        # short (the agent stopped, or a fork was cut inside it), and what follows is not part of it.
+        done = self.finish() if record.kind == RecordKind.STEP_FINISHED else []
+        for group in done:
+            group.status = "error"  # not "open": it will not go on
+        # A crash-interrupted step, or one a restart resumed, is worth seeing; routine steps are not.
+        interrupted = bool(record.data.get("interrupted")) or record.kind == _STEP_RESUMED
+        if not (self.include_engine or interrupted):
+            return done
+        event_seq = record.data.get("event_seq")
+        # A step without an event is the initial state's body, run when the session starts.
+        title = record.kind.replace("_", " ") + (f" (event #{event_seq})" if event_seq is not None
+                                                  else " (session start)")  # fmt: skip
+        if record.data.get("interrupted"):
+            title += " — " + _interruption(record.data.get("interrupted_by"), self._last_error)
         entry = _entry(EntryKind.ENGINE, record, title)
-        if interrupted:
+        if record.data.get("interrupted"):
             entry.status = "error"
-        return self._place(entry)
+        return done + self._place(entry)
+
+    def _forked_from(self, record: Record) -> list[Entry]:
+        d = record.data
+        title = f"forked from session {d.get('session')} after #{d.get('seq')}"
+        if d.get("inside_step"):
+            title += " (inside a step)"
+        return self._place(_entry(EntryKind.SESSION, record, title))
 
     def _transition(self, record: Record) -> list[Entry]:
         d = record.data
@@ -228,6 +252,7 @@ class TimelineBuilder:
 
     def _error(self, record: Record) -> list[Entry]:
         d = record.data
+        self._last_error = d
         entry = _entry(EntryKind.ERROR, record, f"{d.get('source')}: {d.get('type')}: {d.get('message')}")
         entry.status = "error"
         return self._place(entry)
@@ -350,6 +375,7 @@ _DISPATCH = {
     RecordKind.TOOL_RESULT: TimelineBuilder._tool_result,
     RecordKind.TASK_LIST: TimelineBuilder._task_list,
     RecordKind.REASONING_STEP: TimelineBuilder._reasoning_step,
+    RecordKind.FORKED_FROM: TimelineBuilder._forked_from,
 }
 
 
@@ -416,6 +442,7 @@ class EntryFilter:
             return None
         kept = copy.copy(entry)
         kept.children = children
+        kept.unfiltered = entry.unfiltered or entry
         return kept
 
 

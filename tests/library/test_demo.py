@@ -435,3 +435,14 @@ def test_the_demo_remembers_the_conversation_across_runs(tmp_path: Path) -> None
     # The second run replays the first conversation from reasoning_demo.db before the new prompt.
     assert second.index("What is 6 * 7?") < second.index("You're welcome!")
     assert "42" in second
+
+
+@pytest.mark.slow
+def test_the_demo_takes_a_plain_log_path_and_says_where_it_wrote(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "baf.cli", "demo", "--log", "plain.db"], input="exit\n", capture_output=True,
+        text=True, cwd=tmp_path, env=_terminal_env(), timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "plain.db").exists() and not (tmp_path / "reasoning_demo.db").exists()
+    assert "recorded in plain.db; see it again with: baf replay plain.db terminal" in result.stdout

@@ -7,12 +7,18 @@ import contextlib
 import importlib.util
 import itertools
 import json
+import logging
+import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from baf import Agent
 from baf.core.session import Session
+from baf.errors import ConfigurationError
 from baf.platforms import Platform
 from baf.platforms.websocket import WebSocketPlatform
 from baf.testing import RecordingPlatform
@@ -185,3 +191,36 @@ async def test_sse_example_ends_a_stream_that_stopped_reading() -> None:
             await asyncio.sleep(0.02)
         assert platform._tasks == set() and platform._streams == {} and platform._writers == {}
         writer.close()
+
+
+def _taken_port() -> socket.socket:
+    """A listening socket on a free loopback port: another server already there."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    return taken
+
+
+@pytest.mark.parametrize("make", [lambda port: WebSocketPlatform("127.0.0.1", port),
+                                  lambda port: sse_example.SSEPlatform("127.0.0.1", port)])  # fmt: skip
+async def test_a_port_in_use_is_a_configuration_error_naming_it(make: Callable[[int], Platform]) -> None:
+    with _taken_port() as taken:
+        port = taken.getsockname()[1]
+        agent = Agent("twice", log="memory://")
+        agent.new_state("idle", initial=True)
+        agent.add_platform(make(port))
+        with pytest.raises(ConfigurationError, match=f"cannot listen on 127.0.0.1:{port}: address already in use"):
+            await agent.start()
+        assert not agent.running
+
+
+async def test_sse_example_stops_cleanly_with_a_stream_open(caplog: pytest.LogCaptureFixture) -> None:
+    platform = sse_example.SSEPlatform("127.0.0.1", 0)
+    agent = Agent("sse", log="memory://")
+    agent.new_state("idle", initial=True)
+    agent.add_platform(platform)
+    async with agent:
+        client = await SSEClient.open(platform.port)  # an open stream, like `curl -N .../events`
+    await asyncio.sleep(0.05)  # where asyncio reports on the connection tasks that stop() ended
+    await client.close()
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []

@@ -13,6 +13,7 @@ from rich.console import Console
 from baf.cli import main
 from baf.log import open_log
 from baf.log.record import Record
+from baf.replay.commands import ReplayOptions, replay
 from baf.replay.reading import follow
 
 from .helpers import GOLDEN_SESSION, copy_golden
@@ -121,3 +122,103 @@ async def test_follow_prints_records_as_they_land(tmp_path: Path) -> None:
         await more
     out = console.file.getvalue()  # type: ignore[attr-defined]
     assert last == 3 and "first" in out and "second" in out and "reasoning" in out
+
+
+@pytest.mark.parametrize("argv", [
+    ["--limit", "-1"], ["--width", "-5"], ["--limit", "x"], ["--at", "0"], ["--at", "-1"], ["--from", "0"],
+    ["--to", "-3"], ["--fork-at", "0"],
+])  # fmt: skip
+def test_replay_refuses_numbers_out_of_range(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["replay", str(copy_golden(tmp_path)), GOLDEN_SESSION, *argv])
+    assert exit_.value.code == 2
+    assert f"argument {argv[0]}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["--follow"], ["--at", "5"], ["--rerun", "agent.py"], ["--fork-at", "3"],
+                                  ["--json"], ["--kind", "reply"], ["--limit", "3"]])  # fmt: skip
+def test_session_options_without_a_session_are_usage_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["replay", str(copy_golden(tmp_path)), *argv])
+    assert exit_.value.code == 2
+    assert f"{argv[0]} needs a SESSION" in capsys.readouterr().err
+
+
+async def test_follow_waits_for_a_session_that_has_not_started(tmp_path: Path) -> None:
+    path = tmp_path / "live.db"
+    console = Console(file=io.StringIO(), width=200)
+    out = console.file
+
+    async def printed(text: str) -> None:
+        # The console writes to a StringIO: there is no event to wait on, only its text.
+        while text not in out.getvalue():  # type: ignore[attr-defined]  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+
+    async with open_log(f"sqlite:///{path}") as writer, open_log(f"sqlite:///{path}") as reader:
+        await writer.append([Record("other", 1, "message_received", {"event": {}, "text": "elsewhere"})])
+        following = asyncio.ensure_future(replay(reader, ReplayOptions(session="later", follow=True, poll=0.01),
+                                                 console))  # fmt: skip
+        await asyncio.wait_for(printed("waiting for session 'later'"), 10)
+        await writer.append([Record("later", 1, "message_received", {"event": {}, "text": "here at last"})])
+        await asyncio.wait_for(printed("here at last"), 10)
+        assert not following.done()
+        following.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await following
+
+
+def test_export_to_a_directory_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["export", str(copy_golden(tmp_path)), GOLDEN_SESSION, "-o", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot write -o {tmp_path}" in err and "Is a directory" in err and "Traceback" not in err
+
+
+def test_interactive_stops_at_the_ends_and_explains_bad_arguments(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO("n 2\np 100\nn 1000\nj abc\nn x\nq\n"))
+    out = run(capsys, "replay", str(copy_golden(tmp_path)), GOLDEN_SESSION, "--interactive")
+    lines = out.splitlines()
+    total = lines[1].split("/")[1].split("]")[0]
+    assert lines[3:5] == ["(at the start)", lines[1]]  # back at the first entry
+    assert lines[5] == "(at the end)" and lines[6].startswith(f"[{total}/{total}]") and "Goodbye." in lines[6]
+    assert "j takes a record number, e.g. j 28" in out and "n takes a number of entries" in out
+    assert "invalid literal" not in out
+
+
+def test_a_filtered_reasoning_group_reports_the_runs_totals(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = str(copy_golden(tmp_path))
+    whole = run(capsys, "replay", db, GOLDEN_SESSION)
+    header = next(line for line in whole.splitlines() if "What is 6 times 7" in line and "reasoning" in line)
+    assert "[answered, 5 LLM calls, 1408 tokens]" in header
+    for argv in (["--kind", "tool_result"], ["--from", "40"], ["--grep", "multiply"]):
+        assert "[answered, 5 LLM calls, 1408 tokens]" in run(capsys, "replay", db, GOLDEN_SESSION, *argv), argv
+
+
+def test_replay_at_separates_a_task_from_its_result(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = run(capsys, "replay", str(copy_golden(tmp_path)), GOLDEN_SESSION, "--at", "50")
+    assert "[x] 1. multiply — 42" in out and "[-] 2. add tax — the tax service is down" in out
+
+
+def test_the_session_start_step_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = run(capsys, "replay", str(copy_golden(tmp_path)), GOLDEN_SESSION, "--kind", "step_started")
+    assert "step started (session start)" in out and "step started (event #5)" in out
+    assert "None" not in out
+
+
+def test_a_fork_inside_a_step_reads_as_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = str(copy_golden(tmp_path))
+    run(capsys, "replay", db, GOLDEN_SESSION, "--fork-at", "30")  # inside the reasoning run's step
+    lines = run(capsys, "replay", db, f"{GOLDEN_SESSION}@30", "--limit", "0").splitlines()
+    header = next(line for line in lines if "What is 6 times 7" in line and "reasoning" in line)
+    assert "[cut short, 2 LLM calls" in header  # not "in flight": its step was closed
+    closed = next(line for line in lines if "step finished (event #17)" in line)
+    assert "closed by the fork" in closed and "crash" not in closed
+    assert lines[-1].endswith(f"● session      forked from session {GOLDEN_SESSION} after #30 (inside a step)")
+    assert "│" not in lines[-1] and "│" not in closed  # after the run, not in it
