@@ -199,7 +199,7 @@ def open_existing_log(target: str, *, read_only: bool = True) -> SessionLog:
         return open_log(target, read_only=read_only) if target.lower().startswith("sqlite:") else open_log(target)
     if not Path(target).exists():
         raise FileNotFoundError(f"no such log file: {target}")
-    return open_log(f"sqlite:///{target}", read_only=read_only)
+    return open_log(_log_url(target), read_only=read_only)
 
 
 def _when(ts: float | None) -> str:
