@@ -1,4 +1,5 @@
-"""Ctrl-C on ``baf run`` in a terminal, while a slow sync body runs: once waits, twice stops now."""
+"""Ctrl-C on ``baf run`` in a terminal, while a slow sync body (or sync tool) runs: once waits, twice
+stops now."""
 
 from __future__ import annotations
 
@@ -36,12 +37,32 @@ idle.when_event(ReceiveTextEvent).go_to(work)
 work.go_to(idle)
 """
 
+# A reasoning state whose one tool is sync and slow: it runs in a thread, as a sync body does.
+SLOW_TOOL_AGENT = """
+import os, pathlib, time
+from baf import Agent
+from baf.library.state.reasoning_state_library import new_reasoning_state
+from baf.testing import ScriptedLLM
+
+agent = Agent("slow", log="sqlite:///slow.db")
+
+@agent.tool
+def nap() -> str:
+    \"\"\"Sleep a while.\"\"\"
+    pathlib.Path("body-started").touch()
+    time.sleep(float(os.environ["SLOW_SECONDS"]))
+    return "done sleeping"
+
+state = new_reasoning_state(agent, ScriptedLLM([ScriptedLLM.tool_call("nap", {}), "rested"]))
+state.when_event().go_to(state)
+"""
+
 
 class Terminal:
     """``baf run slow.py`` on a pseudo-terminal (stdin and stdout, as in a real terminal); stderr piped."""
 
-    def __init__(self, cwd: Path, seconds: float) -> None:
-        (cwd / "slow.py").write_text(SLOW_AGENT)
+    def __init__(self, cwd: Path, seconds: float, agent: str = SLOW_AGENT) -> None:
+        (cwd / "slow.py").write_text(agent)
         self.cwd = cwd
         leader, follower = pty.openpty()
         env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
@@ -107,7 +128,16 @@ class Terminal:
 
 @pytest.fixture
 def terminal(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Terminal]:
+    """A terminal running ``SLOW_AGENT``; the parameter is the seconds its body sleeps."""
     term = Terminal(tmp_path, request.param)
+    yield term
+    term.close()
+
+
+@pytest.fixture
+def tool_terminal(tmp_path: Path) -> Iterator[Terminal]:
+    """A terminal running ``SLOW_TOOL_AGENT``, whose tool sleeps 8 s."""
+    term = Terminal(tmp_path, 8.0, SLOW_TOOL_AGENT)
     yield term
     term.close()
 
@@ -167,3 +197,28 @@ def test_second_ctrl_c_stops_now_and_records_the_user_interrupted(terminal: Term
     timeline = baf("replay", "slow.db", "terminal", cwd=terminal.cwd)
     assert "— interrupted by the user" in timeline
     assert "crash" not in timeline
+
+
+def test_second_ctrl_c_during_a_slow_sync_tool_stops_now(tool_terminal: Terminal) -> None:
+    # A sync tool runs on the agent's daemon threads, as sync bodies do: the interpreter does not wait
+    # for it at exit (asyncio's default executor's threads it would join).
+    terminal = tool_terminal
+    terminal.send_message("hello")
+    terminal.proc.send_signal(signal.SIGINT)
+    terminal.read(0.3)
+    terminal.proc.send_signal(signal.SIGINT)
+    took = terminal.wait_exit(timeout=20)
+    err = terminal.stderr()
+    assert took < 3, f"exited {took:.1f} s after the second Ctrl-C\n{err}"
+    assert terminal.proc.returncode == 0, err
+    assert "Ctrl-C again to stop now" in err
+    assert "Traceback" not in err and "never awaited" not in err and "Warning" not in err
+
+    log = records(terminal.cwd)
+    assert not [r for r in log if r["kind"] == "tool_result"]  # the tool never returned in this process
+    error, finished = log[-2], log[-1]
+    assert error["kind"] == "error" and str(error["data"]["message"]).startswith(  # type: ignore[index]
+        "interrupted by the user"
+    )
+    assert finished["kind"] == "step_finished"
+    assert finished["data"]["interrupted_by"] == "user"  # type: ignore[index]

@@ -14,15 +14,13 @@ its body may already have acted outside baf. The reasoning body is resumable.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import functools
 import inspect
 import logging
 import time
 from collections.abc import Sequence
-from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from baf.core.events import Event, ReceiveJSONEvent, ReceiveTextEvent, event_from_data
 from baf.core.hooks import StepHooks
@@ -58,7 +56,6 @@ async def run_step(
     event: Event | None,
     event_seq: int | None,
     hooks: StepHooks,
-    executor: Executor,
     enter_current: bool = False,
     resume: Resumption | None = None,
 ) -> None:
@@ -77,24 +74,24 @@ async def run_step(
         session.record(RecordKind.STEP_RESUMED if resume else RecordKind.STEP_STARTED, {"event_seq": event_seq})
         await hooks.before_step(session, event)
         if resume is not None:
-            await _run_body(session, resume.state, resume.body, resume.role, executor)
+            await _run_body(session, resume.state, resume.body, resume.role)
         elif enter_current:
             state = session.current_state
-            await _run_body(session, state, state.body, "body", executor)
+            await _run_body(session, state, state.body, "body")
         elif event is not None:
             transition = await _fire(session, EVENT_TRIGGER)
             if transition is not None:
-                await _take(session, transition, hooks, executor)
+                await _take(session, transition, hooks)
             elif isinstance(event, ReceiveTextEvent | ReceiveJSONEvent):
                 state = session.current_state
-                await _run_body(session, state, state.fallback_body, "fallback", executor)
+                await _run_body(session, state, state.fallback_body, "fallback")
         for _ in range(MAX_AUTOMATIC_TRANSITIONS):
             if not session.current_state.has_automatic_transitions:
                 break  # nothing to check: skip the machine, whose trigger costs ~100 µs
             transition = await _fire(session, CHECK_TRIGGER)
             if transition is None:
                 break
-            await _take(session, transition, hooks, executor)
+            await _take(session, transition, hooks)
         else:
             session.record_error(
                 "engine",
@@ -172,17 +169,17 @@ async def _fire(session: Session, trigger: str) -> Transition | None:
     return session.fired_transition
 
 
-async def _take(session: Session, transition: Transition, hooks: StepHooks, executor: Executor) -> None:
+async def _take(session: Session, transition: Transition, hooks: StepHooks) -> None:
     session.record(
         RecordKind.TRANSITION,
         {"source": transition.source.name, "dest": transition.dest.name, "label": transition.describe()},
     )
     await hooks.after_transition(session, transition)
-    await _run_body(session, transition.dest, transition.dest.body, "body", executor)
+    await _run_body(session, transition.dest, transition.dest.body, "body")
 
 
-async def _run_body(session: Session, state: State, body: Body, role: str, executor: Executor | None) -> None:
-    """Run a body, sync ones in a worker thread so a slow one cannot stall other sessions.
+async def _run_body(session: Session, state: State, body: Body, role: str) -> None:
+    """Run a body, sync ones in the agent's worker threads so a slow one cannot stall other sessions.
     An exception is recorded as an ``error`` and contained: the session goes on."""
     # Write ahead: the inbound message, the step start and the transition are durable before the body
     # can act. A LogError here propagates: the body must not run on an unrecorded event.
@@ -191,10 +188,7 @@ async def _run_body(session: Session, state: State, body: Body, role: str, execu
         if inspect.iscoroutinefunction(body):
             await body(session)
         else:
-            loop = asyncio.get_running_loop()
-            context = contextvars.copy_context()
-            call = functools.partial(context.run, body, session)
-            result: Any = await loop.run_in_executor(executor, call)
+            result = await session.run_sync(body, session)
             if inspect.isawaitable(result):
                 await result
     except Exception as exc:

@@ -87,6 +87,11 @@ class Runtime:
         gc.freeze()
 
     @property
+    def executor(self) -> DaemonThreadPool:
+        """The threads sync bodies and tools run in (see :meth:`Session.run_sync`)."""
+        return self._executor
+
+    @property
     def busy(self) -> bool:
         """Whether a step is running or queued (what :meth:`stop` would wait for)."""
         return any(not worker.done() for worker in self._workers.values())
@@ -94,7 +99,8 @@ class Runtime:
     def interrupt(self) -> None:
         """Stop now (a second Ctrl-C): cancel the running steps, each recorded as interrupted by the
         user, instead of waiting for them. A sync body's thread cannot be killed: it is abandoned, and
-        what it records or replies after this fails with ``LogClosedError``."""
+        what it records or replies after this fails with ``LogClosedError``. The same goes for a sync
+        tool's thread (tools run there too, see :meth:`Session.run_sync`)."""
         self._interrupting = True
         self._cancel_workers("user")
 
@@ -252,7 +258,7 @@ class Runtime:
                 self._check_queued.discard(session.id)
             try:
                 await run_step(
-                    session, item.event, item.seq, self.hooks, self._executor,
+                    session, item.event, item.seq, self.hooks,
                     enter_current=item.kind == "start", resume=item.resume,
                 )  # fmt: skip
             except LogError as exc:

@@ -6,6 +6,7 @@ import asyncio
 import base64
 import concurrent.futures
 import contextlib
+import contextvars
 import copy
 import functools
 import logging
@@ -13,7 +14,7 @@ import threading
 import traceback
 from collections import deque
 from collections.abc import Awaitable, Callable, Generator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from baf.core.events import Event
 from baf.core.writer import SessionWriter
@@ -33,6 +34,8 @@ __all__ = ["Delivery", "Session"]
 logger = logging.getLogger("baf.session")
 
 _MISSING: Any = object()
+
+_T = TypeVar("_T")
 
 
 def _retrieve_exception(future: asyncio.Future[None]) -> None:
@@ -306,6 +309,18 @@ class Session:
         return self._writer.record(RecordKind.ERROR, data)
 
     # -- threads --------------------------------------------------------------------------------
+
+    async def run_sync(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
+        """Run the sync ``fn(*args, **kwargs)`` in one of the agent's worker threads and return its result.
+
+        The engine runs sync bodies this way, and a tool called with a session runs its sync function
+        this way too, so that all sync user code shares the agent's ``max_body_threads`` threads. Those
+        are daemon threads: a call the agent gave up on when it stopped does not keep the process alive,
+        as one in ``asyncio.to_thread`` would. The caller's context variables are copied into the
+        thread, as ``asyncio.to_thread`` does.
+        """
+        call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self._runtime.executor, call)
 
     def _in_loop_thread(self) -> bool:
         return threading.get_ident() == self._runtime.loop_thread_id

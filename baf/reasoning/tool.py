@@ -852,12 +852,18 @@ class Tool:
                 keyword[param.name] = value
         return positional, keyword
 
-    async def _invoke(self, positional: list[Any], keyword: dict[str, Any]) -> Any:
+    async def _invoke(self, positional: list[Any], keyword: dict[str, Any], session: Any) -> Any:
         try:
             if self._is_async:
                 result = await self.fn(*positional, **keyword)
             else:
-                result = await asyncio.to_thread(self.fn, *positional, **keyword)
+                # A baf session runs it on the agent's daemon threads (Session.run_sync), which a stopping
+                # agent need not wait for; looked up by name, since reasoning must not import baf.core.
+                run_sync = getattr(session, "run_sync", None)
+                if run_sync is not None:
+                    result = await run_sync(self.fn, *positional, **keyword)
+                else:  # called standalone: asyncio's default threads
+                    result = await asyncio.to_thread(self.fn, *positional, **keyword)
             if inspect.isawaitable(result):  # a sync wrapper that hands back a coroutine
                 result = await result
             return result
@@ -871,7 +877,9 @@ class Tool:
 
         ``session`` is passed to the function's session parameter if it has one (a parameter with a
         default keeps it when ``session`` is None). Sync functions run in a worker thread, so a tool
-        that touches the session must only use thread-safe parts of it.
+        that touches the session must only use thread-safe parts of it: with a session that has a
+        ``run_sync`` method (a baf session), in the agent's threads for sync bodies, so an agent that
+        stops does not wait for a tool it gave up on; without one, in ``asyncio.to_thread``.
 
         Raises:
             ToolTimeoutError: the call ran past ``timeout``.
@@ -880,11 +888,11 @@ class Tool:
         """
         positional, keyword = self._bind(args, session)
         if self.timeout is None:
-            return await self._invoke(positional, keyword)
+            return await self._invoke(positional, keyword, session)
         try:
             # _invoke converts the function's own TimeoutError, so one arriving here is our deadline.
             async with asyncio.timeout(self.timeout):
-                return await self._invoke(positional, keyword)
+                return await self._invoke(positional, keyword, session)
         except TimeoutError:
             raise ToolTimeoutError(
                 f"tool '{self.name}' did not finish within {self.timeout:g} seconds and was abandoned"

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from baf import Agent
-from baf.errors import ConfigurationError
+from baf import Agent, ReceiveTextEvent, Session
+from baf.errors import ConfigurationError, LogClosedError
 from baf.llm.base import LLMResponse, ToolCall
+from baf.log import open_log
+from baf.reasoning import Tool
 from baf.testing import RecordingPlatform, ScriptedLLM
 
 from .helpers import reasoning_agent, records_of, tool_messages
@@ -320,3 +324,79 @@ async def test_planning_tool_names_are_free_without_task_planning(platform: Reco
     async with agent:
         await agent.receive_message("s", "hi", platform)
     assert tool_messages(llm.requests[1])[0]["content"] == "user tool got mine"
+
+
+_REQUEST: contextvars.ContextVar[str] = contextvars.ContextVar("request", default="unset")
+
+
+async def test_a_sync_tool_called_with_a_session_runs_on_the_agents_threads_with_the_callers_context(
+    platform: RecordingPlatform,
+) -> None:
+    def where() -> str:
+        return f"{threading.current_thread().name} {_REQUEST.get()}"
+
+    agent = Agent("a", log="memory://", max_body_threads=1)
+    agent.new_state("idle", initial=True)
+    async with agent:
+        session = await agent.get_or_create_session("s", platform)
+        token = _REQUEST.set("mine")
+        try:
+            # The threads of sync bodies (daemons, max_body_threads of them), not asyncio's default ones.
+            assert await Tool(where).call({}, session=session) == "baf-body_0 mine"
+        finally:
+            _REQUEST.reset(token)
+
+
+async def test_the_reasoning_loop_runs_sync_tools_on_the_agents_threads(platform: RecordingPlatform) -> None:
+    llm = ScriptedLLM([ScriptedLLM.tool_call("where", {}), "done"])
+    agent, _ = reasoning_agent(llm, enable_task_planning=False)
+
+    def where() -> str:
+        """Name the thread this runs in."""
+        return threading.current_thread().name
+
+    agent.new_tool(where)
+    async with agent:
+        await agent.receive_message("s", "hi", platform)
+    assert tool_messages(llm.requests[1])[0]["content"].startswith("baf-body_")
+
+
+async def test_interrupt_abandons_a_sync_tool_whose_late_calls_fail_clearly(
+    db_url: str, platform: RecordingPlatform
+) -> None:
+    started, release = threading.Event(), threading.Event()
+    late: dict[str, BaseException | None] = {}
+
+    def slow(session: Session) -> str:
+        """Wait to be released, then set a variable."""
+        started.set()
+        release.wait(10)
+        try:
+            session.set("x", 1)
+            late["set"] = None
+        except Exception as exc:  # what the abandoned thread sees
+            late["set"] = exc
+        return "late result"
+
+    llm = ScriptedLLM([ScriptedLLM.tool_call("slow", {}), "never reached"])
+    agent, _ = reasoning_agent(llm, log=db_url, enable_task_planning=False)
+    agent.new_tool(slow)
+    await agent.start()
+    runtime = agent._require_runtime()
+    await agent.receive_event(ReceiveTextEvent("s", message="go"), platform)
+    assert await asyncio.to_thread(started.wait, 10)
+    stopping = asyncio.ensure_future(agent.stop())
+    await asyncio.sleep(0.05)
+    runtime.interrupt()
+    await asyncio.wait_for(stopping, 5)  # did not wait for the tool, still blocked
+
+    release.set()
+    for _ in range(100):
+        if "set" in late:
+            break
+        await asyncio.sleep(0.02)
+    assert isinstance(late["set"], LogClosedError)
+    async with open_log(db_url) as log:
+        records = await log.read("s")
+    assert not [r for r in records if r.kind == "tool_result" or r.data.get("name") == "x"]
+    assert records[-1].kind == "step_finished" and records[-1].data["interrupted_by"] == "user"

@@ -1,6 +1,7 @@
 """Tool: schema generation, docstring parsing, argument validation, calling and rendering."""
 
 import asyncio
+import contextvars
 import dataclasses
 import enum
 import functools
@@ -23,6 +24,8 @@ from baf.reasoning import Tool
 from baf.reasoning.tool import parse_docstring, tool
 
 # ---- helpers -------------------------------------------------------------------------------------------
+
+_REQUEST: contextvars.ContextVar[str] = contextvars.ContextVar("request", default="unset")
 
 
 def props(fn: Any) -> dict[str, Any]:
@@ -600,6 +603,19 @@ async def test_sync_function_runs_in_a_worker_thread() -> None:
         return threading.current_thread().name
 
     assert await Tool(where).call({}) != threading.current_thread().name
+
+
+async def test_sync_function_called_standalone_sees_the_callers_context_variables() -> None:
+    # Without a session (nothing with ``run_sync``) the call goes to asyncio.to_thread.
+    def read() -> str:
+        return _REQUEST.get()
+
+    token = _REQUEST.set("standalone")
+    try:
+        assert await Tool(read).call({}) == "standalone"
+        assert await Tool(read).run("{}", session=object()) == "standalone"
+    finally:
+        _REQUEST.reset(token)
 
 
 async def test_async_function_is_awaited_with_defaults_and_optional_none() -> None:
