@@ -134,10 +134,14 @@ def test_bad_arguments_are_refused(db: Path) -> None:
 
 @pytest.mark.parametrize("durability", ["normal", "full"])  # on the event loop / on the worker thread
 async def test_group_commit_shares_transactions(db: Path, durability: str) -> None:
+    from baf.log.sqlite import _INLINE_COMMITS_PER_ROUND
+
     async with SQLiteLog(db, durability=durability) as log:  # type: ignore[arg-type]
-        await asyncio.gather(*(log.append([rec(f"s{n}", 1), rec(f"s{n}", 2)]) for n in range(100)))
-        assert 1 <= log.commits <= 3
-        assert len(await log.sessions()) == 100
+        await asyncio.gather(*(log.append([rec(f"s{n}", 1), rec(f"s{n}", 2)]) for n in range(300)))
+        # durability normal: the round's first appends commit alone, the rest of the burst as a group.
+        alone = _INLINE_COMMITS_PER_ROUND if durability == "normal" else 0
+        assert alone + 1 <= log.commits <= alone + 3
+        assert len(await log.sessions()) == 300
         # Awaited one at a time there is nothing to group with: one commit each.
         before = log.commits
         for seq in range(3, 8):
@@ -282,7 +286,12 @@ async def test_records_that_sqlite_would_refuse_fail_alone(db: Path) -> None:
         assert await log.sessions() == ["good"]
 
 
-async def test_an_append_cancelled_before_the_writer_took_it_is_dropped(db: Path) -> None:
+async def test_an_append_cancelled_before_the_writer_took_it_is_dropped(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import baf.log.sqlite as sqlite_module
+
+    monkeypatch.setattr(sqlite_module, "_INLINE_COMMITS_PER_ROUND", 1)  # the second append of a round queues
     async with SQLiteLog(db) as log:
         first = asyncio.create_task(log.append([rec("first", 1)]))  # commits by itself, at once
         task = asyncio.create_task(log.append([rec("s", 1)]))  # arrives with it: queued for the writer
@@ -297,6 +306,8 @@ async def test_an_append_cancelled_before_the_writer_took_it_is_dropped(db: Path
 
 
 async def test_a_lone_append_commits_at_once_and_appends_arriving_together_share_a_commit(db: Path) -> None:
+    from baf.log.sqlite import _INLINE_COMMITS_PER_ROUND
+
     async with SQLiteLog(db) as log:
         before = log.commits
         append = asyncio.ensure_future(log.append([rec("alone", 1)]))
@@ -312,8 +323,12 @@ async def test_a_lone_append_commits_at_once_and_appends_arriving_together_share
         assert both.done() and log.commits == before + 3
         before = log.commits
         await asyncio.gather(*(log.append([rec(f"s{n}", 1)]) for n in range(50)))
-        assert log.commits <= before + 3  # the first commits by itself, the others as one group
-        assert len(await log.sessions()) == 51 and len(await log.read("alone")) == 3
+        assert log.commits == before + 50  # a few sessions together: each commits by itself, no wait
+        # A burst: the round's first appends commit by themselves, the others share a group commit.
+        before = log.commits
+        await asyncio.gather(*(log.append([rec(f"b{n}", 1)]) for n in range(500)))
+        assert before + _INLINE_COMMITS_PER_ROUND + 1 <= log.commits <= before + _INLINE_COMMITS_PER_ROUND + 2
+        assert len(await log.sessions()) == 551 and len(await log.read("alone")) == 3
 
 
 async def test_appends_wait_while_the_worker_holds_the_connection(db: Path) -> None:
