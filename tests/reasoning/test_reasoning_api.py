@@ -13,7 +13,7 @@ def test_all_lists_exactly_the_public_names() -> None:
 
 
 def test_documented_module_paths_work() -> None:
-    # The names DESIGN.md promises users; the tool module must not be shadowed by the decorator.
+    # The names the architecture promises users; the tool module must not be shadowed by the decorator.
     assert importlib.import_module("baf.reasoning.tool").Tool is baf.reasoning.Tool
     assert baf.reasoning.tool.Tool is baf.reasoning.Tool
     assert importlib.import_module("baf.reasoning.skill").Skill is baf.reasoning.Skill
