@@ -13,13 +13,14 @@ from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from baf.errors import ConfigurationError, LogError
-from baf.log import SessionLog, open_log
+from baf.log import SessionLog, SQLiteLog, open_log
 
 if TYPE_CHECKING:
     from baf.core.agent import Agent
@@ -180,8 +181,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _log_url(target: str) -> str:
     """A log URL for ``target``, which may also be a plain file path (read as a SQLite file, as
-    ``baf replay`` reads it)."""
-    return target if "://" in target else f"sqlite:///{target}"
+    ``baf replay`` reads it). The path is percent-encoded, so that a ``?``, ``#`` or ``%`` in a file
+    name stays part of the name instead of starting a query or a fragment."""
+    return target if "://" in target else "sqlite:///" + quote(target)
 
 
 # -- reading logs ---------------------------------------------------------------------------------
@@ -192,14 +194,18 @@ def open_existing_log(target: str, *, read_only: bool = True) -> SessionLog:
 
     A SQLite log is opened read-only unless ``read_only=False`` (``--fork-at``, which appends): reading
     it must not change the file (no migration, no WAL switch, no tables added to a foreign database).
+    A plain path names the file as it is: it is not parsed as a URL, so ``?``, ``#`` and ``%`` are
+    part of the name.
     """
-    if "://" in target:
-        if target.startswith("sqlite:///") and not Path(target.removeprefix("sqlite:///").split("?")[0]).exists():
-            raise FileNotFoundError(f"no such log: {target}")
-        return open_log(target, read_only=read_only) if target.lower().startswith("sqlite:") else open_log(target)
-    if not Path(target).exists():
-        raise FileNotFoundError(f"no such log file: {target}")
-    return open_log(_log_url(target), read_only=read_only)
+    if "://" not in target:
+        log: SessionLog = SQLiteLog(target, read_only=read_only)
+    elif target.lower().startswith("sqlite:"):
+        log = open_log(target, read_only=read_only)
+    else:
+        log = open_log(target)
+    if isinstance(log, SQLiteLog) and not log.path.exists():
+        raise FileNotFoundError(f"no such log{'' if '://' in target else ' file'}: {target}")
+    return log
 
 
 def _when(ts: float | None) -> str:

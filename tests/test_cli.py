@@ -8,6 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from baf.cli import main
+
 EXAMPLE = Path(__file__).parent.parent / "examples" / "greetings_agent.py"
 
 
@@ -176,3 +180,48 @@ def test_run_says_where_the_websocket_platform_listens(tmp_path: Path) -> None:
     assert line.startswith("websocket platform listening on ws://127.0.0.1:") and "browser UI: http://" in line
     assert ":0/" not in line  # the port it got, not the one asked for
     assert proc.returncode == 0 and "Traceback" not in err
+
+
+# -- log paths with URL characters ----------------------------------------------------------------
+
+
+def write_log(db: Path) -> None:
+    """A log at ``db`` holding session ``s`` (one message, one reply)."""
+    import asyncio
+
+    from baf.log import Record, SQLiteLog
+
+    async def write() -> None:
+        async with SQLiteLog(db) as log:
+            await log.append([Record("s", 1, "message_received", {"event": {}, "text": "hi"}),
+                              Record("s", 2, "reply", {"text": "hello"})])  # fmt: skip
+
+    asyncio.run(write())
+
+
+def test_a_plain_log_path_is_the_file_name_even_with_url_characters(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # As a URL, "?" would start a query, "#" a fragment and "%" an escape: a plain path is none of these.
+    db = tmp_path / "my?log#1%41.db"
+    write_log(db)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for argv in (["sessions", str(db)], ["log", str(db), "s"], ["replay", str(db), "s"],
+                 ["export", str(db), "s"], ["replay", str(db), "s", "--fork-at", "1"]):  # fmt: skip
+        assert main(argv) == 0, (argv, capsys.readouterr().err)
+    out = capsys.readouterr().out
+    assert "hello" in out and "forked s at seq 1" in out
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(("-wal", "-shm"))) == before
+    # The URL form of that name, percent-encoded, opens the same file.
+    assert main(["log", "sqlite:///" + str(db).replace("%", "%25").replace("?", "%3F").replace("#", "%23"), "s"]) == 0
+    assert main(["log", str(tmp_path / "my"), "s"]) == 2  # what the name was cut to before
+    assert "no such log file" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_demo_writes_a_log_whose_name_has_url_characters(tmp_path: Path) -> None:
+    result = baf("demo", "--log", "a#b?c%41.db", cwd=tmp_path, stdin="exit\n")
+    assert result.returncode == 0, result.stderr
+    assert [p.name for p in tmp_path.iterdir() if p.suffix == ".db"] == ["a#b?c%41.db"]
+    assert "recorded in a#b?c%41.db; see it again with: baf replay 'a#b?c%41.db' terminal" in result.stdout
+    assert "terminal" in baf("sessions", "a#b?c%41.db", cwd=tmp_path).stdout

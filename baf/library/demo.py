@@ -17,9 +17,11 @@ import io
 import math
 import operator
 import os
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from rich.console import Console
 from rich.panel import Panel
@@ -314,6 +316,8 @@ def run_demo(log: str | None = None, llm: LLM | None = None, console: Console | 
     terminal = agent.use_terminal_platform(console=console)
     agent.run()
     if url.startswith("sqlite:///"):  # a file to read back (a memory:// log is gone)
-        path = url.removeprefix("sqlite:///").split("?", 1)[0]
-        console.print(Text(f"The conversation is recorded in {path}; see it again with: "
-                           f"baf replay {path} {terminal.session_id}", style="dim"), soft_wrap=True)  # fmt: skip
+        # Decoded as open_log decodes it (a "#" in the name is "%23" in the URL), and quoted for a shell.
+        path = unquote(urlsplit(url).path[1:])
+        command = f"baf replay {shlex.quote(path)} {shlex.quote(terminal.session_id)}"
+        console.print(Text(f"The conversation is recorded in {path}; see it again with: {command}", style="dim"),
+                      soft_wrap=True)  # fmt: skip
