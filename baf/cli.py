@@ -84,12 +84,12 @@ _FROM_USER_CODE = "_baf_from_user_code"
 def _user_code() -> Iterator[None]:
     """Mark exceptions from the user's code, so :func:`main` does not shorten them to one line.
 
-    baf's own configuration errors are the exception: they name the problem and its fix, and
-    their traceback only points into baf.
+    baf's own configuration and log errors are the exception: they name the problem (a log file that
+    cannot be opened names the file) and its fix, and their traceback only points into baf.
     """
     try:
         yield
-    except ConfigurationError:
+    except (ConfigurationError, LogError):
         raise
     except Exception as exc:
         with contextlib.suppress(AttributeError):  # an exception type without a __dict__

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -225,3 +226,60 @@ def test_the_demo_writes_a_log_whose_name_has_url_characters(tmp_path: Path) -> 
     assert [p.name for p in tmp_path.iterdir() if p.suffix == ".db"] == ["a#b?c%41.db"]
     assert "recorded in a#b?c%41.db; see it again with: baf replay 'a#b?c%41.db' terminal" in result.stdout
     assert "terminal" in baf("sessions", "a#b?c%41.db", cwd=tmp_path).stdout
+
+
+# -- writable opens of what is not a log ----------------------------------------------------------
+
+AGENT_ON_NOTDB = (
+    "from baf import Agent\nagent = Agent('a', log='sqlite:///notdb.db')\nagent.new_state('idle', initial=True)\n"
+)
+
+
+def make_newer_schema(path: Path) -> None:
+    import sqlite3
+
+    write_log(path)
+    connection = sqlite3.connect(path)
+    with connection:
+        connection.execute("UPDATE baf_meta SET value = '99' WHERE key = 'schema_version'")
+    connection.close()
+
+
+def make_foreign(path: Path) -> None:
+    import sqlite3
+
+    connection = sqlite3.connect(path)
+    connection.executescript("CREATE TABLE users (name TEXT); INSERT INTO users VALUES ('ann');")
+    connection.close()
+
+
+@pytest.mark.parametrize("command", [["replay", "notdb.db", "s", "--fork-at", "1"], ["run", "agent.py"]],
+                         ids=["fork-at", "run"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda path: path.mkdir(), "cannot open .*notdb.db: it is a directory, not a log file"),
+        (lambda path: path.write_text("hello\n"), "not a baf log: .*notdb.db is not a SQLite database"),
+        (make_foreign, r"not a baf log: .*notdb.db is a database with other tables \(users\) and no baf_meta"),
+        (make_newer_schema, "notdb.db has log schema version '99'"),
+    ],
+    ids=["directory", "text", "foreign", "newer-schema"],
+)
+def test_writing_to_what_is_not_a_log_is_a_one_line_error(
+    tmp_path: Path, command: list[str], make: Any, message: str
+) -> None:
+    import re
+    import sqlite3
+
+    (tmp_path / "agent.py").write_text(AGENT_ON_NOTDB)
+    make(tmp_path / "notdb.db")
+    result = baf(*command, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    line, = result.stderr.splitlines()
+    assert line.startswith(f"baf {command[0]}: ") and re.search(message, line), line
+    if make is make_foreign:  # refused, and left as it was: no baf tables, no WAL
+        connection = sqlite3.connect(f"file:{tmp_path / 'notdb.db'}?mode=ro", uri=True)
+        assert connection.execute("SELECT name FROM sqlite_master").fetchall() == [("users",)]
+        assert connection.execute("PRAGMA journal_mode").fetchall() == [("delete",)]
+        connection.close()

@@ -321,6 +321,10 @@ class SQLiteLog(SessionLog):
     loss); see the module docstring. ``busy_timeout`` is how many seconds a statement waits for a lock
     held by another process before failing.
 
+    Opening for writing refuses, with a one-line ``LogError``, a directory, a file that is not a SQLite
+    database, another program's database (tables but no ``baf_meta``: baf never adds its tables to it)
+    and a newer schema; a missing or empty file becomes a new log.
+
     ``read_only=True`` opens an existing log for reading only and never changes the file (see "Reading
     only" in the module docstring); ``append`` then raises ``LogReadOnlyError`` and ``durability`` does
     not apply.
@@ -469,46 +473,75 @@ class SQLiteLog(SessionLog):
             raise LogClosedError(f"{self!r} was closed while opening")
 
     def _open_writer(self) -> sqlite3.Connection:
-        """Open and configure the writer connection, creating the layout if needed (worker thread)."""
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        # Autocommit: a group commit is one multi-row INSERT statement, its own transaction; larger
-        # transactions open "BEGIN IMMEDIATE" themselves. Not bound to a thread: see self._writer.
-        writer = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+        """Open and configure the writer connection, creating the layout if needed (worker thread).
+
+        Raises ``LogError`` with a one-line message for what cannot be a log: a directory, a file that is
+        not a SQLite database, another program's database, a newer schema (and any other SQLite error).
+        """
+        path = self._path
+        why_not = _not_a_file(path, must_exist=False, action="open")
+        if why_not is not None:
+            raise LogError(why_not)
         try:
-            # busy_timeout first: switching to WAL and creating tables take locks another process may hold.
-            writer.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
-            row = self._switch_to_wal(writer)
-            mode = str(row[0]).lower() if row else "unknown"
-            if mode != "wal":
-                raise LogError(
-                    f"{self._path}: SQLite refused WAL journal mode (got {mode!r}); "
-                    "the file system may not support it (network file systems often do not)"
-                )
-            writer.execute(f"PRAGMA synchronous = {DURABILITY_MODES[self._durability]}")
-            writer.execute("BEGIN IMMEDIATE")
-            if writer.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'baf_meta'").fetchone():
-                row = writer.execute("SELECT value FROM baf_meta WHERE key = 'schema_version'").fetchone()
-                stored = row[0] if row else None
-                if stored in _MIGRATIONS:
-                    for statement in _MIGRATIONS[stored]:
-                        writer.execute(statement)
-                elif stored != str(SCHEMA_VERSION):
-                    raise LogError(
-                        f"{self._path} has log schema version {stored!r}; this baf reads version "
-                        f"{SCHEMA_VERSION}: upgrade baf to use this file"
-                    )
-            for statement in SCHEMA:
-                writer.execute(statement)
-            writer.execute("COMMIT")
-            if self._durability == "normal":
-                # Commits on the loop never wait (see _commit_group), and checkpoints, which fsync, are
-                # the worker's (see _write_loop).
-                writer.execute("PRAGMA busy_timeout = 0")
-                writer.execute("PRAGMA wal_autocheckpoint = 0")
-        except BaseException:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a parent that is a file, or a folder this process may not create
+            raise LogError(f"cannot open {path}: cannot create its folder: {exc.strerror or exc}") from exc
+        try:
+            # Autocommit: a group commit is one multi-row INSERT statement, its own transaction; larger
+            # transactions open "BEGIN IMMEDIATE" themselves. Not bound to a thread: see self._writer.
+            writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise _open_error(path, exc, action="open") from exc
+        try:
+            self._configure_writer(writer)
+        except BaseException as exc:
             writer.close()  # closing rolls back a transaction left open
+            if isinstance(exc, sqlite3.Error):
+                raise _open_error(path, exc, action="open") from exc
             raise
         return writer
+
+    def _configure_writer(self, writer: sqlite3.Connection) -> None:
+        """Check that the writer's file is a baf log or a new one, switch it to WAL, create or migrate the layout."""
+        # busy_timeout first: switching to WAL and creating tables take locks another process may hold.
+        writer.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
+        # Before the WAL switch, the first change to the file: another program's database is left as it
+        # was, not given baf's tables. An empty (or new) file has no tables and becomes a new log.
+        tables = [row[0] for row in writer.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        if tables and "baf_meta" not in tables:
+            shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+            raise LogError(
+                f"not a baf log: {self._path} is a database with other tables ({shown}) and no baf_meta; "
+                "a new log needs a new or empty file"
+            )
+        row = self._switch_to_wal(writer)
+        mode = str(row[0]).lower() if row else "unknown"
+        if mode != "wal":
+            raise LogError(
+                f"{self._path}: SQLite refused WAL journal mode (got {mode!r}); "
+                "the file system may not support it (network file systems often do not)"
+            )
+        writer.execute(f"PRAGMA synchronous = {DURABILITY_MODES[self._durability]}")
+        writer.execute("BEGIN IMMEDIATE")
+        if writer.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'baf_meta'").fetchone():
+            row = writer.execute("SELECT value FROM baf_meta WHERE key = 'schema_version'").fetchone()
+            stored = row[0] if row else None
+            if stored in _MIGRATIONS:
+                for statement in _MIGRATIONS[stored]:
+                    writer.execute(statement)
+            elif stored != str(SCHEMA_VERSION):
+                raise LogError(
+                    f"{self._path} has log schema version {stored!r}; this baf reads version "
+                    f"{SCHEMA_VERSION}: upgrade baf to use this file"
+                )
+        for statement in SCHEMA:
+            writer.execute(statement)
+        writer.execute("COMMIT")
+        if self._durability == "normal":
+            # Commits on the loop never wait (see _commit_group), and checkpoints, which fsync, are
+            # the worker's (see _write_loop).
+            writer.execute("PRAGMA busy_timeout = 0")
+            writer.execute("PRAGMA wal_autocheckpoint = 0")
 
     async def _open_read_only(self) -> aiosqlite.Connection:
         """The reader alone, opened with ``mode=ro`` on a baf log this baf can read; raises ``LogError``."""
@@ -538,7 +571,7 @@ class SQLiteLog(SessionLog):
             if reader is not None:
                 await reader.close()
             if isinstance(exc, sqlite3.Error):
-                raise await asyncio.to_thread(_read_only_open_error, path, exc) from exc
+                raise await asyncio.to_thread(_open_error, path, exc) from exc
             raise
         return reader
 
@@ -917,17 +950,22 @@ def _read_only_uri(path: Path) -> str:
     return f"file:{quote(str(path))}?mode=ro"
 
 
-def _not_a_file(path: Path) -> str | None:
-    """Why ``path`` cannot be a log file (SQLite says "unable to open database file" for both), if so."""
+def _not_a_file(path: Path, *, must_exist: bool = True, action: str = "read") -> str | None:
+    """Why ``path`` cannot be a log file, if so: a directory, or (``must_exist``) nothing at all.
+
+    Asked before SQLite opens it, since SQLite says "unable to open database file" for both.
+    ``action`` names what failed in the message ("read", or "open" for a writer).
+    """
     if path.is_dir():
-        return f"cannot read {path}: it is a directory, not a log file"
-    if not path.exists():
-        return f"cannot read {path}: no such log file"
+        return f"cannot {action} {path}: it is a directory, not a log file"
+    if must_exist and not path.exists():
+        return f"cannot {action} {path}: no such log file"
     return None
 
 
-def _read_only_open_error(path: Path, error: sqlite3.Error) -> LogError:
-    """A one-line ``LogError`` for what SQLite said while a read-only store opened ``path``."""
+def _open_error(path: Path, error: sqlite3.Error, *, action: str = "read") -> LogError:
+    """A one-line ``LogError`` for what SQLite said while a store opened ``path`` (``action``: as in
+    :func:`_not_a_file`)."""
     name = getattr(error, "sqlite_errorname", "")
     if name == "SQLITE_NOTADB":
         return LogError(f"not a baf log: {path} is not a SQLite database")
@@ -938,7 +976,7 @@ def _read_only_open_error(path: Path, error: sqlite3.Error) -> LogError:
             f"cannot read {path}: a WAL-mode file needs its -wal and -shm files, which cannot be "
             "created in its folder; copy it to a folder you can write to"
         )
-    return LogError(f"cannot read {path}: {error}")
+    return LogError(f"cannot {action} {path}: {error}")
 
 
 def _needs_wal_files(path: Path) -> bool:

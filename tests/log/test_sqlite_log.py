@@ -14,6 +14,7 @@ import pytest
 from baf.errors import CorruptRecordError, LogClosedError, LogConflictError, LogError
 from baf.log import Record, SQLiteLog
 from baf.log.record import CURRENT_VERSION
+from baf.log.sqlite import SCHEMA
 
 
 def rec(session_id: str, seq: int, **data: Any) -> Record:
@@ -389,6 +390,45 @@ async def test_a_file_from_a_newer_schema_is_refused(db: Path) -> None:
     await log.close()
 
 
+def make_foreign(path: Path) -> None:
+    raw_execute(path, "CREATE TABLE users (name TEXT)")
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda path: path.mkdir(), r"^cannot open .*log\.db: it is a directory, not a log file$"),
+        (lambda path: path.write_text("hello\n"), r"^not a baf log: .*log\.db is not a SQLite database$"),
+        (make_foreign, r"^not a baf log: .*log\.db is a database with other tables \(users\) and no baf_meta"),
+    ],
+    ids=["directory", "text", "foreign"],
+)
+async def test_a_writer_refuses_what_is_not_a_log_with_a_one_line_log_error(
+    db: Path, make: Any, message: str
+) -> None:
+    make(db)
+
+    def state() -> tuple[list[str], bytes | None]:
+        return sorted(p.name for p in db.parent.iterdir()), db.read_bytes() if db.is_file() else None
+
+    before = state()
+    log = SQLiteLog(db)
+    with pytest.raises(LogError, match=message) as caught:
+        await log.start()
+    await log.close()
+    assert "\n" not in str(caught.value)
+    # Left as it was: no baf tables added to another program's database, no WAL switch, no new files.
+    assert state() == before
+
+
+async def test_an_empty_file_becomes_a_new_log(db: Path) -> None:
+    db.write_bytes(b"")  # noqa: ASYNC240 - a test's setup
+    async with SQLiteLog(db) as log:
+        await log.append([rec("s", 1)])
+    async with SQLiteLog(db, read_only=True) as log:
+        assert [r.seq for r in await log.read("s")] == [1]
+
+
 async def test_rows_are_stored_as_documented(db: Path) -> None:
     async with SQLiteLog(db) as log:
         await log.append([Record("s", 1, "reply", {"text": "é", "n": [1, 2]}, ts=12.5)])
@@ -556,9 +596,10 @@ async def test_opening_waits_for_a_file_another_connection_is_writing(db: Path) 
     # rather than waiting busy_timeout, so two processes opening a new log together used to fail.
     other = sqlite3.connect(db, isolation_level=None)
     try:
-        other.execute("CREATE TABLE other_tool (x)")  # a file in the default rollback-journal mode
+        for statement in SCHEMA:  # a baf log in the default rollback-journal mode (another baf's tables)
+            other.execute(statement)
         other.execute("BEGIN IMMEDIATE")
-        other.execute("INSERT INTO other_tool VALUES (1)")
+        other.execute("INSERT INTO baf_meta VALUES ('written_by', 'another tool')")
         asyncio.get_running_loop().call_later(0.3, other.execute, "COMMIT")
         async with SQLiteLog(db, busy_timeout=5) as log:
             await log.append([rec("s", 1)])
