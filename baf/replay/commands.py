@@ -7,7 +7,12 @@ environment: records are redacted when written, this also protects logs written 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import json
+import os
+import secrets
+import shutil
 import sys
 from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -196,7 +201,11 @@ async def export_session(log: SessionLog, session_id: str, fmt: str, out: TextIO
 
 
 def run_export(log: SessionLog, session_id: str, fmt: str, output: str | None) -> int:
-    """``export_session`` to a file (``-o``) or stdout, in its own event loop."""
+    """``export_session`` to a file (``-o``) or stdout, in its own event loop.
+
+    The file appears (or replaces an earlier one) only once the export has succeeded: a failed one (no
+    such session, a log that cannot be read, a full disk) leaves neither an empty nor a partial file.
+    """
 
     async def go(out: TextIO) -> int:
         async with log:
@@ -204,10 +213,38 @@ def run_export(log: SessionLog, session_id: str, fmt: str, output: str | None) -
 
     if output is None or output == "-":
         return asyncio.run(go(sys.stdout))
+    with _output_file(output) as out:
+        return asyncio.run(go(out))
+
+
+@contextlib.contextmanager
+def _output_file(output: str) -> Iterator[TextIO]:
+    """The ``-o`` file, written under a temporary name in its folder and renamed to ``output`` once the
+    block succeeds (a rename within a folder replaces the file at once); removed if the block fails.
+
+    Something that is not a regular file (``-o /dev/stdout``, a named pipe) has nothing to replace and
+    is written directly. Through a symbolic link, the file it points to is replaced, not the link.
+    """
+    target = Path(output)
+    direct = target.exists() and not target.is_file() and not target.is_dir()
+    final = target if direct else target.resolve()
+    temp = final if direct else final.with_name(f".{final.name}.{secrets.token_hex(4)}.tmp")
     try:
-        out = Path(output).open("w", encoding="utf-8")
+        if final.is_dir():
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+        # "x": a new file, with the permissions open() gives any new file (a temp file's would be 0600).
+        out = temp.open("w" if direct else "x", encoding="utf-8")
     except OSError as exc:
         # Same type (the CLI reports these as usage errors), with a message that says which option is wrong.
         raise type(exc)(f"cannot write -o {output}: {exc.strerror or exc}") from None
-    with out:
-        return asyncio.run(go(out))
+    try:
+        with out:
+            yield out
+        if not direct:
+            if final.is_file():
+                shutil.copymode(final, temp)  # a new export of the same file keeps its permissions
+            os.replace(temp, final)
+    except BaseException:
+        if not direct:
+            temp.unlink(missing_ok=True)
+        raise

@@ -222,3 +222,28 @@ def test_a_fork_inside_a_step_reads_as_one(tmp_path: Path, capsys: pytest.Captur
     assert "closed by the fork" in closed and "crash" not in closed
     assert lines[-1].endswith(f"● session      forked from session {GOLDEN_SESSION} after #30 (inside a step)")
     assert "│" not in lines[-1] and "│" not in closed  # after the run, not in it
+
+
+def test_a_failed_export_leaves_no_file_and_an_earlier_export_as_it_was(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = str(copy_golden(tmp_path))
+    (tmp_path / "empty.db").touch()  # not a baf log: fails once the export has started
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    target = out_dir / "s.jsonl"
+    for log, session in ((db, "no-such-session"), (str(tmp_path / "empty.db"), GOLDEN_SESSION)):
+        assert main(["export", log, session, "-o", str(target)]) == 2
+        assert list(out_dir.iterdir()) == []  # neither the file nor a temporary one
+
+    target.write_text("earlier export\n")
+    target.chmod(0o640)
+    assert main(["export", db, "no-such-session", "-o", str(target)]) == 2
+    assert target.read_text() == "earlier export\n"
+    assert "no-such-session" in capsys.readouterr().err
+
+    assert main(["export", db, GOLDEN_SESSION, "-o", str(target)]) == 0
+    assert json.loads(target.read_text().splitlines()[0])["seq"] == 1
+    assert target.stat().st_mode & 0o777 == 0o640  # replaced, with the permissions it had
+    assert list(out_dir.iterdir()) == [target]
+    assert main(["export", db, GOLDEN_SESSION, "-o", "/dev/null"]) == 0  # not a file: written as it is
