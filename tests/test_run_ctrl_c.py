@@ -222,3 +222,27 @@ def test_second_ctrl_c_during_a_slow_sync_tool_stops_now(tool_terminal: Terminal
     )
     assert finished["kind"] == "step_finished"
     assert finished["data"]["interrupted_by"] == "user"  # type: ignore[index]
+
+
+@pytest.mark.parametrize("terminal", [8.0], indirect=True)
+def test_a_second_sigterm_stops_now_and_the_log_says_sigterm(terminal: Terminal) -> None:
+    # What a service manager (systemd, docker stop) sends: the messages name SIGTERM, not Ctrl-C.
+    terminal.send_message("hello")
+    terminal.proc.send_signal(signal.SIGTERM)
+    terminal.read(0.3)
+    terminal.proc.send_signal(signal.SIGTERM)
+    took = terminal.wait_exit(timeout=20)
+    err = terminal.stderr()
+    assert took < 3, f"exited {took:.1f} s after the second SIGTERM\n{err}"
+    assert terminal.proc.returncode == 0, err
+    assert "send SIGTERM again to stop now" in err and "Ctrl-C" not in err
+    assert "Traceback" not in err
+
+    log = records(terminal.cwd)
+    error, finished = log[-2], log[-1]
+    assert error["kind"] == "error"
+    assert error["data"]["message"] == (  # type: ignore[index]
+        "interrupted by the user: told to stop now (a second SIGTERM), the agent did not wait for this step"
+    )
+    assert finished["kind"] == "step_finished"
+    assert finished["data"]["interrupted_by"] == "user"  # type: ignore[index]

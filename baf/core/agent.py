@@ -65,6 +65,7 @@ class Agent:
         self.redactor = Redactor.from_environment()
         self._stop_requested: asyncio.Event | None = None
         self._stopping: Runtime | None = None
+        self._first_signal: str | None = None  # the signal that asked run() to stop, by its name
 
     def __repr__(self) -> str:
         return f"Agent({self.name!r}, states={list(self._states)})"
@@ -325,11 +326,14 @@ class Agent:
             raise
 
     async def stop(self) -> None:
-        """Stop the platforms, let running steps finish, flush and close the log."""
+        """Stop the platforms, let running steps finish, flush and close the log.
+
+        Running steps get up to ``STOP_GRACE_PERIOD`` (10) seconds; :meth:`interrupt` ends the wait.
+        """
         runtime, self._runtime = self._runtime, None
         if runtime is None:
             return
-        self._stopping = runtime  # a second Ctrl-C interrupts it (see _on_signal)
+        self._stopping = runtime  # interrupt() (a second Ctrl-C) still reaches it
         try:
             for platform in reversed(self._platforms):
                 try:
@@ -339,6 +343,26 @@ class Agent:
             await runtime.stop()
         finally:
             self._stopping = None
+
+    def interrupt(self) -> None:
+        """Stop now: do not wait for the running steps (what a second Ctrl-C does under :meth:`run`).
+
+        Each step still running is cancelled and recorded as interrupted by the user, so a
+        :meth:`stop` under way (or the next one) returns without waiting out its grace period. Call it
+        while ``stop()`` waits (from another task, or a signal handler) or just before it; on the event
+        loop's thread (from another thread, use ``loop.call_soon_threadsafe(agent.interrupt)``). On a
+        running agent that is not stopping it cancels the steps running now; later events still run.
+        Does nothing if the agent is not running.
+
+        A sync body (or sync tool) still running is abandoned, as a thread cannot be killed: it does not
+        keep the process alive, and what it records or replies afterwards fails with ``LogClosedError``.
+        """
+        self._interrupt("Agent.interrupt()")
+
+    def _interrupt(self, how: str) -> None:
+        runtime = self._runtime or self._stopping
+        if runtime is not None:
+            runtime.interrupt(how)
 
     async def __aenter__(self) -> Agent:
         await self.start()
@@ -353,7 +377,8 @@ class Agent:
         """Start, serve until Ctrl-C / SIGTERM (or a platform asks to stop), then stop cleanly.
 
         Stopping lets the running steps finish, for up to ``STOP_GRACE_PERIOD`` (10) seconds; a second
-        Ctrl-C stops at once, recording the steps still running as interrupted by the user.
+        Ctrl-C (or SIGTERM) stops at once, as :meth:`interrupt` does, recording the steps still running
+        as interrupted by the user, with the signal in the message.
 
         If the application has not set up :mod:`logging`, baf's INFO lines (a platform saying where it
         listens) are shown on stderr.
@@ -364,31 +389,39 @@ class Agent:
 
     async def _serve(self) -> None:
         self._stop_requested = asyncio.Event()
+        self._first_signal = None
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, self._on_signal)
+                loop.add_signal_handler(sig, self._on_signal, sig)
         async with self:
             await self._stop_requested.wait()
 
-    def _on_signal(self) -> None:
+    def _on_signal(self, sig: int = signal.SIGINT) -> None:
         """Ctrl-C or SIGTERM under :meth:`run`: the first stops after the running steps, the next now."""
         assert self._stop_requested is not None
         runtime = self._runtime or self._stopping
+        # Named as the user knows them: Ctrl-C sends SIGINT; SIGTERM comes from kill, systemd, docker ...
+        name = "Ctrl-C" if sig == signal.SIGINT else signal.Signals(sig).name
         if not self._stop_requested.is_set():
             self._stop_requested.set()
+            self._first_signal = name
             if runtime is not None and runtime.busy:
                 # Without this the user sees nothing happen until the step ends, and presses again.
+                again = "press Ctrl-C again" if sig == signal.SIGINT else f"send {name} again"
                 print(
-                    f"\nbaf: stopping after the current step (up to {STOP_GRACE_PERIOD:g} s); "
-                    "press Ctrl-C again to stop now",
+                    f"\nbaf: stopping after the current step (up to {STOP_GRACE_PERIOD:g} s); {again} to stop now",
                     file=sys.stderr,
                     flush=True,
                 )
         elif runtime is not None:
             if runtime.busy:
                 print("\nbaf: stopping now, without waiting for the current step", file=sys.stderr, flush=True)
-            runtime.interrupt()
+            # Recorded with the step, so the log says which signal cut it short.
+            first = self._first_signal  # None: run() was already stopping at a platform's request
+            self._interrupt(
+                f"a second {name}" if first == name else f"{name} after {first}" if first else f"{name} while stopping"
+            )
 
     def request_stop(self) -> None:
         """Make :meth:`run` return (platforms call this when their user quits)."""

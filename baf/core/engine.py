@@ -39,10 +39,11 @@ logger = logging.getLogger("baf.engine")
 MAX_AUTOMATIC_TRANSITIONS = 100
 
 # The ``error`` message recorded for a step the runtime stopped, by its ``interrupted_by`` value (also
-# on the step's ``step_finished``): ``user`` asked to stop now (a second Ctrl-C), ``stop`` is the agent
-# stopping past its grace period. A step a crash left open is closed at the next start, as ``crash``.
+# on the step's ``step_finished``): ``user`` asked to stop now (a second Ctrl-C or SIGTERM,
+# ``Agent.interrupt()``; ``{how}`` says which), ``stop`` is the agent stopping past its grace period.
+# A step a crash left open is closed at the next start, as ``crash``.
 _INTERRUPTION_MESSAGES = {
-    "user": "interrupted by the user: told to stop now (a second Ctrl-C), the agent did not wait for this step",
+    "user": "interrupted by the user: told to stop now{how}, the agent did not wait for this step",
     "stop": "the agent stopped and this step did not finish within the grace period",
 }
 
@@ -101,7 +102,8 @@ async def run_step(
     except asyncio.CancelledError as exc:
         # The agent is stopping and will not wait for this step: say so in the log, and who stopped it.
         interrupted_by = session._interrupted_by or "stop"
-        message = _INTERRUPTION_MESSAGES.get(interrupted_by, _INTERRUPTION_MESSAGES["stop"])
+        how = f" ({session._interrupted_how})" if session._interrupted_how else ""
+        message = _INTERRUPTION_MESSAGES.get(interrupted_by, _INTERRUPTION_MESSAGES["stop"]).format(how=how)
         session.record_error("runtime", exc, event_seq=event_seq, message=message, interrupted_by=interrupted_by)
         raise
     finally:

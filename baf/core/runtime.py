@@ -62,6 +62,7 @@ class Runtime:
         self._machine: AsyncMachine | None = None
         self._executor = DaemonThreadPool(max_workers=max_body_threads, thread_name_prefix="baf-body")
         self._interrupting = False
+        self._interrupted_how: str | None = None  # what asked to stop now (see interrupt)
         self._loading: dict[str, asyncio.Future[Session]] = {}
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -96,12 +97,14 @@ class Runtime:
         """Whether a step is running or queued (what :meth:`stop` would wait for)."""
         return any(not worker.done() for worker in self._workers.values())
 
-    def interrupt(self) -> None:
-        """Stop now (a second Ctrl-C): cancel the running steps, each recorded as interrupted by the
-        user, instead of waiting for them. A sync body's thread cannot be killed: it is abandoned, and
-        what it records or replies after this fails with ``LogClosedError``. The same goes for a sync
-        tool's thread (tools run there too, see :meth:`Session.run_sync`)."""
+    def interrupt(self, how: str | None = None) -> None:
+        """Stop now (a second Ctrl-C, :meth:`Agent.interrupt`): cancel the running steps, each recorded
+        as interrupted by the user, instead of waiting for them. ``how`` says what asked, in the
+        recorded message ("a second SIGTERM"). A sync body's thread cannot be killed: it is abandoned,
+        and what it records or replies after this fails with ``LogClosedError``. The same goes for a
+        sync tool's thread (tools run there too, see :meth:`Session.run_sync`)."""
         self._interrupting = True
+        self._interrupted_how = how
         self._cancel_workers("user")
 
     def _cancel_workers(self, reason: str) -> None:
@@ -111,6 +114,7 @@ class Runtime:
                 session = self.sessions.get(session_id)
                 if session is not None:
                     session._interrupted_by = reason
+                    session._interrupted_how = self._interrupted_how if reason == "user" else None
                 worker.cancel()
 
     async def stop(self, timeout: float = STOP_GRACE_PERIOD) -> None:  # noqa: ASYNC109 - a grace period

@@ -84,6 +84,8 @@ class Session:
         self._in_step = False
         # Who interrupted the running step ("user", "stop"), set by the runtime before it cancels it.
         self._interrupted_by: str | None = None
+        # What told it to stop now ("a second SIGTERM"), for the recorded message; None if unknown.
+        self._interrupted_how: str | None = None
         #: The model object the ``transitions`` machine moves between states.
         self.machine_model: Any = None
 

@@ -80,6 +80,42 @@ async def test_interrupt_abandons_a_sync_body_whose_later_calls_fail_clearly(
     assert not any(r.kind == "reply" for r in records)
 
 
+@pytest.mark.parametrize("when", ["during the stop", "before the stop"])
+async def test_agent_interrupt_makes_stop_return_without_the_grace_period(
+    db_url: str, platform: RecordingPlatform, when: str
+) -> None:
+    # The public way for a program using `async with agent:` to do what a second Ctrl-C does.
+    agent, started, release = blocking_agent(db_url, platform)
+    await agent.start()
+    await agent.receive_event(ReceiveTextEvent("s", message="go"), platform)
+    assert await asyncio.to_thread(started.wait, 10)
+
+    begun = time.monotonic()
+    if when == "before the stop":
+        agent.interrupt()
+        await asyncio.wait_for(agent.stop(), 5)
+    else:
+        stopping = asyncio.ensure_future(agent.stop())
+        await asyncio.sleep(0.05)
+        assert not stopping.done()  # waiting out the grace period for the blocked body
+        agent.interrupt()
+        await asyncio.wait_for(stopping, 5)
+    assert time.monotonic() - begun < 2  # the body is still blocked: stop() did not wait for it
+    assert not agent.running
+    agent.interrupt()  # not running: nothing to do
+    release.set()
+
+    async with open_log(db_url) as log:
+        records = await log.read("s")
+    error, finished = records[-2], records[-1]
+    assert error.kind == "error" and error.data["interrupted_by"] == "user"
+    assert error.data["message"] == (
+        "interrupted by the user: told to stop now (Agent.interrupt()), the agent did not wait for this step"
+    )
+    assert finished.kind == "step_finished"
+    assert finished.data == {"event_seq": finished.data["event_seq"], "interrupted": True, "interrupted_by": "user"}
+
+
 async def test_a_step_past_the_grace_period_is_recorded_as_cut_by_the_stop(
     db_url: str, platform: RecordingPlatform
 ) -> None:
