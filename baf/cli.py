@@ -39,7 +39,9 @@ def main(argv: list[str] | None = None) -> int:
         result: int = args.handler(args)
         sys.stdout.flush()  # inside the try: a reader that went away must not fail at exit instead
         return result
-    except BrokenPipeError:
+    except BrokenPipeError as exc:
+        if getattr(exc, _FROM_USER_CODE, False):
+            raise  # the user's own pipe or socket broke, not our stdout: their traceback is what they need
         return _stdout_closed()
     except ConfigurationError as exc:
         return _fail(args.command, exc)
@@ -193,7 +195,7 @@ def open_existing_log(target: str, *, read_only: bool = True) -> SessionLog:
     """Open a log by URL or file path, refusing to create a new empty file by mistake.
 
     A SQLite log is opened read-only unless ``read_only=False`` (``--fork-at``, which appends): reading
-    it must not change the file (no migration, no WAL switch, no tables added to a foreign database).
+    it must not change the file (no WAL switch, no tables added to a foreign database).
     A plain path names the file as it is: it is not parsed as a URL, so ``?``, ``#`` and ``%`` are
     part of the name.
     """

@@ -135,8 +135,9 @@ def test_run_reports_configuration_errors_in_one_line(tmp_path: Path) -> None:
 
 
 def test_run_keeps_the_traceback_of_errors_in_user_code(tmp_path: Path) -> None:
-    # A ValueError or LookupError is also what baf's own usage errors are: from the user's file it is a bug.
-    for error in ("ValueError('bad value')", "KeyError('missing')"):
+    # A ValueError or LookupError is also what baf's own usage errors are, and a BrokenPipeError what a
+    # closed stdout raises: from the user's file each is a bug of theirs.
+    for error in ("ValueError('bad value')", "KeyError('missing')", "BrokenPipeError(32, 'their socket')"):
         (tmp_path / "buggy.py").write_text(f"def setup():\n    raise {error}\nsetup()\n")
         result = baf("run", "buggy.py", cwd=tmp_path)
         assert result.returncode == 1, result.stderr

@@ -56,8 +56,10 @@ Layout
     record. The writer fills it: a group commit registers, in the same transaction as their rows, the
     sessions its connection has not registered yet (``baf.log.sqlite_commit``), so a session costs
     one ``INSERT OR IGNORE`` per connection rather than work on every row. Schema version 1 filled it
-    with a trigger on ``baf_records``, which cost a few microseconds a row; opening a version-1 file
-    drops the trigger and registers any session missing from the table.
+    with a trigger on ``baf_records``, which cost a few microseconds a row. A version-1 file is read
+    and written as it is, trigger included: an older baf may still be writing it, and relies on the
+    trigger to list its sessions (dropping it would hide them). A new file gets version 2, which older
+    baf refuses.
 
 Durability
     ``"normal"`` (``synchronous=NORMAL`` in WAL): a commit survives the process crashing or being
@@ -71,7 +73,7 @@ Reading only
     ``SQLiteLog(path, read_only=True)`` (``open_log("sqlite:///path?read_only=true")``) opens only the
     reader, with SQLite's read-only URI mode (``file:...?mode=ro``), for tools that must leave the file
     as they found it (``baf replay``, ``baf export``): it creates no file, runs no schema statement, no
-    migration, no journal-mode change and no checkpoint, and ``append`` raises ``LogReadOnlyError``. It
+    journal-mode change and no checkpoint, and ``append`` raises ``LogReadOnlyError``. It
     reads every schema version this baf knows (1 and 2) and refuses, with ``LogError``, a missing
     file, a directory, a file that is not a SQLite database or has no baf tables, and a newer schema.
     A WAL-mode file being written by another process reads as usual. SQLite needs the file's
@@ -94,8 +96,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import gc
 import json
+import logging
 import math
 import os
 import sqlite3
@@ -130,13 +134,15 @@ __all__ = [
     "encode_record",
 ]
 
+logger = logging.getLogger("baf.log.sqlite")
+
 Durability = Literal["normal", "full"]
 
 #: ``durability`` value -> ``PRAGMA synchronous`` value.
 DURABILITY_MODES: Final[dict[str, str]] = {"normal": "NORMAL", "full": "FULL"}
 
 #: Version of the table layout below, stored in ``baf_meta``. A file with a newer one is refused; one
-#: with an older one is migrated when opened (see ``_MIGRATIONS``).
+#: with an older one this baf knows (``_OLDER_VERSIONS``) is used as it is.
 SCHEMA_VERSION: Final = 2
 
 #: The statements that create the layout, run in one transaction. Public so tools can reuse them; a tool
@@ -161,21 +167,10 @@ SCHEMA: Final[tuple[str, ...]] = (
     f"INSERT OR IGNORE INTO baf_meta (key, value) VALUES ('schema_version', '{SCHEMA_VERSION}')",
 )
 
-#: Stored schema version -> the statements that bring a file from it to ``SCHEMA_VERSION``, run in the
-#: opening transaction.
-_MIGRATIONS: Final[dict[str, tuple[str, ...]]] = {
-    # Version 1 registered sessions with a trigger, which cost every insert a few microseconds; the
-    # writer registers them itself now. A session missing from the table (rows written with the
-    # trigger dropped) is added, in order of its first record, so that sessions() lists it.
-    "1": (
-        "DROP TRIGGER IF EXISTS baf_records_register_session",
-        """INSERT INTO baf_sessions (session_id)
-        SELECT session_id FROM baf_records
-        WHERE session_id NOT IN (SELECT session_id FROM baf_sessions)
-        GROUP BY session_id ORDER BY min(position)""",
-        f"UPDATE baf_meta SET value = '{SCHEMA_VERSION}' WHERE key = 'schema_version'",
-    ),
-}
+#: Older layouts this baf reads and writes as they are. Version 1 differs only by a trigger that
+#: registers sessions (see "Layout" in the module docstring); the writer's own registration beside it
+#: is a no-op.
+_OLDER_VERSIONS: Final = frozenset({"1"})
 
 _SELECT_SQL: Final = (
     "SELECT seq, ts, kind, version, data FROM baf_records WHERE session_id = ? AND seq > ? ORDER BY seq"
@@ -185,18 +180,10 @@ _SELECT_RAW_SQL: Final = (
     "SELECT seq, CAST(kind AS BLOB), CAST(data AS BLOB) FROM baf_records WHERE session_id = ? AND seq > ? ORDER BY seq"
 )
 _SESSIONS_SQL: Final = "SELECT session_id FROM baf_sessions ORDER BY position"
-# A read-only store cannot migrate a version-1 file, so it lists what the migration would register
-# after the registered sessions, in one statement (one snapshot).
-_SESSIONS_V1_SQL: Final = """SELECT session_id FROM (
-    SELECT session_id, 0 AS part, position AS rank FROM baf_sessions
-    UNION ALL
-    SELECT session_id, 1, min(position) FROM baf_records
-    WHERE session_id NOT IN (SELECT session_id FROM baf_sessions) GROUP BY session_id
-) ORDER BY part, rank"""
 _BAF_TABLES: Final = ("baf_records", "baf_sessions", "baf_meta")
 _TABLES_SQL: Final = "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?, ?)"
-# What a read-only store reads as it is: the current layout, and those it would migrate from.
-_READABLE_VERSIONS: Final = frozenset({str(SCHEMA_VERSION), *_MIGRATIONS})
+# The layouts this baf reads and writes.
+_KNOWN_VERSIONS: Final = frozenset({str(SCHEMA_VERSION), *_OLDER_VERSIONS})
 # Rows per round trip in ``project``: enough that the trips do not show, few enough that other reads
 # on the connection are not kept waiting long (a chunk is a few milliseconds of decoding).
 _FOLD_CHUNK: Final = 2000
@@ -357,8 +344,6 @@ class SQLiteLog(SessionLog):
         self._durability: Durability = durability
         self._busy_timeout_ms = round(busy_timeout * 1000)
         self._read_only = bool(read_only)
-        # Version 1 files are migrated by a writer, but a read-only store reads them as they are.
-        self._sessions_sql = _SESSIONS_SQL
         self._state = _State.NEW
         self._lifecycle: asyncio.Lock | None = None
         self._lifecycle_loop: asyncio.AbstractEventLoop | None = None
@@ -377,7 +362,7 @@ class SQLiteLog(SessionLog):
         self._unchecked_pages = 0  # estimated WAL pages written since the last checkpoint
         # The checkpoints' own connection (worker thread only), whether one runs in the background,
         # and how many frames the WAL held at the last one.
-        self._checkpointer: sqlite3.Connection | None = None
+        self._checkpointer: _Checkpointer | None = None
         self._checkpointing = False
         self._wal_frames = 0
         self._writer_busy = False  # the writer task is in a commit or checkpoint that may use the worker
@@ -458,6 +443,12 @@ class SQLiteLog(SessionLog):
 
     async def _open(self) -> None:
         self._worker = worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="baf-log")
+        # What a previous opening counted or left running concerns its own connections.
+        self._checkpointer = _Checkpointer(self._path)
+        self._checkpointing = False
+        self._unchecked_pages = self._wal_frames = 0
+        self._round_commits.clear()
+        self._round_total = 0
         try:
             # Opening touches the file system (which can block: a network mount) and may wait for
             # locks: done on the worker.
@@ -502,7 +493,7 @@ class SQLiteLog(SessionLog):
         return writer
 
     def _configure_writer(self, writer: sqlite3.Connection) -> None:
-        """Check that the writer's file is a baf log or a new one, switch it to WAL, create or migrate the layout."""
+        """Check that the writer's file is a baf log or a new one, switch it to WAL, create the layout if new."""
         # busy_timeout first: switching to WAL and creating tables take locks another process may hold.
         writer.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
         # Before the WAL switch, the first change to the file: another program's database is left as it
@@ -526,13 +517,10 @@ class SQLiteLog(SessionLog):
         if writer.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'baf_meta'").fetchone():
             row = writer.execute("SELECT value FROM baf_meta WHERE key = 'schema_version'").fetchone()
             stored = row[0] if row else None
-            if stored in _MIGRATIONS:
-                for statement in _MIGRATIONS[stored]:
-                    writer.execute(statement)
-            elif stored != str(SCHEMA_VERSION):
+            if stored not in _KNOWN_VERSIONS:
                 raise LogError(
-                    f"{self._path} has log schema version {stored!r}; this baf reads version "
-                    f"{SCHEMA_VERSION}: upgrade baf to use this file"
+                    f"{self._path} has log schema version {stored!r}; this baf reads versions "
+                    f"{', '.join(sorted(_KNOWN_VERSIONS))}: upgrade baf to use this file"
                 )
         for statement in SCHEMA:
             writer.execute(statement)
@@ -561,12 +549,11 @@ class SQLiteLog(SessionLog):
                 raise LogError(f"not a baf log: {path} has no table {', '.join(missing)}")
             rows = await reader.execute_fetchall("SELECT value FROM baf_meta WHERE key = 'schema_version'")
             stored = next((row[0] for row in rows), None)
-            if stored not in _READABLE_VERSIONS:
+            if stored not in _KNOWN_VERSIONS:
                 raise LogError(
                     f"{path} has log schema version {stored!r}; this baf reads versions "
-                    f"{', '.join(sorted(_READABLE_VERSIONS))}: upgrade baf to read this file"
+                    f"{', '.join(sorted(_KNOWN_VERSIONS))}: upgrade baf to read this file"
                 )
-            self._sessions_sql = _SESSIONS_SQL if stored == str(SCHEMA_VERSION) else _SESSIONS_V1_SQL
         except BaseException as exc:
             if reader is not None:
                 await reader.close()
@@ -606,7 +593,8 @@ class SQLiteLog(SessionLog):
                 # On the worker, after whatever it is still running with the connections.
                 if writer is not None:
                     await asyncio.get_running_loop().run_in_executor(worker, writer.close)
-                await asyncio.get_running_loop().run_in_executor(worker, self._close_checkpointer)
+                if self._checkpointer is not None:
+                    await asyncio.get_running_loop().run_in_executor(worker, self._checkpointer.close)
                 worker.shutdown(wait=False)
         finally:
             if reader is not None:
@@ -628,7 +616,8 @@ class SQLiteLog(SessionLog):
         if self._worker is not None:
             if self._writer is not None:
                 self._worker.submit(self._writer.close)
-            self._worker.submit(self._close_checkpointer)
+            if self._checkpointer is not None:
+                self._worker.submit(self._checkpointer.close)
             self._worker.shutdown(wait=False)
         if self._reader is not None:
             self._reader.stop()  # closes the connection and ends its thread, without waiting
@@ -817,37 +806,27 @@ class SQLiteLog(SessionLog):
 
     def _start_background_checkpoint(self) -> None:
         """Checkpoint on the worker with the checkpoints' connection, commits going on meanwhile."""
-        if self._checkpointing or self._worker is None:
+        checkpointer = self._checkpointer
+        if self._checkpointing or self._worker is None or checkpointer is None:
             return  # one at a time; the pages stay counted, so the next commit starts the next one
         self._unchecked_pages = 0
         self._checkpointing = True
-        done = asyncio.get_running_loop().run_in_executor(self._worker, self._checkpoint_in_background)
-        done.add_done_callback(self._background_checkpoint_done)
+        done = asyncio.get_running_loop().run_in_executor(self._worker, checkpointer.checkpoint)
+        done.add_done_callback(functools.partial(self._background_checkpoint_done, checkpointer))
 
-    def _checkpoint_in_background(self) -> int:
-        """Checkpoint with the checkpoints' connection (opened on first use); the WAL's frame count
-        (worker thread)."""
-        if self._checkpointer is None:
-            checkpointer = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-            try:
-                checkpointer.execute("PRAGMA synchronous = NORMAL")  # as the writer's: fsync around copying
-            except BaseException:
-                checkpointer.close()
-                raise
-            self._checkpointer = checkpointer
-        return _checkpoint(self._checkpointer)
-
-    def _background_checkpoint_done(self, done: asyncio.Future[int]) -> None:
+    def _background_checkpoint_done(self, checkpointer: _Checkpointer, done: asyncio.Future[int]) -> None:
+        if checkpointer is not self._checkpointer:
+            return  # the store was closed (and maybe reopened) meanwhile
         self._checkpointing = False
-        if not done.cancelled() and done.exception() is None:
+        if done.cancelled():
+            return
+        if (exc := done.exception()) is not None:
+            # Nothing is lost (the frames stay in the WAL), but the WAL grows until a checkpoint works:
+            # the next one runs between commits, on the writer's connection.
+            logger.warning("%s: background checkpoint failed (%s); the next one blocks commits", self._path, exc)
+            self._wal_frames = _WAL_LIMIT_PAGES + 1
+        else:
             self._wal_frames = done.result()
-        # A failed checkpoint loses nothing: the frames stay in the WAL for the next one.
-
-    def _close_checkpointer(self) -> None:
-        """Close the checkpoints' connection, if it was opened (worker thread)."""
-        checkpointer, self._checkpointer = self._checkpointer, None
-        if checkpointer is not None:
-            checkpointer.close()
 
     async def _checkpoint(self) -> None:
         """Copy the WAL into the database on the worker, between two commits, so that the next commit
@@ -859,8 +838,11 @@ class SQLiteLog(SessionLog):
         self._wal_frames = 0
         writer = self._writer
         if writer is not None:
-            with contextlib.suppress(sqlite3.Error):
+            try:
                 await self._on_worker(_checkpoint, writer)
+            except sqlite3.Error as exc:
+                logger.warning("%s: checkpoint failed (%s); retried after the next %d pages", self._path, exc,
+                               _CHECKPOINT_PAGES)  # fmt: skip
 
     # -- reading -----------------------------------------------------------------------------------
 
@@ -927,7 +909,7 @@ class SQLiteLog(SessionLog):
     async def sessions(self) -> list[str]:
         """Return every session id in the log, in order of its first record."""
         reader = await self._reading()
-        rows = await reader.execute_fetchall(self._sessions_sql)
+        rows = await reader.execute_fetchall(_SESSIONS_SQL)
         ids: list[str] = []
         for (session_id,) in rows:
             if not isinstance(session_id, str):
@@ -1014,6 +996,32 @@ def _fits_the_loop(batches: list[list[Row]]) -> bool:
 def _reject(future: asyncio.Future[None], exc: BaseException) -> None:
     if not future.done():
         future.set_exception(exc)
+
+
+class _Checkpointer:
+    """The checkpoints' own connection to the file, opened on first use, for one opening of the store.
+    Used on the store's worker thread only."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._connection: sqlite3.Connection | None = None
+
+    def checkpoint(self) -> int:
+        """A PASSIVE checkpoint; the WAL's frame count. Raises ``sqlite3.Error``."""
+        if self._connection is None:
+            connection = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+            try:
+                connection.execute("PRAGMA synchronous = NORMAL")  # as the writer's: fsync around copying
+            except BaseException:
+                connection.close()
+                raise
+            self._connection = connection
+        return _checkpoint(self._connection)
+
+    def close(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.close()
 
 
 def _checkpoint(connection: sqlite3.Connection) -> int:

@@ -515,14 +515,14 @@ async def test_appends_commit_while_a_background_checkpoint_runs(db: Path, monke
 
     monkeypatch.setattr(sqlite_module, "_CHECKPOINT_PAGES", 5)
     started, release = threading.Event(), threading.Event()
-    checkpoint = SQLiteLog._checkpoint_in_background
+    checkpoint = sqlite_module._Checkpointer.checkpoint
 
-    def held(self: SQLiteLog) -> int:
+    def held(self: Any) -> int:
         started.set()
         release.wait(10)
         return checkpoint(self)
 
-    monkeypatch.setattr(SQLiteLog, "_checkpoint_in_background", held)
+    monkeypatch.setattr(sqlite_module._Checkpointer, "checkpoint", held)
     try:
         async with SQLiteLog(db) as log:
             seq = 0
@@ -540,6 +540,38 @@ async def test_appends_commit_while_a_background_checkpoint_runs(db: Path, monke
             release.set()
     finally:
         release.set()
+
+
+async def test_a_failed_background_checkpoint_is_logged_and_the_next_one_blocks(
+    db: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Background checkpoints that keep failing must not let the WAL grow unseen: the failure is logged
+    # and the next checkpoint runs between commits on the writer's connection, which copies the WAL.
+    import baf.log.sqlite as sqlite_module
+
+    monkeypatch.setattr(sqlite_module, "_CHECKPOINT_PAGES", 20)
+
+    def broken(self: Any) -> int:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(sqlite_module._Checkpointer, "checkpoint", broken)
+    blocking: list[int] = []
+    checkpoint = SQLiteLog._checkpoint
+
+    async def counted(self: SQLiteLog) -> None:
+        blocking.append(1)
+        await checkpoint(self)
+
+    monkeypatch.setattr(SQLiteLog, "_checkpoint", counted)
+    payload = "x" * 8_000
+    with caplog.at_level("WARNING", logger="baf.log.sqlite"):
+        async with SQLiteLog(db) as log:
+            for seq in range(1, 41):
+                await log.append([Record("s", seq, "note", {"p": payload})])
+                await asyncio.sleep(0.001)  # the failed checkpoint reports back
+            assert len(await log.read("s")) == 40
+    assert "background checkpoint failed" in caplog.text
+    assert blocking, "no checkpoint ran between commits after the background one failed"
 
 
 async def test_a_large_group_commits_on_the_worker_thread(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:

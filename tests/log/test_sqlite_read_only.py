@@ -69,14 +69,9 @@ async def test_reads_a_current_log_without_changing_it(tmp_path: Path) -> None:
 async def test_reads_a_schema_1_log_as_it_is(tmp_path: Path) -> None:
     db = tmp_path / "golden.db"
     shutil.copyfile(GOLDEN_DB, db)
-    # A session written while the version-1 trigger was missing: a writer's migration would register
-    # it; a read-only store lists it all the same.
+    # An older baf appends a session: its trigger registers it.
     execute(
-        db,
-        """DROP TRIGGER baf_records_register_session;
-        INSERT INTO baf_records (session_id, seq, ts, kind, version, data) VALUES ('late', 1, 0, 'k', 1, '{}');
-        CREATE TRIGGER baf_records_register_session AFTER INSERT ON baf_records
-        BEGIN INSERT OR IGNORE INTO baf_sessions (session_id) VALUES (NEW.session_id); END;""",
+        db, "INSERT INTO baf_records (session_id, seq, ts, kind, version, data) VALUES ('late', 1, 0, 'k', 1, '{}');"
     )
     before = digest(db)
     async with SQLiteLog(db, read_only=True) as log:

@@ -203,32 +203,28 @@ def raw_query(path: Path, sql: str) -> list[Any]:
         connection.close()
 
 
-async def test_a_schema_1_file_is_migrated_when_opened(db: Path) -> None:
+async def test_a_schema_1_file_is_written_as_it_is_and_an_older_writer_still_lists_its_sessions(db: Path) -> None:
+    # Version 1 registered sessions with a trigger. An older baf may still be writing the file and
+    # relies on it, so this baf keeps the trigger and the version, and registers its own sessions too.
     write_schema_1_file(db, [("b", 1), ("a", 1), ("b", 2)])
     async with SQLiteLog(db) as log:
         assert await log.sessions() == ["b", "a"]
         await log.append([rec("c", 1), rec("a", 2)])
-        await log.append([rec("b", 3)])
-        assert await log.sessions() == ["b", "a", "c"]
+        # An older baf appends a new session meanwhile (plain inserts, as it does): the trigger lists it.
+        await asyncio.to_thread(raw_script, db, "INSERT INTO baf_records (session_id, seq, ts, kind, version, data) "
+                                "VALUES ('old', 1, 0, 'k', 1, '{}');")  # fmt: skip
+        await log.append([rec("b", 3), rec("d", 1)])
+        assert await log.sessions() == ["b", "a", "c", "old", "d"]
         assert [r.seq for r in await log.read("b")] == [1, 2, 3]
+    assert raw_query(db, "SELECT name FROM sqlite_master WHERE type = 'trigger'") == [("baf_records_register_session",)]
+    assert raw_query(db, "SELECT value FROM baf_meta WHERE key = 'schema_version'") == [("1",)]
+    async with SQLiteLog(db) as log:
+        assert await log.sessions() == ["b", "a", "c", "old", "d"]
+
+
+async def test_a_new_file_has_the_current_version_and_no_trigger(db: Path) -> None:
+    async with SQLiteLog(db) as log:
+        await log.append([rec("a", 1)])
     assert raw_query(db, "SELECT name FROM sqlite_master WHERE type = 'trigger'") == []
     assert raw_query(db, "SELECT value FROM baf_meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
     assert SCHEMA_VERSION == 2
-    async with SQLiteLog(db) as log:  # and a migrated file opens as it is
-        assert await log.sessions() == ["b", "a", "c"]
-
-
-async def test_migrating_registers_sessions_missing_from_a_schema_1_file(db: Path) -> None:
-    write_schema_1_file(db, [("a", 1)])
-    # Rows written while the trigger was missing: their sessions are not listed.
-    raw_script(
-        db,
-        """DROP TRIGGER baf_records_register_session;
-        INSERT INTO baf_records (session_id, seq, ts, kind, version, data) VALUES ('y', 1, 0, 'k', 1, '{}');
-        INSERT INTO baf_records (session_id, seq, ts, kind, version, data) VALUES ('x', 1, 0, 'k', 1, '{}');
-        INSERT INTO baf_records (session_id, seq, ts, kind, version, data) VALUES ('y', 2, 0, 'k', 1, '{}');
-        INSERT INTO baf_records (session_id, seq, ts, kind, version, data) VALUES ('a', 2, 0, 'k', 1, '{}');""",
-    )
-    assert raw_query(db, "SELECT session_id FROM baf_sessions") == [("a",)]
-    async with SQLiteLog(db) as log:
-        assert await log.sessions() == ["a", "y", "x"]
