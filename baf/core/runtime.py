@@ -61,6 +61,9 @@ class Runtime:
         self._check_queued: set[str] = set()
         self._machine: AsyncMachine | None = None
         self._executor = DaemonThreadPool(max_workers=max_body_threads, thread_name_prefix="baf-body")
+        # Sync tools get threads of their own: a tool that times out keeps its thread until it returns
+        # (Python cannot stop it), and enough of those must not leave sync bodies without threads.
+        self._tool_executor = DaemonThreadPool(max_workers=max_body_threads, thread_name_prefix="baf-tool")
         self._interrupting = False
         self._interrupted_how: str | None = None  # what asked to stop now (see interrupt)
         self._loading: dict[str, asyncio.Future[Session]] = {}
@@ -89,8 +92,13 @@ class Runtime:
 
     @property
     def executor(self) -> DaemonThreadPool:
-        """The threads sync bodies and tools run in (see :meth:`Session.run_sync`)."""
+        """The threads sync bodies run in (see :meth:`Session.run_sync`)."""
         return self._executor
+
+    @property
+    def tool_executor(self) -> DaemonThreadPool:
+        """The threads sync tools run in (see :meth:`Session.run_tool_sync`)."""
+        return self._tool_executor
 
     @property
     def busy(self) -> bool:
@@ -102,7 +110,7 @@ class Runtime:
         as interrupted by the user, instead of waiting for them. ``how`` says what asked, in the
         recorded message ("a second SIGTERM"). A sync body's thread cannot be killed: it is abandoned,
         and what it records or replies after this fails with ``LogClosedError``. The same goes for a
-        sync tool's thread (tools run there too, see :meth:`Session.run_sync`)."""
+        sync tool's thread (see :meth:`Session.run_tool_sync`)."""
         self._interrupting = True
         self._interrupted_how = how
         self._cancel_workers("user")
@@ -145,6 +153,7 @@ class Runtime:
         await self.log.close()
         # Threads of abandoned bodies are daemons: they do not keep the process alive.
         self._executor.shutdown(wait=False, cancel_futures=True)
+        self._tool_executor.shutdown(wait=False, cancel_futures=True)
 
     # -- sessions -------------------------------------------------------------------------------
 

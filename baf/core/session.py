@@ -14,6 +14,7 @@ import threading
 import traceback
 from collections import deque
 from collections.abc import Awaitable, Callable, Generator, Sequence
+from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from baf.core.events import Event
@@ -315,14 +316,21 @@ class Session:
     async def run_sync(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
         """Run the sync ``fn(*args, **kwargs)`` in one of the agent's worker threads and return its result.
 
-        The engine runs sync bodies this way, and a tool called with a session runs its sync function
-        this way too, so that all sync user code shares the agent's ``max_body_threads`` threads. Those
-        are daemon threads: a call the agent gave up on when it stopped does not keep the process alive,
-        as one in ``asyncio.to_thread`` would. The caller's context variables are copied into the
-        thread, as ``asyncio.to_thread`` does.
+        The engine runs sync bodies this way. The threads (at most ``max_body_threads``) are daemon
+        threads: a call the agent gave up on when it stopped does not keep the process alive, as one in
+        ``asyncio.to_thread`` would. The caller's context variables are copied into the thread, as
+        ``asyncio.to_thread`` does.
         """
+        return await self._run_in(self._runtime.executor, fn, *args, **kwargs)
+
+    async def run_tool_sync(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
+        """:meth:`run_sync` for a tool's sync function, in threads of their own (as many): a tool that
+        timed out keeps its thread until it returns, and must not take one from sync bodies."""
+        return await self._run_in(self._runtime.tool_executor, fn, *args, **kwargs)
+
+    async def _run_in(self, executor: Executor, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
         call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
-        return await asyncio.get_running_loop().run_in_executor(self._runtime.executor, call)
+        return await asyncio.get_running_loop().run_in_executor(executor, call)
 
     def _in_loop_thread(self) -> bool:
         return threading.get_ident() == self._runtime.loop_thread_id

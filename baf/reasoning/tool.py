@@ -857,9 +857,10 @@ class Tool:
             if self._is_async:
                 result = await self.fn(*positional, **keyword)
             else:
-                # A baf session runs it on the agent's daemon threads (Session.run_sync), which a stopping
-                # agent need not wait for; looked up by name, since reasoning must not import baf.core.
-                run_sync = getattr(session, "run_sync", None)
+                # A baf session runs it on the agent's daemon threads for tools (Session.run_tool_sync),
+                # which a stopping agent need not wait for; looked up by name, since reasoning must not
+                # import baf.core.
+                run_sync = getattr(session, "run_tool_sync", None)
                 if run_sync is not None:
                     result = await run_sync(self.fn, *positional, **keyword)
                 else:  # called standalone: asyncio's default threads
@@ -878,7 +879,7 @@ class Tool:
         ``session`` is passed to the function's session parameter if it has one (a parameter with a
         default keeps it when ``session`` is None). Sync functions run in a worker thread, so a tool
         that touches the session must only use thread-safe parts of it: with a session that has a
-        ``run_sync`` method (a baf session), in the agent's threads for sync bodies, so an agent that
+        ``run_tool_sync`` method (a baf session), in the agent's threads for tools, so an agent that
         stops does not wait for a tool it gave up on; without one, in ``asyncio.to_thread``.
 
         Raises:

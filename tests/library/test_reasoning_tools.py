@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from baf import Agent, ReceiveTextEvent, Session
-from baf.errors import ConfigurationError, LogClosedError
+from baf.errors import ConfigurationError, LogClosedError, ToolTimeoutError
 from baf.llm.base import LLMResponse, ToolCall
 from baf.log import open_log
 from baf.reasoning import Tool
@@ -341,8 +341,8 @@ async def test_a_sync_tool_called_with_a_session_runs_on_the_agents_threads_with
         session = await agent.get_or_create_session("s", platform)
         token = _REQUEST.set("mine")
         try:
-            # The threads of sync bodies (daemons, max_body_threads of them), not asyncio's default ones.
-            assert await Tool(where).call({}, session=session) == "baf-body_0 mine"
+            # The agent's daemon threads for tools (max_body_threads of them), not asyncio's default ones.
+            assert await Tool(where).call({}, session=session) == "baf-tool_0 mine"
         finally:
             _REQUEST.reset(token)
 
@@ -358,7 +358,36 @@ async def test_the_reasoning_loop_runs_sync_tools_on_the_agents_threads(platform
     agent.new_tool(where)
     async with agent:
         await agent.receive_message("s", "hi", platform)
-    assert tool_messages(llm.requests[1])[0]["content"].startswith("baf-body_")
+    assert tool_messages(llm.requests[1])[0]["content"].startswith("baf-tool_")
+
+
+async def test_sync_tools_that_time_out_leave_the_threads_of_sync_bodies_free(platform: RecordingPlatform) -> None:
+    # A timed-out sync tool keeps its thread until it returns (Python cannot stop it); with tools on the
+    # bodies' threads, max_body_threads of them would leave every sync body waiting for a thread.
+    release = threading.Event()
+
+    def stuck() -> str:
+        release.wait(10)
+        return "late"
+
+    replies: list[str] = []
+
+    def body(session: Session) -> None:
+        replies.append(threading.current_thread().name)
+
+    agent = Agent("a", log="memory://", max_body_threads=1)
+    state = agent.new_state("idle", initial=True)
+    state.set_body(body)
+    state.when_event().go_to(state)
+    try:
+        async with agent:
+            session = await agent.get_or_create_session("s", platform)
+            with pytest.raises(ToolTimeoutError):
+                await Tool(stuck, timeout=0.05).call({}, session=session)
+            await asyncio.wait_for(agent.receive_message("s", "hi", platform), 5)
+            assert replies and replies[-1].startswith("baf-body_")
+    finally:
+        release.set()
 
 
 async def test_interrupt_abandons_a_sync_tool_whose_late_calls_fail_clearly(
