@@ -347,22 +347,28 @@ class Agent:
     def interrupt(self) -> None:
         """Stop now: do not wait for the running steps (what a second Ctrl-C does under :meth:`run`).
 
-        Each step still running is cancelled and recorded as interrupted by the user, so a
-        :meth:`stop` under way (or the next one) returns without waiting out its grace period. Call it
-        while ``stop()`` waits (from another task, or a signal handler) or just before it; on the event
-        loop's thread (from another thread, use ``loop.call_soon_threadsafe(agent.interrupt)``). On a
-        running agent that is not stopping it cancels the steps running now; later events still run.
-        Does nothing if the agent is not running.
+        Each step still running is cancelled and recorded as interrupted by the user. Called while
+        :meth:`stop` runs, or once :meth:`run` was asked to stop (its first Ctrl-C, :meth:`request_stop`)
+        and before it stops, it also makes that stop return without waiting out its grace period, and
+        start no further step. On a running agent that is not stopping it only cancels the steps running
+        now: the agent goes on, later events still run, and a later :meth:`stop` is graceful as usual.
+        Call it on the event loop's thread (from another thread, use
+        ``loop.call_soon_threadsafe(agent.interrupt)``). Does nothing if the agent is not running.
 
         A sync body (or sync tool) still running is abandoned, as a thread cannot be killed: it does not
-        keep the process alive, and what it records or replies afterwards fails with ``LogClosedError``.
+        keep the process alive. If the agent is stopping, what it records or replies afterwards fails with
+        ``LogClosedError``; if not, that still reaches its session, after the step recorded as interrupted.
         """
         self._interrupt("Agent.interrupt()")
 
     def _interrupt(self, how: str) -> None:
         runtime = self._runtime or self._stopping
         if runtime is not None:
-            runtime.interrupt(how)
+            # A stop is pending once run() was asked to stop, even if stop() has not begun yet.
+            stop_pending = self._stopping is not None or (
+                self._stop_requested is not None and self._stop_requested.is_set()
+            )
+            runtime.interrupt(how, stop_pending=stop_pending)
 
     async def __aenter__(self) -> Agent:
         await self.start()
@@ -394,12 +400,16 @@ class Agent:
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self._on_signal, sig)
-        async with self:
-            await self._stop_requested.wait()
+        try:
+            async with self:
+                await self._stop_requested.wait()
+        finally:
+            self._stop_requested = None  # a later start without run() has no stop pending
 
     def _on_signal(self, sig: int = signal.SIGINT) -> None:
         """Ctrl-C or SIGTERM under :meth:`run`: the first stops after the running steps, the next now."""
-        assert self._stop_requested is not None
+        if self._stop_requested is None:
+            return  # run() has returned; the signal handlers go with its event loop
         runtime = self._runtime or self._stopping
         # Named as the user knows them: Ctrl-C sends SIGINT; SIGTERM comes from kill, systemd, docker ...
         name = "Ctrl-C" if sig == signal.SIGINT else signal.Signals(sig).name
@@ -409,19 +419,16 @@ class Agent:
             if runtime is not None and runtime.busy:
                 # Without this the user sees nothing happen until the step ends, and presses again.
                 again = "press Ctrl-C again" if sig == signal.SIGINT else f"send {name} again"
-                print(
-                    f"\nbaf: stopping after the current step (up to {STOP_GRACE_PERIOD:g} s); {again} to stop now",
-                    file=sys.stderr,
-                    flush=True,
-                )
+                _notice(f"\nbaf: stopping after the current step (up to {STOP_GRACE_PERIOD:g} s); {again} to stop now")
         elif runtime is not None:
-            if runtime.busy:
-                print("\nbaf: stopping now, without waiting for the current step", file=sys.stderr, flush=True)
+            busy = runtime.busy
             # Recorded with the step, so the log says which signal cut it short.
             first = self._first_signal  # None: run() was already stopping at a platform's request
             self._interrupt(
                 f"a second {name}" if first == name else f"{name} after {first}" if first else f"{name} while stopping"
             )
+            if busy:
+                _notice("\nbaf: stopping now, without waiting for the current step")
 
     def request_stop(self) -> None:
         """Make :meth:`run` return (platforms call this when their user quits)."""
@@ -453,6 +460,13 @@ class Agent:
         if self._runtime is None:
             raise ConfigurationError(f"agent {self.name!r} is not running; use 'async with agent:' or agent.start()")
         return self._runtime
+
+
+def _notice(text: str) -> None:
+    """Tell the user on stderr, if it can still be written: a closed pipe must not keep a signal
+    handler from doing its job."""
+    with contextlib.suppress(OSError, ValueError):  # ValueError: stderr was closed by the program
+        print(text, file=sys.stderr, flush=True)
 
 
 def _show_baf_log_lines() -> None:

@@ -100,7 +100,9 @@ async def run_step(
                 state=session.projection.current_state,
             )
     except asyncio.CancelledError as exc:
-        # The agent is stopping and will not wait for this step: say so in the log, and who stopped it.
+        # The runtime interrupted this step: say so in the log, and who stopped it. From here on the step
+        # is finishing, which the runtime does not cancel (that would cut these records and the commit).
+        session._in_step = False
         interrupted_by = session._interrupted_by or "stop"
         how = f" ({session._interrupted_how})" if session._interrupted_how else ""
         message = _INTERRUPTION_MESSAGES.get(interrupted_by, _INTERRUPTION_MESSAGES["stop"]).format(how=how)
@@ -112,8 +114,11 @@ async def run_step(
         if interrupted_by is not None:
             finished.update(interrupted=True, interrupted_by=interrupted_by)
         session.record(RecordKind.STEP_FINISHED, finished)
-        if interrupted_by is not None:
-            # The runtime is stopping: a body thread it abandoned must not add records after the step's end.
+        # The next step is a normal one, unless interrupted in turn (a body may have swallowed this cancel).
+        session._interrupted_by = session._interrupted_how = None
+        if interrupted_by is not None and session._runtime.stopping:
+            # A body thread the runtime abandoned must not add records after the step's end. A runtime
+            # that goes on (Agent.interrupt() without a stop) keeps the session open for later events.
             session._close()
         await session.commit()
         await hooks.after_step(session, event, time.perf_counter() - started)

@@ -18,7 +18,7 @@ from baf.core.machine import MachineModel, compile_machine
 from baf.core.session import Session
 from baf.core.threadpool import DaemonThreadPool
 from baf.core.writer import SessionWriter
-from baf.errors import ConfigurationError, LogError
+from baf.errors import ConfigurationError, LogClosedError, LogError
 from baf.log.record import RecordKind
 from baf.log.store import SessionLog
 
@@ -28,10 +28,14 @@ if TYPE_CHECKING:
     from baf.core.agent import Agent
     from baf.platforms.base import Platform
 
-__all__ = ["STOP_GRACE_PERIOD", "Runtime"]
+__all__ = ["STOP_CANCEL_WAIT", "STOP_GRACE_PERIOD", "Runtime"]
 
 #: Seconds :meth:`Runtime.stop` lets running steps finish before it interrupts them.
 STOP_GRACE_PERIOD = 10.0
+
+#: Seconds :meth:`Runtime.stop` waits for interrupted steps to record their end. A body that catches
+#: ``CancelledError`` and goes on would otherwise hold the stop forever.
+STOP_CANCEL_WAIT = 3.0
 
 logger = logging.getLogger("baf.runtime")
 
@@ -64,7 +68,10 @@ class Runtime:
         # Sync tools get threads of their own: a tool that times out keeps its thread until it returns
         # (Python cannot stop it), and enough of those must not leave sync bodies without threads.
         self._tool_executor = DaemonThreadPool(max_workers=max_body_threads, thread_name_prefix="baf-tool")
-        self._interrupting = False
+        self._stopping = False  # stop() has begun
+        # Stop now: the stop under way (or about to begin) waits for no step and starts none (see interrupt).
+        self._stop_now = False
+        self._stop_now_set = asyncio.Event()  # wakes a stop() waiting out its grace period
         self._interrupted_how: str | None = None  # what asked to stop now (see interrupt)
         self._loading: dict[str, asyncio.Future[Session]] = {}
 
@@ -105,37 +112,64 @@ class Runtime:
         """Whether a step is running or queued (what :meth:`stop` would wait for)."""
         return any(not worker.done() for worker in self._workers.values())
 
-    def interrupt(self, how: str | None = None) -> None:
-        """Stop now (a second Ctrl-C, :meth:`Agent.interrupt`): cancel the running steps, each recorded
-        as interrupted by the user, instead of waiting for them. ``how`` says what asked, in the
-        recorded message ("a second SIGTERM"). A sync body's thread cannot be killed: it is abandoned,
-        and what it records or replies after this fails with ``LogClosedError``. The same goes for a
-        sync tool's thread (see :meth:`Session.run_tool_sync`)."""
-        self._interrupting = True
-        self._interrupted_how = how
-        self._cancel_workers("user")
+    @property
+    def stopping(self) -> bool:
+        """Whether :meth:`stop` has begun, or :meth:`interrupt` was told a stop is about to begin."""
+        return self._stopping or self._stop_now
 
-    def _cancel_workers(self, reason: str) -> None:
+    def interrupt(self, how: str | None = None, stop_pending: bool = False) -> None:
+        """Cancel the running steps, each recorded as interrupted by the user. ``how`` says what asked,
+        in the recorded message ("a second SIGTERM").
+
+        While :meth:`stop` runs, or when ``stop_pending`` says one is about to begin (the first Ctrl-C
+        asked for it), this also stops now: that stop does not wait out its grace period and starts no
+        further step. Otherwise only the steps running now end: the runtime goes on, later (and
+        queued) events still run, and a later stop is graceful as usual.
+
+        A sync body's thread cannot be killed: it is abandoned. When stopping, what it records or replies
+        afterwards fails with ``LogClosedError``; on a runtime that goes on, what it records still lands
+        in its session, after the interrupted step. The same goes for a sync tool's thread (see
+        :meth:`Session.run_tool_sync`)."""
+        if self._stopping or stop_pending:
+            self._stop_now = True
+            self._stop_now_set.set()
+            self._interrupted_how = how
+        self._cancel_workers("user", how)
+
+    def _cancel_workers(self, reason: str, how: str | None = None) -> None:
         for session_id, worker in self._workers.items():
-            # A worker already cancelled is recording its interruption: a second cancel would cut that.
-            if not worker.done() and not worker.cancelling():
-                session = self.sessions.get(session_id)
-                if session is not None:
-                    session._interrupted_by = reason
-                    session._interrupted_how = self._interrupted_how if reason == "user" else None
+            session = self.sessions.get(session_id)
+            # Only a step still running is cancelled. One that is finishing (recording and committing its
+            # end, delivering its replies, maybe its interruption) must not be cut: its reply would be
+            # lost and its log left with an open step. Between steps, _drain checks _stop_now instead.
+            if session is not None and session._in_step and not worker.done():
+                session._interrupted_by = reason
+                session._interrupted_how = how
                 worker.cancel()
 
     async def stop(self, timeout: float = STOP_GRACE_PERIOD) -> None:  # noqa: ASYNC109 - a grace period
         """Let running steps finish (up to ``timeout`` seconds, or until :meth:`interrupt`), then
-        interrupt what is left, flush and close the log."""
-        workers = [w for w in self._workers.values() if not w.done()]
-        if workers:
-            if self._interrupting:
-                self._cancel_workers("user")  # interrupted before the stop began
-            _, pending = await asyncio.wait(workers, timeout=timeout)
-            if pending:
+        interrupt what is left, flush and close the log.
+
+        Interrupted steps get :data:`STOP_CANCEL_WAIT` seconds to record their end; one still running
+        after that (its body caught the cancellation) is recorded as interrupted here, with a warning,
+        and the stop goes on without it.
+        """
+        self._stopping = True
+        if self._stop_now:
+            self._cancel_workers("user", self._interrupted_how)  # interrupted just before the stop began
+        else:
+            await self._wait_for_workers(timeout, until_stop_now=True)
+            if not self._stop_now:  # the grace period is over
+                self._stop_now = True
                 self._cancel_workers("stop")
-                await asyncio.wait(pending)
+        await self._wait_for_workers(STOP_CANCEL_WAIT)
+        for session_id, worker in self._workers.items():
+            session = self.sessions.get(session_id)
+            if not worker.done() and session is not None:
+                logger.warning("session %s: its step did not end when interrupted; stopping without it", session_id)
+                if session._in_step:
+                    _record_abandoned_step(session)
         # Whatever is still queued will not run in this process: release its waiters. The events are
         # recorded, so the next start handles them.
         for mailbox in self._mailboxes.values():
@@ -154,6 +188,22 @@ class Runtime:
         # Threads of abandoned bodies are daemons: they do not keep the process alive.
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._tool_executor.shutdown(wait=False, cancel_futures=True)
+
+    async def _wait_for_workers(self, timeout: float, until_stop_now: bool = False) -> None:  # noqa: ASYNC109
+        """Wait until no worker runs, for at most ``timeout`` seconds; with ``until_stop_now``, only
+        until :meth:`interrupt` says to stop now. Workers started meanwhile are waited for too."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        stop_now = asyncio.ensure_future(self._stop_now_set.wait())
+        try:
+            while workers := [w for w in self._workers.values() if not w.done()]:
+                remaining = deadline - loop.time()
+                if remaining <= 0 or (until_stop_now and self._stop_now):
+                    return
+                waiting = [*workers, stop_now] if until_stop_now else workers
+                await asyncio.wait(waiting, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop_now.cancel()
 
     # -- sessions -------------------------------------------------------------------------------
 
@@ -264,7 +314,8 @@ class Runtime:
 
     async def _drain(self, session: Session) -> None:
         mailbox = self._mailboxes[session.id]
-        while mailbox:
+        # Told to stop now: start no further step (stop() releases what stays queued).
+        while mailbox and not self._stop_now:
             # The item stays queued while it runs: ``_schedule`` must not start a second worker.
             item = mailbox[0]
             if item.kind == "check":
@@ -277,7 +328,8 @@ class Runtime:
             except LogError as exc:
                 _discard(mailbox, item)
                 _settle(item, exc)
-                self._evict(session, exc)
+                if not (self._stopping and isinstance(exc, LogClosedError)):
+                    self._evict(session, exc)  # closed by stop(): a body it gave up on ended late, nothing to reload
                 return
             except BaseException as exc:
                 # The engine contains user errors itself; anything reaching here is a framework bug or
@@ -305,6 +357,23 @@ class Runtime:
         self._workers.pop(session.id, None)
         if self._machine is not None and session.machine_model is not None:
             self._machine.remove_model(session.machine_model)
+
+
+def _record_abandoned_step(session: Session) -> None:
+    """Close the step of a body that went on after it was cancelled, as the engine would have: the
+    session is closed next, so what the body records later fails and this stays the step's end."""
+    interrupted_by = session._interrupted_by or "stop"
+    session.record_error(
+        "runtime",
+        RuntimeError("the step did not end when it was interrupted (its body caught CancelledError)"),
+        event_seq=session.event_seq,
+        interrupted_by=interrupted_by,
+    )
+    session.record(
+        RecordKind.STEP_FINISHED,
+        {"event_seq": session.event_seq, "interrupted": True, "interrupted_by": interrupted_by},
+    )
+    session._in_step = False
 
 
 def _discard(mailbox: deque[_Item], item: _Item) -> None:

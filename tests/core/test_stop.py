@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import io
+import logging
+import signal
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
 from baf import Agent, ReceiveTextEvent, Session
+from baf.core import runtime as runtime_module
 from baf.core.threadpool import DaemonThreadPool
 from baf.errors import LogClosedError
 from baf.log import open_log
+from baf.log.memory import MemoryLog
+from baf.log.record import Record
 from baf.testing import RecordingPlatform
 
 
@@ -145,6 +152,181 @@ async def test_stop_lets_a_running_sync_body_finish_and_deliver(db_url: str, pla
     async with open_log(db_url) as log:
         records = await log.read("s")
     assert records[-1].kind == "step_finished" and "interrupted" not in records[-1].data
+
+
+def sleeping_agent(log: Any, platform: RecordingPlatform, seconds: float = 30) -> Agent:
+    """An agent whose async body sleeps ``seconds`` on a message starting with "slow", then replies
+    "done <message>"; other messages are answered at once."""
+    agent = Agent("a", log=log)
+    idle = agent.new_state("idle", initial=True)
+
+    async def body(session: Session) -> None:
+        if session.event is None:
+            return
+        if session.event.text.startswith("slow"):
+            await asyncio.sleep(seconds)
+        session.reply(f"done {session.event.text}")
+
+    idle.set_body(body)
+    idle.when_event().go_to(idle)
+    agent.add_platform(platform)
+    return agent
+
+
+async def wait_until_in_step(agent: Agent, session_id: str) -> None:
+    for _ in range(500):
+        session = agent._require_runtime().sessions.get(session_id)
+        if session is not None and session._in_step:
+            await asyncio.sleep(0.02)  # into the body's sleep
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"session {session_id} never started a step")
+
+
+async def test_interrupt_without_a_stop_leaves_the_session_taking_later_events(
+    db_url: str, platform: RecordingPlatform
+) -> None:
+    agent = sleeping_agent(db_url, platform)
+    async with agent:
+        slow = await agent.receive_event(ReceiveTextEvent("s", message="slow"), platform)
+        await wait_until_in_step(agent, "s")
+        agent.interrupt()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(slow, 5)
+        session = await agent.receive_message("s", "after")  # the session was not closed by the interrupt
+        assert platform.replies["s"] == ["done after"]
+        assert session._interrupted_by is None and session._interrupted_how is None
+    async with open_log(db_url) as log:
+        records = await log.read("s")
+    finished = [r.data for r in records if r.kind == "step_finished"]
+    assert finished[-2]["interrupted_by"] == "user"
+    assert "interrupted" not in finished[-1]  # the next step is a normal one
+
+
+async def test_an_interrupt_long_before_a_stop_does_not_cut_its_grace_period(
+    db_url: str, platform: RecordingPlatform
+) -> None:
+    agent = sleeping_agent(db_url, platform, seconds=0.3)
+    await agent.start()
+    await agent.receive_event(ReceiveTextEvent("s", message="slow1"), platform)
+    await wait_until_in_step(agent, "s")
+    agent.interrupt()
+    await agent.wait_idle()
+    await agent.receive_event(ReceiveTextEvent("t", message="slow2"), platform)
+    await wait_until_in_step(agent, "t")
+    await asyncio.wait_for(agent.stop(), 10)  # graceful: waits for t's step
+    assert platform.replies["t"] == ["done slow2"]
+    async with open_log(db_url) as log:
+        records = await log.read("t")
+    assert records[-1].kind == "step_finished" and "interrupted" not in records[-1].data
+    assert not any(r.kind == "error" for r in records)
+
+
+class SlowEndLog(MemoryLog):
+    """A log whose commit of a step's end takes a while (an fsync, another process holding the lock)."""
+
+    async def append(self, records: Sequence[Record]) -> None:
+        if any(r.kind == "step_finished" and r.data.get("event_seq") for r in records):
+            await asyncio.sleep(0.3)
+        await super().append(records)
+
+
+async def test_an_interrupt_while_a_step_commits_its_end_lets_it_finish_and_starts_no_other(
+    platform: RecordingPlatform,
+) -> None:
+    log = SlowEndLog()
+    agent = sleeping_agent(log, platform)
+    await agent.start()
+    await agent.wait_idle()
+    await agent.receive_event(ReceiveTextEvent("s", message="hi"), platform)
+    queued = await agent.receive_event(ReceiveTextEvent("s", message="slow"), platform)
+    session = agent._require_runtime().sessions["s"]
+    for _ in range(500):  # the body has replied; the step's final commit is under way
+        if not session._in_step and not session.has_unflushed_records and session.projection.last_seq > 5:
+            break
+        await asyncio.sleep(0.005)
+    else:
+        raise AssertionError("the step never reached its final commit")
+    stopping = asyncio.ensure_future(agent.stop())
+    await asyncio.sleep(0)
+    agent.interrupt()  # a second Ctrl-C
+    await asyncio.wait_for(stopping, 5)
+    assert queued.cancelled()  # not started once told to stop now; the next start handles it
+    assert platform.replies["s"] == ["done hi"]
+    await log.start()
+    records = await log.read("s")
+    assert [r.kind for r in records[-2:]] == ["reply", "step_finished"]
+    assert "interrupted" not in records[-1].data
+    slow_seq = next(r.seq for r in records if r.kind == "message_received" and r.data["text"] == "slow")
+    assert not any(r.kind == "step_started" and r.data["event_seq"] == slow_seq for r in records)
+
+
+async def test_a_second_signal_interrupts_even_when_stderr_is_a_closed_pipe(
+    db_url: str, platform: RecordingPlatform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class ClosedPipe(io.StringIO):
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    agent = sleeping_agent(db_url, platform)
+    await agent.start()
+    agent._stop_requested = asyncio.Event()  # as run() sets it up
+    slow = await agent.receive_event(ReceiveTextEvent("s", message="slow"), platform)
+    await wait_until_in_step(agent, "s")
+    monkeypatch.setattr("sys.stderr", ClosedPipe())
+    agent._on_signal(signal.SIGINT)
+    agent._on_signal(signal.SIGINT)
+    monkeypatch.undo()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(slow, 5)
+    await asyncio.wait_for(agent.stop(), 5)
+    async with open_log(db_url) as log:
+        records = await log.read("s")
+    assert records[-1].data["interrupted_by"] == "user"
+    assert "(a second Ctrl-C)" in records[-2].data["message"]
+
+
+async def test_stop_does_not_wait_forever_for_a_body_that_swallows_its_cancellation(
+    db_url: str, platform: RecordingPlatform, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(runtime_module, "STOP_CANCEL_WAIT", 0.2, raising=False)
+    release = asyncio.Event()
+    agent = Agent("a", log=db_url)
+    idle = agent.new_state("idle", initial=True)
+
+    async def stubborn(session: Session) -> None:
+        if session.event is None:
+            return
+        while not release.is_set():
+            try:
+                await release.wait()
+            except asyncio.CancelledError:
+                pass  # goes on regardless, every time
+        session.reply("too late")
+
+    idle.set_body(stubborn)
+    idle.when_event().go_to(idle)
+    agent.add_platform(platform)
+    await agent.start()
+    runtime = agent._require_runtime()
+    await agent.receive_event(ReceiveTextEvent("s", message="go"), platform)
+    await wait_until_in_step(agent, "s")
+    worker = runtime._workers["s"]
+    agent.interrupt()  # swallowed: the step goes on, and later interrupts must still reach the stop
+    with caplog.at_level(logging.WARNING, logger="baf.runtime"):
+        stopping = asyncio.ensure_future(agent.stop())
+        await asyncio.sleep(0.05)
+        agent.interrupt()
+        await asyncio.wait_for(stopping, 5)
+    assert "session s: its step did not end when interrupted" in caplog.text
+    release.set()
+    await asyncio.wait_for(worker, 5)  # ends quietly: its late records are refused, the log is closed
+    assert platform.replies["s"] == []
+    async with open_log(db_url) as log:
+        records = await log.read("s")
+    error, finished = records[-2], records[-1]
+    assert error.kind == "error" and "caught CancelledError" in error.data["message"]
+    assert finished.kind == "step_finished" and finished.data["interrupted_by"] == "user"
 
 
 def test_daemon_thread_pool_caps_threads_and_cancels_queued_calls() -> None:
