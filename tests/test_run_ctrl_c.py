@@ -171,28 +171,37 @@ def test_first_ctrl_c_says_so_and_lets_the_step_finish_and_reply(terminal: Termi
     assert log[-1]["kind"] == "step_finished" and "interrupted" not in log[-1]["data"]  # type: ignore[operator]
 
 
-@pytest.mark.parametrize("terminal", [8.0], indirect=True)
-def test_second_ctrl_c_stops_now_and_records_the_user_interrupted(terminal: Terminal) -> None:
+def signal_twice(terminal: Terminal, sig: signal.Signals) -> tuple[float, str]:
+    """Send a message, then ``sig`` twice; how long the process took to exit after the second, and its
+    stderr. The process must exit cleanly without a traceback or an un-awaited coroutine."""
     terminal.send_message("hello")
-    terminal.proc.send_signal(signal.SIGINT)
+    terminal.proc.send_signal(sig)
     terminal.read(0.3)
-    terminal.proc.send_signal(signal.SIGINT)
-    # The body sleeps 8 s: the process must not wait for its thread.
+    terminal.proc.send_signal(sig)
     took = terminal.wait_exit(timeout=20)
     err = terminal.stderr()
-    assert took < 3, f"exited {took:.1f} s after the second Ctrl-C\n{err}"
+    assert took < 3, f"exited {took:.1f} s after the second {sig.name}\n{err}"
     assert terminal.proc.returncode == 0, err
-    assert "Ctrl-C again to stop now" in err
-    assert "Traceback" not in err and "never awaited" not in err and "Warning" not in err
-    assert "done sleeping" not in terminal.output
+    assert "Traceback" not in err and "never awaited" not in err
+    return took, err
 
-    log = records(terminal.cwd)
+
+def assert_ends_interrupted_by_user(log: list[dict[str, object]]) -> None:
+    """The log's last step was cut by the user: an error saying so, then ``step_finished``."""
     error, finished = log[-2], log[-1]
     assert error["kind"] == "error" and str(error["data"]["message"]).startswith(  # type: ignore[index]
         "interrupted by the user"
     )
     assert finished["kind"] == "step_finished"
     assert finished["data"]["interrupted_by"] == "user"  # type: ignore[index]
+
+
+@pytest.mark.parametrize("terminal", [8.0], indirect=True)
+def test_second_ctrl_c_stops_now_and_records_the_user_interrupted(terminal: Terminal) -> None:
+    _, err = signal_twice(terminal, signal.SIGINT)  # the body sleeps 8 s: its thread is not waited for
+    assert "Ctrl-C again to stop now" in err and "Warning" not in err
+    assert "done sleeping" not in terminal.output
+    assert_ends_interrupted_by_user(records(terminal.cwd))
 
     timeline = baf("replay", "slow.db", "terminal", cwd=terminal.cwd)
     assert "— interrupted by the user" in timeline
@@ -202,47 +211,20 @@ def test_second_ctrl_c_stops_now_and_records_the_user_interrupted(terminal: Term
 def test_second_ctrl_c_during_a_slow_sync_tool_stops_now(tool_terminal: Terminal) -> None:
     # A sync tool runs on the agent's daemon threads, as sync bodies do: the interpreter does not wait
     # for it at exit (asyncio's default executor's threads it would join).
-    terminal = tool_terminal
-    terminal.send_message("hello")
-    terminal.proc.send_signal(signal.SIGINT)
-    terminal.read(0.3)
-    terminal.proc.send_signal(signal.SIGINT)
-    took = terminal.wait_exit(timeout=20)
-    err = terminal.stderr()
-    assert took < 3, f"exited {took:.1f} s after the second Ctrl-C\n{err}"
-    assert terminal.proc.returncode == 0, err
-    assert "Ctrl-C again to stop now" in err
-    assert "Traceback" not in err and "never awaited" not in err and "Warning" not in err
-
-    log = records(terminal.cwd)
+    _, err = signal_twice(tool_terminal, signal.SIGINT)
+    assert "Ctrl-C again to stop now" in err and "Warning" not in err
+    log = records(tool_terminal.cwd)
     assert not [r for r in log if r["kind"] == "tool_result"]  # the tool never returned in this process
-    error, finished = log[-2], log[-1]
-    assert error["kind"] == "error" and str(error["data"]["message"]).startswith(  # type: ignore[index]
-        "interrupted by the user"
-    )
-    assert finished["kind"] == "step_finished"
-    assert finished["data"]["interrupted_by"] == "user"  # type: ignore[index]
+    assert_ends_interrupted_by_user(log)
 
 
 @pytest.mark.parametrize("terminal", [8.0], indirect=True)
 def test_a_second_sigterm_stops_now_and_the_log_says_sigterm(terminal: Terminal) -> None:
     # What a service manager (systemd, docker stop) sends: the messages name SIGTERM, not Ctrl-C.
-    terminal.send_message("hello")
-    terminal.proc.send_signal(signal.SIGTERM)
-    terminal.read(0.3)
-    terminal.proc.send_signal(signal.SIGTERM)
-    took = terminal.wait_exit(timeout=20)
-    err = terminal.stderr()
-    assert took < 3, f"exited {took:.1f} s after the second SIGTERM\n{err}"
-    assert terminal.proc.returncode == 0, err
+    _, err = signal_twice(terminal, signal.SIGTERM)
     assert "send SIGTERM again to stop now" in err and "Ctrl-C" not in err
-    assert "Traceback" not in err
-
     log = records(terminal.cwd)
-    error, finished = log[-2], log[-1]
-    assert error["kind"] == "error"
-    assert error["data"]["message"] == (  # type: ignore[index]
+    assert_ends_interrupted_by_user(log)
+    assert log[-2]["data"]["message"] == (  # type: ignore[index]
         "interrupted by the user: told to stop now (a second SIGTERM), the agent did not wait for this step"
     )
-    assert finished["kind"] == "step_finished"
-    assert finished["data"]["interrupted_by"] == "user"  # type: ignore[index]
