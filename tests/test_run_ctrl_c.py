@@ -228,3 +228,47 @@ def test_a_second_sigterm_stops_now_and_the_log_says_sigterm(terminal: Terminal)
     assert log[-2]["data"]["message"] == (  # type: ignore[index]
         "interrupted by the user: told to stop now (a second SIGTERM), the agent did not wait for this step"
     )
+
+
+# An async body that will not be cancelled: it catches the cancellation and sleeps on.
+STUBBORN_AGENT = """
+import asyncio, os, pathlib
+from baf import Agent, ReceiveTextEvent, Session
+
+agent = Agent("slow", log="sqlite:///slow.db")
+idle = agent.new_state("idle", initial=True)
+work = agent.new_state("work")
+
+async def stubborn(session: Session) -> None:
+    pathlib.Path("body-started").touch()
+    while True:
+        try:
+            await asyncio.sleep(float(os.environ["SLOW_SECONDS"]))
+            return
+        except asyncio.CancelledError:
+            pass
+
+work.set_body(stubborn)
+idle.when_event(ReceiveTextEvent).go_to(work)
+work.go_to(idle)
+"""
+
+
+def test_a_body_that_swallows_its_cancellation_does_not_keep_baf_run_alive(tmp_path: Path) -> None:
+    # The stop gives up on it after a bounded wait; asyncio.run's own clean-up would then wait on it
+    # forever, so a further Ctrl-C must end the process (Python's own handling is back by then).
+    terminal = Terminal(tmp_path, 60.0, STUBBORN_AGENT)
+    try:
+        terminal.send_message("hello")
+        terminal.proc.send_signal(signal.SIGINT)
+        terminal.read(0.3)
+        terminal.proc.send_signal(signal.SIGINT)
+        begun = time.monotonic()
+        while terminal.proc.poll() is None and time.monotonic() - begun < 20:
+            terminal.read(0.5)
+            if terminal.proc.poll() is None:
+                terminal.proc.send_signal(signal.SIGINT)
+        assert terminal.proc.poll() is not None, "still running 20 s after the second Ctrl-C"
+        assert "Traceback" not in terminal.stderr()
+    finally:
+        terminal.close()

@@ -405,6 +405,11 @@ class Agent:
                 await self._stop_requested.wait()
         finally:
             self._stop_requested = None  # a later start without run() has no stop pending
+            # Python's own handling again: should asyncio.run's cleanup wait on a body that swallowed
+            # its cancellation, the next Ctrl-C raises KeyboardInterrupt (run() ends quietly on it).
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                    loop.remove_signal_handler(sig)
 
     def _on_signal(self, sig: int = signal.SIGINT) -> None:
         """Ctrl-C or SIGTERM under :meth:`run`: the first stops after the running steps, the next now."""

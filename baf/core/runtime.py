@@ -7,6 +7,7 @@ import gc
 import json
 import logging
 import threading
+import weakref
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -72,6 +73,8 @@ class Runtime:
         # Stop now: the stop under way (or about to begin) waits for no step and starts none (see interrupt).
         self._stop_now = False
         self._stop_now_set = asyncio.Event()  # wakes a stop() waiting out its grace period
+        # Workers interrupt() cancelled while the runtime was not stopping: they go on with their queue.
+        self._interrupted_workers: weakref.WeakSet[asyncio.Task[None]] = weakref.WeakSet()
         self._interrupted_how: str | None = None  # what asked to stop now (see interrupt)
         self._loading: dict[str, asyncio.Future[Session]] = {}
 
@@ -137,6 +140,7 @@ class Runtime:
         self._cancel_workers("user", how)
 
     def _cancel_workers(self, reason: str, how: str | None = None) -> None:
+        going_on = not self.stopping  # the workers then go on with their queued events (see _drain)
         for session_id, worker in self._workers.items():
             session = self.sessions.get(session_id)
             # Only a step still running is cancelled. One that is finishing (recording and committing its
@@ -145,6 +149,8 @@ class Runtime:
             if session is not None and session._in_step and not worker.done():
                 session._interrupted_by = reason
                 session._interrupted_how = how
+                if going_on:
+                    self._interrupted_workers.add(worker)
                 worker.cancel()
 
     async def stop(self, timeout: float = STOP_GRACE_PERIOD) -> None:  # noqa: ASYNC109 - a grace period
@@ -336,12 +342,23 @@ class Runtime:
                 # a cancellation. Fail this item, keep serving the rest of the mailbox.
                 _discard(mailbox, item)
                 _settle(item, exc)
+                if isinstance(exc, asyncio.CancelledError) and self._absorb_interrupt():
+                    continue  # interrupt() on a runtime that goes on: the queued events still run
                 if not isinstance(exc, Exception):
                     raise
                 logger.exception("session %s: step failed", session.id)
                 continue
             _discard(mailbox, item)
             _settle(item, None)
+
+    def _absorb_interrupt(self) -> bool:
+        """Whether the current worker's cancellation was :meth:`interrupt` on a runtime that goes on,
+        and nothing else (a stop, the loop ending): if so it is taken back, and the worker goes on."""
+        task = asyncio.current_task()
+        if task is None or task not in self._interrupted_workers:
+            return False
+        self._interrupted_workers.discard(task)
+        return not self.stopping and task.uncancel() == 0
 
     def _evict(self, session: Session, exc: LogError) -> None:
         """The log refused a write: this in-memory session can no longer be trusted. Drop it, failing

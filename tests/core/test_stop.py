@@ -203,6 +203,25 @@ async def test_interrupt_without_a_stop_leaves_the_session_taking_later_events(
     assert "interrupted" not in finished[-1]  # the next step is a normal one
 
 
+async def test_interrupt_without_a_stop_lets_the_events_queued_behind_the_step_run(
+    db_url: str, platform: RecordingPlatform
+) -> None:
+    agent = sleeping_agent(db_url, platform)
+    async with agent:
+        slow = await agent.receive_event(ReceiveTextEvent("s", message="slow"), platform)
+        await wait_until_in_step(agent, "s")
+        queued = await agent.receive_event(ReceiveTextEvent("s", message="queued"), platform)
+        agent.interrupt()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(slow, 5)
+        await asyncio.wait_for(queued, 5)  # the worker went on with its mailbox
+        assert platform.replies["s"] == ["done queued"]
+    async with open_log(db_url) as log:
+        records = await log.read("s")
+    finished = [r.data for r in records if r.kind == "step_finished"]
+    assert finished[-2]["interrupted_by"] == "user" and "interrupted" not in finished[-1]
+
+
 async def test_an_interrupt_long_before_a_stop_does_not_cut_its_grace_period(
     db_url: str, platform: RecordingPlatform
 ) -> None:
