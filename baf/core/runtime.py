@@ -175,7 +175,13 @@ class Runtime:
             if not worker.done() and session is not None:
                 logger.warning("session %s: its step did not end when interrupted; stopping without it", session_id)
                 if session._in_step:
-                    _record_abandoned_step(session)
+                    # Closed here, as the engine would have; the session is closed next, so what the body
+                    # records later fails and this stays the step's end.
+                    _close_interrupted_step(
+                        session, session.event_seq, session._interrupted_by or "stop",
+                        "the step did not end when it was interrupted (its body caught CancelledError)",
+                    )  # fmt: skip
+                    session._in_step = False
         # Whatever is still queued will not run in this process: release its waiters. The events are
         # recorded, so the next start handles them.
         for mailbox in self._mailboxes.values():
@@ -259,15 +265,10 @@ class Runtime:
         elif projection.open_step is not None:
             # A crash interrupted this step. Its effects up to the crash are in the log; it is not
             # re-run, because the body may already have acted outside baf.
-            session.record_error(
-                "runtime",
-                RuntimeError("the process stopped while this step was running; the step was not resumed"),
-                event_seq=projection.open_step,
-            )
-            session.record(
-                RecordKind.STEP_FINISHED,
-                {"event_seq": projection.open_step, "interrupted": True, "interrupted_by": "crash"},
-            )
+            _close_interrupted_step(
+                session, projection.open_step, "crash",
+                "the process stopped while this step was running; the step was not resumed",
+            )  # fmt: skip
         if not projection.started:
             self._schedule(session, _Item("start"))
         for seq, data in sorted(projection.unstarted.items()):
@@ -376,21 +377,13 @@ class Runtime:
             self._machine.remove_model(session.machine_model)
 
 
-def _record_abandoned_step(session: Session) -> None:
-    """Close the step of a body that went on after it was cancelled, as the engine would have: the
-    session is closed next, so what the body records later fails and this stays the step's end."""
-    interrupted_by = session._interrupted_by or "stop"
-    session.record_error(
-        "runtime",
-        RuntimeError("the step did not end when it was interrupted (its body caught CancelledError)"),
-        event_seq=session.event_seq,
-        interrupted_by=interrupted_by,
-    )
+def _close_interrupted_step(session: Session, event_seq: int | None, interrupted_by: str, reason: str) -> None:
+    """Record the end of a step the engine could not close itself: an ``error`` saying why, then its
+    ``step_finished``, marked interrupted (``interrupted_by``: see ``baf.core.engine``)."""
+    session.record_error("runtime", RuntimeError(reason), event_seq=event_seq, interrupted_by=interrupted_by)
     session.record(
-        RecordKind.STEP_FINISHED,
-        {"event_seq": session.event_seq, "interrupted": True, "interrupted_by": interrupted_by},
+        RecordKind.STEP_FINISHED, {"event_seq": event_seq, "interrupted": True, "interrupted_by": interrupted_by}
     )
-    session._in_step = False
 
 
 def _discard(mailbox: deque[_Item], item: _Item) -> None:
