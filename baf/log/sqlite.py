@@ -449,11 +449,11 @@ class SQLiteLog(SessionLog):
         self._unchecked_pages = self._wal_frames = 0
         self._round_commits.clear()
         self._round_total = 0
+        self._registered = set()  # a new connection, maybe to a file changed meanwhile: learn anew
         try:
             # Opening touches the file system (which can block: a network mount) and may wait for
             # locks: done on the worker.
             self._writer = await self._on_worker(self._open_writer)
-            self._registered = set()  # a new connection, maybe to a file changed meanwhile: learn anew
             self._reader = await aiosqlite.connect(self._path, isolation_level=None)
             await self._reader.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
             await self._reader.execute("PRAGMA query_only = ON")
@@ -517,11 +517,7 @@ class SQLiteLog(SessionLog):
         if writer.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'baf_meta'").fetchone():
             row = writer.execute("SELECT value FROM baf_meta WHERE key = 'schema_version'").fetchone()
             stored = row[0] if row else None
-            if stored not in _KNOWN_VERSIONS:
-                raise LogError(
-                    f"{self._path} has log schema version {stored!r}; this baf reads versions "
-                    f"{', '.join(sorted(_KNOWN_VERSIONS))}: upgrade baf to use this file"
-                )
+            _check_version(self._path, stored)
         for statement in SCHEMA:
             writer.execute(statement)
         writer.execute("COMMIT")
@@ -549,11 +545,7 @@ class SQLiteLog(SessionLog):
                 raise LogError(f"not a baf log: {path} has no table {', '.join(missing)}")
             rows = await reader.execute_fetchall("SELECT value FROM baf_meta WHERE key = 'schema_version'")
             stored = next((row[0] for row in rows), None)
-            if stored not in _KNOWN_VERSIONS:
-                raise LogError(
-                    f"{path} has log schema version {stored!r}; this baf reads versions "
-                    f"{', '.join(sorted(_KNOWN_VERSIONS))}: upgrade baf to read this file"
-                )
+            _check_version(path, stored)
         except BaseException as exc:
             if reader is not None:
                 await reader.close()
@@ -996,6 +988,15 @@ def _fits_the_loop(batches: list[list[Row]]) -> bool:
 def _reject(future: asyncio.Future[None], exc: BaseException) -> None:
     if not future.done():
         future.set_exception(exc)
+
+
+def _check_version(path: Path, stored: object) -> None:
+    """Raise ``LogError`` unless ``stored`` (``baf_meta``'s schema_version) is a layout this baf knows."""
+    if stored not in _KNOWN_VERSIONS:
+        raise LogError(
+            f"{path} has log schema version {stored!r}; this baf reads versions "
+            f"{', '.join(sorted(_KNOWN_VERSIONS))}: upgrade baf to use this file"
+        )
 
 
 class _Checkpointer:
