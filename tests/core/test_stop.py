@@ -49,14 +49,20 @@ def blocking_agent(db_url: str, platform: RecordingPlatform) -> tuple[Agent, thr
     return agent, started, release
 
 
+
+async def started_in_blocked_body(db_url: str, platform: RecordingPlatform) -> tuple[Agent, threading.Event]:
+    """A started ``blocking_agent`` whose body is blocked in session "s"; set the event to release it."""
+    agent, started, release = blocking_agent(db_url, platform)
+    await agent.start()
+    await agent.receive_event(ReceiveTextEvent("s", message="go"), platform)
+    assert await asyncio.to_thread(started.wait, 10)
+    return agent, release
+
 async def test_interrupt_abandons_a_sync_body_whose_later_calls_fail_clearly(
     db_url: str, platform: RecordingPlatform
 ) -> None:
-    agent, started, release = blocking_agent(db_url, platform)
-    await agent.start()
+    agent, release = await started_in_blocked_body(db_url, platform)
     runtime = agent._require_runtime()
-    await agent.receive_event(ReceiveTextEvent("s", message="go"), platform)
-    assert await asyncio.to_thread(started.wait, 10)
 
     stopping = asyncio.ensure_future(agent.stop())
     await asyncio.sleep(0.05)  # the stop is waiting out its grace period for the body
@@ -92,10 +98,7 @@ async def test_agent_interrupt_makes_stop_return_without_the_grace_period(
     db_url: str, platform: RecordingPlatform, when: str
 ) -> None:
     # The public way for a program using `async with agent:` to do what a second Ctrl-C does.
-    agent, started, release = blocking_agent(db_url, platform)
-    await agent.start()
-    await agent.receive_event(ReceiveTextEvent("s", message="go"), platform)
-    assert await asyncio.to_thread(started.wait, 10)
+    agent, release = await started_in_blocked_body(db_url, platform)
 
     begun = time.monotonic()
     if when == "before the stop":
@@ -126,11 +129,8 @@ async def test_agent_interrupt_makes_stop_return_without_the_grace_period(
 async def test_a_step_past_the_grace_period_is_recorded_as_cut_by_the_stop(
     db_url: str, platform: RecordingPlatform
 ) -> None:
-    agent, started, release = blocking_agent(db_url, platform)
-    await agent.start()
+    agent, release = await started_in_blocked_body(db_url, platform)
     runtime = agent._require_runtime()
-    await agent.receive_event(ReceiveTextEvent("s", message="go"), platform)
-    assert await asyncio.to_thread(started.wait, 10)
     agent._runtime = None  # stop the runtime itself, with a short grace period
     await runtime.stop(timeout=0.1)
     release.set()
@@ -142,10 +142,7 @@ async def test_a_step_past_the_grace_period_is_recorded_as_cut_by_the_stop(
 
 
 async def test_stop_lets_a_running_sync_body_finish_and_deliver(db_url: str, platform: RecordingPlatform) -> None:
-    agent, started, release = blocking_agent(db_url, platform)
-    await agent.start()
-    await agent.receive_event(ReceiveTextEvent("s", message="go"), platform)
-    assert await asyncio.to_thread(started.wait, 10)
+    agent, release = await started_in_blocked_body(db_url, platform)
     threading.Timer(0.2, release.set).start()
     await agent.stop()
     assert platform.replies["s"] == ["late"]
