@@ -24,7 +24,9 @@ Writing
     The WAL restarts from its beginning only when a writer finds it wholly copied, so a checkpoint
     that commits kept overtaking leaves it growing; when one reports more than
     ``_WAL_LIMIT_PAGES`` frames, the next checkpoint runs between two commits instead (appends
-    wait for that one), which lets the next commit restart the WAL.
+    wait for that one), which lets the next commit restart the WAL. So does a background checkpoint
+    that takes so long (a slow fsync) that ``_WAL_LIMIT_PAGES`` pages were committed since it began:
+    the commits after that wait for it and for the blocking one that follows.
 
     With ``durability="normal"``, an ``append`` that finds the store idle commits its batch itself,
     sparing the two trips through the event loop that waking the writer task costs, and above all
@@ -201,8 +203,9 @@ _LOOP_COMMIT_BYTES: Final = 256 * 1024
 # WAL pages a "normal" store lets accumulate before its worker checkpoints them (SQLite's own
 # automatic checkpoint, which it turns off, uses 1000).
 _CHECKPOINT_PAGES: Final = 1000
-# Frames in the WAL, as a background checkpoint reports them, past which the next checkpoint blocks
-# commits so that the WAL can restart (see the module docstring).
+# Frames in the WAL, as a background checkpoint reports them, or pages committed since the running
+# one began, past which the next checkpoint blocks commits so that the WAL can restart (see the module
+# docstring).
 _WAL_LIMIT_PAGES: Final = 2 * _CHECKPOINT_PAGES
 
 
@@ -350,6 +353,7 @@ class SQLiteLog(SessionLog):
         # The writer connection is used by one party at a time: on the event loop (an append committing
         # its own batch, or the writer task), or by the worker thread while the writer task awaits it.
         self._writer: sqlite3.Connection | None = None
+        self._cursor: sqlite3.Cursor | None = None  # the writer's, used for every commit
         # Sessions known to be in baf_sessions, kept for the writer connection (see sqlite_commit).
         self._registered: set[str] = set()
         self._worker: ThreadPoolExecutor | None = None
@@ -454,6 +458,7 @@ class SQLiteLog(SessionLog):
             # Opening touches the file system (which can block: a network mount) and may wait for
             # locks: done on the worker.
             self._writer = await self._on_worker(self._open_writer)
+            self._cursor = self._writer.cursor()
             self._reader = await aiosqlite.connect(self._path, isolation_level=None)
             await self._reader.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
             await self._reader.execute("PRAGMA query_only = ON")
@@ -578,7 +583,7 @@ class SQLiteLog(SessionLog):
 
     async def _close_connections(self) -> None:
         writer, reader, worker = self._writer, self._reader, self._worker
-        self._writer = self._reader = None
+        self._writer = self._reader = self._cursor = None
         self._worker = None
         try:
             if worker is not None:
@@ -613,7 +618,7 @@ class SQLiteLog(SessionLog):
             self._worker.shutdown(wait=False)
         if self._reader is not None:
             self._reader.stop()  # closes the connection and ends its thread, without waiting
-        self._writer = self._reader = None
+        self._writer = self._reader = self._cursor = None
         self._worker = None
 
     def _lifecycle_lock(self) -> asyncio.Lock:
@@ -669,13 +674,13 @@ class SQLiteLog(SessionLog):
             and self._round_total < _INLINE_COMMITS_PER_ROUND
             and self._round_commits.get(rows[0][0], 0) < _INLINE_COMMITS_PER_SESSION
             and not self._blocking_checkpoint_due  # else the writer task checkpoints first
-            and self._writer is not None
+            and self._cursor is not None
         )
 
     def _commit_now(self, rows: list[Row]) -> bool:
         """Commit ``rows`` here and now; False (nothing written) if another process holds the lock."""
-        assert self._writer is not None
-        outcomes = self._commit_on_loop(self._writer, [rows])
+        assert self._cursor is not None
+        outcomes = self._commit_on_loop(self._cursor, [rows])
         if outcomes is None:
             return False
         if not self._round_total:
@@ -732,7 +737,7 @@ class SQLiteLog(SessionLog):
         live = [batch for batch in group if not batch.future.cancelled()]
         if not live:
             return
-        writer = self._writer
+        writer = self._cursor
         if writer is None:
             raise LogClosedError(f"{self!r} has no connection")
         batches = [batch.rows for batch in live]
@@ -754,7 +759,7 @@ class SQLiteLog(SessionLog):
                 _reject(batch.future, outcome)
 
     def _commit_on_loop(
-        self, writer: sqlite3.Connection, batches: list[list[Row]]
+        self, writer: sqlite3.Cursor, batches: list[list[Row]]
     ) -> list[BaseException | None] | None:
         """Commit without waiting for any lock; None if another connection holds it."""
         try:
@@ -764,7 +769,7 @@ class SQLiteLog(SessionLog):
                 return None
             raise
 
-    def _commit_waiting(self, writer: sqlite3.Connection, batches: list[list[Row]]) -> list[BaseException | None]:
+    def _commit_waiting(self, writer: sqlite3.Cursor, batches: list[list[Row]]) -> list[BaseException | None]:
         """Commit, waiting up to ``busy_timeout`` for the lock (worker thread)."""
         writer.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
         try:
@@ -793,8 +798,11 @@ class SQLiteLog(SessionLog):
     @property
     def _blocking_checkpoint_due(self) -> bool:
         """Whether the writer task must checkpoint between two commits before the next commit: a
-        checkpoint is due and the background ones have not let the WAL restart."""
-        return self._unchecked_pages >= _CHECKPOINT_PAGES and self._wal_frames > _WAL_LIMIT_PAGES
+        checkpoint is due and the background ones have not let the WAL restart, or the one running
+        has been overtaken by too many pages (it only resets the count when it starts)."""
+        return self._unchecked_pages >= _CHECKPOINT_PAGES and (
+            self._wal_frames > _WAL_LIMIT_PAGES or self._unchecked_pages >= _WAL_LIMIT_PAGES
+        )
 
     def _start_background_checkpoint(self) -> None:
         """Checkpoint on the worker with the checkpoints' connection, commits going on meanwhile."""

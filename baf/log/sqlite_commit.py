@@ -33,9 +33,11 @@ INSERT_SQL: Final = "INSERT INTO baf_records (session_id, seq, ts, kind, version
 #: Registers a session in ``baf_sessions``; a no-op for a session already there (another writer's).
 REGISTER_SQL: Final = "INSERT OR IGNORE INTO baf_sessions (session_id) VALUES (?)"
 
-#: Rows per single-statement group commit: 6 parameters each, under the parameter limit of the SQLite
-#: in use (32766 since 3.32, 999 before).
-ROWS_PER_STATEMENT: Final = (32766 if sqlite3.sqlite_version_info >= (3, 32) else 999) // 6
+#: Rows per multi-row ``INSERT``: a larger group is inserted in statements of at most this many rows.
+#: Compiling a statement costs about as much as running it, and SQLite compiles each distinct row count
+#: once per connection, so the counts are kept few (each stays in the connection's statement cache);
+#: 64 rows take 384 parameters, under the limit of any SQLite (999 before 3.32).
+ROWS_PER_STATEMENT: Final = 64
 
 # Keys per conflict lookup: 2 parameters each, under SQLite's oldest default limit of 999.
 _LOOKUP_CHUNK: Final = 400
@@ -43,7 +45,7 @@ _SQLITE_BUSY: Final = 5
 _SQLITE_LOCKED: Final = 6
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=ROWS_PER_STATEMENT)
 def _insert_many_sql(rows: int) -> str:
     """``INSERT`` of ``rows`` rows in one statement (cached: the common sizes repeat)."""
     return INSERT_SQL + ", (?, ?, ?, ?, ?, ?)" * (rows - 1)
@@ -64,16 +66,18 @@ def is_busy(error: BaseException) -> bool:
 
 
 def commit_group(
-    connection: sqlite3.Connection, batches: Sequence[list[Row]], registered: set[str]
+    cursor: sqlite3.Cursor, batches: Sequence[list[Row]], registered: set[str]
 ) -> list[BaseException | None]:
-    """Commit ``batches`` (each one ``append`` call) together; return each batch's outcome.
+    """Commit ``batches`` (each one ``append`` call) together with the writer's ``cursor``; return each
+    batch's outcome. (One cursor kept for all commits: ``Connection.execute`` makes a new one each time,
+    which costs more than a small statement.)
 
     ``registered`` holds the sessions known to be in ``baf_sessions``; the group registers the others
     (in order of their first row) and, once committed, adds them to it.
 
     The happy path is one multi-row ``INSERT`` in autocommit mode: SQLite runs a single statement as
     its own transaction, taking the write lock before it reads anything (as ``BEGIN IMMEDIATE``
-    would). A group registering a session, or over one statement's parameter limit, runs inside
+    would). A group registering a session, or of more rows than one statement takes, runs inside
     ``BEGIN IMMEDIATE``. On a UNIQUE violation the group is replayed batch by batch, each under a
     savepoint: only a batch that conflicts fails (with ``LogConflictError``), the others land. Any
     other error (a lock held past ``busy_timeout``, disk full) is raised after rolling back: it
@@ -83,17 +87,17 @@ def commit_group(
     new = _unregistered(rows, registered)
     try:
         if new or len(rows) > ROWS_PER_STATEMENT:
-            connection.execute("BEGIN IMMEDIATE")
-            connection.executemany(REGISTER_SQL, ((session_id,) for session_id in new))
-            _insert(connection, rows)
-            connection.execute("COMMIT")
+            cursor.execute("BEGIN IMMEDIATE")
+            cursor.executemany(REGISTER_SQL, ((session_id,) for session_id in new))
+            _insert(cursor, rows)
+            cursor.execute("COMMIT")
         else:
-            _insert(connection, rows)
+            _insert(cursor, rows)
     except sqlite3.IntegrityError:
-        _rollback(connection)
-        return _commit_one_by_one(connection, batches, registered)
+        _rollback(cursor)
+        return _commit_one_by_one(cursor, batches, registered)
     except BaseException:
-        _rollback(connection)
+        _rollback(cursor)
         raise
     registered.update(new)
     return [None] * len(batches)
@@ -104,16 +108,19 @@ def _unregistered(rows: Sequence[Row], registered: set[str]) -> list[str]:
     return list(dict.fromkeys(row[0] for row in rows if row[0] not in registered))
 
 
-def _insert(connection: sqlite3.Connection, rows: Sequence[Row]) -> None:
-    """Insert ``rows``: one statement if they fit in one (a single round trip into SQLite)."""
-    if len(rows) <= ROWS_PER_STATEMENT:
-        connection.execute(_insert_many_sql(len(rows)), list(itertools.chain.from_iterable(rows)))
-    else:
-        connection.executemany(INSERT_SQL, rows)
+def _insert(cursor: sqlite3.Cursor, rows: Sequence[Row]) -> None:
+    """Insert ``rows`` in multi-row statements of at most ``ROWS_PER_STATEMENT`` rows (one round trip
+    into SQLite each); more than one only inside a transaction."""
+    if len(rows) <= ROWS_PER_STATEMENT:  # the common case, without copying
+        cursor.execute(_insert_many_sql(len(rows)), list(itertools.chain.from_iterable(rows)))
+        return
+    for start in range(0, len(rows), ROWS_PER_STATEMENT):
+        chunk = rows[start : start + ROWS_PER_STATEMENT]
+        cursor.execute(_insert_many_sql(len(chunk)), list(itertools.chain.from_iterable(chunk)))
 
 
 def _commit_one_by_one(
-    connection: sqlite3.Connection, batches: Sequence[list[Row]], registered: set[str]
+    cursor: sqlite3.Cursor, batches: Sequence[list[Row]], registered: set[str]
 ) -> list[BaseException | None]:
     """Replay a group that hit a UNIQUE violation, each batch under its own savepoint.
 
@@ -124,30 +131,30 @@ def _commit_one_by_one(
     outcomes: list[BaseException | None] = []
     landed: set[str] = set()  # sessions of the batches that landed, registered by this transaction
     try:
-        connection.execute("BEGIN IMMEDIATE")
+        cursor.execute("BEGIN IMMEDIATE")
         for rows in batches:
             new = _unregistered(rows, registered)
-            connection.execute("SAVEPOINT baf_batch")
+            cursor.execute("SAVEPOINT baf_batch")
             try:
-                connection.executemany(REGISTER_SQL, ((session_id,) for session_id in new))
-                connection.executemany(INSERT_SQL, rows)
+                cursor.executemany(REGISTER_SQL, ((session_id,) for session_id in new))
+                cursor.executemany(INSERT_SQL, rows)
             except sqlite3.IntegrityError as exc:
-                connection.execute("ROLLBACK TO baf_batch")
-                connection.execute("RELEASE baf_batch")
-                outcomes.append(_name_conflict(connection, rows, exc))
+                cursor.execute("ROLLBACK TO baf_batch")
+                cursor.execute("RELEASE baf_batch")
+                outcomes.append(_name_conflict(cursor, rows, exc))
             else:
-                connection.execute("RELEASE baf_batch")
+                cursor.execute("RELEASE baf_batch")
                 landed.update(new)
                 outcomes.append(None)
-        connection.execute("COMMIT")
+        cursor.execute("COMMIT")
     except BaseException:
-        _rollback(connection)
+        _rollback(cursor)
         raise
     registered.update(landed)
     return outcomes
 
 
-def _name_conflict(connection: sqlite3.Connection, rows: list[Row], error: sqlite3.IntegrityError) -> BaseException:
+def _name_conflict(cursor: sqlite3.Cursor, rows: list[Row], error: sqlite3.IntegrityError) -> BaseException:
     """The ``LogConflictError`` for the first row of ``rows`` whose key is already stored.
 
     Runs inside the replay transaction, after the batch's savepoint was rolled back, so "stored"
@@ -158,7 +165,7 @@ def _name_conflict(connection: sqlite3.Connection, rows: list[Row], error: sqlit
         chunk = rows[start : start + _LOOKUP_CHUNK]
         values = ", ".join("(?, ?)" for _ in chunk)
         params = [part for row in chunk for part in (row[0], row[1])]
-        found = connection.execute(
+        found = cursor.execute(
             f"SELECT session_id, seq FROM baf_records WHERE (session_id, seq) IN (VALUES {values})", params
         ).fetchall()
         existing.update((session_id, seq) for session_id, seq in found)
@@ -170,8 +177,8 @@ def _name_conflict(connection: sqlite3.Connection, rows: list[Row], error: sqlit
     return error  # a violation of some other constraint: report SQLite's own words
 
 
-def _rollback(connection: sqlite3.Connection) -> None:
+def _rollback(cursor: sqlite3.Cursor) -> None:
     # The error being handled is the one worth reporting; a rollback failing too adds nothing.
-    if connection.in_transaction:
+    if cursor.connection.in_transaction:
         with contextlib.suppress(sqlite3.Error):
-            connection.execute("ROLLBACK")
+            cursor.execute("ROLLBACK")

@@ -542,6 +542,53 @@ async def test_appends_commit_while_a_background_checkpoint_runs(db: Path, monke
         release.set()
 
 
+async def test_commits_wait_for_a_background_checkpoint_too_many_pages_overtook(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A checkpoint held up (a slow fsync) while commits go on would let the WAL grow without bound:
+    # once the pages committed since it began reach the WAL limit, appends wait for it.
+    import threading
+
+    import baf.log.sqlite as sqlite_module
+
+    monkeypatch.setattr(sqlite_module, "_CHECKPOINT_PAGES", 5)
+    monkeypatch.setattr(sqlite_module, "_WAL_LIMIT_PAGES", 40)
+    started, release = threading.Event(), threading.Event()
+    checkpoint = sqlite_module._Checkpointer.checkpoint
+
+    def held(self: Any) -> int:
+        started.set()
+        release.wait(10)
+        return checkpoint(self)
+
+    monkeypatch.setattr(sqlite_module._Checkpointer, "checkpoint", held)
+    try:
+        async with SQLiteLog(db) as log:
+            seq = 0
+            while not started.is_set() and seq < 100:
+                seq += 1
+                await log.append([rec("s", seq)])
+                await asyncio.sleep(0)
+            assert started.is_set(), "no checkpoint started"
+            overtaking, waiting = 0, None
+            while waiting is None and overtaking < 60:
+                seq += 1
+                overtaking += 1
+                append = asyncio.ensure_future(log.append([rec("s", seq)]))
+                done, _ = await asyncio.wait({append}, timeout=0.5)
+                if not done:
+                    waiting = append
+                await asyncio.sleep(0)
+            # Each small append is counted as two pages: the twentieth reaches the limit of 40.
+            assert waiting is not None, "appends never waited for the overtaken checkpoint"
+            assert overtaking <= 21, overtaking
+            release.set()
+            await asyncio.wait_for(waiting, timeout=10)
+            assert [r.seq for r in await log.read("s")] == list(range(1, seq + 1))
+    finally:
+        release.set()
+
+
 async def test_a_failed_background_checkpoint_is_logged_and_the_next_one_blocks(
     db: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -582,9 +629,9 @@ async def test_a_large_group_commits_on_the_worker_thread(db: Path, monkeypatch:
     threads: list[tuple[int, int]] = []  # (rows, thread) of each commit
     commit_group = sqlite_module.commit_group
 
-    def spy(connection: sqlite3.Connection, batches: Any, registered: set[str]) -> Any:
+    def spy(cursor: sqlite3.Cursor, batches: Any, registered: set[str]) -> Any:
         threads.append((sum(len(rows) for rows in batches), threading.get_ident()))
-        return commit_group(connection, batches, registered)
+        return commit_group(cursor, batches, registered)
 
     monkeypatch.setattr(sqlite_module, "commit_group", spy)
     loop_thread = threading.get_ident()

@@ -76,14 +76,33 @@ async def test_a_known_session_commits_as_one_insert_and_a_new_one_registers_onc
         assert await log.sessions() == ["s"]
 
 
+async def test_a_large_group_is_inserted_in_statements_of_bounded_size_in_one_transaction(db: Path) -> None:
+    # SQLite compiles each distinct row count once per connection, and compiling a statement of
+    # hundreds of rows takes about a millisecond on the event loop: a burst of appends grouped into
+    # one commit must reuse the few cached sizes, not compile a statement of its own size.
+    from baf.log.sqlite_commit import ROWS_PER_STATEMENT
+
+    async with SQLiteLog(db) as log:
+        await log.append([rec("s", 1)])
+        full: list[str] = []
+        assert log._writer is not None
+        log._writer.set_trace_callback(full.append)
+        count = 2 * ROWS_PER_STATEMENT + 5
+        await log.append([rec("s", seq) for seq in range(2, count + 2)])
+        inserts = [sql for sql in full if sql.startswith("INSERT INTO baf_records")]
+        assert [sql.count("), (") + 1 for sql in inserts] == [ROWS_PER_STATEMENT, ROWS_PER_STATEMENT, 5]
+        assert full[0] == "BEGIN IMMEDIATE" and full[-1] == "COMMIT"
+        assert [r.seq for r in await log.read("s")] == list(range(1, count + 2))
+
+
 # -- order --------------------------------------------------------------------------------------------
 
 
 def test_new_sessions_of_a_group_are_registered_in_order_of_first_row(connection: sqlite3.Connection) -> None:
     registered: set[str] = set()
-    assert commit_group(connection, [rows(("z", 1))], registered) == [None]
+    assert commit_group(connection.cursor(), [rows(("z", 1))], registered) == [None]
     batches = [rows(("z", 2)), rows(("b", 1), ("a", 1), ("b", 2)), rows(("c", 1), ("a", 2), ("z", 3))]
-    assert commit_group(connection, batches, registered) == [None, None, None]
+    assert commit_group(connection.cursor(), batches, registered) == [None, None, None]
     assert listed(connection) == ["z", "b", "a", "c"]
     assert registered == {"z", "b", "a", "c"}
 
@@ -107,9 +126,9 @@ async def test_sessions_of_other_connections_are_listed_in_order_of_first_append
 
 def test_a_conflicting_batch_does_not_register_its_new_session(connection: sqlite3.Connection) -> None:
     registered: set[str] = set()
-    commit_group(connection, [rows(("old", 1))], registered)
+    commit_group(connection.cursor(), [rows(("old", 1))], registered)
     batches = [rows(("a", 1)), rows(("new", 1), ("old", 1)), rows(("b", 1))]
-    outcomes = commit_group(connection, batches, registered)
+    outcomes = commit_group(connection.cursor(), batches, registered)
     assert outcomes[0] is None and outcomes[2] is None
     assert isinstance(outcomes[1], LogConflictError) and outcomes[1].session_id == "old"
     assert listed(connection) == ["old", "a", "b"]
@@ -118,9 +137,9 @@ def test_a_conflicting_batch_does_not_register_its_new_session(connection: sqlit
 
 def test_a_session_is_registered_when_a_later_batch_of_it_lands(connection: sqlite3.Connection) -> None:
     registered: set[str] = set()
-    commit_group(connection, [rows(("old", 1))], registered)
+    commit_group(connection.cursor(), [rows(("old", 1))], registered)
     batches = [rows(("new", 1), ("old", 1)), rows(("b", 1)), rows(("new", 2))]
-    outcomes = commit_group(connection, batches, registered)
+    outcomes = commit_group(connection.cursor(), batches, registered)
     assert [outcome is None for outcome in outcomes] == [False, True, True]
     # "new"'s first record is the one of the third batch: it comes after "b".
     assert listed(connection) == ["old", "b", "new"]
