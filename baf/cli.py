@@ -21,6 +21,7 @@ from rich.text import Text
 
 from baf.errors import ConfigurationError, LogError
 from baf.log import SessionLog, SQLiteLog, open_log
+from baf.platforms.terminal import TerminalPlatform
 
 if TYPE_CHECKING:
     from baf.core.agent import Agent
@@ -171,6 +172,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         agent.use_terminal_platform(session_id=args.session)
     with _user_code():
         agent.run()
+    if any(isinstance(platform, TerminalPlatform) and platform.output_closed for platform in agent.platforms):
+        return _stdout_closed()  # ended as any command whose reader went away (`| head`)
     return 0
 
 

@@ -161,6 +161,55 @@ def test_output_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
         assert err == "", (command, err)
 
 
+CHATTY_AGENT = """
+from baf import Agent, ReceiveTextEvent, Session
+
+agent = Agent("chatty", log="sqlite:///chatty.db")
+idle = agent.new_state("idle", initial=True)
+talk = agent.new_state("talk")
+
+async def body(session: Session) -> None:
+    for n in range(300):
+        session.reply(f"line {n}")
+        await session.commit()  # each reply delivered as it is made
+
+talk.set_body(body)
+idle.when_event(ReceiveTextEvent).go_to(talk)
+talk.go_to(idle)
+"""
+
+
+def test_run_whose_output_closes_ends_the_chat_and_the_log_says_why(tmp_path: Path) -> None:
+    # rich used to end the process from inside the step (SystemExit): the log then showed the step
+    # finished normally after two replies, and no error. Input stays open here: only the closed output
+    # can end the chat.
+    (tmp_path / "chatty.py").write_text(CHATTY_AGENT)
+    proc = subprocess.Popen([sys.executable, "-m", "baf.cli", "run", "chatty.py"], cwd=tmp_path,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    try:
+        proc.stdin.write(b"hello\n")
+        proc.stdin.flush()
+        assert b"line 0" in proc.stdout.read1(65536) + proc.stdout.read1(65536)
+        proc.stdout.close()  # like `| head` that has read what it wanted
+        err = proc.stderr.read().decode()
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.stdin.close()
+        proc.stderr.close()
+    assert proc.returncode == 141, err
+    assert "Traceback" not in err and "the output was closed; stopping the agent" in err, err
+    log = [json.loads(line) for line in baf("log", "chatty.db", "terminal", "--json", cwd=tmp_path).stdout.splitlines()]
+    errors = [r["data"] for r in log if r["kind"] == "error"]
+    assert [(e["source"], e["type"]) for e in errors] == [("platform", "BrokenPipeError")]
+    assert [r["data"]["text"] for r in log if r["kind"] == "reply"] == [f"line {n}" for n in range(300)]
+    last = log[-1]
+    assert last["kind"] == "step_finished" and "interrupted" not in last["data"], last
+    assert [r["data"]["dest"] for r in log if r["kind"] == "transition"] == ["talk", "idle"]
+
+
 def test_run_says_where_the_websocket_platform_listens(tmp_path: Path) -> None:
     import signal
     import threading

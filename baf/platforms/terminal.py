@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
+import errno
+import logging
 import os
 import sys
 import threading
@@ -13,9 +15,11 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.markdown import Markdown
 from rich.panel import Panel
+from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
+from baf.errors import LogClosedError
 from baf.platforms.base import Platform
 
 if TYPE_CHECKING:
@@ -23,12 +27,24 @@ if TYPE_CHECKING:
 
 __all__ = ["TerminalPlatform"]
 
+logger = logging.getLogger(__name__)
+
 _STATUS_MARK = {"pending": "[ ]", "in_progress": "[~]", "completed": "[x]", "skipped": "[-]"}
 _QUIT_WORDS = {"exit", "quit", "/exit", "/quit"}
 
 
+class _TerminalConsole(Console):
+    """rich's console, except that a closed stdout raises ``BrokenPipeError`` where rich would end the
+    process itself (``SystemExit(1)`` from inside the running step), so the platform can end the chat."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError(errno.EPIPE, "the terminal's output was closed")
+
+
 class TerminalPlatform(Platform):
-    """One session (``session_id``) chatting on stdin/stdout. ``exit``, ``quit`` or EOF end it.
+    """One session (``session_id``) chatting on stdin/stdout. ``exit``, ``quit`` or EOF end it, and so
+    does the output closing (``baf run ... | head``): the delivery that found it closed is recorded as a
+    ``platform`` error, later output is dropped (the replies are still in the log) and the agent stops.
 
     Lines are read from ``input_fd`` if given. Otherwise a terminal is read with ``input()`` (line
     editing and history work), and piped or redirected input straight from its file descriptor.
@@ -46,12 +62,18 @@ class TerminalPlatform(Platform):
     ) -> None:
         super().__init__()
         self.session_id = session_id
-        self.console = console or Console()
+        self.console = console or _TerminalConsole()
         self.prompt = prompt
         self.show_steps = show_steps
         self._reader: asyncio.Task[None] | None = None
         self._input_fd = input_fd
         self._lines: _LineReader | None = None
+        self._output_closed = False
+
+    @property
+    def output_closed(self) -> bool:
+        """Whether the chat ended because the terminal's output was closed."""
+        return self._output_closed
 
     async def start(self) -> None:
         self._lines = _raw_lines(self._input_fd)
@@ -69,7 +91,7 @@ class TerminalPlatform(Platform):
         session = await agent.get_or_create_session(self.session_id, self)
         for entry in session.chat_history():
             self._print_line(entry.role, entry.text)
-        while True:
+        while not self._output_closed:
             try:
                 text = await self._read_line()
             except (EOFError, KeyboardInterrupt):
@@ -81,7 +103,7 @@ class TerminalPlatform(Platform):
             try:
                 await agent.receive_message(self.session_id, text, self)
             except Exception as exc:  # the log refused a write: say so, keep the prompt alive
-                self.console.print(Panel(Text(f"{type(exc).__name__}: {exc}"), title="error", style="red"))
+                self._show(Panel(Text(f"{type(exc).__name__}: {exc}"), title="error", style="red"))
         agent.request_stop()
 
     async def _read_line(self) -> str:
@@ -109,22 +131,41 @@ class TerminalPlatform(Platform):
                 loop.call_soon_threadsafe(settle, value, error)
 
         if lines is not None:
-            self.console.print(self.prompt, end="", markup=False, highlight=False)
-            self.console.file.flush()
+            self._show(self.prompt, end="", markup=False, highlight=False)
         threading.Thread(target=read, name="baf-terminal-input", daemon=True).start()
         return await result
 
+    def _show(self, *objects: Any, session: Session | None = None, **options: Any) -> None:
+        """Print on the console, unless its output was closed. The first print that finds it closed
+        ends the chat: a one-line notice on stderr, an ``error`` record in ``session`` if one is being
+        served, and a stop request (as EOF on input makes). Not raised: every later reply would fail the
+        same way, and the agent is stopping anyway."""
+        if self._output_closed:
+            return
+        try:
+            self.console.print(*objects, **options)
+            self.console.file.flush()
+        except BrokenPipeError as exc:
+            self._output_closed = True
+            logger.warning("terminal: the output was closed; stopping the agent (replies stay in the log)")
+            if session is not None:
+                with contextlib.suppress(LogClosedError):  # the agent stopped meanwhile
+                    session.record_error("platform", exc)
+            if self.agent is not None:
+                self.agent.request_stop()
+
     def _print_line(self, role: str, text: str) -> None:
         if role == "user":
-            self.console.print(Text(f"{self.prompt}{text}", style="dim"))
+            self._show(Text(f"{self.prompt}{text}", style="dim"))
         else:
-            self.console.print(Markdown(text))
+            self._show(Markdown(text))
 
     async def reply(self, session: Session, message: str) -> None:
-        self.console.print(Panel(Markdown(message), title=session.agent.name, title_align="left", style="cyan"))
+        panel = Panel(Markdown(message), title=session.agent.name, title_align="left", style="cyan")
+        self._show(panel, session=session)
 
     async def reply_error(self, session: Session, message: str) -> None:
-        self.console.print(Panel(Text(message), title="error", title_align="left", style="red"))
+        self._show(Panel(Text(message), title="error", title_align="left", style="red"), session=session)
 
     async def reply_reasoning_step(self, session: Session, step: Any) -> None:
         if not self.show_steps:
@@ -132,9 +173,10 @@ class TerminalPlatform(Platform):
         data = step.to_dict() if hasattr(step, "to_dict") else dict(step)
         kind = data.get("kind", "")
         if kind in ("reasoning_started", "reasoning_finished"):
-            self.console.rule(Text(f"{kind.replace('_', ' ')}", style="dim"), style="dim")
+            self._show(Rule(Text(f"{kind.replace('_', ' ')}", style="dim"), style="dim"), session=session)
             return
-        self.console.print(Text(f"  · [{data.get('step', 0)}] {kind}: {data.get('summary', '')}", style="dim"))
+        line = Text(f"  · [{data.get('step', 0)}] {kind}: {data.get('summary', '')}", style="dim")
+        self._show(line, session=session)
 
     async def reply_task_list_update(self, session: Session, tasks: list[dict[str, Any]]) -> None:
         if not self.show_steps or not tasks:
@@ -146,7 +188,7 @@ class TerminalPlatform(Platform):
             result = f" — {task['result']}" if task.get("result") else ""
             # Text, not str: model-written descriptions must not be read as rich markup.
             table.add_row(Text(mark), Text(f"{task.get('id')}. {task.get('description', '')}{result}"))
-        self.console.print(table)
+        self._show(table, session=session)
 
 
 def _raw_lines(fd: int | None) -> _LineReader | None:
