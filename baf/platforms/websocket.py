@@ -41,7 +41,8 @@ Server → client:
     A full snapshot; ``status`` is ``pending``, ``in_progress``, ``completed`` or ``skipped``.
 ``{"type": "history", "after_seq": N, "last_seq": M, "truncated": BOOL, "items": [...]}``
     Items in log order, each with its ``seq`` and a ``type``: ``user`` / ``reply`` (``text``),
-    ``reasoning_step`` (``step``), ``task_list`` (``tasks``), ``error`` (``message``). ``reply`` items carry
+    ``reasoning_step`` (``step``), ``task_list`` (``tasks``), ``error`` (``message``: the errors that were
+    shown live, as they were shown; a failed tool or model call shows as its step or reply). ``reply`` items carry
     the same ``format`` / ``options`` / ``name`` / ``mime_type`` / ``data`` as the live ``reply`` frame.
 ``{"type": "error", "code": CODE, "message": "..."}``
     Codes: ``bad_json``, ``bad_frame``, ``unknown_type``, ``too_large``, ``binary``, ``no_session``,
@@ -778,9 +779,15 @@ def history_items(records: Sequence[Record]) -> list[dict[str, Any]]:
         elif record.kind == RecordKind.TASK_LIST:
             items.append({"seq": record.seq, "type": "task_list", "tasks": data.get("tasks", [])})
         elif record.kind == RecordKind.ERROR:
-            # Only the kind of failure: tracebacks and exception texts stay in the log, not on the wire.
-            message = f"an error occurred ({data.get('source', 'agent')}: {data.get('type', 'Error')})"
-            items.append({"seq": record.seq, "type": "error", "message": message})
+            # Only the errors the user was shown live (a body or fallback that raised), with the text shown
+            # then: a tool's or the model's failure reached the user as a step or an apology reply, and
+            # tracebacks and exception texts stay in the log, not on the wire.
+            shown = data.get("shown")
+            if isinstance(shown, str):
+                items.append({"seq": record.seq, "type": "error", "message": shown})
+            elif data.get("source") in ("body", "fallback"):  # a log from before ``shown`` was recorded
+                message = f"an error occurred ({data.get('source')}: {data.get('type', 'Error')})"
+                items.append({"seq": record.seq, "type": "error", "message": message})
     return items
 
 

@@ -16,8 +16,9 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from baf import Agent
 from baf.core.session import Session
+from baf.library.state.reasoning_state_library import new_reasoning_state
 from baf.platforms.websocket import WebSocketPlatform
-from baf.testing import FunctionLLM
+from baf.testing import FunctionLLM, ScriptedLLM
 
 from .helpers import FINAL_ANSWER, Client, body_agent, echo, planning_script, reasoning_agent
 
@@ -595,3 +596,59 @@ async def test_resuming_during_a_reply_stream_shows_each_reply_once(body_kind: s
         assert [v for v in views if v != expected] == []
         await first.drain(0.05)  # a client that has not read what it was sent waits long for the close
         await first.close()
+
+
+async def test_reconnect_history_shows_what_was_shown_live_errors_included() -> None:
+    """A reloaded view equals the live one: a failing tool (shown as its step) and a failing model (shown
+    as the apology reply) add no error item of their own; a body that raised shows the message shown live."""
+
+    def boom(x: int) -> str:
+        """Fail.
+
+        Args:
+            x: Anything.
+        """
+        raise ValueError("kaput")
+
+    llm = ScriptedLLM([ScriptedLLM.tool_call("boom", {"x": 1}), "done", RuntimeError("model down")])
+    agent = Agent("assistant", log="memory://")
+    agent.add_tool(boom)
+    reasoning = new_reasoning_state(agent, llm)
+    crashing = agent.new_state("crashing")
+
+    def crash(session: Session) -> None:
+        raise KeyError("secret detail")
+
+    crashing.set_body(crash)
+    reasoning.when_event().with_condition(lambda s: s.event is not None and s.event.text == "crash").go_to(crashing)
+    reasoning.when_event().go_to(reasoning)
+    crashing.when_event().go_to(reasoning)
+
+    def shown(frame: dict[str, Any]) -> tuple[str, str]:
+        if frame["type"] == "reasoning_step":
+            return ("reasoning_step", frame["step"]["kind"])
+        if frame["type"] == "task_list":
+            return ("task_list", json.dumps(frame["tasks"]))
+        return (frame["type"], frame.get("text") or frame.get("message") or "")
+
+    async with serving(agent) as platform:
+        client = await Client.open(platform.ws_url)
+        await client.hello()
+        live: list[dict[str, Any]] = []
+        for text, last in (("use the tool", "reasoning_finished"), ("ask again", "reasoning_finished"),
+                           ("crash", "error")):  # fmt: skip
+            await client.send({"type": "message", "text": text})
+            while True:
+                live.append(await client.recv())
+                if last in (live[-1]["type"], live[-1].get("step", {}).get("kind")):
+                    break
+            await agent.wait_idle()
+        assert ("error", "Something went wrong while handling that (KeyError in state 'crashing').") in [
+            shown(f) for f in live
+        ]
+        again = await Client.open(platform.ws_url)
+        await again.hello(resume=client.token)
+        history, _ = await again.until("history")
+    from_log = [shown(item) for item in history["items"] if item["type"] != "user"]
+    assert from_log == [shown(f) for f in live]
+    assert "secret detail" not in json.dumps(history)
