@@ -27,7 +27,8 @@ Client → server:
 ``{"type": "reset"}``
     Leave the current session (its log is kept) and start a new one: answered with a new ``welcome``.
 ``{"type": "history", "after_seq": N}``
-    The session's history after seq ``N``, read from the log: answered with ``history``.
+    The session's history after seq ``N``, read from the log: answered with ``history``. As for a resume,
+    it is read between the session's sends, so a view redrawn from it shows each record once.
 
 Server → client:
 
@@ -555,14 +556,7 @@ class WebSocketPlatform(Platform):
         # Loaded (or started) first, so its deliveries can be held while the history is read: a session
         # that is not in memory yet may be starting right now, for this client's own last message.
         session = await self.agent.get_or_create_session(session_id, self)
-
-        async def read_and_bind(upto: int) -> None:
-            # No send runs meanwhile: each record is in this history (seq <= upto) or delivered after it.
-            records = [r for r in await self._read_log(session_id, after) if r.seq <= upto]
-            self._welcome(client, session_id, resumed=True)
-            self._queue_history(client, after, records, last_seq=max(upto, after))
-
-        await session.read_delivered(read_and_bind)
+        await self._read_and_bind(client, session, after, welcome=True)
 
     def _after_seq(self, client: _Client, frame: dict[str, Any]) -> int | None:
         after = frame.get("after_seq", 0)
@@ -616,6 +610,19 @@ class WebSocketPlatform(Platform):
             return
         await self._send_history(client, after)
 
+    async def _read_and_bind(self, client: _Client, session: Session, after: int, *, welcome: bool) -> None:
+        """Queue the history of ``session`` after seq ``after`` (behind a ``welcome`` binding the client to
+        it, if asked), read while no reply of the session is being sent: each record is then shown once, in
+        this history (its ``last_seq`` covers it) or in a live frame after it, never in both nor in neither."""
+
+        async def read_and_bind(upto: int) -> None:
+            records = [r for r in await self._read_log(session.id, after) if r.seq <= upto]
+            if welcome:
+                self._welcome(client, session.id, resumed=True)
+            self._queue_history(client, after, records, last_seq=max(upto, after))
+
+        await session.read_delivered(read_and_bind)
+
     _handlers: ClassVar[dict[str, Callable[[WebSocketPlatform, _Client, dict[str, Any]], Any]]] = {
         "hello": _on_hello,
         "resume": _on_hello,
@@ -644,7 +651,13 @@ class WebSocketPlatform(Platform):
         return list(await self.agent.log.read(session_id, after_seq))
 
     async def _send_history(self, client: _Client, after_seq: int) -> None:
-        assert client.session_id is not None
+        assert client.session_id is not None and self.agent is not None
+        session = self.agent.sessions.get(client.session_id)
+        if session is not None:
+            # Replies may be streaming to this client: read between their sends, as a resume does.
+            await self._read_and_bind(client, session, after_seq, welcome=False)
+            return
+        # Not in memory (nothing sent yet on a new session): no reply can be in flight.
         self._queue_history(client, after_seq, await self._read_log(client.session_id, after_seq))
 
     def _queue_history(

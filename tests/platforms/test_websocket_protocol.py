@@ -9,6 +9,7 @@ import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -652,3 +653,59 @@ async def test_reconnect_history_shows_what_was_shown_live_errors_included() -> 
     from_log = [shown(item) for item in history["items"] if item["type"] != "user"]
     assert from_log == [shown(f) for f in live]
     assert "secret detail" not in json.dumps(history)
+
+
+@pytest.mark.parametrize("durability", ["normal", "full"])
+async def test_a_history_request_during_a_reply_stream_shows_each_reply_once(tmp_path: Path, durability: str) -> None:
+    """``history`` on a bound connection, while replies stream: the view rebuilt from it plus the live
+    frames after it shows every reply once (as ``hello`` with a resume token does)."""
+    agent = Agent("stream", log=f"sqlite:///{tmp_path / 'log.db'}?durability={durability}")
+    state = agent.new_state("main", initial=True)
+    count = 60
+
+    async def body(session: Session) -> None:
+        if session.event is None or session.event.text != "go":
+            return
+        for i in range(count):
+            await session.reply(f"r{i}")
+            await asyncio.sleep(0.001)
+
+    state.set_body(body)
+    state.when_event().go_to(state)
+    async with serving(agent) as platform:
+        read = agent.log.read
+
+        async def slow_read(*args: Any, **kwargs: Any) -> Any:
+            await asyncio.sleep(0.003)  # as a real store's read: replies are committed meanwhile
+            return await read(*args, **kwargs)
+
+        agent.log.read = slow_read  # type: ignore[method-assign]
+        first = await Client.open(platform.ws_url)
+        await first.hello()
+        watchers = []
+        for _ in range(20):
+            watcher = await Client.open(platform.ws_url, max_size=None)
+            await watcher.hello(resume=first.token)
+            await watcher.until("history")
+            watchers.append(watcher)
+        await first.send({"type": "message", "text": "go"})
+
+        async def reload(client: Client, delay: float) -> list[str]:
+            view: list[str] = []
+            reader = asyncio.ensure_future(client.drain(1.0))
+            await asyncio.sleep(delay)
+            await client.send({"type": "history", "after_seq": 0})
+            for frame in await reader:
+                if frame["type"] == "history":
+                    view = [i["text"] for i in frame["items"] if i["type"] == "reply"]  # the UI redraws
+                elif frame["type"] == "reply":
+                    view.append(frame["text"])
+            await client.close()
+            return view
+
+        views = await asyncio.gather(*(reload(w, k * 0.004) for k, w in enumerate(watchers)))
+        await agent.wait_idle()
+        expected = [f"r{i}" for i in range(count)]
+        assert [v for v in views if v != expected] == []
+        await first.drain(0.05)
+        await first.close()
