@@ -266,7 +266,7 @@ class Runtime:
             # A crash interrupted this step. Its effects up to the crash are in the log; it is not
             # re-run, because the body may already have acted outside baf.
             _close_interrupted_step(
-                session, projection.open_step, "crash",
+                session, projection.open_step or None, "crash",  # 0: a step without an event (see projection)
                 "the process stopped while this step was running; the step was not resumed",
             )  # fmt: skip
         if not projection.started:

@@ -46,7 +46,8 @@ class SessionProjection:
     errors: int = 0
     #: Inbound events recorded but not yet started, by seq: what a restart must still process.
     unstarted: dict[int, dict[str, Any]] = field(default_factory=dict)
-    #: The seq of the event whose step started but has not finished (a crash interrupted it).
+    #: The seq of the event whose step started but has not finished (a crash interrupted it); 0 for a step
+    #: without an event (the initial state's body at the session start, or a check of automatic transitions).
     open_step: int | None = None
     #: Whether the initial state's body has run (``session_started`` without a step yet).
     started: bool = False
