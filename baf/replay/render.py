@@ -133,6 +133,10 @@ def render_sessions(console: Console, rows: Iterable[dict[str, Any]], title: str
     for column in ("session", "agent", "first activity", "last activity", "records", "state", "errors"):
         table.add_column(column, overflow="fold")
     for row in rows:
+        if row.get("unreadable") is not None:
+            seq = getattr(row["unreadable"], "seq", "?")
+            table.add_row(Text(row["session"]), "-", "-", "-", "?", Text(f"unreadable at #{seq}", style="red"), "?")
+            continue
         table.add_row(
             Text(row["session"]), Text(row["agent"] or "-"), _date(row["first"]), _date(row["last"]),
             str(row["records"]), Text(row["state"] or "-"),

@@ -98,3 +98,20 @@ async def test_an_event_whose_text_is_not_a_string_is_refused_before_it_is_recor
         with pytest.raises(ValueError, match="text must be a string or None"):
             await agent.receive_event(ReceiveTextEvent("s", message=5))  # type: ignore[arg-type]
         assert not [r for r in await agent.log.read("s") if r.kind == "message_received"]
+
+
+@pytest.mark.parametrize("command", ["sessions", "replay"])
+@pytest.mark.parametrize("data", ["{bad json", '{"source": "idle"}'])
+def test_a_session_listing_shows_the_readable_sessions_and_names_the_unreadable_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, data: str
+) -> None:
+    db = tmp_path / "log.db"
+    asyncio.run(_write_log(db))
+    seq = _seq_of(db, "transition")
+    _set_data(db, seq, data)
+    assert main([command, str(db)]) == 2  # the log is not sound: a script must notice
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert any("s2" in line and "idle" in line for line in lines), out  # the other session is listed
+    assert any("s1" in line and "unreadable" in line for line in lines), out
+    assert f"baf {command}: corrupt record in session 's1' at seq {seq}" in " ".join(err.split())
