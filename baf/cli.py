@@ -218,20 +218,28 @@ def _when(ts: float | None) -> str:
 
 
 def _cmd_sessions(args: argparse.Namespace) -> int:
-    async def collect() -> list[Any]:
+    from baf.replay.commands import report_unreadable
+    from baf.replay.reading import session_rows
+
+    async def collect() -> list[dict[str, Any]]:
         async with open_existing_log(args.log) as log:
-            return [await log.project(sid) for sid in await log.sessions()]
+            return await session_rows(log)
 
     table = Table(title=f"sessions in {args.log}")
     for column in ("session", "agent", "first", "last", "records", "state", "errors"):
         table.add_column(column)
-    for p in asyncio.run(collect()):
+    rows = asyncio.run(collect())
+    for row in rows:
+        if row.get("unreadable") is not None:  # listed all the same: one bad session must not hide the rest
+            state = Text(f"unreadable at #{getattr(row['unreadable'], 'seq', '?')}", style="red")
+            table.add_row(row["session"], "-", "-", "-", "?", state, "?")
+            continue
         table.add_row(
-            p.session_id, p.agent or "-", _when(p.first_ts), _when(p.last_ts), str(p.last_seq),
-            p.current_state or "-", str(p.errors),
+            row["session"], row["agent"] or "-", _when(row["first"]), _when(row["last"]), str(row["records"]),
+            row["state"] or "-", str(row["errors"]),
         )
     _Stdout().print(table)
-    return 0
+    return report_unreadable(rows, "sessions")
 
 
 def _cmd_log(args: argparse.Namespace) -> int:

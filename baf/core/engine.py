@@ -200,8 +200,9 @@ async def _run_body(session: Session, state: State, body: Body, role: str) -> No
                 await result
     except Exception as exc:
         logger.exception("session %s: %s of state %r raised", session.id, role, state.name)
-        session.record_error(role, exc, state=state.name)
-        _tell_user(session, f"Something went wrong while handling that ({type(exc).__name__} in state {state.name!r}).")
+        shown = f"Something went wrong while handling that ({type(exc).__name__} in state {state.name!r})."
+        session.record_error(role, exc, state=state.name, shown=shown)  # ``shown``: a reconnecting UI's history
+        _tell_user(session, shown)
 
 
 def _tell_user(session: Session, message: str) -> None:

@@ -266,7 +266,7 @@ class Runtime:
             # A crash interrupted this step. Its effects up to the crash are in the log; it is not
             # re-run, because the body may already have acted outside baf.
             _close_interrupted_step(
-                session, projection.open_step, "crash",
+                session, projection.open_step or None, "crash",  # 0: a step without an event (see projection)
                 "the process stopped while this step was running; the step was not resumed",
             )  # fmt: skip
         if not projection.started:
@@ -281,6 +281,9 @@ class Runtime:
     async def receive(self, event: Event, platform: Platform | None) -> asyncio.Future[None]:
         """Record ``event`` durably, queue it, and return a future that resolves once it is handled."""
         data = {"event": event.to_data(), "text": event.text}
+        if data["text"] is not None and not isinstance(data["text"], str):
+            # The fold reads it as the conversation's text: refused here, not found corrupt on a restart.
+            raise ValueError(f"{type(event).__name__}.text must be a string or None, got {type(data['text']).__name__}")
         try:
             json.dumps(data, allow_nan=False)
         except (TypeError, ValueError) as exc:

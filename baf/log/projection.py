@@ -3,14 +3,19 @@
 The live runtime, a restart after a crash and replay all build session state with this one fold,
 so there is no second source of truth. ``SessionProjection.apply`` must stay cheap: it runs for every
 record the runtime writes and for every record a restart reads.
+
+A record of a kind the fold reads must have the fields it reads, of the right type; one that does not
+(a hand-edited or damaged log) raises ``CorruptRecordError`` naming session and seq, rather than a bare
+``KeyError`` or a silently wrong state.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
+from baf.errors import CorruptRecordError
 from baf.log.record import Record, RecordKind
 
 __all__ = ["ChatEntry", "SessionProjection", "project"]
@@ -41,7 +46,8 @@ class SessionProjection:
     errors: int = 0
     #: Inbound events recorded but not yet started, by seq: what a restart must still process.
     unstarted: dict[int, dict[str, Any]] = field(default_factory=dict)
-    #: The seq of the event whose step started but has not finished (a crash interrupted it).
+    #: The seq of the event whose step started but has not finished (a crash interrupted it); 0 for a step
+    #: without an event (the initial state's body at the session start, or a check of automatic transitions).
     open_step: int | None = None
     #: Whether the initial state's body has run (``session_started`` without a step yet).
     started: bool = False
@@ -85,15 +91,31 @@ def project(session_id: str, records: Iterable[Record]) -> SessionProjection:
     return SessionProjection(session_id).apply_all(records)
 
 
+def _corrupt(p: SessionProjection, seq: int, kind: str, field: str, value: Any, expected: str) -> NoReturn:
+    found = "missing" if value is _MISSING else f"{type(value).__name__} {value!r:.60}"
+    raise CorruptRecordError(p.session_id, seq, f"{kind} record: {field} should be {expected}, found {found}")
+
+
+_MISSING: Any = object()
+
+
 def _session_started(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
+    initial = data.get("initial_state", _MISSING)
+    if type(initial) is not str:
+        _corrupt(p, seq, "session_started", "initial_state", initial, "a state name")
     p.agent = data.get("agent")
     p.platform = data.get("platform")
-    p.current_state = data.get("initial_state")
+    p.current_state = initial
 
 
 def _message_received(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
-    p.unstarted[seq] = data["event"]
+    event = data.get("event", _MISSING)
+    if type(event) is not dict:
+        _corrupt(p, seq, "message_received", "event", event, "an object")
     text = data.get("text")
+    if text is not None and type(text) is not str:
+        _corrupt(p, seq, "message_received", "text", text, "text or null")
+    p.unstarted[seq] = event
     if text is not None:
         p.history.append(ChatEntry("user", text, seq))
 
@@ -101,6 +123,8 @@ def _message_received(p: SessionProjection, data: dict[str, Any], seq: int) -> N
 def _step_started(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
     event_seq = data.get("event_seq")
     if event_seq is not None:
+        if type(event_seq) is not int:
+            _corrupt(p, seq, "step_started", "event_seq", event_seq, "a seq or null")
         p.unstarted.pop(event_seq, None)
     p.open_step = event_seq if event_seq is not None else 0
     p.started = True
@@ -111,19 +135,33 @@ def _step_finished(p: SessionProjection, data: dict[str, Any], seq: int) -> None
 
 
 def _transition(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
-    p.current_state = data["dest"]
+    dest = data.get("dest", _MISSING)
+    if type(dest) is not str:
+        _corrupt(p, seq, "transition", "dest", dest, "a state name")
+    p.current_state = dest
 
 
 def _variable_set(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
-    p.variables[data["name"]] = data["value"]
+    name = data.get("name", _MISSING)
+    if type(name) is not str:
+        _corrupt(p, seq, "variable_set", "name", name, "text")
+    if "value" not in data:
+        _corrupt(p, seq, "variable_set", "value", _MISSING, "present")
+    p.variables[name] = data["value"]
 
 
 def _variable_deleted(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
-    p.variables.pop(data["name"], None)
+    name = data.get("name", _MISSING)
+    if type(name) is not str:
+        _corrupt(p, seq, "variable_deleted", "name", name, "text")
+    p.variables.pop(name, None)
 
 
 def _reply(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
-    p.history.append(ChatEntry("assistant", data["text"], seq))
+    text = data.get("text", _MISSING)
+    if type(text) is not str:
+        _corrupt(p, seq, "reply", "text", text, "text")
+    p.history.append(ChatEntry("assistant", text, seq))
 
 
 def _error(p: SessionProjection, data: dict[str, Any], seq: int) -> None:

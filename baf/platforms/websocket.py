@@ -27,7 +27,8 @@ Client → server:
 ``{"type": "reset"}``
     Leave the current session (its log is kept) and start a new one: answered with a new ``welcome``.
 ``{"type": "history", "after_seq": N}``
-    The session's history after seq ``N``, read from the log: answered with ``history``.
+    The session's history after seq ``N``, read from the log: answered with ``history``. As for a resume,
+    it is read between the session's sends, so a view redrawn from it shows each record once.
 
 Server → client:
 
@@ -41,7 +42,8 @@ Server → client:
     A full snapshot; ``status`` is ``pending``, ``in_progress``, ``completed`` or ``skipped``.
 ``{"type": "history", "after_seq": N, "last_seq": M, "truncated": BOOL, "items": [...]}``
     Items in log order, each with its ``seq`` and a ``type``: ``user`` / ``reply`` (``text``),
-    ``reasoning_step`` (``step``), ``task_list`` (``tasks``), ``error`` (``message``). ``reply`` items carry
+    ``reasoning_step`` (``step``), ``task_list`` (``tasks``), ``error`` (``message``: the errors that were
+    shown live, as they were shown; a failed tool or model call shows as its step or reply). ``reply`` items carry
     the same ``format`` / ``options`` / ``name`` / ``mime_type`` / ``data`` as the live ``reply`` frame.
 ``{"type": "error", "code": CODE, "message": "..."}``
     Codes: ``bad_json``, ``bad_frame``, ``unknown_type``, ``too_large``, ``binary``, ``no_session``,
@@ -554,14 +556,7 @@ class WebSocketPlatform(Platform):
         # Loaded (or started) first, so its deliveries can be held while the history is read: a session
         # that is not in memory yet may be starting right now, for this client's own last message.
         session = await self.agent.get_or_create_session(session_id, self)
-
-        async def read_and_bind(upto: int) -> None:
-            # No send runs meanwhile: each record is in this history (seq <= upto) or delivered after it.
-            records = [r for r in await self._read_log(session_id, after) if r.seq <= upto]
-            self._welcome(client, session_id, resumed=True)
-            self._queue_history(client, after, records, last_seq=max(upto, after))
-
-        await session.read_delivered(read_and_bind)
+        await self._read_and_bind(client, session, after, welcome=True)
 
     def _after_seq(self, client: _Client, frame: dict[str, Any]) -> int | None:
         after = frame.get("after_seq", 0)
@@ -615,6 +610,19 @@ class WebSocketPlatform(Platform):
             return
         await self._send_history(client, after)
 
+    async def _read_and_bind(self, client: _Client, session: Session, after: int, *, welcome: bool) -> None:
+        """Queue the history of ``session`` after seq ``after`` (behind a ``welcome`` binding the client to
+        it, if asked), read while no reply of the session is being sent: each record is then shown once, in
+        this history (its ``last_seq`` covers it) or in a live frame after it, never in both nor in neither."""
+
+        async def read_and_bind(upto: int) -> None:
+            records = [r for r in await self._read_log(session.id, after) if r.seq <= upto]
+            if welcome:
+                self._welcome(client, session.id, resumed=True)
+            self._queue_history(client, after, records, last_seq=max(upto, after))
+
+        await session.read_delivered(read_and_bind)
+
     _handlers: ClassVar[dict[str, Callable[[WebSocketPlatform, _Client, dict[str, Any]], Any]]] = {
         "hello": _on_hello,
         "resume": _on_hello,
@@ -643,7 +651,13 @@ class WebSocketPlatform(Platform):
         return list(await self.agent.log.read(session_id, after_seq))
 
     async def _send_history(self, client: _Client, after_seq: int) -> None:
-        assert client.session_id is not None
+        assert client.session_id is not None and self.agent is not None
+        session = self.agent.sessions.get(client.session_id)
+        if session is not None:
+            # Replies may be streaming to this client: read between their sends, as a resume does.
+            await self._read_and_bind(client, session, after_seq, welcome=False)
+            return
+        # Not in memory (nothing sent yet on a new session): no reply can be in flight.
         self._queue_history(client, after_seq, await self._read_log(client.session_id, after_seq))
 
     def _queue_history(
@@ -778,9 +792,15 @@ def history_items(records: Sequence[Record]) -> list[dict[str, Any]]:
         elif record.kind == RecordKind.TASK_LIST:
             items.append({"seq": record.seq, "type": "task_list", "tasks": data.get("tasks", [])})
         elif record.kind == RecordKind.ERROR:
-            # Only the kind of failure: tracebacks and exception texts stay in the log, not on the wire.
-            message = f"an error occurred ({data.get('source', 'agent')}: {data.get('type', 'Error')})"
-            items.append({"seq": record.seq, "type": "error", "message": message})
+            # Only the errors the user was shown live (a body or fallback that raised), with the text shown
+            # then: a tool's or the model's failure reached the user as a step or an apology reply, and
+            # tracebacks and exception texts stay in the log, not on the wire.
+            shown = data.get("shown")
+            if isinstance(shown, str):
+                items.append({"seq": record.seq, "type": "error", "message": shown})
+            elif data.get("source") in ("body", "fallback"):  # a log from before ``shown`` was recorded
+                message = f"an error occurred ({data.get('source')}: {data.get('type', 'Error')})"
+                items.append({"seq": record.seq, "type": "error", "message": message})
     return items
 
 

@@ -44,6 +44,7 @@ import enum
 import functools
 import inspect
 import json
+import math
 import re
 import types
 import typing
@@ -76,9 +77,29 @@ def _no_constants(token: str) -> Any:
     raise ValueError(f"{token} is not valid JSON")
 
 
+def _finite_float(token: str) -> float:
+    value = float(token)
+    if math.isinf(value):  # 1e999 is valid JSON text, but no number a tool could be given
+        raise ValueError(f"the number {_shorten(token, _VALUE_CHARS)} is too large")
+    return value
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    value = dict(pairs)
+    if len(value) < len(pairs):  # JSON would let the last one win, silently: say so instead
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"the key {key!r} appears more than once in one object")
+            seen.add(key)
+    return value
+
+
 # ``json.loads(text, parse_constant=...)`` builds a decoder on every call, which cost more than the
 # parse of a typical arguments object; one shared decoder (they are stateless) does the same.
-_ARGUMENTS_DECODER = json.JSONDecoder(parse_constant=_no_constants)
+_ARGUMENTS_DECODER = json.JSONDecoder(
+    parse_constant=_no_constants, parse_float=_finite_float, object_pairs_hook=_unique_keys
+)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -447,7 +468,12 @@ def _check(value: Any, tp: Any, path: str, problems: list[str]) -> Any:
         if not isinstance(value, int | float) or isinstance(value, bool):
             wrong()
             return value
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an integer beyond any float: a problem with the call, not the tool failing
+            shown = _shorten(str(value), _VALUE_CHARS)
+            problems.append(f"argument '{path}': expected a number, got {shown}, too large for one")
+            return value
     origin, args = get_origin(tp), get_args(tp)
     if origin is Annotated:
         if _str_metadata_only(args[1:]):

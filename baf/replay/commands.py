@@ -17,7 +17,7 @@ import sys
 from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.text import Text
@@ -60,13 +60,24 @@ class ReplayOptions:
         return EntryFilter(self.kinds, self.from_seq, self.to_seq, self.grep)
 
 
+def report_unreadable(rows: list[dict[str, Any]], command: str) -> int:
+    """Print on stderr why each unreadable session of a listing could not be read; the exit status:
+    2 if there was one (the listing shows the others, but the log is not sound), else 0."""
+    errors = [row["unreadable"] for row in rows if row.get("unreadable") is not None]
+    stderr = Console(stderr=True, highlight=False)
+    for error in errors:
+        stderr.print(Text(f"baf {command}: {error}", style="red"), soft_wrap=True)
+    return 2 if errors else 0
+
+
 async def replay(log: SessionLog, options: ReplayOptions, console: Console, label: str = "log") -> int:
     """Run ``baf replay`` against an open log; returns the exit code."""
     redactor = Redactor.from_environment()
     if options.session is None:
-        render_sessions(console, await session_rows(log), f"sessions in {label}")
+        rows = await session_rows(log)
+        render_sessions(console, rows, f"sessions in {label}")
         console.print(Text("pick one: baf replay LOG SESSION", style="dim"))
-        return 0
+        return report_unreadable(rows, "replay")
     if options.follow:
         if options.from_seq is not None:
             after = max(0, options.from_seq - 1)

@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from baf.errors import CorruptRecordError, UnknownRecordVersionError
 from baf.log.record import Record
 from baf.log.redaction import Redactor
 from baf.log.store import SessionLog
@@ -32,10 +33,19 @@ async def read_session(log: SessionLog, session_id: str, redactor: Redactor | No
 
 
 async def session_rows(log: SessionLog) -> list[dict[str, Any]]:
-    """One summary per session (id, agent, first/last activity, records, state, errors), by projection."""
-    rows = []
+    """One summary per session (id, agent, first/last activity, records, state, errors), by projection.
+
+    A session with a record that cannot be read is still listed: its row has ``unreadable``, the error
+    (naming the seq), and ``None`` for what could not be read."""
+    rows: list[dict[str, Any]] = []
     for session_id in await log.sessions():
-        p = await log.project(session_id)
+        try:
+            p = await log.project(session_id)
+        except (CorruptRecordError, UnknownRecordVersionError) as exc:
+            # One unreadable session must not hide the others: it is listed with what is wrong with it.
+            rows.append({"session": session_id, "agent": None, "first": None, "last": None, "records": None,
+                         "state": None, "errors": None, "unreadable": exc})  # fmt: skip
+            continue
         rows.append({"session": session_id, "agent": p.agent, "first": p.first_ts, "last": p.last_ts,
                      "records": p.last_seq, "state": p.current_state, "errors": p.errors})  # fmt: skip
     return rows

@@ -133,6 +133,10 @@ def render_sessions(console: Console, rows: Iterable[dict[str, Any]], title: str
     for column in ("session", "agent", "first activity", "last activity", "records", "state", "errors"):
         table.add_column(column, overflow="fold")
     for row in rows:
+        if row.get("unreadable") is not None:
+            seq = getattr(row["unreadable"], "seq", "?")
+            table.add_row(Text(row["session"]), "-", "-", "-", "?", Text(f"unreadable at #{seq}", style="red"), "?")
+            continue
         table.add_row(
             Text(row["session"]), Text(row["agent"] or "-"), _date(row["first"]), _date(row["last"]),
             str(row["records"]), Text(row["state"] or "-"),
@@ -153,7 +157,8 @@ def render_snapshot(console: Console, snapshot: SessionSnapshot, width: int = DE
                        (f" ({record.kind}, {_date(record.ts)})" if record else ""), style="bold"))  # fmt: skip
     console.print(Text(f"agent: {p.agent or '-'}   state: {p.current_state or '-'}   errors: {p.errors}"))
     if p.open_step is not None:
-        console.print(Text(f"a step is running (event #{p.open_step})", style="yellow"))
+        event = f"event #{p.open_step}" if p.open_step else "no event: the session start or a check"
+        console.print(Text(f"a step is running ({event})", style="yellow"))
     if p.unstarted:
         console.print(Text(f"events waiting: {', '.join('#' + str(s) for s in sorted(p.unstarted))}", style="yellow"))
     console.print(Text("variables:", style="bold"))

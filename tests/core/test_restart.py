@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import random
 import signal
@@ -128,3 +129,68 @@ async def test_kill_9_mid_conversation_loses_no_acknowledged_message(tmp_path: P
     _, state, count = final_state.split()
     assert state == p.current_state and int(count) == p.variables["count"]
     assert [r.seq for r in records] == list(range(1, len(records) + 1))
+
+
+_STUCK_AT_START = """
+import asyncio, sys
+from baf import Agent
+
+agent = Agent("starting", log=f"sqlite:///{sys.argv[1]}")
+state = agent.new_state("idle", initial=True)
+
+async def body(session):
+    session.set("started", True)
+    await session.commit()
+    print("READY", flush=True)
+    await asyncio.sleep(60)
+
+state.set_body(body)
+
+async def main():
+    async with agent:
+        await agent.get_or_create_session("s")
+        await asyncio.sleep(60)
+
+asyncio.run(main())
+"""
+
+
+def _kill_9_once_ready(db: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", _STUCK_AT_START, str(db)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "READY"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    proc.stdout.close()
+
+
+async def test_kill_9_in_the_initial_body_closes_that_step_without_inventing_an_event(tmp_path: Path) -> None:
+    """The step that ran the initial state has no event (``event_seq: null``): closing it after a crash
+    must not record ``event_seq: 0`` (no record has seq 0), and replay shows it as the session start."""
+    from rich.console import Console
+
+    from baf.replay import iter_timeline, state_at
+    from baf.replay.render import render_snapshot
+
+    db = tmp_path / "log.db"
+    _kill_9_once_ready(db)
+
+    agent = Agent("starting", log=f"sqlite:///{db}")
+    agent.new_state("idle", initial=True)
+    async with agent:
+        await agent.wait_idle()
+        records = await agent.log.read("s")
+    started = next(r for r in records if r.kind == "step_started")
+    assert started.data == {"event_seq": None}
+    error, finished = records[-2:]
+    assert error.kind == "error" and error.data["interrupted_by"] == "crash" and error.data["event_seq"] is None
+    assert finished.data == {"event_seq": None, "interrupted": True, "interrupted_by": "crash"}
+    assert project("s", records).open_step is None
+    titles = [entry.title for entry in iter_timeline(records)]
+    assert any(t.startswith("step finished (session start)") and "crash" in t for t in titles), titles
+    snapshot = state_at("s", records, started.seq)
+    assert snapshot.projection.open_step == 0  # the fold's mark for "no event"
+    console = Console(file=io.StringIO(), width=200)
+    render_snapshot(console, snapshot)
+    shown = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "a step is running (no event: the session start or a check)" in shown and "#0" not in shown

@@ -9,6 +9,7 @@ import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,8 +17,9 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from baf import Agent
 from baf.core.session import Session
+from baf.library.state.reasoning_state_library import new_reasoning_state
 from baf.platforms.websocket import WebSocketPlatform
-from baf.testing import FunctionLLM
+from baf.testing import FunctionLLM, ScriptedLLM
 
 from .helpers import FINAL_ANSWER, Client, body_agent, echo, planning_script, reasoning_agent
 
@@ -594,4 +596,116 @@ async def test_resuming_during_a_reply_stream_shows_each_reply_once(body_kind: s
         expected = [f"r{i}" for i in range(count)]
         assert [v for v in views if v != expected] == []
         await first.drain(0.05)  # a client that has not read what it was sent waits long for the close
+        await first.close()
+
+
+async def test_reconnect_history_shows_what_was_shown_live_errors_included() -> None:
+    """A reloaded view equals the live one: a failing tool (shown as its step) and a failing model (shown
+    as the apology reply) add no error item of their own; a body that raised shows the message shown live."""
+
+    def boom(x: int) -> str:
+        """Fail.
+
+        Args:
+            x: Anything.
+        """
+        raise ValueError("kaput")
+
+    llm = ScriptedLLM([ScriptedLLM.tool_call("boom", {"x": 1}), "done", RuntimeError("model down")])
+    agent = Agent("assistant", log="memory://")
+    agent.add_tool(boom)
+    reasoning = new_reasoning_state(agent, llm)
+    crashing = agent.new_state("crashing")
+
+    def crash(session: Session) -> None:
+        raise KeyError("secret detail")
+
+    crashing.set_body(crash)
+    reasoning.when_event().with_condition(lambda s: s.event is not None and s.event.text == "crash").go_to(crashing)
+    reasoning.when_event().go_to(reasoning)
+    crashing.when_event().go_to(reasoning)
+
+    def shown(frame: dict[str, Any]) -> tuple[str, str]:
+        if frame["type"] == "reasoning_step":
+            return ("reasoning_step", frame["step"]["kind"])
+        if frame["type"] == "task_list":
+            return ("task_list", json.dumps(frame["tasks"]))
+        return (frame["type"], frame.get("text") or frame.get("message") or "")
+
+    async with serving(agent) as platform:
+        client = await Client.open(platform.ws_url)
+        await client.hello()
+        live: list[dict[str, Any]] = []
+        for text, last in (("use the tool", "reasoning_finished"), ("ask again", "reasoning_finished"),
+                           ("crash", "error")):  # fmt: skip
+            await client.send({"type": "message", "text": text})
+            while True:
+                live.append(await client.recv())
+                if last in (live[-1]["type"], live[-1].get("step", {}).get("kind")):
+                    break
+            await agent.wait_idle()
+        assert ("error", "Something went wrong while handling that (KeyError in state 'crashing').") in [
+            shown(f) for f in live
+        ]
+        again = await Client.open(platform.ws_url)
+        await again.hello(resume=client.token)
+        history, _ = await again.until("history")
+    from_log = [shown(item) for item in history["items"] if item["type"] != "user"]
+    assert from_log == [shown(f) for f in live]
+    assert "secret detail" not in json.dumps(history)
+
+
+@pytest.mark.parametrize("durability", ["normal", "full"])
+async def test_a_history_request_during_a_reply_stream_shows_each_reply_once(tmp_path: Path, durability: str) -> None:
+    """``history`` on a bound connection, while replies stream: the view rebuilt from it plus the live
+    frames after it shows every reply once (as ``hello`` with a resume token does)."""
+    agent = Agent("stream", log=f"sqlite:///{tmp_path / 'log.db'}?durability={durability}")
+    state = agent.new_state("main", initial=True)
+    count = 60
+
+    async def body(session: Session) -> None:
+        if session.event is None or session.event.text != "go":
+            return
+        for i in range(count):
+            await session.reply(f"r{i}")
+            await asyncio.sleep(0.001)
+
+    state.set_body(body)
+    state.when_event().go_to(state)
+    async with serving(agent) as platform:
+        read = agent.log.read
+
+        async def slow_read(*args: Any, **kwargs: Any) -> Any:
+            await asyncio.sleep(0.003)  # as a real store's read: replies are committed meanwhile
+            return await read(*args, **kwargs)
+
+        agent.log.read = slow_read  # type: ignore[method-assign]
+        first = await Client.open(platform.ws_url)
+        await first.hello()
+        watchers = []
+        for _ in range(20):
+            watcher = await Client.open(platform.ws_url, max_size=None)
+            await watcher.hello(resume=first.token)
+            await watcher.until("history")
+            watchers.append(watcher)
+        await first.send({"type": "message", "text": "go"})
+
+        async def reload(client: Client, delay: float) -> list[str]:
+            view: list[str] = []
+            reader = asyncio.ensure_future(client.drain(1.0))
+            await asyncio.sleep(delay)
+            await client.send({"type": "history", "after_seq": 0})
+            for frame in await reader:
+                if frame["type"] == "history":
+                    view = [i["text"] for i in frame["items"] if i["type"] == "reply"]  # the UI redraws
+                elif frame["type"] == "reply":
+                    view.append(frame["text"])
+            await client.close()
+            return view
+
+        views = await asyncio.gather(*(reload(w, k * 0.004) for k, w in enumerate(watchers)))
+        await agent.wait_idle()
+        expected = [f"r{i}" for i in range(count)]
+        assert [v for v in views if v != expected] == []
+        await first.drain(0.05)
         await first.close()

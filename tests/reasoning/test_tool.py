@@ -545,6 +545,27 @@ def test_non_standard_json_constants_are_refused(raw: str) -> None:
     assert "not valid JSON" in problems_of(raw)
 
 
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        ('{"name": "n", "count": 1, "count": 2}', "the key 'count' appears more than once in one object"),
+        ('{"name": "n", "address": {"street": "a", "street": "b"}}', "the key 'street' appears more than once"),
+        ('{"name": "n", "ratio": 1e999}', "the number 1e999 is too large"),
+        ('{"name": "n", "ratio": -1e999}', "the number -1e999 is too large"),
+    ],
+)
+def test_arguments_json_would_silently_change_are_refused(raw: str, reason: str) -> None:
+    """A repeated key (JSON lets the last one win) or a number beyond any float (it would arrive as
+    infinity) is refused with the reason, never passed on repaired."""
+    message = problems_of(raw)
+    assert "not valid JSON" in message and reason in message
+
+
+def test_an_integer_too_large_for_a_float_parameter_is_an_argument_problem() -> None:
+    message = problems_of('{"name": "n", "count": 1, "ratio": ' + "9" * 400 + ', "flag": true, "tags": []}')
+    assert "argument 'ratio': expected a number, got 99999" in message and "too large for one" in message
+
+
 def test_a_byte_order_mark_is_refused_as_json_loads_refuses_it() -> None:
     assert "Unexpected UTF-8 BOM" in problems_of('\ufeff{"name": "n"}')
 

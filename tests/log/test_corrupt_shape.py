@@ -1,0 +1,117 @@
+"""A record whose JSON is valid but whose fields are not what its kind needs (a hand-edited or damaged
+log) is corrupt: it fails with ``CorruptRecordError`` naming session and seq, not a bare ``KeyError``
+and not a silently wrong state."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from baf import Agent, ReceiveTextEvent, Session
+from baf.cli import main
+from baf.errors import CorruptRecordError
+from baf.log import open_log
+
+
+async def _write_log(db: Path) -> None:
+    agent = Agent("g", log=f"sqlite:///{db}")
+    idle = agent.new_state("idle", initial=True)
+    talk = agent.new_state("talk")
+
+    def body(session: Session) -> None:
+        session.set("n", session.get("n", 0) + 1)
+        session.reply(f"hi {session.get('n')}")
+
+    talk.set_body(body)
+    idle.when_event(ReceiveTextEvent).go_to(talk)
+    talk.go_to(idle)
+    async with agent:
+        await agent.receive_message("s1", "hello")
+        await agent.receive_message("s2", "other")
+
+
+def _seq_of(db: Path, kind: str) -> int:
+    with sqlite3.connect(db) as conn:
+        row = conn.execute(
+            "SELECT seq FROM baf_records WHERE session_id = 's1' AND kind = ? ORDER BY seq LIMIT 1", (kind,)
+        ).fetchone()
+    return int(row[0])
+
+
+def _set_data(db: Path, seq: int, data: str) -> None:
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE baf_records SET data = ? WHERE session_id = 's1' AND seq = ?", (data, seq))
+
+
+@pytest.mark.parametrize(
+    ("kind", "data", "reason"),
+    [
+        ("transition", '{"source": "idle"}', "transition record: dest should be a state name, found missing"),
+        ("transition", '{"source": "idle", "dest": 7}', "dest should be a state name, found int 7"),
+        ("message_received", '{"text": "hello"}', "message_received record: event should be an object"),
+        ("message_received", '{"event": {"type": "text"}, "text": 5}', "text should be text or null, found int"),
+        ("variable_set", '{"name": 3, "value": 1}', "variable_set record: name should be text, found int 3"),
+        ("variable_set", '{"name": "n"}', "variable_set record: value should be present, found missing"),
+        ("reply", '{"text": ["x"]}', "reply record: text should be text, found list"),
+        ("step_started", '{"event_seq": "abc"}', "step_started record: event_seq should be a seq or null"),
+        ("session_started", '{"agent": "g"}', "session_started record: initial_state should be a state name"),
+    ],
+)
+def test_a_record_of_the_wrong_shape_is_corrupt_naming_session_and_seq(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str, data: str, reason: str
+) -> None:
+    db = tmp_path / "log.db"
+    asyncio.run(_write_log(db))
+    seq = _seq_of(db, kind)
+    _set_data(db, seq, data)
+
+    async def read_and_restart() -> None:
+        async with open_log(f"sqlite:///{db}?read_only=true") as log:
+            with pytest.raises(CorruptRecordError) as caught:
+                await log.project("s1")
+            assert (caught.value.session_id, caught.value.seq) == ("s1", seq)
+            assert reason in str(caught.value)
+            assert (await log.project("s2")).history[-1].text == "hi 1"  # the other session reads as before
+        # An agent does not start on a log it cannot fold: loudly, naming the record.
+        agent = Agent("g", log=f"sqlite:///{db}")
+        agent.new_state("idle", initial=True)
+        agent.new_state("talk")
+        with pytest.raises(CorruptRecordError) as caught:
+            await agent.start()
+        assert (caught.value.session_id, caught.value.seq) == ("s1", seq)
+        await agent.stop()
+
+    asyncio.run(read_and_restart())
+    # The CLI says so in one line, naming session and seq, instead of a bare "'dest'" or a traceback.
+    assert main(["replay", str(db), "s1", "--at", str(seq)]) == 2
+    err = capsys.readouterr().err
+    assert f"corrupt record in session 's1' at seq {seq}" in err and reason in err
+
+
+async def test_an_event_whose_text_is_not_a_string_is_refused_before_it_is_recorded() -> None:
+    agent = Agent("g", log="memory://")
+    agent.new_state("idle", initial=True)
+    async with agent:
+        with pytest.raises(ValueError, match="text must be a string or None"):
+            await agent.receive_event(ReceiveTextEvent("s", message=5))  # type: ignore[arg-type]
+        assert not [r for r in await agent.log.read("s") if r.kind == "message_received"]
+
+
+@pytest.mark.parametrize("command", ["sessions", "replay"])
+@pytest.mark.parametrize("data", ["{bad json", '{"source": "idle"}'])
+def test_a_session_listing_shows_the_readable_sessions_and_names_the_unreadable_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, data: str
+) -> None:
+    db = tmp_path / "log.db"
+    asyncio.run(_write_log(db))
+    seq = _seq_of(db, "transition")
+    _set_data(db, seq, data)
+    assert main([command, str(db)]) == 2  # the log is not sound: a script must notice
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert any("s2" in line and "idle" in line for line in lines), out  # the other session is listed
+    assert any("s1" in line and "unreadable" in line for line in lines), out
+    assert f"baf {command}: corrupt record in session 's1' at seq {seq}" in " ".join(err.split())
