@@ -23,7 +23,9 @@ Rules the schema follows (and :meth:`Tool.validate_args` enforces):
 - ``list[X]``, ``tuple[X, ...]``, ``set[X]``, ``frozenset[X]`` and ``Sequence[X]`` are arrays (converted
   to the annotated container); ``tuple[X, Y]`` is a fixed-length array; ``dict[str, X]`` is an object.
 - ``Optional[X]`` / ``X | None`` is optional and accepts ``null``; when the argument is left out and the
-  parameter has no default, the function receives ``None``. Any other default makes a parameter optional.
+  parameter has no default, the function receives ``None``. Any other default makes a parameter optional,
+  and ``null`` for it means "not given" (models often send it for what they leave unset): the default
+  applies.
 - ``Literal[...]`` and ``Enum`` subclasses become ``enum`` (an Enum argument arrives as the member).
 - A pydantic ``BaseModel`` becomes a nested object schema, inlined (no ``$ref``); the argument arrives as
   a model instance. Recursive models cannot be inlined and are refused.
@@ -815,7 +817,7 @@ class Tool:
         ``raw`` is the JSON text the model produced (or an already-parsed mapping). Values are converted
         to the annotated types (Enum members, model instances, tuples, sets, floats). An optional
         parameter without a default that the model left out is returned as ``None``; one with a default
-        is left out so the function's default applies.
+        that it left out or sent as ``null`` is left out so the function's default applies.
 
         Raises:
             ToolArgumentError: listing every problem at once (not JSON, not an object, missing or unknown
@@ -836,7 +838,10 @@ class Tool:
         validated: dict[str, Any] = {}
         for name, param in self._params.items():
             if name in args:
-                validated[name] = _check(args[name], param.annotation, name, problems)
+                value = args[name]
+                if value is None and param.default is not _EMPTY and not param.nullable:
+                    continue  # null for a parameter with a default: not given, so the default applies
+                validated[name] = _check(value, param.annotation, name, problems)
             elif param.required:
                 problems.append(f"missing required argument '{name}' ({_describe_type(param.annotation)})")
             elif param.default is _EMPTY:

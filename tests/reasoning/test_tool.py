@@ -453,6 +453,17 @@ def test_null_is_accepted_for_optional_parameters() -> None:
     assert args["address"] is None and args["note"] is None
 
 
+async def test_null_for_a_parameter_with_a_default_means_the_default() -> None:
+    # Models often send null for what they leave unset; the schema says optional, so it is not an error.
+    def forecast(city: str, days: int = 3, units: Literal["C", "F"] = "C") -> str:
+        return f"{city} {days} {units}"
+
+    tool = Tool(forecast)
+    assert tool.validate_args('{"city": "Oslo", "days": null, "units": null}') == {"city": "Oslo"}
+    assert await tool.run('{"city": "Oslo", "days": null}') == "Oslo 3 C"
+    assert "argument 'city': expected string, got null" in problems_of({"city": None}, tool)
+
+
 def test_null_is_refused_for_required_parameters() -> None:
     message = problems_of({"name": None, "count": 1, "ratio": 1.0, "flag": True, "tags": []})
     assert "argument 'name': expected string, got null" in message
