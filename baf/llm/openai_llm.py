@@ -14,6 +14,10 @@ Retries are done here, not by the ``openai`` client, so that the policy is one r
    ``LLMStatusError`` (with ``status_code``), ``LLMTimeoutError`` or ``LLMConnectionError``. A 2xx answer
    that is not a usable completion raises ``LLMResponseError`` straight away.
 
+Local servers' looser answers are accepted where nothing is lost, each with a warning in the log: a tool
+call without an id gets ``call_<index>``, one repeating an earlier call's id gets a suffix (``_2``, ...)
+so that every tool result names its own call, and arguments sent as an object are serialised to text.
+
 The API key never appears in an exception message, a log line or ``repr``: server text is redacted
 before it is quoted, and errors from the ``openai`` package are not chained (their request objects carry
 the ``Authorization`` header).
@@ -327,6 +331,7 @@ class LLMOpenAI(LLM):
         if not isinstance(calls, list):
             raise self._bad_response(f"message tool_calls is a {type(calls).__name__}, not a list")
         parsed: list[ToolCall] = []
+        used: set[str] = set()
         for index, call in enumerate(calls):
             function = call.get("function") if isinstance(call, dict) else None
             if not isinstance(function, dict) or not isinstance(function.get("name"), str):
@@ -344,14 +349,16 @@ class LLMOpenAI(LLM):
             call_id = call.get("id")
             if not isinstance(call_id, str) or not call_id:
                 # Some local servers omit ids; the tool result must still name the call it answers.
-                call_id = f"call_{index}"
-                logger.warning(
-                    "LLM %r returned tool call %d (%s) without an id; using %r",
-                    self.name,
-                    index,
-                    function["name"],
-                    call_id,
-                )
+                call_id = _unused(f"call_{index}", used)
+                logger.warning("LLM %r returned tool call %d (%s) without an id; using %r",
+                               self.name, index, function["name"], call_id)  # fmt: skip
+            elif call_id in used:
+                # Others repeat one: each result must name its own call (OpenAI refuses a conversation
+                # where two do not, and replay matches results to calls by id).
+                given, call_id = call_id, _unused(call_id, used)
+                logger.warning("LLM %r returned tool call %d (%s) with the id %r of an earlier call; using %r",
+                               self.name, index, function["name"], given, call_id)  # fmt: skip
+            used.add(call_id)
             parsed.append(ToolCall(id=call_id, name=function["name"], arguments=arguments))
         return parsed
 
@@ -445,6 +452,15 @@ def _server_error_text(response: Any) -> str:
         elif isinstance(error, str) and error:
             return _quote(error)
     return _quote(text)
+
+
+def _unused(candidate: str, used: set[str]) -> str:
+    """``candidate``, or with a suffix (``_2``, ``_3`` ...) that no call of this response has taken."""
+    unique, suffix = candidate, 1
+    while unique in used:
+        suffix += 1
+        unique = f"{candidate}_{suffix}"
+    return unique
 
 
 def _quote(text: str) -> str:

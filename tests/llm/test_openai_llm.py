@@ -335,6 +335,25 @@ async def test_lenient_shapes_from_local_servers(
     assert refusal.usage == Usage()
 
 
+async def test_repeated_tool_call_ids_are_made_unique_and_said(
+    server: FakeOpenAIServer, make_llm: Callable[..., LLMOpenAI], caplog: pytest.LogCaptureFixture
+) -> None:
+    # Each tool result must name its own call: a repeated id would make the next request ambiguous
+    # (OpenAI refuses it) and replay could not tell the results apart.
+    def call(call_id: str | None, city: str) -> dict[str, Any]:
+        data = {"type": "function", "function": {"name": "weather", "arguments": json.dumps({"city": city})}}
+        return data if call_id is None else {"id": call_id, **data}
+
+    server.script(completion(None, tool_calls=[call("a", "Oslo"), call("a", "Rome"), call(None, "Lima"),
+                                               call("call_2", "Bern"), call("a_2", "Kyiv")]))  # fmt: skip
+    llm = make_llm()
+    with caplog.at_level(logging.WARNING):
+        calls = (await llm.predict_with_tools(USER, [WEATHER_TOOL])).tool_calls
+    assert [c.id for c in calls] == ["a", "a_2", "call_2", "call_2_2", "a_2_2"]
+    assert [json.loads(c.arguments)["city"] for c in calls] == ["Oslo", "Rome", "Lima", "Bern", "Kyiv"]
+    assert "with the id 'a' of an earlier call; using 'a_2'" in caplog.text
+
+
 # --- answers that are not completions -----------------------------------------------------------
 
 
