@@ -128,11 +128,14 @@ class Redactor:
     @property
     def active(self) -> bool:
         """Whether there is anything to redact."""
-        return self._current() is not None
+        patterns = self._patterns if self._built_for == _registry_version else self._current_patterns()
+        return patterns[0] is not None
 
     def redact(self, value: Any) -> Any:
         """``value`` with every secret replaced; the same object when it holds none."""
-        pattern, in_json = self._current_patterns()
+        # _current_patterns() inlined for the usual case (nothing registered since the last build): this
+        # runs for every record and every streamed step.
+        pattern, in_json = self._patterns if self._built_for == _registry_version else self._current_patterns()
         if pattern is None:
             return value
         if in_json is not None and _clean_in_json(value, in_json):

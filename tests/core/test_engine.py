@@ -487,3 +487,56 @@ async def test_rich_replies_are_recorded_before_delivery(db_url: str) -> None:
     assert platform.replies["s"] == ["a chart\n\n[image: image/png, 4 bytes]"]
     assert [r["format"] for r in replies] == ["options", "file", "image"]
     assert [e.text for e in session.chat_history()][-3:] == ["Pick one", "your notes", "a chart"]
+
+
+@pytest.mark.parametrize("how", ["append fails", "commit cancelled"])
+async def test_a_commit_that_failed_lets_the_next_commit_fail_too_instead_of_hanging(
+    how: str, platform: RecordingPlatform
+) -> None:
+    """A commit that raised (or was cancelled mid-append) releases the session's commit lock: the next
+    commit reports that the log may lag (``LogError``) rather than waiting forever."""
+    from baf.log import MemoryLog
+    from baf.log.record import Record
+
+    class FailingLog(MemoryLog):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate = asyncio.Event()
+            self.gate.set()
+
+        async def append(self, records: list[Record]) -> None:
+            if any(r.kind == "variable_set" for r in records):
+                if how == "append fails":
+                    raise OSError("disk full")
+                self.gate.clear()
+                await self.gate.wait()  # held until cancelled
+            await super().append(records)
+
+    outcome: list[str] = []
+
+    async def body(session: Session) -> None:
+        if session.event is None:
+            return
+        session.set("x", 1)
+        if how == "append fails":
+            with pytest.raises(LogError, match="disk full"):
+                await session.commit()
+        else:
+            first = asyncio.ensure_future(session.commit())
+            await asyncio.sleep(0.01)
+            first.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await first
+        with pytest.raises(LogError):
+            await asyncio.wait_for(session.commit(), 2)  # a TimeoutError here: the lock was kept
+        outcome.append("released")
+
+    agent = Agent("a", log=FailingLog())
+    state = agent.new_state("s", initial=True)
+    state.set_body(body)
+    state.when_event().go_to(state)
+    async with agent:
+        with pytest.raises(LogError):
+            done = await agent.receive_event(ReceiveTextEvent("s", message="go"))
+            await done
+    assert outcome == ["released"]

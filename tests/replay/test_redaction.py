@@ -54,6 +54,18 @@ def test_process_registry_applies_to_existing_redactors() -> None:
     assert r.redact({"t": "registry-canary-0042"}) == {"t": REDACTED}
 
 
+
+def test_a_secret_registered_after_a_redactor_was_used_applies_at_once() -> None:
+    """``redact`` and ``active`` use the patterns built for the registry's version, and build again when
+    it changed since: a key an LLM client registers later is redacted from the next record on."""
+    r = Redactor()
+    clean = {"t": "later-canary-0077 is not secret yet"}
+    assert r.redact(clean) is clean  # builds (and keeps) the patterns for the registry as it is now
+    register_secret("later-canary-0077")
+    assert r.active
+    assert r.redact(clean) == {"t": f"{REDACTED} is not secret yet"}
+
+
 class _Text(str):
     pass
 
