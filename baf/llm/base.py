@@ -103,7 +103,12 @@ class LLM(abc.ABC):
         parameters: dict[str, Any] | None = None,
         system_message: str | None = None,
     ) -> LLMResponse:
-        """Run one model call. ``system_message``, when given, is sent first."""
+        """Run one model call. ``system_message``, when given, is sent first.
+
+        The tool calls of one response must have distinct ids: each result is sent back under its call's
+        id, and replay matches results to calls by it. An adapter for a server that omits or repeats ids
+        fills them in, as ``LLMOpenAI`` does.
+        """
 
     async def predict(
         self,
