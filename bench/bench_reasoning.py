@@ -22,7 +22,7 @@ Part 2: 200 sessions at once, each one message answered after 5 model calls (4 t
 answer) that each sleep 50 ms. Ideal wall time 0.25 s; target within 1.3x. Sessions are created before
 the clock starts.
 
-    python bench/bench_reasoning.py            # about 45 s
+    python bench/bench_reasoning.py            # about 15 s
     python bench/bench_reasoning.py --quick    # smoke test
 """
 
