@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -507,10 +509,10 @@ async def test_a_normal_store_keeps_its_wal_bounded_under_sustained_appends(
         assert [r.seq for r in await log.read("s", after_seq=1498)] == [1499, 1500]
 
 
-async def test_appends_commit_while_a_background_checkpoint_runs(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # A checkpoint fsyncs the WAL and the database (milliseconds); appends must not wait for it.
-    import threading
-
+@pytest.fixture
+def held_checkpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[threading.Event, threading.Event]]:
+    """Background checkpoints every 5 pages, each held until ``release`` is set (a slow fsync);
+    ``started`` is set when the first begins. Yields ``(started, release)``."""
     import baf.log.sqlite as sqlite_module
 
     monkeypatch.setattr(sqlite_module, "_CHECKPOINT_PAGES", 5)
@@ -524,70 +526,66 @@ async def test_appends_commit_while_a_background_checkpoint_runs(db: Path, monke
 
     monkeypatch.setattr(sqlite_module._Checkpointer, "checkpoint", held)
     try:
-        async with SQLiteLog(db) as log:
-            seq = 0
-            while not started.is_set() and seq < 100:
-                seq += 1
-                await log.append([rec("s", seq)])
-                await asyncio.sleep(0)  # a new round: each append may commit on the loop
-            assert started.is_set(), "no checkpoint started"
-            for _ in range(20):  # the checkpoint is still held: these must commit anyway
-                seq += 1
-                await asyncio.wait_for(log.append([rec("s", seq)]), timeout=5)
-                await asyncio.sleep(0)
-            assert not release.is_set()
-            assert len(await log.read("s")) == seq
-            release.set()
+        yield started, release
     finally:
+        release.set()
+
+
+async def append_until_a_checkpoint_starts(log: SQLiteLog, started: threading.Event) -> int:
+    """Append ``s`` records up to the commit that starts a background checkpoint; the last seq.
+    Waits until the worker runs it (on a loaded machine it may start late)."""
+    seq = 0
+    while not log._checkpointing and seq < 100:
+        seq += 1
+        await log.append([rec("s", seq)])
+        await asyncio.sleep(0)  # a new round: each append may commit on the loop
+    assert await asyncio.to_thread(started.wait, 10), "no checkpoint started"
+    return seq
+
+
+async def test_appends_commit_while_a_background_checkpoint_runs(
+    db: Path, held_checkpoint: tuple[threading.Event, threading.Event]
+) -> None:
+    # A checkpoint fsyncs the WAL and the database (milliseconds); appends must not wait for it.
+    started, release = held_checkpoint
+    async with SQLiteLog(db) as log:
+        seq = await append_until_a_checkpoint_starts(log, started)
+        for _ in range(20):  # the checkpoint is still held: these must commit anyway
+            seq += 1
+            await asyncio.wait_for(log.append([rec("s", seq)]), timeout=5)
+            await asyncio.sleep(0)
+        assert not release.is_set()
+        assert len(await log.read("s")) == seq
         release.set()
 
 
 async def test_commits_wait_for_a_background_checkpoint_too_many_pages_overtook(
-    db: Path, monkeypatch: pytest.MonkeyPatch
+    db: Path, held_checkpoint: tuple[threading.Event, threading.Event], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A checkpoint held up (a slow fsync) while commits go on would let the WAL grow without bound:
     # once the pages committed since it began reach the WAL limit, appends wait for it.
-    import threading
-
     import baf.log.sqlite as sqlite_module
 
-    monkeypatch.setattr(sqlite_module, "_CHECKPOINT_PAGES", 5)
     monkeypatch.setattr(sqlite_module, "_WAL_LIMIT_PAGES", 40)
-    started, release = threading.Event(), threading.Event()
-    checkpoint = sqlite_module._Checkpointer.checkpoint
-
-    def held(self: Any) -> int:
-        started.set()
-        release.wait(10)
-        return checkpoint(self)
-
-    monkeypatch.setattr(sqlite_module._Checkpointer, "checkpoint", held)
-    try:
-        async with SQLiteLog(db) as log:
-            seq = 0
-            while not log._checkpointing and seq < 100:  # up to the commit that starts the checkpoint
-                seq += 1
-                await log.append([rec("s", seq)])
-                await asyncio.sleep(0)
-            # Its pages are counted from here (on a loaded machine the worker may start it later).
-            assert await asyncio.to_thread(started.wait, 10), "no checkpoint started"
-            overtaking, waiting = 0, None
-            while waiting is None and overtaking < 60:
-                seq += 1
-                overtaking += 1
-                append = asyncio.ensure_future(log.append([rec("s", seq)]))
-                done, _ = await asyncio.wait({append}, timeout=0.5)
-                if not done:
-                    waiting = append
-                await asyncio.sleep(0)
-            # Each small append is counted as two pages: the twentieth reaches the limit of 40.
-            assert waiting is not None, "appends never waited for the overtaken checkpoint"
-            assert overtaking == 21, overtaking
-            release.set()
-            await asyncio.wait_for(waiting, timeout=10)
-            assert [r.seq for r in await log.read("s")] == list(range(1, seq + 1))
-    finally:
+    started, release = held_checkpoint
+    async with SQLiteLog(db) as log:
+        seq = await append_until_a_checkpoint_starts(log, started)
+        overtaking, waiting = 0, None
+        while waiting is None and overtaking < 60:
+            seq += 1
+            overtaking += 1
+            append = asyncio.ensure_future(log.append([rec("s", seq)]))
+            done, _ = await asyncio.wait({append}, timeout=0.5)
+            if not done:
+                waiting = append
+            await asyncio.sleep(0)
+        # Pages are counted from the checkpoint's start, two per small append: the twentieth reaches
+        # the limit of 40, so the next one waits.
+        assert waiting is not None, "appends never waited for the overtaken checkpoint"
+        assert overtaking == 21, overtaking
         release.set()
+        await asyncio.wait_for(waiting, timeout=10)
+        assert [r.seq for r in await log.read("s")] == list(range(1, seq + 1))
 
 
 async def test_a_failed_background_checkpoint_is_logged_and_the_next_one_blocks(
@@ -623,8 +621,6 @@ async def test_a_failed_background_checkpoint_is_logged_and_the_next_one_blocks(
 
 
 async def test_a_large_group_commits_on_the_worker_thread(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import threading
-
     import baf.log.sqlite as sqlite_module
 
     threads: list[tuple[int, int]] = []  # (rows, thread) of each commit
