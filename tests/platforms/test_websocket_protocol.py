@@ -42,6 +42,17 @@ def echo_llm() -> FunctionLLM:
     return FunctionLLM(answer)
 
 
+
+def slow_down_reads(agent: Agent) -> None:
+    """Make every read of ``agent``'s log take 3 ms, as a real store's may: replies commit meanwhile."""
+    read = agent.log.read
+
+    async def slow_read(*args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(0.003)
+        return await read(*args, **kwargs)
+
+    agent.log.read = slow_read  # type: ignore[method-assign]
+
 async def test_conversation_with_a_reasoning_agent() -> None:
     agent = reasoning_agent(planning_script())
     async with serving(agent) as platform:
@@ -564,13 +575,7 @@ async def test_resuming_during_a_reply_stream_shows_each_reply_once(body_kind: s
     state.set_body(async_body if body_kind == "async" else sync_body)
     state.when_event().go_to(state)
     async with serving(agent) as platform:
-        read = agent.log.read
-
-        async def slow_read(*args: Any, **kwargs: Any) -> Any:
-            await asyncio.sleep(0.003)  # as a real store's read: replies are committed meanwhile
-            return await read(*args, **kwargs)
-
-        agent.log.read = slow_read  # type: ignore[method-assign]
+        slow_down_reads(agent)
         first = await Client.open(platform.ws_url)
         await first.hello()
         await first.send({"type": "message", "text": "go"})
@@ -673,13 +678,7 @@ async def test_a_history_request_during_a_reply_stream_shows_each_reply_once(tmp
     state.set_body(body)
     state.when_event().go_to(state)
     async with serving(agent) as platform:
-        read = agent.log.read
-
-        async def slow_read(*args: Any, **kwargs: Any) -> Any:
-            await asyncio.sleep(0.003)  # as a real store's read: replies are committed meanwhile
-            return await read(*args, **kwargs)
-
-        agent.log.read = slow_read  # type: ignore[method-assign]
+        slow_down_reads(agent)
         first = await Client.open(platform.ws_url)
         await first.hello()
         watchers = []
