@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -187,3 +188,30 @@ async def test_tool_arguments_escaping_a_secret_never_reach_the_log_or_the_platf
     assert "7c2f\\\\u0039" not in stored and "7c2f" not in stored
     assert "7c2f" not in repr(platform.steps["s"])
     assert REDACTED in stored
+
+
+async def test_a_failing_body_or_condition_logs_its_traceback_without_the_secret(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    secret = "log-canary-31f0e2"
+    agent = Agent("keeper", log="memory://")
+    agent.mark_secret(secret)
+    idle = agent.new_state("idle", initial=True)
+    busy = agent.new_state("busy")
+
+    def body(session: Any) -> None:
+        raise ValueError(f"password {secret} rejected")
+
+    def condition(session: Any) -> bool:
+        raise KeyError(secret)
+
+    busy.set_body(body)
+    idle.when_event().with_condition(condition).go_to(idle)
+    idle.when_event().go_to(busy)
+    busy.go_to(idle)
+    with caplog.at_level(logging.ERROR, logger="baf"):
+        async with agent:
+            await agent.receive_message("s", "go", RecordingPlatform())
+    assert "ValueError" in caplog.text and "KeyError" in caplog.text
+    assert secret not in caplog.text
+    assert REDACTED in caplog.text
