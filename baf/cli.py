@@ -22,6 +22,7 @@ from rich.text import Text
 from baf.errors import ConfigurationError, LogError
 from baf.log import SessionLog, SQLiteLog, open_log
 from baf.platforms.terminal import TerminalPlatform
+from baf.replay.render import visible, visible_json
 
 if TYPE_CHECKING:
     from baf.core.agent import Agent
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _fail(command: str, error: object) -> int:
     """Print ``baf COMMAND: error`` on stderr; the exit status of usage and configuration errors."""
-    Console(stderr=True, highlight=False).print(Text(f"baf {command}: {error}", style="red"), soft_wrap=True)
+    Console(stderr=True, highlight=False).print(Text(visible(f"baf {command}: {error}"), style="red"), soft_wrap=True)
     return 2
 
 
@@ -225,18 +226,18 @@ def _cmd_sessions(args: argparse.Namespace) -> int:
         async with open_existing_log(args.log) as log:
             return await session_rows(log)
 
-    table = Table(title=f"sessions in {args.log}")
+    table = Table(title=Text(visible(f"sessions in {args.log}")))
     for column in ("session", "agent", "first", "last", "records", "state", "errors"):
         table.add_column(column)
     rows = asyncio.run(collect())
     for row in rows:
         if row.get("unreadable") is not None:  # listed all the same: one bad session must not hide the rest
             state = Text(f"unreadable at #{getattr(row['unreadable'], 'seq', '?')}", style="red")
-            table.add_row(row["session"], "-", "-", "-", "?", state, "?")
+            table.add_row(Text(visible(row["session"])), "-", "-", "-", "?", state, "?")
             continue
         table.add_row(
-            row["session"], row["agent"] or "-", _when(row["first"]), _when(row["last"]), str(row["records"]),
-            row["state"] or "-", str(row["errors"]),
+            *(Text(visible(text)) for text in (row["session"], row["agent"] or "-")), _when(row["first"]),
+            _when(row["last"]), str(row["records"]), Text(visible(row["state"] or "-")), str(row["errors"]),
         )
     _Stdout().print(table)
     return report_unreadable(rows, "sessions")
@@ -255,14 +256,15 @@ def _cmd_log(args: argparse.Namespace) -> int:
         for r in records:
             line = {"session_id": r.session_id, "seq": r.seq, "ts": r.ts, "kind": r.kind, "version": r.version,
                     "data": r.data}
-            print(json.dumps(line, ensure_ascii=False))
+            print(visible_json(json.dumps(line, ensure_ascii=False)))
         return 0
-    table = Table(title=f"session {args.session}")
+    table = Table(title=Text(visible(f"session {args.session}")))
     for column in ("seq", "time", "kind", "data"):
         table.add_column(column, overflow="fold")
     for r in records:
         data = json.dumps(r.data, ensure_ascii=False)
-        table.add_row(str(r.seq), _when(r.ts), r.kind, data if len(data) < 300 else data[:297] + "...")
+        shown = visible_json(data if len(data) < 300 else data[:297] + "...")
+        table.add_row(str(r.seq), _when(r.ts), Text(visible(r.kind)), Text(shown))
     console.print(table)
     return 0
 

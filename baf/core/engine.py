@@ -199,9 +199,10 @@ async def _run_body(session: Session, state: State, body: Body, role: str) -> No
             if inspect.isawaitable(result):
                 await result
     except Exception as exc:
-        logger.exception("session %s: %s of state %r raised", session.id, role, state.name)
         shown = f"Something went wrong while handling that ({type(exc).__name__} in state {state.name!r})."
-        session.record_error(role, exc, state=state.name, shown=shown)  # ``shown``: a reconnecting UI's history
+        error = session.record_error(role, exc, state=state.name, shown=shown)  # ``shown``: a UI's history
+        # The traceback as recorded, secrets redacted: what is logged must not show what the log does not.
+        logger.error("session %s: %s of state %r raised\n%s", session.id, role, state.name, error.data["traceback"])
         _tell_user(session, shown)
 
 

@@ -62,5 +62,6 @@ async def _guard(session: Session, call: Callable[[], object]) -> None:
         if inspect.isawaitable(result):
             await result
     except Exception as exc:
-        logger.exception("session %s: a step hook raised", session.id)
-        session.record_error("hook", exc)
+        error = session.record_error("hook", exc)
+        # The traceback as recorded, secrets redacted: what is logged must not show what the log does not.
+        logger.error("session %s: a step hook raised\n%s", session.id, error.data["traceback"])

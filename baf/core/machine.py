@@ -102,8 +102,9 @@ async def _holds(session: Session, condition: Condition) -> bool:
             result = await result
         return bool(result)
     except Exception as exc:
-        logger.exception("session %s: transition condition %r raised", session.id, condition)
-        session.record_error("condition", exc, condition=getattr(condition, "__name__", repr(condition)))
+        error = session.record_error("condition", exc, condition=getattr(condition, "__name__", repr(condition)))
+        # The traceback as recorded, secrets redacted: what is logged must not show what the log does not.
+        logger.error("session %s: transition condition %r raised\n%s", session.id, condition, error.data["traceback"])
         return False
 
 

@@ -276,8 +276,9 @@ class Session:
                 try:
                     await send()
                 except Exception as exc:
-                    logger.exception("session %s: delivery to the platform failed", self.id)
-                    self.record_error("platform", exc)
+                    error = self.record_error("platform", exc)
+                    # As recorded, secrets redacted: what is logged must not show what the log does not.
+                    logger.error("session %s: delivery to the platform failed\n%s", self.id, error.data["traceback"])
                     await self._writer.flush()
         finally:
             lock.release()

@@ -10,6 +10,10 @@ so the database files, ``baf replay`` and every export only ever see the redacte
 
 Secrets are matched as exact substrings, anywhere in the data: in strings nested at any depth in dicts
 and lists, and in dict keys. Values that are not strings (numbers, booleans, None) are left alone.
+A string holding a backslash is also searched for the secret written with escapes, as JSON or Python
+would write it (``\\u0065`` for ``e``, ``\\"``, ``\\x41`` ..., at any depth of escaping): the raw
+arguments a model sends for a tool call are JSON text, and a secret escaped there is still the secret
+once the tool, or anyone reading the log, decodes it.
 
 Two places hold secrets: a ``Redactor`` (one per agent) and the process-wide registry filled by
 :func:`register_secret`, which LLM clients use for the API keys they are given (they know nothing of
@@ -93,7 +97,7 @@ class Redactor:
         self._own: set[str] = set()
         self._lock = threading.Lock()
         # The compiled patterns (see _build), and the registry version they were built for.
-        self._patterns: _Patterns = (None, None)
+        self._patterns: _Patterns = (None, None, None)
         self._built_for = -1
         for secret in secrets:
             self.add(secret)
@@ -135,31 +139,28 @@ class Redactor:
         """``value`` with every secret replaced; the same object when it holds none."""
         # _current_patterns() inlined for the usual case (nothing registered since the last build): this
         # runs for every record and every streamed step.
-        pattern, in_json = self._patterns if self._built_for == _registry_version else self._current_patterns()
+        pattern, in_json, escaped = self._patterns if self._built_for == _registry_version else self._current_patterns()
         if pattern is None:
             return value
         if in_json is not None and _clean_in_json(value, in_json):
             return value
-        return _walk(value, pattern)
+        return _walk(value, pattern, escaped)
 
     def redact_text(self, text: str) -> str:
         """``text`` with every secret replaced (for output that is not record data)."""
-        pattern = self._current()
-        return text if pattern is None else pattern.sub(REDACTED, text)
+        pattern, _, escaped = self._current_patterns()
+        return text if pattern is None else _sub(text, pattern, escaped)
 
     def redact_record(self, record: Record) -> Record:
         """``record`` with its data (and session id) redacted; the same object when clean."""
-        pattern = self._current()
+        pattern, _, escaped = self._current_patterns()
         if pattern is None:
             return record
-        data = _walk(record.data, pattern)
-        session_id = pattern.sub(REDACTED, record.session_id)
+        data = _walk(record.data, pattern, escaped)
+        session_id = _sub(record.session_id, pattern, escaped)
         if data is record.data and session_id == record.session_id:
             return record
         return Record(session_id, record.seq, record.kind, data, record.ts, record.version)
-
-    def _current(self) -> re.Pattern[str] | None:
-        return self._current_patterns()[0]
 
     def _current_patterns(self) -> _Patterns:
         version = _registry_version
@@ -171,14 +172,15 @@ class Redactor:
             return self._patterns
 
 
-# The pattern matching any secret in text, and the same over JSON text (UTF-8), or None when some
-# secret does not appear as itself in JSON (it holds a quote, a backslash or a control character).
-_Patterns = tuple[re.Pattern[str] | None, re.Pattern[bytes] | None]
+# The pattern matching any secret in text; the same over JSON text (UTF-8), or None when some secret
+# does not appear as itself in JSON (it holds a quote, a backslash or a control character); and the
+# pattern matching any secret with any of its characters escaped (for text holding a backslash).
+_Patterns = tuple[re.Pattern[str] | None, re.Pattern[bytes] | None, re.Pattern[str] | None]
 
 
 def _build(secrets: set[str]) -> _Patterns:
     if not secrets:
-        return None, None
+        return None, None, None
     # Longest first, so a secret containing another is replaced whole.
     ordered = sorted(secrets, key=len, reverse=True)
     pattern = re.compile("|".join(map(re.escape, ordered)))
@@ -187,7 +189,44 @@ def _build(secrets: set[str]) -> _Patterns:
     except (TypeError, UnicodeEncodeError):  # a lone surrogate: only the walk can look for it
         verbatim = False
     in_json = re.compile(b"|".join(re.escape(s.encode()) for s in ordered)) if verbatim else None
-    return pattern, in_json
+    escaped = re.compile("|".join("".join(map(_escaped_char, s)) for s in ordered))
+    return pattern, in_json, escaped
+
+
+# The characters JSON or Python may write as a backslash and one letter, and that letter.
+_SHORT_ESCAPES: Final = {"\n": "n", "\t": "t", "\r": "r", "\b": "b", "\f": "f", '"': '"', "'": "'",
+                         "\\": "\\", "/": "/"}  # fmt: skip
+
+
+def _escaped_char(char: str) -> str:
+    """A regular expression for ``char`` as itself or as a JSON or Python escape, behind any number of
+    backslashes (text escaped more than once, such as JSON inside a JSON string)."""
+    code = ord(char)
+    forms = [re.escape(char)]
+    if char in _SHORT_ESCAPES:
+        forms.append(r"\\+" + re.escape(_SHORT_ESCAPES[char]))
+    if code < 0x100:
+        forms.append(r"\\+x" + _hex(code, 2))
+    if code < 0x10000:
+        forms.append(r"\\+u" + _hex(code, 4))
+    else:  # JSON writes it as a surrogate pair
+        high, low = 0xD800 + ((code - 0x10000) >> 10), 0xDC00 + ((code - 0x10000) & 0x3FF)
+        forms.append(r"\\+u" + _hex(high, 4) + r"\\+u" + _hex(low, 4))
+    forms.append(r"\\+U" + _hex(code, 8))
+    return "(?:" + "|".join(forms) + ")"
+
+
+def _hex(code: int, digits: int) -> str:
+    """``code`` in hexadecimal, either case."""
+    return "".join(f"[{d}{d.upper()}]" if d.isalpha() else d for d in f"{code:0{digits}x}")
+
+
+def _sub(text: str, pattern: re.Pattern[str], escaped: re.Pattern[str] | None) -> str:
+    """``text`` with every secret replaced, written as it is or, where a backslash could start an escape,
+    written with escapes."""
+    if escaped is not None and "\\" in text:
+        return escaped.sub(REDACTED, text)
+    return pattern.sub(REDACTED, text) if pattern.search(text) else text
 
 
 def _clean_in_json(value: Any, in_json: re.Pattern[bytes]) -> bool:
@@ -202,24 +241,25 @@ def _clean_in_json(value: Any, in_json: re.Pattern[bytes]) -> bool:
         text = orjson.dumps(value, option=orjson.OPT_PASSTHROUGH_SUBCLASS)
     except TypeError:
         return False
-    return in_json.search(text) is None
+    # A backslash in a string (written "\\\\" in JSON) may start an escaped secret: only the walk sees those.
+    return b"\\\\" not in text and in_json.search(text) is None
 
 
-def _walk(value: Any, pattern: re.Pattern[str]) -> Any:
+def _walk(value: Any, pattern: re.Pattern[str], escaped: re.Pattern[str] | None = None) -> Any:
     """Redact strings inside ``value``; containers are copied only if something inside changed."""
     if isinstance(value, str):
-        return pattern.sub(REDACTED, value) if pattern.search(value) else value
+        return _sub(value, pattern, escaped)
     if isinstance(value, dict):
         changed = False
         out: dict[Any, Any] = {}
         for key, item in value.items():
-            new_key = _walk(key, pattern) if isinstance(key, str) else key
-            new_item = _walk(item, pattern)
+            new_key = _walk(key, pattern, escaped) if isinstance(key, str) else key
+            new_item = _walk(item, pattern, escaped)
             changed = changed or new_key is not key or new_item is not item
             out[new_key] = new_item
         return out if changed else value
     if isinstance(value, list | tuple):
-        items = [_walk(item, pattern) for item in value]
+        items = [_walk(item, pattern, escaped) for item in value]
         if all(new is old for new, old in zip(items, value, strict=True)):
             return value
         return items if isinstance(value, list) else tuple(items)
@@ -229,7 +269,7 @@ def _walk(value: Any, pattern: re.Pattern[str]) -> Any:
         replaced: dict[str, Any] = {}
         for f in dataclasses.fields(value):
             item = getattr(value, f.name)
-            new = _walk(item, pattern)
+            new = _walk(item, pattern, escaped)
             if new is not item:
                 replaced[f.name] = new
         if not replaced:

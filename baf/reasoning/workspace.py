@@ -7,10 +7,14 @@ the way). The check compares *resolved* real paths with :meth:`pathlib.Path.is_r
 prefixes, so ``/data/ws2`` is not mistaken for a part of ``/data/ws``. A symbolic link that stays inside
 the root is allowed. Operations then act on the resolved path.
 
-What this cannot do: the check and the operation are two system calls, so a process that swaps a folder
-for a symbolic link between them (a race) is not stopped. Workspaces guard against a model's paths, not
-against a hostile local user who can write inside the root. Likewise a hard link inside the root to a
-file elsewhere is, to the filesystem, simply a file inside the root.
+Writes close the gap between the check and the operation: the folders of a checked path are opened one
+at a time from the root, and the file itself, without following symbolic links, so a folder or file
+swapped for a link after the check (a race) is refused rather than followed out of the root. Only regular
+files are written: a FIFO or a device is refused before it is opened for writing. Reads still act on
+the resolved path, so a process that swaps a folder for a symbolic link between the check and a read
+is not stopped: workspaces guard against a model's paths, not against a hostile local user who can
+write inside the root. Likewise a hard link inside the root to a file elsewhere is, to the filesystem,
+simply a file inside the root.
 
 Workspaces are read-only unless created with ``writable=True``: a model should not be able to change
 files nobody meant it to change.
@@ -19,13 +23,15 @@ files nobody meant it to change.
 from __future__ import annotations
 
 import codecs
+import contextlib
+import errno
 import os
 import stat
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, BinaryIO, Literal, cast
 
 from baf.errors import ConfigurationError, PathEscapeError, ToolError, WorkspaceError
 from baf.reasoning.tool import Tool
@@ -298,19 +304,68 @@ class Workspace:
             raise WorkspaceError(f"{os.fspath(relative_path)!r} is a folder; cannot {action} it")
         return path
 
+    def _open_folder(self, folder: Path, create: bool) -> int:
+        """A descriptor of ``folder`` (resolved, inside the root), opened one name at a time from the root
+        without following a symbolic link; ``create`` makes missing folders on the way."""
+        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for name in folder.relative_to(self.root).parts:
+                if create:
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(name, dir_fd=fd)
+                try:
+                    inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                except NotADirectoryError:  # what Linux says for a link here, as for a file
+                    if stat.S_ISLNK(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+                        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), name) from None
+                    raise
+                os.close(fd)
+                fd = inner
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _open_for_writing(self, path: Path, shown: str, exclusive: bool) -> BinaryIO:
+        """``path`` (resolved by :meth:`resolve`) opened to write, emptied, creating missing folders.
+
+        resolve() checked the path, but a folder or the file may be swapped for a symbolic link before it
+        is used: opening without following links refuses the swap instead of writing outside the root.
+        """
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        folder = self._open_folder(path.parent, create=True)
+        try:
+            if not exclusive:  # O_EXCL refuses whatever exists, and says so
+                with contextlib.suppress(FileNotFoundError):
+                    _require_regular(os.stat(path.name, dir_fd=folder, follow_symlinks=False), shown)
+            # O_NONBLOCK: should a FIFO appear after the check, opening it must not wait for a reader.
+            fd = os.open(path.name, flags | (os.O_EXCL if exclusive else 0), 0o666, dir_fd=folder)
+        finally:
+            os.close(folder)
+        try:
+            _require_regular(os.fstat(fd), shown)
+            os.set_blocking(fd, True)
+            os.ftruncate(fd, 0)  # not O_TRUNC: nothing is touched before it is known to be a regular file
+            return os.fdopen(fd, "wb")
+        except BaseException:
+            os.close(fd)
+            raise
+
     def write_file(self, relative_path: str | os.PathLike[str], content: str) -> str:
         """Write ``content`` (UTF-8) to a file, replacing it if it exists and creating missing folders.
 
         Raises:
-            WorkspaceError: the workspace is read-only, or the path is a folder or cannot be written.
+            WorkspaceError: the workspace is read-only, or the path is a folder, not a regular file, or
+                cannot be written. PathEscapeError: a folder or the file became a symbolic link meanwhile.
         """
         path = self._writable_target(relative_path, "write")
+        shown = os.fspath(relative_path)
         data = content.encode("utf-8")
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
+            with self._open_for_writing(path, shown, exclusive=False) as handle:
+                handle.write(data)
         except OSError as exc:
-            raise WorkspaceError(f"cannot write {os.fspath(relative_path)!r}: {exc.strerror}") from exc
+            raise _write_error(exc, shown, "write") from exc
         return f"Wrote {len(data):,} bytes to {self._display(path)!r} in workspace {self.name!r}."
 
     def create_file(self, relative_path: str | os.PathLike[str], content: str = "") -> str:
@@ -320,18 +375,18 @@ class Workspace:
             WorkspaceError: the workspace is read-only, or the file exists, or it cannot be written.
         """
         path = self._writable_target(relative_path, "create")
+        shown = os.fspath(relative_path)
         data = content.encode("utf-8")
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with path.open("xb") as handle:  # O_EXCL: existence check and creation are one step
+            # O_EXCL: existence check and creation are one step (and an existing link is not followed).
+            with self._open_for_writing(path, shown, exclusive=True) as handle:
                 handle.write(data)
         except FileExistsError:
             raise WorkspaceError(
-                f"{os.fspath(relative_path)!r} already exists in workspace {self.name!r}; "
-                "use write_file to replace it"
+                f"{shown!r} already exists in workspace {self.name!r}; use write_file to replace it"
             ) from None
         except OSError as exc:
-            raise WorkspaceError(f"cannot create {os.fspath(relative_path)!r}: {exc.strerror}") from exc
+            raise _write_error(exc, shown, "create") from exc
         return f"Created {self._display(path)!r} ({len(data):,} bytes) in workspace {self.name!r}."
 
     def delete_file(self, relative_path: str | os.PathLike[str]) -> str:
@@ -347,15 +402,22 @@ class Workspace:
         if relative.name in ("", ".", ".."):
             raise WorkspaceError(f"{shown!r} is a folder; only files can be deleted")
         entry = self.resolve(relative.parent) / relative.name
-        if not entry.is_symlink():
-            if not entry.exists():
-                raise WorkspaceError(f"no file {shown!r} in workspace {self.name!r}")
-            if entry.is_dir():
-                raise WorkspaceError(f"{shown!r} is a folder; only files can be deleted")
         try:
-            entry.unlink()
+            # The name is removed from its folder as opened from the root, so a folder swapped for a
+            # symbolic link since the check cannot make this delete a file outside the root.
+            folder = self._open_folder(entry.parent, create=False)
+            try:
+                try:
+                    info = os.stat(entry.name, dir_fd=folder, follow_symlinks=False)
+                except FileNotFoundError:
+                    raise WorkspaceError(f"no file {shown!r} in workspace {self.name!r}") from None
+                if stat.S_ISDIR(info.st_mode):
+                    raise WorkspaceError(f"{shown!r} is a folder; only files can be deleted")
+                os.unlink(entry.name, dir_fd=folder)  # a symbolic link is removed itself, never its target
+            finally:
+                os.close(folder)
         except OSError as exc:
-            raise WorkspaceError(f"cannot delete {shown!r}: {exc.strerror}") from exc
+            raise _write_error(exc, shown, "delete") from exc
         return f"Deleted {self._display(entry)!r} from workspace {self.name!r}."
 
     # ---- prompt and tools -------------------------------------------------------------------------------
@@ -401,6 +463,23 @@ class Workspace:
         """The tools for this workspace alone: ``list_directory`` and ``read_file``, plus ``write_file``,
         ``create_file`` and ``delete_file`` when writable. Same as ``workspace_tools([self])``."""
         return workspace_tools([self])
+
+
+def _require_regular(info: os.stat_result, shown: str) -> None:
+    """Refuse to write anything but a regular file: a FIFO would block, a device act."""
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+        raise WorkspaceError(f"{shown!r} is {kind}; only regular files can be written")
+
+
+def _write_error(exc: OSError, shown: str, action: str) -> WorkspaceError:
+    """``exc`` from writing, creating or deleting ``shown`` as the error the model reads."""
+    if exc.errno == errno.ELOOP:  # O_NOFOLLOW met a link where the check had seen none
+        return PathEscapeError(
+            f"cannot {action} {shown!r}: a folder or file on its path became a symbolic link after it was "
+            "checked; nothing was changed"
+        )
+    return WorkspaceError(f"cannot {action} {shown!r}: {exc.strerror}")
 
 
 def _choices(spaces: Sequence[Workspace]) -> str:

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.markup import escape
+from rich.text import Text
 
 from baf.log import SessionLog
 from baf.replay.fork import fork
+from baf.replay.render import visible
 from baf.replay.rerun import rerun
 
 if TYPE_CHECKING:
@@ -21,13 +22,14 @@ async def rerun_command(log: SessionLog, session_id: str, agent: Agent, console:
     """Re-run ``agent`` over the session and print the report; exit status 0 when identical, 1 if not."""
     report = await rerun(log, session_id, agent)
     style = "green" if report.identical else "red"
-    console.print(f"[{style}]{escape(str(report))}[/{style}]")
+    console.print(Text(visible(str(report)), style=style))
     return 0 if report.identical else 1
 
 
 async def fork_command(log: SessionLog, session_id: str, at_seq: int, console: Console) -> int:
     """Fork the session at ``at_seq`` and print the new session id and how to continue it."""
     new_id = await fork(log, session_id, at_seq)
-    console.print(f"forked {escape(session_id)} at seq {at_seq} into session [bold]{escape(new_id)}[/bold]")
-    console.print(f"continue it with: await agent.receive_message({new_id!r}, ...)")
+    forked = Text(visible(f"forked {session_id} at seq {at_seq} into session "))
+    console.print(forked + Text(visible(new_id), style="bold"))
+    console.print(Text(f"continue it with: await agent.receive_message({new_id!r}, ...)"))
     return 0

@@ -28,7 +28,14 @@ from baf.log.store import SessionLog
 from baf.replay.export import export_jsonl, export_otel, record_to_json
 from baf.replay.interactive import run_interactive
 from baf.replay.reading import follow, read_session, session_rows
-from baf.replay.render import DEFAULT_WIDTH, render_sessions, render_snapshot, render_timeline
+from baf.replay.render import (
+    DEFAULT_WIDTH,
+    render_sessions,
+    render_snapshot,
+    render_timeline,
+    visible,
+    visible_json,
+)
 from baf.replay.state_at import state_at
 from baf.replay.timeline import ENGINE_KINDS, Entry, EntryFilter, TimelineBuilder, build_timeline, iter_timeline
 
@@ -66,7 +73,7 @@ def report_unreadable(rows: list[dict[str, Any]], command: str) -> int:
     errors = [row["unreadable"] for row in rows if row.get("unreadable") is not None]
     stderr = Console(stderr=True, highlight=False)
     for error in errors:
-        stderr.print(Text(f"baf {command}: {error}", style="red"), soft_wrap=True)
+        stderr.print(Text(visible(f"baf {command}: {error}"), style="red"), soft_wrap=True)
     return 2 if errors else 0
 
 
@@ -106,7 +113,7 @@ async def replay(log: SessionLog, options: ReplayOptions, console: Console, labe
         keep = options.entry_filter
         for record in records:
             if _record_matches(record, keep):
-                console.file.write(json.dumps(record_to_json(record), ensure_ascii=False) + "\n")
+                console.file.write(visible_json(json.dumps(record_to_json(record), ensure_ascii=False)) + "\n")
         return 0
     entries = _filtered(iter_timeline(records, bool(options.kinds & ENGINE_KINDS)), options.entry_filter)
     run_interactive(records, list(entries), options.stdin, console, redactor, options.width)
@@ -204,8 +211,7 @@ async def export_session(log: SessionLog, session_id: str, fmt: str, out: TextIO
     if fmt == "jsonl":
         export_jsonl(records, out)
     elif fmt == "otel":
-        json.dump(export_otel(records), out, ensure_ascii=False)
-        out.write("\n")
+        out.write(visible_json(json.dumps(export_otel(records), ensure_ascii=False)) + "\n")
     else:
         raise ValueError(f"unknown export format {fmt!r}; use jsonl or otel")
     return 0

@@ -27,6 +27,7 @@ from typing import IO, Any, Final
 
 from baf.log.record import Record
 from baf.log.redaction import Redactor
+from baf.replay.render import visible_json
 from baf.replay.timeline import Entry, EntryKind, build_timeline
 
 __all__ = ["SCOPE_NAME", "export_jsonl", "export_otel", "record_to_json"]
@@ -57,7 +58,7 @@ def export_jsonl(records: Iterable[Record], out: IO[str], redactor: Redactor | N
     for record in records:
         if redactor is not None:
             record = redactor.redact_record(record)
-        out.write(json.dumps(record_to_json(record), ensure_ascii=False) + "\n")
+        out.write(visible_json(json.dumps(record_to_json(record), ensure_ascii=False)) + "\n")
         count += 1
     return count
 

@@ -22,7 +22,14 @@ from rich.text import Text
 
 from baf.log.record import Record
 from baf.log.redaction import Redactor
-from baf.replay.render import DEFAULT_WIDTH, entry_line, render_entry, render_llm_request, render_snapshot
+from baf.replay.render import (
+    DEFAULT_WIDTH,
+    entry_line,
+    render_entry,
+    render_llm_request,
+    render_snapshot,
+    visible,
+)
 from baf.replay.state_at import state_at
 from baf.replay.timeline import Entry, EntryKind, flatten, full_llm_request
 
@@ -131,7 +138,7 @@ def run_interactive(records: list[Record], entries: list[Entry], stdin: TextIO, 
             else:
                 console.print(Text(f"unknown command {command!r}; h for help", style="red"))
         except _BadArgument as exc:
-            console.print(Text(str(exc), style="red"))
+            console.print(Text(visible(str(exc)), style="red"))
 
 
 class _BadArgument(ValueError):

@@ -3,7 +3,9 @@
 Each entry is one line (``#seq  time  label  text``), children indented under their reasoning group.
 Long text (tool arguments and results, messages, replies) is cut to ``width`` characters with a
 ``… [N chars]`` marker; ``expand=True`` prints the entry's full data under it instead, which is what
-"expandable" means on a terminal. Text from the log is never interpreted as rich markup.
+"expandable" means on a terminal. Text from the log is never interpreted as rich markup, and its control
+characters are shown as escapes (:func:`visible`): a log may come from someone else, and what the
+terminal shows must be what the log holds.
 """
 
 from __future__ import annotations
@@ -22,10 +24,36 @@ from baf.replay.state_at import SessionSnapshot
 from baf.replay.timeline import Entry, EntryKind
 
 __all__ = ["DEFAULT_WIDTH", "entry_line", "render_entry", "render_llm_request", "render_sessions",
-           "render_snapshot", "render_timeline", "shorten"]  # fmt: skip
+           "render_snapshot", "render_timeline", "shorten", "visible", "visible_json"]  # fmt: skip
 
 #: Characters of a text shown before it is cut.
 DEFAULT_WIDTH: Final = 160
+
+# What a terminal acts on instead of showing: C0 controls but newline and tab (ESC starts colour,
+# cursor and OSC 8 hyperlink sequences; CR overwrites the line), DEL, C1 controls (U+009B is a CSI
+# of its own), and the bidirectional controls and line separators that reorder or break what is shown.
+_ACTIVE: Final = [*range(0x00, 0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0), 0x061C, 0x200E, 0x200F,
+                  0x2028, 0x2029, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]  # fmt: skip
+_ESCAPED: Final = {c: f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}" for c in _ACTIVE}
+_JSON_ESCAPED: Final = {c: f"\\u{c:04x}" for c in _ACTIVE}
+
+
+def visible(text: str) -> str:
+    """``text`` with the characters a terminal would act on written as escapes (``\\x1b``, ``\\u202e``)."""
+    return text.translate(_ESCAPED)
+
+
+def visible_json(text: str) -> str:
+    """JSON text with those characters as ``\\uXXXX`` escapes: the same JSON value, safe to print.
+
+    ``json.dumps`` escapes C0 controls but writes C1 controls and bidirectional controls as they are.
+    """
+    return text.translate(_JSON_ESCAPED)
+
+
+def _shown(text: str, style: str = "") -> Text:
+    """Text from the log, to print: never markup, its control characters visible."""
+    return Text(visible(text), style=style)
 
 _LABELS: Final[dict[str, tuple[str, str]]] = {
     EntryKind.SESSION: ("● session", "bold"),
@@ -91,14 +119,14 @@ def _tokens(entry: Entry) -> int:
 
 def entry_line(entry: Entry, depth: int = 0, width: int = DEFAULT_WIDTH, marker: str = "") -> Text:
     """One entry as a line of text."""
-    label, style = _LABELS.get(entry.kind, ("· " + entry.kind, "dim"))
+    label, style = _LABELS.get(entry.kind, ("· " + visible(entry.kind), "dim"))
     if depth:
         label = "│ " + label.lstrip("┌ ")
     line = Text(f"{marker:1}#{entry.seq:<6} {_time(entry.ts)}  ", style="dim")
     status_style = "red" if entry.status == "error" else style
     line.append(f"{label:<14}", style=status_style)
     line.append(" ")
-    line.append(_detail(entry, width), style="red" if entry.status == "error" else "")
+    line.append(visible(_detail(entry, width)), style="red" if entry.status == "error" else "")
     return line
 
 
@@ -107,8 +135,8 @@ def render_entry(console: Console, entry: Entry, depth: int = 0, width: int = DE
     """Print one entry (and, expanded, its full data)."""
     console.print(entry_line(entry, depth, width), soft_wrap=True)
     if expand:
-        console.print(Text(_indent(json.dumps(entry.data, ensure_ascii=False, indent=2, default=str), depth + 2)),
-                      soft_wrap=True)  # fmt: skip
+        text = visible_json(json.dumps(entry.data, ensure_ascii=False, indent=2, default=str))
+        console.print(Text(_indent(text, depth + 2)), soft_wrap=True)
 
 
 def render_timeline(
@@ -122,7 +150,7 @@ def render_timeline(
             render_entry(console, child, 1, width, expand)
         if entry.kind == EntryKind.REASONING and entry.data.get("finished"):
             finished = entry.data["finished"]
-            console.print(Text(f" {'':7} {'':12}  └ {finished.get('summary', '')}", style="dim"), soft_wrap=True)
+            console.print(_shown(f" {'':7} {'':12}  └ {finished.get('summary', '')}", "dim"), soft_wrap=True)
         count += 1
     return count
 
@@ -135,11 +163,11 @@ def render_sessions(console: Console, rows: Iterable[dict[str, Any]], title: str
     for row in rows:
         if row.get("unreadable") is not None:
             seq = getattr(row["unreadable"], "seq", "?")
-            table.add_row(Text(row["session"]), "-", "-", "-", "?", Text(f"unreadable at #{seq}", style="red"), "?")
+            table.add_row(_shown(row["session"]), "-", "-", "-", "?", Text(f"unreadable at #{seq}", style="red"), "?")
             continue
         table.add_row(
-            Text(row["session"]), Text(row["agent"] or "-"), _date(row["first"]), _date(row["last"]),
-            str(row["records"]), Text(row["state"] or "-"),
+            _shown(row["session"]), _shown(row["agent"] or "-"), _date(row["first"]), _date(row["last"]),
+            str(row["records"]), _shown(row["state"] or "-"),
             Text(str(row["errors"]), style="red" if row["errors"] else ""),
         )  # fmt: skip
     console.print(table)
@@ -153,41 +181,41 @@ def render_snapshot(console: Console, snapshot: SessionSnapshot, width: int = DE
     """``--at SEQ``: the session as it stood after that record."""
     p = snapshot.projection
     record = snapshot.record
-    console.print(Text(f"session {p.session_id} after #{snapshot.seq}" +
-                       (f" ({record.kind}, {_date(record.ts)})" if record else ""), style="bold"))  # fmt: skip
-    console.print(Text(f"agent: {p.agent or '-'}   state: {p.current_state or '-'}   errors: {p.errors}"))
+    console.print(_shown(f"session {p.session_id} after #{snapshot.seq}" +
+                       (f" ({record.kind}, {_date(record.ts)})" if record else ""), "bold"))  # fmt: skip
+    console.print(_shown(f"agent: {p.agent or '-'}   state: {p.current_state or '-'}   errors: {p.errors}"))
     if p.open_step is not None:
         event = f"event #{p.open_step}" if p.open_step else "no event: the session start or a check"
-        console.print(Text(f"a step is running ({event})", style="yellow"))
+        console.print(_shown(f"a step is running ({event})", "yellow"))
     if p.unstarted:
-        console.print(Text(f"events waiting: {', '.join('#' + str(s) for s in sorted(p.unstarted))}", style="yellow"))
-    console.print(Text("variables:", style="bold"))
+        console.print(_shown(f"events waiting: {', '.join('#' + str(s) for s in sorted(p.unstarted))}", "yellow"))
+    console.print(_shown("variables:", "bold"))
     if not p.variables:
-        console.print(Text("  (none)", style="dim"))
+        console.print(_shown("  (none)", "dim"))
     for name, value in p.variables.items():
-        console.print(Text(f"  {name} = {shorten(json.dumps(value, ensure_ascii=False, default=str), width)}"))
+        console.print(_shown(f"  {name} = {shorten(json.dumps(value, ensure_ascii=False, default=str), width)}"))
     state = "in flight" if snapshot.reasoning_in_flight else "last invocation"
-    console.print(Text(f"task list ({state}" + (f", from #{snapshot.tasks_seq}" if snapshot.tasks_seq else "") + "):",
-                       style="bold"))  # fmt: skip
+    console.print(_shown(f"task list ({state}" + (f", from #{snapshot.tasks_seq}" if snapshot.tasks_seq else "") + "):",
+                       "bold"))  # fmt: skip
     if not snapshot.tasks:
-        console.print(Text("  (none)", style="dim"))
+        console.print(_shown("  (none)", "dim"))
     marks = {"pending": "[ ]", "in_progress": "[~]", "completed": "[x]", "skipped": "[-]"}
     for task in snapshot.tasks:
         # shorten() trims the text it is given, so the separator stays outside it.
         result = f" — {shorten(str(task['result']), width)}" if task.get("result") else ""
-        console.print(Text(f"  {marks.get(str(task.get('status')), '[?]')} {task.get('id')}. "
+        console.print(_shown(f"  {marks.get(str(task.get('status')), '[?]')} {task.get('id')}. "
                            f"{task.get('description')}{result}"))  # fmt: skip
-    console.print(Text("conversation:", style="bold"))
+    console.print(_shown("conversation:", "bold"))
     if not p.history:
-        console.print(Text("  (none)", style="dim"))
+        console.print(_shown("  (none)", "dim"))
     for chat in p.history:
-        console.print(Text(f"  #{chat.seq:<6} {chat.role:>9}: {shorten(chat.text, width)}"))
+        console.print(_shown(f"  #{chat.seq:<6} {chat.role:>9}: {shorten(chat.text, width)}"))
 
 
 def render_llm_request(console: Console, request: dict[str, Any], redactor: Redactor | None = None) -> None:
     """The full request of one LLM call, as the model received it."""
     text = json.dumps(request, ensure_ascii=False, indent=2, default=str)
-    console.print(Text(redactor.redact_text(text) if redactor is not None else text), soft_wrap=True)
+    console.print(Text(visible_json(redactor.redact_text(text) if redactor is not None else text)), soft_wrap=True)
 
 
 def _indent(text: str, depth: int) -> str:

@@ -381,3 +381,76 @@ def test_workspace_tools_configuration(ws: Workspace, layout: Path) -> None:
     with pytest.raises(ConfigurationError, match="two workspaces are named 'docs'"):
         workspace_tools([ws, Workspace(layout, name="docs")])
     assert len(workspace_tools([ws, Workspace(layout, name="b")])) == 2  # no writable one: no write tools
+
+
+# ---- races and special files when writing -----------------------------------------------------------------
+
+
+def swap_after_check(monkeypatch: pytest.MonkeyPatch, checked: str, folder: Path, target: Path) -> None:
+    """Make ``folder`` a symbolic link to ``target`` right after ``checked`` is checked: a race won."""
+    check = Workspace.resolve
+
+    def resolve_then_swap(self: Workspace, relative_path: str) -> Path:
+        real = check(self, relative_path)
+        if os.fspath(relative_path) == checked:
+            for child in folder.iterdir():
+                child.unlink()
+            folder.rmdir()
+            folder.symlink_to(target, target_is_directory=True)
+        return real
+
+    monkeypatch.setattr(Workspace, "resolve", resolve_then_swap)
+
+
+@pytest.mark.parametrize(("action", "checked"), [("write", "sub/secret.txt"), ("create", "sub/new.txt"),
+                                                 ("delete", "sub")])  # delete checks the folder last
+def test_a_folder_swapped_for_a_link_after_the_check_is_not_followed_out(
+    rw: Workspace, layout: Path, monkeypatch: pytest.MonkeyPatch, action: str, checked: str
+) -> None:
+    outside = layout.parent / "outside"
+    (layout / "sub").mkdir()
+    (layout / "sub" / "secret.txt").write_text("inside")
+    swap_after_check(monkeypatch, checked, layout / "sub", outside)
+    operation = {
+        "write": lambda: rw.write_file("sub/secret.txt", "pwned"),
+        "create": lambda: rw.create_file("sub/new.txt", "pwned"),
+        "delete": lambda: rw.delete_file("sub/secret.txt"),
+    }[action]
+    with pytest.raises(PathEscapeError, match="became a symbolic link"):
+        operation()
+    assert (outside / "secret.txt").read_text() == "outside secret"
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
+
+
+def test_a_file_swapped_for_a_link_after_the_check_is_not_written_through(
+    rw: Workspace, layout: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    check = Workspace.resolve
+    secret = layout.parent / "outside" / "secret.txt"
+
+    def resolve_then_swap(self: Workspace, relative_path: str) -> Path:
+        real = check(self, relative_path)
+        (layout / "readme.md").unlink()
+        (layout / "readme.md").symlink_to(secret)
+        return real
+
+    monkeypatch.setattr(Workspace, "resolve", resolve_then_swap)
+    with pytest.raises(WorkspaceError):
+        rw.write_file("readme.md", "pwned")
+    assert secret.read_text() == "outside secret"
+
+
+def test_only_regular_files_are_written(rw: Workspace, layout: Path) -> None:
+    fifo = layout / "pipe"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # with a reader, a plain open would not block
+    try:
+        with pytest.raises(WorkspaceError, match="'pipe' is not a regular file"):
+            rw.write_file("pipe", "data")
+        with pytest.raises(WorkspaceError, match="already exists"):
+            rw.create_file("pipe", "data")
+        assert os.read(reader, 10) == b""  # nothing went through
+    finally:
+        os.close(reader)
+    rw.delete_file("pipe")  # removing a special file is fine: it is only a name
+    assert not fifo.exists()

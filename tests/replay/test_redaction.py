@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import logging
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from baf import Agent
+from baf.library.state.reasoning_state_library import new_reasoning_state
 from baf.log.record import Record
 from baf.log.redaction import REDACTED, Redactor, register_secret, registered_secrets
+from baf.testing import RecordingPlatform, ScriptedLLM
 
 
 def test_replaces_secrets_recursively_including_keys() -> None:
@@ -132,3 +138,80 @@ def test_dataclasses_are_redacted_in_a_copy_nested_and_frozen_ones_too() -> None
     assert derived[0].text == f"x {REDACTED}" and derived[0].shout == f"X {REDACTED}"
     untouched = _Step("nothing here", {})
     assert redactor.redact(untouched) is untouched
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        '{"password": "esc-canary-5d9\\u006561"}',  # a model escaping one letter in tool arguments
+        '{"password": "esc-canary-5d9\\u0065\\u0036\\u0031"}',
+        '"{\\"password\\": \\"esc-canary-5d9\\\\u006561\\"}"',  # escaped twice: JSON in a JSON string
+        "KeyError: 'esc-canary-5d9\\x6561'",  # Python's repr
+    ],
+)
+def test_a_secret_written_with_escapes_is_redacted(written: str) -> None:
+    """What decodes to the secret is the secret: JSON or Python escapes do not hide it from redaction."""
+    secret = "esc-canary-5d9e61"
+    redactor = Redactor([secret])
+    data = {"tool_calls": [{"arguments": written}]}
+    redacted = redactor.redact(data)
+    shown = redacted["tool_calls"][0]["arguments"]
+    assert REDACTED in shown and "5d9" not in shown, shown
+    assert redactor.redact_text(written) == shown
+    record = redactor.redact_record(Record("s", 1, "llm_response", data))
+    assert record.data == redacted
+    # Text with backslashes but no secret is left as it is.
+    clean = {"arguments": '{"path": "C:\\\\temp\\\\x", "n": "\\u0041"}'}
+    assert redactor.redact(clean) is clean
+
+
+async def test_tool_arguments_escaping_a_secret_never_reach_the_log_or_the_platform(tmp_path: Path) -> None:
+    secret = "esc-canary-7c2f90"
+    escaped = '{"password": "esc-canary-7c2f\\u0039\\u0030"}'
+    assert json.loads(escaped)["password"] == secret
+    agent = Agent("keeper", log=f"sqlite:///{tmp_path / 'esc.db'}")
+    agent.mark_secret(secret)
+
+    @agent.tool
+    def check(password: str) -> str:
+        """Check a password."""
+        return "checked"
+
+    model = ScriptedLLM([ScriptedLLM.tool_call("check", escaped), "done"])
+    state = new_reasoning_state(agent, model, enable_task_planning=False)
+    state.when_event().go_to(state)
+    platform = RecordingPlatform()
+    async with agent:
+        await agent.receive_message("s", "go", platform)
+        records = await agent.log.read("s")
+    stored = json.dumps([r.data for r in records])
+    assert "7c2f\\\\u0039" not in stored and "7c2f" not in stored
+    assert "7c2f" not in repr(platform.steps["s"])
+    assert REDACTED in stored
+
+
+async def test_a_failing_body_or_condition_logs_its_traceback_without_the_secret(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    secret = "log-canary-31f0e2"
+    agent = Agent("keeper", log="memory://")
+    agent.mark_secret(secret)
+    idle = agent.new_state("idle", initial=True)
+    busy = agent.new_state("busy")
+
+    def body(session: Any) -> None:
+        raise ValueError(f"password {secret} rejected")
+
+    def condition(session: Any) -> bool:
+        raise KeyError(secret)
+
+    busy.set_body(body)
+    idle.when_event().with_condition(condition).go_to(idle)
+    idle.when_event().go_to(busy)
+    busy.go_to(idle)
+    with caplog.at_level(logging.ERROR, logger="baf"):
+        async with agent:
+            await agent.receive_message("s", "go", RecordingPlatform())
+    assert "ValueError" in caplog.text and "KeyError" in caplog.text
+    assert secret not in caplog.text
+    assert REDACTED in caplog.text
