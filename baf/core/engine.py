@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,7 +32,6 @@ if TYPE_CHECKING:
 
 __all__ = ["MAX_AUTOMATIC_TRANSITIONS", "Resumption", "find_resumption", "run_step"]
 
-logger = logging.getLogger("baf.engine")
 
 #: Automatic transitions followed in one step before the engine declares a loop and stops.
 MAX_AUTOMATIC_TRANSITIONS = 100
@@ -200,9 +198,8 @@ async def _run_body(session: Session, state: State, body: Body, role: str) -> No
                 await result
     except Exception as exc:
         shown = f"Something went wrong while handling that ({type(exc).__name__} in state {state.name!r})."
-        error = session.record_error(role, exc, state=state.name, shown=shown)  # ``shown``: a UI's history
-        # The traceback as recorded, secrets redacted: what is logged must not show what the log does not.
-        logger.error("session %s: %s of state %r raised\n%s", session.id, role, state.name, error.data["traceback"])
+        # ``shown``: what a reconnecting UI's history shows for it.
+        session.report_error(f"{role} of state {state.name!r} raised", role, exc, state=state.name, shown=shown)
         _tell_user(session, shown)
 
 

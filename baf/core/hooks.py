@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -14,8 +13,6 @@ if TYPE_CHECKING:
     from baf.core.transition import Transition
 
 __all__ = ["HookChain", "StepHooks"]
-
-logger = logging.getLogger("baf.hooks")
 
 
 class StepHooks:
@@ -62,6 +59,4 @@ async def _guard(session: Session, call: Callable[[], object]) -> None:
         if inspect.isawaitable(result):
             await result
     except Exception as exc:
-        error = session.record_error("hook", exc)
-        # The traceback as recorded, secrets redacted: what is logged must not show what the log does not.
-        logger.error("session %s: a step hook raised\n%s", session.id, error.data["traceback"])
+        session.report_error("a step hook raised", "hook", exc)

@@ -8,7 +8,6 @@ Bodies are not machine callbacks: the engine runs them, so it can record before 
 from __future__ import annotations
 
 import inspect
-import logging
 from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -24,8 +23,6 @@ if TYPE_CHECKING:
     from baf.core.transition import Condition, Transition
 
 __all__ = ["MachineModel", "compile_machine"]
-
-logger = logging.getLogger("baf.machine")
 
 
 class MachineModel:
@@ -102,9 +99,8 @@ async def _holds(session: Session, condition: Condition) -> bool:
             result = await result
         return bool(result)
     except Exception as exc:
-        error = session.record_error("condition", exc, condition=getattr(condition, "__name__", repr(condition)))
-        # The traceback as recorded, secrets redacted: what is logged must not show what the log does not.
-        logger.error("session %s: transition condition %r raised\n%s", session.id, condition, error.data["traceback"])
+        name = getattr(condition, "__name__", repr(condition))
+        session.report_error(f"transition condition {condition!r} raised", "condition", exc, condition=name)
         return False
 
 

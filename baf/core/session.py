@@ -276,9 +276,7 @@ class Session:
                 try:
                     await send()
                 except Exception as exc:
-                    error = self.record_error("platform", exc)
-                    # As recorded, secrets redacted: what is logged must not show what the log does not.
-                    logger.error("session %s: delivery to the platform failed\n%s", self.id, error.data["traceback"])
+                    self.report_error("delivery to the platform failed", "platform", exc)
                     await self._writer.flush()
         finally:
             lock.release()
@@ -316,6 +314,13 @@ class Session:
             **details,
         }
         return self._writer.record(RecordKind.ERROR, data)
+
+    def report_error(self, what: str, source: str, exc: BaseException, **details: Any) -> Record:
+        """:meth:`record_error`, then log ``what`` at ERROR level with the traceback as recorded: secrets
+        redacted, as in the log (``logger.exception`` would print them)."""
+        error = self.record_error(source, exc, **details)
+        logger.error("session %s: %s\n%s", self.id, what, error.data["traceback"])
+        return error
 
     # -- threads --------------------------------------------------------------------------------
 
