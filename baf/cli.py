@@ -21,6 +21,7 @@ from rich.text import Text
 
 from baf.errors import ConfigurationError, LogError
 from baf.log import SessionLog, SQLiteLog, open_log
+from baf.log.redaction import Redactor
 from baf.platforms.terminal import TerminalPlatform
 from baf.replay.render import visible, visible_json
 
@@ -251,6 +252,9 @@ def _cmd_log(args: argparse.Namespace) -> int:
     records = asyncio.run(collect())
     if not records:
         raise LookupError(f"session {args.session!r} has no records in {args.log}")
+    redactor = Redactor.from_environment()  # as replay and export: a log written before a key was set
+    if redactor.active:
+        records = [redactor.redact_record(r) for r in records]
     console = _Stdout()
     if args.json:
         for r in records:

@@ -161,6 +161,28 @@ def test_output_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
         assert err == "", (command, err)
 
 
+def test_log_redacts_the_environments_secrets_as_replay_does(tmp_path: Path) -> None:
+    # A log written before the key was known (or by another program) still holds it: `baf log`, like
+    # replay and export, must not print it.
+    import asyncio
+
+    from baf.log import Record, SQLiteLog
+
+    key = "sk-canary-log-2c9e77d0a1"
+
+    async def write() -> None:
+        async with SQLiteLog(tmp_path / "old.db") as log:
+            await log.append([Record("s", 1, "reply", {"text": f"the key is {key}"})])
+
+    asyncio.run(write())
+    env = {**os.environ, "OPENAI_API_KEY": key, "COLUMNS": "200"}
+    for extra in ([], ["--json"]):
+        result = subprocess.run([sys.executable, "-m", "baf.cli", "log", "old.db", "s", *extra], cwd=tmp_path,
+                                capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert key not in result.stdout and "the key is" in result.stdout, (extra, result.stdout)
+
+
 CHATTY_AGENT = """
 from baf import Agent, ReceiveTextEvent, Session
 
