@@ -159,6 +159,8 @@ class LLMOpenAI(LLM):
         # Kept private and never formatted: it is only handed to the client and used for redaction.
         self._api_key = key
         register_secret(key)  # every session log redacts it, whichever agent or pattern uses this client
+        if self.base_url is not None:
+            register_secret(urlsplit(self.base_url).password)  # a proxy's user:password@ is a key too
         self._client: openai.AsyncOpenAI | None = None
 
     def __repr__(self) -> str:

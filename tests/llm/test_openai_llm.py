@@ -462,3 +462,11 @@ async def test_close_then_reuse(server: FakeOpenAIServer, make_llm: Callable[...
     await llm.close()
     await llm.close()  # idempotent
     assert (await llm.predict_with_tools(USER, [])).text == "two"
+
+
+def test_a_password_in_the_base_url_is_redacted_like_the_key() -> None:
+    from baf.log.redaction import registered_secrets
+
+    llm = LLMOpenAI("m", base_url="http://proxy-user:pw-canary-5e1d09@127.0.0.1:9/v1")
+    assert "pw-canary-5e1d09" in registered_secrets()
+    assert "pw-canary-5e1d09" not in repr(llm)
