@@ -246,6 +246,8 @@ class WebSocketPlatform(Platform):
         # The only per-session state: which connections show which session.
         self._routes: dict[str, set[_Client]] = {}
         self._clients: set[_Client] = set()
+        # Flushes making ``delivery_dropped`` records durable (referenced until done: see _drop).
+        self._flushes: set[asyncio.Future[None]] = set()
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -308,6 +310,8 @@ class WebSocketPlatform(Platform):
                 client.writer.cancel()
         server.close()
         await server.wait_closed()
+        if self._flushes:  # before the agent closes its log
+            await asyncio.wait(self._flushes)
         self._routes.clear()
         self._clients.clear()
 
@@ -479,6 +483,15 @@ class WebSocketPlatform(Platform):
                 DELIVERY_DROPPED,
                 {"platform": self.name, "connection": str(client.ws.id), "reason": reason, "frames": pending + 1},
             )
+            # Durable now: an idle session's next commit may be far off, and a crash meanwhile would lose it.
+            flush = asyncio.ensure_future(session.flush())
+            self._flushes.add(flush)
+            flush.add_done_callback(self._flushed)
+
+    def _flushed(self, flush: asyncio.Future[None]) -> None:
+        self._flushes.discard(flush)
+        if not flush.cancelled() and (exc := flush.exception()) is not None:
+            logger.warning("a delivery_dropped record could not be written: %s", exc)
 
     def _route(self, client: _Client, session_id: str) -> None:
         self._unroute(client)

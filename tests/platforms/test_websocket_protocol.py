@@ -207,13 +207,46 @@ async def test_a_client_that_stops_reading_is_dropped_and_others_are_served() ->
                 break
             await asyncio.sleep(0.05)
         assert platform.connection_count == 1
-        session = platform.agent.sessions[stuck.session_id]
-        await session.commit()
-        drops = [r for r in await platform.agent.log.read(stuck.session_id) if r.kind == "delivery_dropped"]
+        # Durable without waiting for the session's next commit (none comes: it is idle).
+        drops: list[Any] = []
+        for _ in range(50):
+            drops = [r for r in await platform.agent.log.read(stuck.session_id) if r.kind == "delivery_dropped"]
+            if drops:
+                break
+            await asyncio.sleep(0.05)
         assert len(drops) == 1 and "not reading" in drops[0].data["reason"]
         with pytest.raises(ConnectionClosed):
             while True:  # what it had buffered, then the end
                 await stuck.ws.recv()
+
+
+async def test_a_drop_after_the_step_ended_is_durable_while_the_session_is_idle() -> None:
+    # The connection's writer sends after the step's last commit; if sending then fails, the client is
+    # dropped with no commit of that session to come: the record must not wait for one.
+    async def body(session: Session) -> None:
+        session.reply("hello")
+
+    async with serving(body_agent(body)) as platform:
+        client = await Client.open(platform.ws_url)
+        await client.hello()
+        (server_side,) = platform._clients
+
+        async def broken_send(*args: Any, **kwargs: Any) -> None:
+            raise RuntimeError("the network stack failed")
+
+        server_side.ws.send = broken_send  # type: ignore[method-assign]
+        await client.send({"type": "message", "text": "hi"})
+        assert platform.agent is not None
+        drops: list[Any] = []
+        for _ in range(50):
+            if client.session_id is not None:
+                await platform.agent.wait_idle(client.session_id)
+                records = await platform.agent.log.read(client.session_id)
+                drops = [r for r in records if r.kind == "delivery_dropped"]
+                if drops:
+                    break
+            await asyncio.sleep(0.05)
+        assert len(drops) == 1 and "sending failed (RuntimeError)" in drops[0].data["reason"], drops
 
 
 async def test_reconnect_gets_history_from_the_log() -> None:
