@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import json
 import logging
 import threading
 import weakref
@@ -20,6 +19,7 @@ from baf.core.session import Session
 from baf.core.threadpool import DaemonThreadPool
 from baf.core.writer import SessionWriter
 from baf.errors import ConfigurationError, LogClosedError, LogError
+from baf.log.jsontext import json_copy
 from baf.log.record import RecordKind
 from baf.log.store import SessionLog
 
@@ -285,7 +285,7 @@ class Runtime:
             # The fold reads it as the conversation's text: refused here, not found corrupt on a restart.
             raise ValueError(f"{type(event).__name__}.text must be a string or None, got {type(data['text']).__name__}")
         try:
-            json.dumps(data, allow_nan=False)
+            json_copy(data)  # json.dumps(allow_nan=False)'s verdict, at orjson's speed
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{type(event).__name__} cannot be recorded: its fields must be JSON ({exc})") from exc
         session = await self.get_or_create(event.session_id, platform)

@@ -540,3 +540,16 @@ async def test_a_commit_that_failed_lets_the_next_commit_fail_too_instead_of_han
             done = await agent.receive_event(ReceiveTextEvent("s", message="go"))
             await done
     assert outcome == ["released"]
+
+
+async def test_an_event_that_is_not_json_is_refused_before_anything_is_recorded(platform: RecordingPlatform) -> None:
+    agent = Agent("a", log="memory://")
+    agent.new_state("idle", initial=True)
+    async with agent:
+        await agent.receive_message("s", "hello", platform)
+        before = await agent.log.read("s")
+        for payload in ({"x": float("nan")}, {"x": float("inf")}):  # JSON has no NaN: json.dumps would write one
+            with pytest.raises(ValueError, match="ReceiveJSONEvent cannot be recorded: its fields must be JSON"):
+                await agent.receive_event(ReceiveJSONEvent("s", payload=payload), platform)
+        await agent.wait_idle()
+        assert await agent.log.read("s") == before
