@@ -45,6 +45,7 @@ class TerminalPlatform(Platform):
     """One session (``session_id``) chatting on stdin/stdout. ``exit``, ``quit`` or EOF end it, and so
     does the output closing (``baf run ... | head``): the delivery that found it closed is recorded as a
     ``platform`` error, later output is dropped (the replies are still in the log) and the agent stops.
+    (A ``console`` you pass keeps its own ``on_broken_pipe``: rich's default ends the process.)
 
     Lines are read from ``input_fd`` if given. Otherwise a terminal is read with ``input()`` (line
     editing and history work), and piped or redirected input straight from its file descriptor.
