@@ -60,14 +60,16 @@ class SessionProjection:
         """Fold one record given by its fields, decoded and upcast as a store's ``read`` returns them.
 
         For a store that folds rows as it decodes them (``SessionLog.project``), without a ``Record``.
+        A record the fold refuses (``CorruptRecordError``) leaves the projection as it was: the writer
+        then has not taken its seq either.
         """
+        handler = _HANDLERS.get(kind)
+        if handler is not None:
+            handler(self, data, seq)  # first: each handler checks what it reads before it changes anything
         self.last_seq = seq
         if self.first_ts is None:
             self.first_ts = ts
         self.last_ts = ts
-        handler = _HANDLERS.get(kind)
-        if handler is not None:
-            handler(self, data, seq)
 
     def apply_all(self, records: Iterable[Record]) -> SessionProjection:
         """Fold many records, as ``apply`` on each in turn; returns ``self`` for chaining."""

@@ -115,3 +115,20 @@ def test_a_session_listing_shows_the_readable_sessions_and_names_the_unreadable_
     assert any("s2" in line and "idle" in line for line in lines), out  # the other session is listed
     assert any("s1" in line and "unreadable" in line for line in lines), out
     assert f"baf {command}: corrupt record in session 's1' at seq {seq}" in " ".join(err.split())
+
+
+async def test_a_record_the_fold_refuses_at_write_time_takes_no_seq() -> None:
+    # Written by code (session.record), a reply without its text is refused at once, and the session
+    # goes on without a gap in its seqs.
+    agent = Agent("g", log="memory://")
+    agent.new_state("idle", initial=True)
+    async with agent:
+        session = await agent.get_or_create_session("s")
+        await agent.wait_idle()
+        last = session.projection.last_seq
+        with pytest.raises(CorruptRecordError, match="reply record: text should be text, found missing"):
+            session.record("reply", {"format": "json"})
+        assert session.projection.last_seq == last
+        assert session.record("note", {"ok": True}).seq == last + 1
+        await session.commit()
+        assert [r.seq for r in await agent.log.read("s")] == list(range(1, last + 2))
