@@ -3,7 +3,7 @@
 ::
 
     async with open_log("sqlite:///var/agent.db?durability=full") as log:
-        await log.append([Record("s1", 1, RecordKind.MESSAGE_RECEIVED, {"text": "hi"})])
+        await log.append([Record("s1", 1, RecordKind.REPLY, {"text": "hi"})])
         records = await log.read("s1")
 """
 

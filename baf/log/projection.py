@@ -103,7 +103,7 @@ _MISSING: Any = object()
 
 def _session_started(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
     initial = data.get("initial_state", _MISSING)
-    if type(initial) is not str:
+    if not isinstance(initial, str):
         _corrupt(p, seq, "session_started", "initial_state", initial, "a state name")
     p.agent = data.get("agent")
     p.platform = data.get("platform")
@@ -112,11 +112,11 @@ def _session_started(p: SessionProjection, data: dict[str, Any], seq: int) -> No
 
 def _message_received(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
     event = data.get("event", _MISSING)
-    if type(event) is not dict:
+    if not isinstance(event, dict):
         _corrupt(p, seq, "message_received", "event", event, "an object")
     text = data.get("text")
-    if text is not None and type(text) is not str:
-        _corrupt(p, seq, "message_received", "text", text, "text or null")
+    if text is not None and not isinstance(text, str):
+        text = str(text)  # older baf recorded whatever an event's text was; shown as text, not refused
     p.unstarted[seq] = event
     if text is not None:
         p.history.append(ChatEntry("user", text, seq))
@@ -125,7 +125,7 @@ def _message_received(p: SessionProjection, data: dict[str, Any], seq: int) -> N
 def _step_started(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
     event_seq = data.get("event_seq")
     if event_seq is not None:
-        if type(event_seq) is not int:
+        if not isinstance(event_seq, int) or isinstance(event_seq, bool):
             _corrupt(p, seq, "step_started", "event_seq", event_seq, "a seq or null")
         p.unstarted.pop(event_seq, None)
     p.open_step = event_seq if event_seq is not None else 0
@@ -138,14 +138,14 @@ def _step_finished(p: SessionProjection, data: dict[str, Any], seq: int) -> None
 
 def _transition(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
     dest = data.get("dest", _MISSING)
-    if type(dest) is not str:
+    if not isinstance(dest, str):
         _corrupt(p, seq, "transition", "dest", dest, "a state name")
     p.current_state = dest
 
 
 def _variable_set(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
     name = data.get("name", _MISSING)
-    if type(name) is not str:
+    if not isinstance(name, str):
         _corrupt(p, seq, "variable_set", "name", name, "text")
     if "value" not in data:
         _corrupt(p, seq, "variable_set", "value", _MISSING, "present")
@@ -154,14 +154,14 @@ def _variable_set(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
 
 def _variable_deleted(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
     name = data.get("name", _MISSING)
-    if type(name) is not str:
+    if not isinstance(name, str):
         _corrupt(p, seq, "variable_deleted", "name", name, "text")
     p.variables.pop(name, None)
 
 
 def _reply(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
     text = data.get("text", _MISSING)
-    if type(text) is not str:
+    if not isinstance(text, str):
         _corrupt(p, seq, "reply", "text", text, "text")
     p.history.append(ChatEntry("assistant", text, seq))
 
