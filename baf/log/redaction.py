@@ -172,10 +172,19 @@ class Redactor:
             return self._patterns
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Escaped:
+    """Secrets with any of their characters escaped: ``pattern`` finds them, ``trigger`` is a cheap test
+    for text that may hold one (a backslash before a letter some escape of theirs starts with)."""
+
+    trigger: re.Pattern[str]
+    pattern: re.Pattern[str]
+
+
 # The pattern matching any secret in text; the same over JSON text (UTF-8), or None when some secret
 # does not appear as itself in JSON (it holds a quote, a backslash or a control character); and the
-# pattern matching any secret with any of its characters escaped (for text holding a backslash).
-_Patterns = tuple[re.Pattern[str] | None, re.Pattern[bytes] | None, re.Pattern[str] | None]
+# secrets written with escapes (for text holding a backslash).
+_Patterns = tuple[re.Pattern[str] | None, re.Pattern[bytes] | None, _Escaped | None]
 
 
 def _build(secrets: set[str]) -> _Patterns:
@@ -189,7 +198,11 @@ def _build(secrets: set[str]) -> _Patterns:
     except (TypeError, UnicodeEncodeError):  # a lone surrogate: only the walk can look for it
         verbatim = False
     in_json = re.compile(b"|".join(re.escape(s.encode()) for s in ordered)) if verbatim else None
-    escaped = re.compile("|".join("".join(map(_escaped_char, s)) for s in ordered))
+    letters = {"x", "u", "U"} | {_SHORT_ESCAPES[c] for s in ordered for c in s if c in _SHORT_ESCAPES}
+    escaped = _Escaped(
+        trigger=re.compile("\\\\[" + re.escape("".join(sorted(letters))) + "]"),
+        pattern=re.compile("|".join("".join(_escaped_char(c, i == 0) for i, c in enumerate(s)) for s in ordered)),
+    )
     return pattern, in_json, escaped
 
 
@@ -198,21 +211,29 @@ _SHORT_ESCAPES: Final = {"\n": "n", "\t": "t", "\r": "r", "\b": "b", "\f": "f", 
                          "\\": "\\", "/": "/"}  # fmt: skip
 
 
-def _escaped_char(char: str) -> str:
+def _escaped_char(char: str, first: bool) -> str:
     """A regular expression for ``char`` as itself or as a JSON or Python escape, behind any number of
-    backslashes (text escaped more than once, such as JSON inside a JSON string)."""
+    backslashes (text escaped more than once, such as JSON inside a JSON string).
+
+    The backslashes are taken possessively (``++``), and a secret's first escape only where a run of
+    them begins: tried at every backslash of a long run and backtracked through it, the search took
+    quadratic time (seconds for a few ten thousand backslashes).
+    """
+    if char == "\\":  # itself, or escaped: any run of backslashes
+        return r"(?:\\++|\\++x5[cC]|\\++u005[cC]|\\++U0000005[cC])"
     code = ord(char)
+    run = (r"(?<!\\)" if first else "") + r"\\++"
     forms = [re.escape(char)]
     if char in _SHORT_ESCAPES:
-        forms.append(r"\\+" + re.escape(_SHORT_ESCAPES[char]))
+        forms.append(run + re.escape(_SHORT_ESCAPES[char]))
     if code < 0x100:
-        forms.append(r"\\+x" + _hex(code, 2))
+        forms.append(run + "x" + _hex(code, 2))
     if code < 0x10000:
-        forms.append(r"\\+u" + _hex(code, 4))
+        forms.append(run + "u" + _hex(code, 4))
     else:  # JSON writes it as a surrogate pair
         high, low = 0xD800 + ((code - 0x10000) >> 10), 0xDC00 + ((code - 0x10000) & 0x3FF)
-        forms.append(r"\\+u" + _hex(high, 4) + r"\\+u" + _hex(low, 4))
-    forms.append(r"\\+U" + _hex(code, 8))
+        forms.append(run + "u" + _hex(high, 4) + r"\\++u" + _hex(low, 4))
+    forms.append(run + "U" + _hex(code, 8))
     return "(?:" + "|".join(forms) + ")"
 
 
@@ -221,11 +242,11 @@ def _hex(code: int, digits: int) -> str:
     return "".join(f"[{d}{d.upper()}]" if d.isalpha() else d for d in f"{code:0{digits}x}")
 
 
-def _sub(text: str, pattern: re.Pattern[str], escaped: re.Pattern[str] | None) -> str:
+def _sub(text: str, pattern: re.Pattern[str], escaped: _Escaped | None) -> str:
     """``text`` with every secret replaced, written as it is or, where a backslash could start an escape,
     written with escapes."""
-    if escaped is not None and "\\" in text:
-        return escaped.sub(REDACTED, text)
+    if escaped is not None and "\\" in text and escaped.trigger.search(text):
+        return escaped.pattern.sub(REDACTED, text)
     return pattern.sub(REDACTED, text) if pattern.search(text) else text
 
 
@@ -245,7 +266,7 @@ def _clean_in_json(value: Any, in_json: re.Pattern[bytes]) -> bool:
     return b"\\\\" not in text and in_json.search(text) is None
 
 
-def _walk(value: Any, pattern: re.Pattern[str], escaped: re.Pattern[str] | None = None) -> Any:
+def _walk(value: Any, pattern: re.Pattern[str], escaped: _Escaped | None = None) -> Any:
     """Redact strings inside ``value``; containers are copied only if something inside changed."""
     if isinstance(value, str):
         return _sub(value, pattern, escaped)

@@ -147,6 +147,8 @@ def test_dataclasses_are_redacted_in_a_copy_nested_and_frozen_ones_too() -> None
         '{"password": "esc-canary-5d9\\u0065\\u0036\\u0031"}',
         '"{\\"password\\": \\"esc-canary-5d9\\\\u006561\\"}"',  # escaped twice: JSON in a JSON string
         "KeyError: 'esc-canary-5d9\\x6561'",  # Python's repr
+        "\\" * 5000 + "u0065sc-canary-5d9e61",  # behind a long run of backslashes (taken as one escape)
+        "\\" * 5000 + " esc-canary-5d9e61 " + "\\" * 5000,
     ],
 )
 def test_a_secret_written_with_escapes_is_redacted(written: str) -> None:
