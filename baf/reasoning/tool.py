@@ -24,8 +24,8 @@ Rules the schema follows (and :meth:`Tool.validate_args` enforces):
   to the annotated container); ``tuple[X, Y]`` is a fixed-length array; ``dict[str, X]`` is an object.
 - ``Optional[X]`` / ``X | None`` is optional and accepts ``null``; when the argument is left out and the
   parameter has no default, the function receives ``None``. Any other default makes a parameter optional,
-  and ``null`` for it means "not given" (models often send it for what they leave unset): the default
-  applies.
+  and ``null`` for it, where its type has no null, means "not given" (models often send it for what they
+  leave unset): the default applies.
 - ``Literal[...]`` and ``Enum`` subclasses become ``enum`` (an Enum argument arrives as the member).
 - A pydantic ``BaseModel`` becomes a nested object schema, inlined (no ``$ref``); the argument arrives as
   a model instance. Recursive models cannot be inlined and are refused.
@@ -549,6 +549,14 @@ def _check(value: Any, tp: Any, path: str, problems: list[str]) -> Any:
     return _check_with_pydantic(value, tp, path, problems)
 
 
+def _refuses_null(annotation: Any) -> bool:
+    """Whether ``null`` is not a valid value of ``annotation`` (``Any``, ``X | None`` and ``Literal[..., None]``
+    accept it)."""
+    problems: list[str] = []
+    _check(None, annotation, "", problems)
+    return bool(problems)
+
+
 # --------------------------------------------------------------------------------------------------------
 # Tool
 # --------------------------------------------------------------------------------------------------------
@@ -839,8 +847,8 @@ class Tool:
         for name, param in self._params.items():
             if name in args:
                 value = args[name]
-                if value is None and param.default is not _EMPTY and not param.nullable:
-                    continue  # null for a parameter with a default: not given, so the default applies
+                if value is None and param.default is not _EMPTY and _refuses_null(param.annotation):
+                    continue  # null where the type has no null: taken as not given, so the default applies
                 validated[name] = _check(value, param.annotation, name, problems)
             elif param.required:
                 problems.append(f"missing required argument '{name}' ({_describe_type(param.annotation)})")

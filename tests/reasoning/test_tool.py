@@ -463,6 +463,12 @@ async def test_null_for_a_parameter_with_a_default_means_the_default() -> None:
     assert await tool.run('{"city": "Oslo", "days": null}') == "Oslo 3 C"
     assert "argument 'city': expected string, got null" in problems_of({"city": None}, tool)
 
+    # Where the type itself has null, null is that value, not "not given".
+    def pick(a: Any = "d", b: Literal["x", None] = "x", c: int | None = 3) -> str:
+        return f"{a} {b} {c}"
+
+    assert Tool(pick).validate_args('{"a": null, "b": null, "c": null}') == {"a": None, "b": None, "c": None}
+
 
 def test_null_is_refused_for_required_parameters() -> None:
     message = problems_of({"name": None, "count": 1, "ratio": 1.0, "flag": True, "tags": []})
