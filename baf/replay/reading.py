@@ -7,13 +7,12 @@ from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
-from rich.text import Text
 
 from baf.errors import CorruptRecordError, UnknownRecordVersionError
 from baf.log.record import Record
 from baf.log.redaction import Redactor
 from baf.log.store import SessionLog
-from baf.replay.render import DEFAULT_WIDTH, entry_line, render_timeline
+from baf.replay.render import DEFAULT_WIDTH, entry_line, render_group_end, render_timeline
 from baf.replay.timeline import EntryFilter, TimelineBuilder
 
 __all__ = ["follow", "read_session", "session_rows"]
@@ -88,7 +87,7 @@ async def follow(
                 for child in entry.children[max(done, 0):]:  # the rest of a group already under way
                     if keep.apply(child) is not None:
                         console.print(entry_line(child, 1, width), soft_wrap=True)
-                console.print(Text(f"{'':9}└ {(entry.data.get('finished') or {}).get('summary', '')}", style="dim"))
+                render_group_end(console, entry)
         group = builder.open_group
         if group is not None:
             done = printed.setdefault(group.seq, -1)

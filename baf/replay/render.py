@@ -149,10 +149,15 @@ def render_timeline(
         for child in entry.children:
             render_entry(console, child, 1, width, expand)
         if entry.kind == EntryKind.REASONING and entry.data.get("finished"):
-            finished = entry.data["finished"]
-            console.print(_shown(f" {'':7} {'':12}  └ {finished.get('summary', '')}", "dim"), soft_wrap=True)
+            render_group_end(console, entry)
         count += 1
     return count
+
+
+def render_group_end(console: Console, entry: Entry) -> None:
+    """Print the closing line of a finished reasoning group: its final summary."""
+    finished = entry.data.get("finished") or {}
+    console.print(_shown(f" {'':7} {'':12}  └ {finished.get('summary', '')}", "dim"), soft_wrap=True)
 
 
 def render_sessions(console: Console, rows: Iterable[dict[str, Any]], title: str) -> None:

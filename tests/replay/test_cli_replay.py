@@ -124,6 +124,38 @@ async def test_follow_prints_records_as_they_land(tmp_path: Path) -> None:
     assert last == 3 and "first" in out and "second" in out and "reasoning" in out
 
 
+async def test_follow_shows_a_finished_groups_summary_without_acting_on_its_control_characters(
+    tmp_path: Path,
+) -> None:
+    # The group is printed open, then its end when it finishes: that line comes from the log too.
+    path = tmp_path / "live.db"
+    console = Console(file=io.StringIO(), width=200)
+    more: asyncio.Future[None] | None = None
+    polls_after = 0
+
+    def stop() -> bool:  # two polls after the last record landed, however slow the machine
+        nonlocal polls_after
+        if more is not None and more.done():
+            polls_after += 1
+        return polls_after >= 2
+
+    started = {"kind": "reasoning_started", "step": 0, "summary": "", "details": {"request": "q"}}
+    finished = {"kind": "reasoning_finished", "step": 1, "summary": "done\x1b]0;pwned\x07\x1b[2J", "details": {}}
+    async with open_log(f"sqlite:///{path}") as writer, open_log(f"sqlite:///{path}") as reader:
+        await writer.append([Record("live", 1, "message_received", {"event": {}, "text": "q"}),
+                             Record("live", 2, "reasoning_step", started)])  # fmt: skip
+
+        async def finish() -> None:
+            await asyncio.sleep(0.03)
+            await writer.append([Record("live", 3, "reasoning_step", finished)])
+
+        more = asyncio.ensure_future(finish())
+        await follow(reader, "live", console, poll=0.02, stop=stop)
+        await more
+    out = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "└ done\\x1b]0;pwned\\x07\\x1b[2J" in out and "\x1b" not in out, out
+
+
 @pytest.mark.parametrize("argv", [
     ["--limit", "-1"], ["--width", "-5"], ["--limit", "x"], ["--at", "0"], ["--at", "-1"], ["--from", "0"],
     ["--to", "-3"], ["--fork-at", "0"],
