@@ -317,8 +317,14 @@ class Session:
 
     def report_error(self, what: str, source: str, exc: BaseException, **details: Any) -> Record:
         """:meth:`record_error`, then log ``what`` at ERROR level with the traceback as recorded: secrets
-        redacted, as in the log (``logger.exception`` would print them)."""
-        error = self.record_error(source, exc, **details)
+        redacted, as in the log (``logger.exception`` would print them). A session that can no longer
+        record (``LogClosedError``) still logs it, redacted the same way, then raises."""
+        try:
+            error = self.record_error(source, exc, **details)
+        except LogClosedError:
+            shown = self.agent.redactor.redact_text("".join(traceback.format_exception(exc)))
+            logger.error("session %s: %s (not recorded: the session is closed)\n%s", self.id, what, shown)
+            raise
         logger.error("session %s: %s\n%s", self.id, what, error.data["traceback"])
         return error
 

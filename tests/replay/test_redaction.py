@@ -217,3 +217,24 @@ async def test_a_failing_body_or_condition_logs_its_traceback_without_the_secret
     assert "ValueError" in caplog.text and "KeyError" in caplog.text
     assert secret not in caplog.text
     assert REDACTED in caplog.text
+
+
+async def test_an_error_a_closed_session_cannot_record_is_still_logged_without_the_secret(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A body thread abandoned at a stop fails after its session closed: the error is not lost from the
+    # process's log, and the secret stays out of it.
+    from baf.errors import LogClosedError
+
+    secret = "log-canary-9a41c7"
+    agent = Agent("keeper", log="memory://")
+    agent.mark_secret(secret)
+    agent.new_state("idle", initial=True)
+    async with agent:
+        session = await agent.get_or_create_session("s")
+        await agent.wait_idle()
+        session._close()
+        with caplog.at_level(logging.ERROR, logger="baf"), pytest.raises(LogClosedError):
+            session.report_error("a body raised", "body", ValueError(f"password {secret} rejected"))
+    assert "a body raised (not recorded: the session is closed)" in caplog.text
+    assert "ValueError" in caplog.text and secret not in caplog.text and REDACTED in caplog.text
