@@ -405,7 +405,10 @@ class Workspace:
         try:
             # The name is removed from its folder as opened from the root, so a folder swapped for a
             # symbolic link since the check cannot make this delete a file outside the root.
-            folder = self._open_folder(entry.parent, create=False)
+            try:
+                folder = self._open_folder(entry.parent, create=False)
+            except FileNotFoundError:
+                raise WorkspaceError(f"no file {shown!r} in workspace {self.name!r}") from None
             try:
                 try:
                     info = os.stat(entry.name, dir_fd=folder, follow_symlinks=False)
@@ -466,7 +469,10 @@ class Workspace:
 
 
 def _require_regular(info: os.stat_result, shown: str) -> None:
-    """Refuse to write anything but a regular file: a FIFO would block, a device act."""
+    """Refuse to write anything but a regular file: a FIFO would block, a device act. A symbolic link
+    here was not there when the path was checked (it was resolved): a swap, refused as an escape."""
+    if stat.S_ISLNK(info.st_mode):
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), shown)
     if not stat.S_ISREG(info.st_mode):
         kind = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file"
         raise WorkspaceError(f"{shown!r} is {kind}; only regular files can be written")
@@ -474,7 +480,7 @@ def _require_regular(info: os.stat_result, shown: str) -> None:
 
 def _write_error(exc: OSError, shown: str, action: str) -> WorkspaceError:
     """``exc`` from writing, creating or deleting ``shown`` as the error the model reads."""
-    if exc.errno == errno.ELOOP:  # O_NOFOLLOW met a link where the check had seen none
+    if exc.errno in (errno.ELOOP, errno.EMLINK):  # O_NOFOLLOW met a link where the check saw none (BSD: EMLINK)
         return PathEscapeError(
             f"cannot {action} {shown!r}: a folder or file on its path became a symbolic link after it was "
             "checked; nothing was changed"

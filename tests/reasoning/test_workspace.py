@@ -435,9 +435,14 @@ def test_a_file_swapped_for_a_link_after_the_check_is_not_written_through(
         return real
 
     monkeypatch.setattr(Workspace, "resolve", resolve_then_swap)
-    with pytest.raises(WorkspaceError):
+    with pytest.raises(PathEscapeError, match="became a symbolic link after it was checked"):
         rw.write_file("readme.md", "pwned")
     assert secret.read_text() == "outside secret"
+
+
+def test_deleting_in_a_missing_folder_says_there_is_no_such_file(rw: Workspace) -> None:
+    with pytest.raises(WorkspaceError, match=r"no file 'nope/x\.txt' in workspace"):
+        rw.delete_file("nope/x.txt")
 
 
 def test_only_regular_files_are_written(rw: Workspace, layout: Path) -> None:
