@@ -36,7 +36,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import openai
 
@@ -159,8 +159,10 @@ class LLMOpenAI(LLM):
         # Kept private and never formatted: it is only handed to the client and used for redaction.
         self._api_key = key
         register_secret(key)  # every session log redacts it, whichever agent or pattern uses this client
-        if self.base_url is not None:
-            register_secret(urlsplit(self.base_url).password)  # a proxy's user:password@ is a key too
+        password = urlsplit(self.base_url).password if self.base_url is not None else None
+        if password is not None:  # a proxy's user:password@ is a key too, as written and as sent
+            register_secret(password)
+            register_secret(unquote(password))
         self._client: openai.AsyncOpenAI | None = None
 
     def __repr__(self) -> str:

@@ -467,6 +467,6 @@ async def test_close_then_reuse(server: FakeOpenAIServer, make_llm: Callable[...
 def test_a_password_in_the_base_url_is_redacted_like_the_key() -> None:
     from baf.log.redaction import registered_secrets
 
-    llm = LLMOpenAI("m", base_url="http://proxy-user:pw-canary-5e1d09@127.0.0.1:9/v1")
-    assert "pw-canary-5e1d09" in registered_secrets()
-    assert "pw-canary-5e1d09" not in repr(llm)
+    llm = LLMOpenAI("m", base_url="http://proxy-user:pw-canary%405e1d09@127.0.0.1:9/v1")
+    assert {"pw-canary@5e1d09", "pw-canary%405e1d09"} <= set(registered_secrets())  # as sent, and as written
+    assert "5e1d09" not in repr(llm)
