@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import io
 import os
 import random
@@ -158,10 +159,14 @@ asyncio.run(main())
 def _kill_9_once_ready(db: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-c", _STUCK_AT_START, str(db)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
-    assert proc.stdout.readline().strip() == "READY"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=30)
-    proc.stdout.close()
+    try:
+        # A bounded wait for the line (a stalled child must fail the test, not hang it).
+        ready = concurrent.futures.ThreadPoolExecutor(1).submit(proc.stdout.readline)
+        assert ready.result(timeout=60).strip() == "READY"
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)  # in every case: a failed test must not leave it holding the file
+        proc.wait(timeout=30)
+        proc.stdout.close()
 
 
 async def test_kill_9_in_the_initial_body_closes_that_step_without_inventing_an_event(tmp_path: Path) -> None:
