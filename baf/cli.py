@@ -222,25 +222,14 @@ def _when(ts: float | None) -> str:
 def _cmd_sessions(args: argparse.Namespace) -> int:
     from baf.replay.commands import report_unreadable
     from baf.replay.reading import session_rows
+    from baf.replay.render import render_sessions
 
     async def collect() -> list[dict[str, Any]]:
         async with open_existing_log(args.log) as log:
             return await session_rows(log)
 
-    table = Table(title=Text(visible(f"sessions in {args.log}")))
-    for column in ("session", "agent", "first", "last", "records", "state", "errors"):
-        table.add_column(column)
     rows = asyncio.run(collect())
-    for row in rows:
-        if row.get("unreadable") is not None:  # listed all the same: one bad session must not hide the rest
-            state = Text(f"unreadable at #{getattr(row['unreadable'], 'seq', '?')}", style="red")
-            table.add_row(Text(visible(row["session"])), "-", "-", "-", "?", state, "?")
-            continue
-        table.add_row(
-            *(Text(visible(text)) for text in (row["session"], row["agent"] or "-")), _when(row["first"]),
-            _when(row["last"]), str(row["records"]), Text(visible(row["state"] or "-")), str(row["errors"]),
-        )
-    _Stdout().print(table)
+    render_sessions(_Stdout(), rows, f"sessions in {args.log}")  # the list `baf replay LOG` shows
     return report_unreadable(rows, "sessions")
 
 

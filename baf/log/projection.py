@@ -78,13 +78,13 @@ class SessionProjection:
         handlers = _HANDLERS
         for record in records:
             seq, ts = record.seq, record.ts
+            handler = handlers.get(record.kind)
+            if handler is not None:
+                handler(self, record.data, seq)
             self.last_seq = seq
             if self.first_ts is None:
                 self.first_ts = ts
             self.last_ts = ts
-            handler = handlers.get(record.kind)
-            if handler is not None:
-                handler(self, record.data, seq)
         return self
 
 

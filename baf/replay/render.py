@@ -161,8 +161,8 @@ def render_group_end(console: Console, entry: Entry) -> None:
 
 
 def render_sessions(console: Console, rows: Iterable[dict[str, Any]], title: str) -> None:
-    """The session list (``baf replay LOG``)."""
-    table = Table(title=title)
+    """The session list (``baf sessions LOG``, ``baf replay LOG``); ``title`` is text, not markup."""
+    table = Table(title=_shown(title))
     for column in ("session", "agent", "first activity", "last activity", "records", "state", "errors"):
         table.add_column(column, overflow="fold")
     for row in rows:
