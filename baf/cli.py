@@ -22,7 +22,6 @@ from rich.text import Text
 from baf.errors import ConfigurationError, LogError
 from baf.log import SessionLog, SQLiteLog, open_log
 from baf.log.redaction import Redactor
-from baf.platforms.terminal import TerminalPlatform
 from baf.replay.render import visible, visible_json
 
 if TYPE_CHECKING:
@@ -174,6 +173,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         agent.use_terminal_platform(session_id=args.session)
     with _user_code():
         agent.run()
+    from baf.platforms.terminal import TerminalPlatform  # here: markdown rendering is slow to import
+
     if any(isinstance(platform, TerminalPlatform) and platform.output_closed for platform in agent.platforms):
         return _stdout_closed()  # ended as any command whose reader went away (`| head`)
     return 0
