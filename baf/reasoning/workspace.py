@@ -9,7 +9,9 @@ the root is allowed. Operations then act on the resolved path.
 
 Writes close the gap between the check and the operation: the folders of a checked path are opened one
 at a time from the root, and the file itself, without following symbolic links, so a folder or file
-swapped for a link after the check (a race) is refused rather than followed out of the root. Only regular
+swapped for a link after the check (a race) is refused rather than followed out of the root. (That needs
+``dir_fd`` and ``O_NOFOLLOW``: Linux, macOS, the BSDs. Elsewhere, as on Windows, writes act on the checked
+path, with the gap reads have.) Only regular
 files are written: a FIFO or a device is refused before it is opened for writing. Reads still act on
 the resolved path, so a process that swaps a folder for a symbolic link between the check and a read
 is not stopped: workspaces guard against a model's paths, not against a hostile local user who can
@@ -31,7 +33,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Literal, cast
+from typing import Any, BinaryIO, Final, Literal, cast
 
 from baf.errors import ConfigurationError, PathEscapeError, ToolError, WorkspaceError
 from baf.reasoning.tool import Tool
@@ -332,6 +334,12 @@ class Workspace:
         resolve() checked the path, but a folder or the file may be swapped for a symbolic link before it
         is used: opening without following links refuses the swap instead of writing outside the root.
         """
+        if not _RACE_FREE_WRITES:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if not exclusive:
+                with contextlib.suppress(FileNotFoundError):
+                    _require_regular(path.lstat(), shown)
+            return path.open("xb" if exclusive else "wb")
         flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         folder = self._open_folder(path.parent, create=True)
         try:
@@ -403,25 +411,31 @@ class Workspace:
             raise WorkspaceError(f"{shown!r} is a folder; only files can be deleted")
         entry = self.resolve(relative.parent) / relative.name
         try:
-            # The name is removed from its folder as opened from the root, so a folder swapped for a
-            # symbolic link since the check cannot make this delete a file outside the root.
-            try:
-                folder = self._open_folder(entry.parent, create=False)
-            except FileNotFoundError:
-                raise WorkspaceError(f"no file {shown!r} in workspace {self.name!r}") from None
-            try:
-                try:
-                    info = os.stat(entry.name, dir_fd=folder, follow_symlinks=False)
-                except FileNotFoundError:
-                    raise WorkspaceError(f"no file {shown!r} in workspace {self.name!r}") from None
-                if stat.S_ISDIR(info.st_mode):
-                    raise WorkspaceError(f"{shown!r} is a folder; only files can be deleted")
-                os.unlink(entry.name, dir_fd=folder)  # a symbolic link is removed itself, never its target
-            finally:
-                os.close(folder)
+            self._remove(entry, shown)
+        except FileNotFoundError:
+            raise WorkspaceError(f"no file {shown!r} in workspace {self.name!r}") from None
         except OSError as exc:
             raise _write_error(exc, shown, "delete") from exc
         return f"Deleted {self._display(entry)!r} from workspace {self.name!r}."
+
+    def _remove(self, entry: Path, shown: str) -> None:
+        """Remove the file (or link: never its target) ``entry``, whose folder :meth:`resolve` checked.
+
+        The name is removed from its folder as opened from the root, so a folder swapped for a symbolic
+        link since the check cannot make this delete a file outside the root.
+        """
+        if not _RACE_FREE_WRITES:
+            if stat.S_ISDIR(entry.lstat().st_mode):
+                raise WorkspaceError(f"{shown!r} is a folder; only files can be deleted")
+            entry.unlink()
+            return
+        folder = self._open_folder(entry.parent, create=False)
+        try:
+            if stat.S_ISDIR(os.stat(entry.name, dir_fd=folder, follow_symlinks=False).st_mode):
+                raise WorkspaceError(f"{shown!r} is a folder; only files can be deleted")
+            os.unlink(entry.name, dir_fd=folder)
+        finally:
+            os.close(folder)
 
     # ---- prompt and tools -------------------------------------------------------------------------------
 
@@ -466,6 +480,16 @@ class Workspace:
         """The tools for this workspace alone: ``list_directory`` and ``read_file``, plus ``write_file``,
         ``create_file`` and ``delete_file`` when writable. Same as ``workspace_tools([self])``."""
         return workspace_tools([self])
+
+
+# Opening relative to a folder's descriptor without following links (Linux, macOS, the BSDs) is what
+# keeps writes from being raced out of the root. Where it is missing (Windows), writes act on the checked
+# path, with the check-then-use gap the module docstring describes for reads.
+_RACE_FREE_WRITES: Final = (
+    hasattr(os, "O_NOFOLLOW")
+    and hasattr(os, "O_DIRECTORY")
+    and {os.open, os.mkdir, os.stat, os.unlink} <= os.supports_dir_fd
+)
 
 
 def _require_regular(info: os.stat_result, shown: str) -> None:

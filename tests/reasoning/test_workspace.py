@@ -459,3 +459,30 @@ def test_only_regular_files_are_written(rw: Workspace, layout: Path) -> None:
         os.close(reader)
     rw.delete_file("pipe")  # removing a special file is fine: it is only a name
     assert not fifo.exists()
+
+
+def test_without_descriptor_relative_calls_writes_act_on_the_checked_path(
+    rw: Workspace, layout: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Where os has no dir_fd or O_NOFOLLOW (Windows), the tools still work, with the documented gap.
+    import baf.reasoning.workspace as workspace_module
+
+    monkeypatch.setattr(workspace_module, "_RACE_FREE_WRITES", False)
+    rw.write_file("new/dir/a.txt", "one")
+    rw.write_file("new/dir/a.txt", "two")
+    assert (layout / "new" / "dir" / "a.txt").read_text() == "two"
+    with pytest.raises(WorkspaceError, match="already exists"):
+        rw.create_file("new/dir/a.txt", "three")
+    rw.create_file("b.txt", "made")
+    assert (layout / "b.txt").read_text() == "made"
+    rw.delete_file("b.txt")
+    assert not (layout / "b.txt").exists()
+    with pytest.raises(WorkspaceError, match=r"no file 'b\.txt'"):
+        rw.delete_file("b.txt")
+    with pytest.raises(WorkspaceError, match="is a folder"):
+        rw.delete_file("new")
+    with pytest.raises(PathEscapeError):
+        rw.write_file("../outside.txt", "no")
+    os.mkfifo(layout / "pipe")
+    with pytest.raises(WorkspaceError, match="not a regular file"):
+        rw.write_file("pipe", "data")
