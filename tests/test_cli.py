@@ -10,19 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from baf_test_helpers import baf
 
 from baf.cli import main
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "greetings_agent.py"
 
 
-def baf(*args: str, cwd: Path, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
-    env["COLUMNS"] = "200"
-    return subprocess.run(
-        [sys.executable, "-m", "baf.cli", *args],
-        cwd=cwd, input=stdin, capture_output=True, text=True, timeout=60, env=env,
-    )  # fmt: skip
 
 
 def test_run_chats_in_the_terminal_and_resumes_after_restart(tmp_path: Path) -> None:
@@ -126,9 +120,7 @@ CONFIGURATION_ERRORS = {
 def test_run_reports_configuration_errors_in_one_line(tmp_path: Path) -> None:
     for name, (source, message) in CONFIGURATION_ERRORS.items():
         (tmp_path / name).write_text(source)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
-        result = subprocess.run([sys.executable, "-m", "baf.cli", "run", name], cwd=tmp_path, env=env,
-                                capture_output=True, text=True, timeout=60)  # fmt: skip
+        result = baf("run", name, cwd=tmp_path)
         assert result.returncode == 2, (name, result.stderr)
         assert "Traceback" not in result.stderr, name
         assert result.stderr.startswith("baf run: ") and message in result.stderr, (name, result.stderr)
@@ -175,10 +167,8 @@ def test_log_redacts_the_environments_secrets_as_replay_does(tmp_path: Path) -> 
             await log.append([Record("s", 1, "reply", {"text": f"the key is {key}"})])
 
     asyncio.run(write())
-    env = {**os.environ, "OPENAI_API_KEY": key, "COLUMNS": "200"}
     for extra in ([], ["--json"]):
-        result = subprocess.run([sys.executable, "-m", "baf.cli", "log", "old.db", "s", *extra], cwd=tmp_path,
-                                capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
+        result = baf("log", "old.db", "s", *extra, cwd=tmp_path, env={"OPENAI_API_KEY": key})
         assert result.returncode == 0, result.stderr
         assert key not in result.stdout and "the key is" in result.stdout, (extra, result.stdout)
 

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import os
 import re
 import shutil
 import sqlite3
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from baf_test_helpers import baf as run_baf
+from baf_test_helpers import digest, query
 
 from baf.cli import main
 from baf.log import Record, SQLiteLog
@@ -37,24 +36,15 @@ def reading_commands(db: Path, session: str, tmp_path: Path) -> list[list[str]]:
     ]
 
 
-def digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def query(path: Path, sql: str) -> list[tuple[object, ...]]:
-    connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        return connection.execute(sql).fetchall()
-    finally:
-        connection.close()
+
+
+
 
 
 def baf(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
-    env["COLUMNS"] = "500"  # so that a long error message is one line
-    return subprocess.run([sys.executable, "-m", "baf.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=60, env=env)  # fmt: skip
-
+    return run_baf(*args, cwd=cwd, columns=500)  # so that a long error message is one line
 
 def test_reading_a_schema_1_log_leaves_it_schema_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "golden.db"

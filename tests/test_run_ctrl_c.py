@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from baf_test_helpers import baf as run_baf
 
 pytestmark = pytest.mark.slow
 
@@ -143,10 +144,7 @@ def tool_terminal(tmp_path: Path) -> Iterator[Terminal]:
 
 
 def baf(*args: str, cwd: Path) -> str:
-    result = subprocess.run(
-        [sys.executable, "-m", "baf.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=60,
-        env={**os.environ, "COLUMNS": "200"},
-    )  # fmt: skip
+    result = run_baf(*args, cwd=cwd)
     assert result.returncode == 0, result.stderr
     return result.stdout
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 import shutil
 import sqlite3
@@ -13,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from baf_test_helpers import digest, query
 
 from baf.errors import LogError, LogReadOnlyError
 from baf.log import Record, SQLiteLog, open_log
@@ -24,17 +24,8 @@ def rec(session_id: str, seq: int) -> Record:
     return Record(session_id, seq, "note", {"seq": seq}, ts=1000.0 + seq)
 
 
-def digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def query(path: Path, sql: str) -> list[tuple[object, ...]]:
-    """``sql`` on a read-only connection of our own, so that looking does not change the file."""
-    connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        return connection.execute(sql).fetchall()
-    finally:
-        connection.close()
 
 
 def execute(path: Path, script: str) -> None:

@@ -10,12 +10,10 @@ must hold none of those characters, while the markup is printed literally.
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from baf_test_helpers import baf
 
 from baf.log import Record, SQLiteLog
 
@@ -90,13 +88,6 @@ def hostile_log(db: Path) -> None:
     asyncio.run(write())
 
 
-def baf(*args: str, cwd: Path, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
-    env["COLUMNS"] = "200"
-    return subprocess.run(
-        [sys.executable, "-m", "baf.cli", *args],
-        cwd=cwd, input=stdin, capture_output=True, text=True, timeout=60, env=env,
-    )  # fmt: skip
 
 
 @pytest.mark.parametrize(
