@@ -352,8 +352,8 @@ class SQLiteLog(SessionLog):
         self._lifecycle_loop: asyncio.AbstractEventLoop | None = None
         # The writer connection is used by one party at a time: on the event loop (an append committing
         # its own batch, or the writer task), or by the worker thread while the writer task awaits it.
-        self._writer: sqlite3.Connection | None = None
-        self._cursor: sqlite3.Cursor | None = None  # the writer's, used for every commit
+        # Kept as its one cursor, which every commit uses (``Connection.execute`` makes a new one each time).
+        self._cursor: sqlite3.Cursor | None = None
         # Sessions known to be in baf_sessions, kept for the writer connection (see sqlite_commit).
         self._registered: set[str] = set()
         self._worker: ThreadPoolExecutor | None = None
@@ -390,6 +390,11 @@ class SQLiteLog(SessionLog):
     def read_only(self) -> bool:
         """Whether the store was opened for reading only (``append`` refused, the file never changed)."""
         return self._read_only
+
+    @property
+    def _writer(self) -> sqlite3.Connection | None:
+        """The writer connection, if open."""
+        return None if self._cursor is None else self._cursor.connection
 
     @property
     def commits(self) -> int:
@@ -457,8 +462,7 @@ class SQLiteLog(SessionLog):
         try:
             # Opening touches the file system (which can block: a network mount) and may wait for
             # locks: done on the worker.
-            self._writer = await self._on_worker(self._open_writer)
-            self._cursor = self._writer.cursor()
+            self._cursor = (await self._on_worker(self._open_writer)).cursor()
             self._reader = await aiosqlite.connect(self._path, isolation_level=None)
             await self._reader.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
             await self._reader.execute("PRAGMA query_only = ON")
@@ -583,7 +587,7 @@ class SQLiteLog(SessionLog):
 
     async def _close_connections(self) -> None:
         writer, reader, worker = self._writer, self._reader, self._worker
-        self._writer = self._reader = self._cursor = None
+        self._cursor = self._reader = None
         self._worker = None
         try:
             if worker is not None:
@@ -618,7 +622,7 @@ class SQLiteLog(SessionLog):
             self._worker.shutdown(wait=False)
         if self._reader is not None:
             self._reader.stop()  # closes the connection and ends its thread, without waiting
-        self._writer = self._reader = self._cursor = None
+        self._cursor = self._reader = None
         self._worker = None
 
     def _lifecycle_lock(self) -> asyncio.Lock:
@@ -652,23 +656,24 @@ class SQLiteLog(SessionLog):
         task, wakeup = self._writer_task, self._wakeup
         if task is None or wakeup is None or task.done():
             raise LogClosedError(f"{self!r}: the writer task has stopped")
-        if self._may_commit_now(rows) and self._commit_now(rows):
+        size = _text_size([rows])
+        if self._may_commit_now(rows, size) and self._commit_now(rows, size):
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._pending.append(_Batch(rows, future))
         wakeup.set()
         await future
 
-    def _may_commit_now(self, rows: list[Row]) -> bool:
+    def _may_commit_now(self, rows: list[Row], size: int) -> bool:
         """Whether ``append`` may commit its batch itself, without the writer task.
 
         Only a store that commits on the loop (durability normal), for a batch small enough to write
-        there, when nothing is queued, the worker is not using the connection, and the round's inline
-        commits are under their limits (see the module docstring).
+        there (``size``: its characters of JSON), when nothing is queued, the worker is not using the
+        connection, and the round's inline commits are under their limits (see the module docstring).
         """
         return (
             self._durability == "normal"
-            and _fits_the_loop([rows])
+            and size <= _LOOP_COMMIT_BYTES
             and not self._pending
             and not self._writer_busy
             and self._round_total < _INLINE_COMMITS_PER_ROUND
@@ -677,7 +682,7 @@ class SQLiteLog(SessionLog):
             and self._cursor is not None
         )
 
-    def _commit_now(self, rows: list[Row]) -> bool:
+    def _commit_now(self, rows: list[Row], size: int) -> bool:
         """Commit ``rows`` here and now; False (nothing written) if another process holds the lock."""
         assert self._cursor is not None
         outcomes = self._commit_on_loop(self._cursor, [rows])
@@ -688,7 +693,7 @@ class SQLiteLog(SessionLog):
         self._round_total += 1
         session_id = rows[0][0]
         self._round_commits[session_id] = self._round_commits.get(session_id, 0) + 1
-        self._note_commit([rows])
+        self._note_commit(len(rows), size)
         if outcomes[0] is not None:
             raise outcomes[0]
         return True
@@ -741,17 +746,18 @@ class SQLiteLog(SessionLog):
         if writer is None:
             raise LogClosedError(f"{self!r} has no connection")
         batches = [batch.rows for batch in live]
+        size = _text_size(batches)
         try:
             if self._durability == "full":
                 outcomes = await self._on_worker(commit_group, writer, batches, self._registered)
             else:
-                quick = self._commit_on_loop(writer, batches) if _fits_the_loop(batches) else None
+                quick = self._commit_on_loop(writer, batches) if size <= _LOOP_COMMIT_BYTES else None
                 outcomes = quick if quick is not None else await self._on_worker(self._commit_waiting, writer, batches)
         except Exception as exc:
             for batch in live:
                 _reject(batch.future, exc)
             return
-        self._note_commit(batches)
+        self._note_commit(sum(map(len, batches)), size)
         for batch, outcome in zip(live, outcomes, strict=True):
             if outcome is None:
                 _resolve(batch.future)
@@ -777,10 +783,10 @@ class SQLiteLog(SessionLog):
         finally:
             writer.execute("PRAGMA busy_timeout = 0")
 
-    def _note_commit(self, batches: list[list[Row]]) -> None:
-        """Count a commit, and the WAL pages it wrote (for ``durability="normal"``, whose checkpoints
-        the store runs itself), estimated: a table and an index leaf, plus the text. Also keeps the set
-        of known-registered sessions bounded.
+    def _note_commit(self, rows: int, size: int) -> None:
+        """Count a commit of ``rows`` rows holding ``size`` characters of JSON, and the WAL pages it wrote
+        (for ``durability="normal"``, whose checkpoints the store runs itself), estimated: a table and an
+        index leaf, plus the text. Also keeps the set of known-registered sessions bounded.
 
         The estimate only has to keep the WAL from growing without bound, as SQLite's own automatic
         checkpoint would.
@@ -790,8 +796,7 @@ class SQLiteLog(SessionLog):
             self._registered.clear()
         if self._durability != "normal":
             return
-        written = sum(len(row[5]) + 64 for rows in batches for row in rows)
-        self._unchecked_pages += 2 + written // 4096
+        self._unchecked_pages += 2 + (size + 64 * rows) // 4096
         if self._unchecked_pages >= _CHECKPOINT_PAGES and not self._blocking_checkpoint_due:
             self._start_background_checkpoint()
 
@@ -980,17 +985,11 @@ def _resolve(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-def _fits_the_loop(batches: list[list[Row]]) -> bool:
-    """Whether a group is small enough to commit on the event loop (counted in characters of JSON):
-    writing a few megabytes would hold the loop for a noticeable time, so such a group goes to the
-    worker thread."""
-    size = 0
-    for rows in batches:
-        for row in rows:
-            size += len(row[5])
-            if size > _LOOP_COMMIT_BYTES:
-                return False
-    return True
+def _text_size(batches: list[list[Row]]) -> int:
+    """Characters of JSON in a group: whether it is small enough to commit on the event loop (writing a
+    few megabytes would hold the loop for a noticeable time, so such a group goes to the worker thread),
+    and how many WAL pages its commit wrote."""
+    return sum(len(row[5]) for rows in batches for row in rows)
 
 
 def _reject(future: asyncio.Future[None], exc: BaseException) -> None:
