@@ -25,6 +25,8 @@
     │   └── ToolExecutionError      the tool itself raised; the original is ``__cause__``
     ├── WorkspaceError              a workspace operation was refused
     │   └── PathEscapeError         a path that would leave the workspace root
+    ├── ResumeError                 a loop killed mid-run cannot go on from its records: its code now
+    │                               does something other than what the records say it did
     └── PatternError                a reasoning pattern could not finish (``baf.reasoning.patterns``)
         ├── StructuredOutputError   the model's answer does not parse into the expected model
         ├── PatternNotFoundError    no pattern registered under that name
@@ -63,6 +65,7 @@ __all__ = [
     "PatternNotFoundError",
     "PatternStepLimitError",
     "PatternStepTimeoutError",
+    "ResumeError",
     "SessionVariableError",
     "StructuredOutputError",
     "ToolArgumentError",
@@ -190,6 +193,12 @@ class WorkspaceError(BafError):
 
 class PathEscapeError(WorkspaceError):
     """A path that would reach outside the workspace root."""
+
+
+class ResumeError(BafError):
+    """A reasoning loop interrupted by a crash could not be resumed from its records: run again over
+    them, it wrote something other than what it had written before (its code or configuration changed).
+    The step is closed with this error, and the user is told something went wrong."""
 
 
 class PatternError(BafError):

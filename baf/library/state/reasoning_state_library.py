@@ -7,24 +7,24 @@ Every turn is recorded before it is acted on (``llm_request``, ``llm_response``,
 ``reasoning_step``, ``task_list`` records) and every step streams to the platform after it is durable.
 
 ``_run_reasoning_loop`` is the loop, top to bottom; :class:`_ReasoningRun` holds the helpers it calls.
+Model turns and tool calls go through the reasoning kernel (``baf.reasoning.turn``,
+``baf.reasoning.tool_calls``), the same as every pattern's.
 
 The body is resumable (``reasoning_body(...).resume``, see ``baf.core.engine``): after a crash, an
-invocation that was in flight is rebuilt from its records by :meth:`_ReasoningRun.resume_from` and continues
-from its last commit point. Model responses and tool results go through an optional
-:class:`~baf.reasoning.effects.EffectSource`, which is how a resume reuses a recorded response and how a
-deterministic re-run (``baf.replay.rerun``) serves everything from the log.
+invocation that was in flight runs again from its start over the records it had written (see
+``baf.reasoning.recorder``): recorded model responses and tool results are served, nothing recorded is
+written twice, and a non-idempotent tool call whose result was not recorded is reported to the model as
+interrupted. The same effect sources serve a deterministic re-run (``baf.replay.rerun``) from the log.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from baf.errors import ConfigurationError, ToolError, ToolExecutionError
+from baf.errors import ConfigurationError
 from baf.library.state.planning_tools import PLANNING_TOOLS, PlanningCall, planning_call
 from baf.library.state.reasoning_prompt import (
     build_pushback_message,
@@ -35,16 +35,22 @@ from baf.library.state.reasoning_prompt import (
 from baf.library.state.tasks import Task, TaskList
 from baf.llm.base import LLM, LLMResponse, ToolCall
 from baf.log.record import Record, RecordKind
-from baf.reasoning.effects import (
-    EffectSource,
-    FullRequest,
-    RecordedToolResult,
-    ReplayGuardError,
-    current_effect_source,
-    rebuild_requests,
-)
+from baf.reasoning.effects import current_effect_source
+from baf.reasoning.recorder import Recorder
+from baf.reasoning.resume import INTERRUPTED_TOOL_MESSAGE as INTERRUPTED_TOOL_MESSAGE  # importable from here too
+from baf.reasoning.resume import ResumeEffects
 from baf.reasoning.step import ReasoningStep, ReasoningStepKind
 from baf.reasoning.tool import Tool
+from baf.reasoning.tool_calls import (
+    DEFAULT_MAX_TOOL_ARGUMENTS,
+    STEP_PAYLOAD_LIMIT,
+    ToolOutcome,
+    ToolRunner,
+    assistant_message,
+    shorten,
+    step_arguments,
+)
+from baf.reasoning.turn import ModelTurns
 from baf.reasoning.workspace import workspace_tools
 
 if TYPE_CHECKING:
@@ -76,11 +82,6 @@ DEFAULT_FALLBACK_MESSAGE = (
     "I could not finish within my step budget. Please try rephrasing the question or narrowing it down."
 )
 SCRATCHPAD_KEY = "reasoning_scratchpad"
-INTERRUPTED_TOOL_MESSAGE = (
-    "Error: this call was interrupted by a restart of the agent before its result was recorded. It may or "
-    "may not have taken effect; check before calling it again."
-)
-_PAYLOAD_LIMIT = 4000
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +99,7 @@ class ReasoningConfig:
     max_parallel_tools: int
     max_tool_output: int
     parameters: dict[str, Any] | None
+    max_tool_arguments: int = DEFAULT_MAX_TOOL_ARGUMENTS
 
 
 def reasoning_body(
@@ -113,6 +115,7 @@ def reasoning_body(
     max_parallel_tools: int = 8,
     max_tool_output: int = 20_000,
     parameters: dict[str, Any] | None = None,
+    max_tool_arguments: int = DEFAULT_MAX_TOOL_ARGUMENTS,
 ) -> Callable[[Session], Awaitable[None]]:
     """Build a state body that answers the user's message with an LLM-driven tool loop.
 
@@ -132,9 +135,11 @@ def reasoning_body(
         max_parallel_tools: How many tool calls of one turn run at once.
         max_tool_output: Characters of a tool result the model sees; longer output is cut with a marker.
         parameters: Model parameters (temperature, ...) for every call.
+        max_tool_arguments: Characters of one call's arguments a tool accepts; a longer call is not run
+            and the model is told why.
     """
     for label, value in (("max_steps", max_steps), ("max_parallel_tools", max_parallel_tools),
-                         ("max_tool_output", max_tool_output)):  # fmt: skip
+                         ("max_tool_output", max_tool_output), ("max_tool_arguments", max_tool_arguments)):  # fmt: skip
         if value < 1:  # max_parallel_tools=0 would wait forever on the first tool call
             raise ValueError(f"{label} must be at least 1, got {value}")
     if not tool_timeout > 0:
@@ -143,7 +148,7 @@ def reasoning_body(
         raise ValueError(f"memory must be a number of exchanges (0 for none) or None for all, got {memory}")
     config = ReasoningConfig(
         llm, max_steps, system_prompt, fallback_message, enable_task_planning, stream_steps,
-        memory, tool_timeout, max_parallel_tools, max_tool_output, parameters,
+        memory, tool_timeout, max_parallel_tools, max_tool_output, parameters, max_tool_arguments,
     )  # fmt: skip
 
     async def reasoning(session: Session) -> None:
@@ -155,11 +160,14 @@ def reasoning_body(
 
     async def resume(session: Session, records: Sequence[Record]) -> None:
         """Continue the invocation a crash interrupted; ``records`` are those this body had written."""
-        run = _ReasoningRun.resume_from(session, config, records)
-        if run is None:
+        starts = [i for i, r in enumerate(records) if _step_kind(r) == ReasoningStepKind.REASONING_STARTED]
+        if not starts:
             await reasoning(session)  # nothing of it was durable: run it from the start
-        elif not run.finished:
-            await _run_reasoning_loop(run)
+            return
+        written = records[starts[0] :]
+        recorder = Recorder(session, written, ResumeEffects(written, then=current_effect_source()))
+        request = str(written[0].data["details"]["request"])
+        await _run_reasoning_loop(_ReasoningRun(session, config, request, recorder))
 
     def check_agent(agent: Agent) -> None:
         """Refuse to start an agent whose tools clash with this state's built-in ones (see ``Runtime.start``)."""
@@ -187,7 +195,8 @@ def new_reasoning_state(
 
     Equivalent to ``agent.new_state(name, initial=initial).set_body(reasoning_body(llm, ...))``; the
     other arguments, and the keyword-only ``options`` (``memory``, ``tool_timeout``,
-    ``max_parallel_tools``, ``max_tool_output``, ``parameters``), are those of :func:`reasoning_body`.
+    ``max_parallel_tools``, ``max_tool_output``, ``parameters``, ``max_tool_arguments``, ...), are those
+    of :func:`reasoning_body`.
     No transitions are added: wire them yourself, typically ``state.when_event().go_to(state)``.
     """
     body = reasoning_body(
@@ -200,13 +209,13 @@ def new_reasoning_state(
 
 async def _run_reasoning_loop(run: _ReasoningRun) -> None:
     """Plan → act → observe until an answer is accepted, the model fails, or the step budget runs out.
-    A resumed run starts at its first step without a recorded response (see :meth:`_ReasoningRun.resume_from`)."""
-    if not run.resumed:
-        run.emit(ReasoningStepKind.REASONING_STARTED, 0, f"reasoning about: {_summary(run.redact(run.request), 80)}",
-                 {"request": run.request, "planning": run.task_list is not None})  # fmt: skip
-    step, outcome = run.first_step, "error"
+    A resumed run goes through the same loop from the start, served what it had recorded (see
+    :mod:`baf.reasoning.recorder`)."""
+    run.emit(ReasoningStepKind.REASONING_STARTED, 0, f"reasoning about: {_summary(run.redact(run.request), 80)}",
+             {"request": run.request, "planning": run.task_list is not None})  # fmt: skip
+    step, outcome = 0, "error"
     try:
-        for step in range(run.first_step, run.config.max_steps):
+        for step in range(run.config.max_steps):
             response = await run.call_llm(step)
             if response is None:
                 outcome = "llm_error"
@@ -226,38 +235,28 @@ async def _run_reasoning_loop(run: _ReasoningRun) -> None:
             return
         run.emit(ReasoningStepKind.MAX_STEPS, step, f"no answer after {run.config.max_steps} steps",
                  {"max_steps": run.config.max_steps})  # fmt: skip
-        run.session.reply(run.config.fallback_message)
+        run.recorder.reply(run.config.fallback_message)
         outcome = "max_steps"
     finally:
         run.finish(step, outcome)
 
 
-@dataclass(slots=True)
-class _CallOutcome:
-    content: str
-    is_error: bool
-    original_size: int
-    planning: PlanningCall | None = None  # set when a planning tool succeeded
-
-
 class _ReasoningRun:
-    """The state of one reasoning invocation and the helpers the loop calls."""
+    """The state of one reasoning invocation and the helpers the loop calls. Model turns and tool calls
+    go through the reasoning kernel (:class:`~baf.reasoning.turn.ModelTurns`,
+    :class:`~baf.reasoning.tool_calls.ToolRunner`); every record goes through its :class:`Recorder`."""
 
     def __init__(
-        self, session: Session, config: ReasoningConfig, request: str, source: EffectSource | None = None
+        self, session: Session, config: ReasoningConfig, request: str, recorder: Recorder | None = None
     ) -> None:
         self.session = session
         self.config = config
         self.request = request
-        #: Answers model and tool calls instead of the live model and tools (resume, re-run), if set.
-        self.source = source if source is not None else current_effect_source()
-        #: Where the loop starts; after a resume, the step whose response was not yet acted on.
-        self.first_step = 0
-        self.resumed = False
-        self.finished = False
-        # After a resume: records the log already holds, which the loop must not write again.
-        self._written: set[tuple[str, int]] = set()
-        self._pending_request: FullRequest | None = None
+        self.recorder = recorder if recorder is not None else Recorder(session)
+        self.turns = ModelTurns(self.recorder, config.llm, loop="reasoning")
+        self.runner = ToolRunner(self.recorder, session=session, max_parallel=config.max_parallel_tools,
+                                 timeout=config.tool_timeout, max_output=config.max_tool_output,
+                                 max_arguments=config.max_tool_arguments)  # fmt: skip
         self.task_list = TaskList() if config.enable_task_planning else None
         # current_tools() and system_prompt() are rebuilt only when what they are made of changes.
         self._tools_key: tuple[tuple[Tool, ...], tuple[Workspace, ...]] | None = None
@@ -269,58 +268,11 @@ class _ReasoningRun:
         self.messages: list[dict[str, Any]] = memory_messages(session, before, config.memory)
         self.messages.append({"role": "user", "content": request})
         self.trace: list[dict[str, Any]] = []
-        self._semaphore = asyncio.Semaphore(config.max_parallel_tools)
-        self._recorded_messages = 0
-        self._recorded_system: str | None = None
-        self._recorded_tools: list[Tool] | None = None
-
-    @classmethod
-    def resume_from(cls, session: Session, config: ReasoningConfig, records: Sequence[Record]) -> _ReasoningRun | None:
-        """Rebuild the invocation a crash interrupted from the records it wrote (``None`` if it wrote none).
-
-        Records are durable at the loop's commit points only: after an ``llm_request`` (the model call
-        was in flight) and after the ``llm_tool_calls`` step (the tools were running; each tool's own
-        records may follow). Tool results of a turn are recorded with the next request, so the last
-        recorded request is the step to continue: its response is used if recorded, else the recorded
-        request is sent again; its tool calls run again only when idempotent.
-        """
-        starts = [i for i, r in enumerate(records) if _step_kind(r) == ReasoningStepKind.REASONING_STARTED]
-        if not starts:
-            return None
-        invocation = list(records[starts[-1]:])
-        run = cls(session, config, str(invocation[0].data["details"]["request"]))
-        run.resumed = True
-        run.trace = [dict(r.data) for r in invocation if r.kind == RecordKind.REASONING_STEP]
-        run.finished = any(_step_kind(r) == ReasoningStepKind.REASONING_FINISHED for r in invocation)
-        snapshots = [r.data["tasks"] for r in invocation if r.kind == RecordKind.TASK_LIST]
-        if run.task_list is not None and snapshots:
-            run.task_list = TaskList.from_snapshot(snapshots[-1])
-        requests = rebuild_requests(invocation)
-        if run.finished or not requests:
-            return run
-        last = requests[-1]
-        after = [r for r in invocation if last.seq is not None and r.seq > last.seq and r.data.get("step") == last.step]
-        if any(r.kind == RecordKind.TOOL_RESULT for r in after):
-            raise RuntimeError(f"cannot resume: tool results of step {last.step} were recorded before its next request")
-        response = next((r for r in after if r.kind == RecordKind.LLM_RESPONSE), None)
-        run.source = _ResumeSource(last.step, LLMResponse.from_dict(response.data) if response else None, run.source)
-        run._written.add((RecordKind.LLM_REQUEST, last.step))
-        if response is not None:
-            run._written.add((RecordKind.LLM_RESPONSE, last.step))
-        if any(_step_kind(r) == ReasoningStepKind.LLM_TOOL_CALLS for r in after):
-            run._written.add((ReasoningStepKind.LLM_TOOL_CALLS, last.step))
-        run.first_step, run._pending_request = last.step, last
-        run.messages = list(last.messages)
-        run._recorded_messages, run._recorded_system = len(last.messages), last.system
-        tools = list(run.current_tools().values())
-        if [_schema_of(tool) for tool in tools] == last.tools:  # unchanged: the next request need not repeat them
-            run._recorded_tools = tools
-        return run
 
     def redact(self, text: str) -> str:
         """``text`` with the agent's secrets replaced: for text about to be shortened, since a secret
         cut in half is no longer recognised when the record is written."""
-        return self.session.agent.redactor.redact_text(text)
+        return self.recorder.redact(text)
 
     # -- the model ------------------------------------------------------------------------------
 
@@ -346,129 +298,61 @@ class _ReasoningRun:
         return build_system_prompt(self._static_prompt, self.task_list)
 
     async def call_llm(self, step: int) -> LLMResponse | None:
-        """Record the request, commit, get the response (from the effect source if it has one, else from
-        the model) and record it. ``None`` if the model failed (the user is told, an error is recorded)."""
-        request = self.record_request(step)
-        await self.session.commit()  # tool results are durable before the model sees them
-        started = time.perf_counter()
-        response = self.source.llm_response(request) if self.source is not None else None
-        if response is None:
-            try:
-                response = await self.config.llm.predict_with_tools(
-                    request.messages, request.tools, parameters=request.parameters or None,
-                    system_message=request.system,
-                )  # fmt: skip
-            except AssertionError:
-                raise  # a failed assertion (e.g. a test model's script ran out) is a bug, not an outage
-            except Exception as exc:
-                self.session.record_error("llm", exc, step=step, model=self.config.llm.name)
-                self.session.reply(
-                    f"Sorry, I could not get an answer from the language model ({type(exc).__name__}: {exc}). "
-                    "Please try again in a moment."
-                )
-                return None
-        latency_ms = round((time.perf_counter() - started) * 1000, 3)
-        if (RecordKind.LLM_RESPONSE, step) not in self._written:
-            self.session.record(
-                RecordKind.LLM_RESPONSE,
-                {"step": step, "model": self.config.llm.name, "latency_ms": latency_ms, **response.to_dict()},
-            )
-        return response
-
-    def record_request(self, step: int) -> FullRequest:
-        """Build this turn's request and record what changed since the previous one. A resumed run sends
-        its recorded request again as it was recorded."""
-        if self._pending_request is not None and self._pending_request.step == step:
-            return self._pending_request
+        """One model turn (recorded, committed, answered, checked, recorded). ``None`` if the model failed
+        or answered with a response of the wrong shape: the user is told, an ``error`` is recorded."""
         system = self.system_prompt()
-        tools = self.current_tools()
-        schemas = self._schemas
-        data: dict[str, Any] = {"step": step, "model": self.config.llm.name,
-                                "messages": self.messages[self._recorded_messages:]}  # fmt: skip
-        if system != self._recorded_system:
-            data["system"] = self._recorded_system = system
-        offered = list(tools.values())
-        if offered != self._recorded_tools:  # Tool objects compare by identity: a same-named new tool counts
-            data["tools"] = schemas
-            self._recorded_tools = offered
-        if self.config.parameters:
-            data["parameters"] = self.config.parameters
-        self._recorded_messages = len(self.messages)
-        record = self.session.record(RecordKind.LLM_REQUEST, data)
-        return FullRequest(step, list(self.messages), system, list(schemas), dict(self.config.parameters or {}),
-                           self.config.llm.name, record.seq)  # fmt: skip
+        self.current_tools()
+        try:
+            turn = await self.turns.take(self.messages, step=step, system=system, tools=self._schemas,
+                                         parameters=self.config.parameters)  # fmt: skip
+        except AssertionError:
+            raise  # a failed assertion (e.g. a test model's script ran out) is a bug, not an outage
+        except Exception as exc:
+            self.recorder.record_error("llm", exc, step=step, model=self.config.llm.name)
+            self.recorder.reply(
+                f"Sorry, I could not get an answer from the language model ({type(exc).__name__}: {exc}). "
+                "Please try again in a moment."
+            )
+            return None
+        return turn.response
 
     # -- tools ----------------------------------------------------------------------------------
 
     async def execute_tool_calls(self, step: int, response: LLMResponse) -> None:
         """Run the turn's tool calls (concurrently, bounded) and feed their results back in call order."""
         calls = response.tool_calls
-        self.messages.append(_assistant_tool_call_message(response))
-        if (ReasoningStepKind.LLM_TOOL_CALLS, step) not in self._written:
-            self.emit(ReasoningStepKind.LLM_TOOL_CALLS, step, "calling " + ", ".join(c.name for c in calls),
-                      {"tool_calls": [c.to_dict() for c in calls], "text": response.text})  # fmt: skip
-        await self.session.commit()  # the response is durable before any tool runs
-        tools = self.current_tools()
-        if len(calls) == 1:  # the usual turn: one task of its own (context as with gather), no gather future
-            outcomes = [await asyncio.create_task(self._run_call(calls[0], tools, step))]
-        else:
-            outcomes = await asyncio.gather(*(self._run_call(call, tools, step) for call in calls))
-        for call, outcome in zip(calls, outcomes, strict=True):
-            self.session.record(RecordKind.TOOL_RESULT, {
-                "step": step, "call_id": call.id, "name": call.name, "content": outcome.content,
-                "is_error": outcome.is_error, "original_size": outcome.original_size,
-            })  # fmt: skip
+        self.messages.append(assistant_message(response, self.config.max_tool_arguments))
+        self.emit(ReasoningStepKind.LLM_TOOL_CALLS, step, "calling " + ", ".join(c.name for c in calls),
+                  {"tool_calls": [step_arguments(c) for c in calls], "text": response.text})  # fmt: skip
+
+        def after_call(outcome: ToolOutcome) -> None:
+            call = outcome.call
             self.messages.append({"role": "tool", "tool_call_id": call.id, "content": outcome.content})
-            if outcome.planning is not None:
-                for kind, summary, details in outcome.planning.events:
+            planning: PlanningCall | None = outcome.context
+            if planning is not None and not outcome.is_error:
+                for kind, summary, details in planning.events:
                     self.emit(kind, step, summary, details)
-                self.emit_task_list(outcome.planning.snapshot)
-            else:
-                status = "failed" if outcome.is_error else "returned"
-                self.emit(ReasoningStepKind.TOOL_RESULT, step, f"{call.name} {status}", {
-                    "call_id": call.id, "name": call.name, "arguments": call.arguments,
-                    "result": _shorten(self.redact(outcome.content), _PAYLOAD_LIMIT), "is_error": outcome.is_error,
-                })  # fmt: skip
+                self.emit_task_list(planning.snapshot)
+                return
+            shown = step_arguments(call)
+            details = {"call_id": call.id, "name": call.name, "arguments": shown["arguments"],
+                       "result": shorten(self.redact(outcome.content), STEP_PAYLOAD_LIMIT),
+                       "is_error": outcome.is_error}  # fmt: skip
+            if "arguments_size" in shown:
+                details["arguments_size"] = shown["arguments_size"]
+            self.emit(ReasoningStepKind.TOOL_RESULT, step,
+                      f"{call.name} {'failed' if outcome.is_error else 'returned'}", details)  # fmt: skip
 
-    async def _run_call(self, call: ToolCall, tools: dict[str, Tool], step: int) -> _CallOutcome:
-        """Run one call. Every failure becomes an error message for the model; the loop goes on.
+        await self.runner.run(step, calls, self.current_tools(), after_call=after_call, prepare=self._prepare,
+                              always_live=_is_planning_tool)  # fmt: skip
 
-        The arguments are always validated by the tool as it is now; the effect source (resume, re-run)
-        may then answer instead of the tool. Planning tools always run: they only touch the task list."""
-        tool = tools.get(call.name)
-        if tool is None:
-            content = f"Error: there is no tool named '{call.name}'. Available tools: {', '.join(tools)}."
-            return _CallOutcome(content, True, len(content))
-        planning = PlanningCall(self.task_list) if self.task_list is not None and call.name in PLANNING_TOOLS else None
-        if planning is not None:
-            planning_call.set(planning)  # this call runs in its own task, so the variable is call-local
-        timeout = None if tool.timeout is not None else self.config.tool_timeout
-        try:
-            args = tool.validate_args(call.arguments)
-            served = self.source.tool_result(step, call, tool) if self.source and planning is None else None
-            if served is not None:
-                return _CallOutcome(served.content, served.is_error, served.original_size)
-            async with self._semaphore:
-                async with asyncio.timeout(timeout):  # the clock starts when the call may run, not before
-                    content, is_error = tool.render_result(await tool.call(args, session=self.session)), False
-        except ReplayGuardError:
-            raise  # a re-run asked for a result the log lacks: never turn that into a tool error
-        except ToolError as exc:
-            content, is_error = f"Error: {exc}", True
-            if isinstance(exc, ToolExecutionError):  # the tool's own code raised: keep its traceback
-                self.session.record_error("tool", exc.__cause__ or exc, tool=call.name, call_id=call.id, step=step)
-        except TimeoutError:
-            content, is_error = f"Error: tool '{call.name}' did not finish within {timeout:g} seconds.", True
-        except Exception as exc:  # a bug below the tool: still an answer for the model, never a dead loop
-            self.session.record_error("tool", exc, tool=call.name, call_id=call.id, step=step)
-            content, is_error = f"Error: tool '{call.name}' failed: {type(exc).__name__}: {exc}", True
-        size = len(content)
-        limit = self.config.max_tool_output
-        if size > limit:
-            # Redact before cutting: a secret cut in half would no longer be recognised at write time.
-            kept = self.redact(content)[:limit]
-            content = f"{kept}\n[output truncated: {size} characters in all, the first {limit} shown]"
-        return _CallOutcome(content, is_error, size, None if is_error else planning)
+    def _prepare(self, call: ToolCall, tool: Tool) -> PlanningCall | None:
+        """A planning call gets the task list, through a context variable of the call's own task."""
+        if self.task_list is None or call.name not in PLANNING_TOOLS:
+            return None
+        planning = PlanningCall(self.task_list)
+        planning_call.set(planning)
+        return planning
 
     # -- answers --------------------------------------------------------------------------------
 
@@ -493,15 +377,15 @@ class _ReasoningRun:
     def answer(self, step: int, text: str) -> None:
         """Accept the final answer: it is a step of its own, then the reply."""
         self.emit(ReasoningStepKind.LLM_TEXT, step, _summary(self.redact(text), 120), {"text": text, "final": True})
-        self.session.reply(text)
+        self.recorder.reply(text)
 
     def finish(self, step: int, outcome: str) -> None:
         """Store the scratchpad and close the trace group."""
         tasks = self.task_list.snapshot() if self.task_list is not None else []
         self.emit(ReasoningStepKind.REASONING_FINISHED, step, f"finished: {outcome}",
                   {"outcome": outcome, "steps": step + 1})  # fmt: skip
-        self.session.set(SCRATCHPAD_KEY, {"request": self.request, "outcome": outcome, "tasks": tasks,
-                                          "trace": self.trace})  # fmt: skip
+        self.recorder.set(SCRATCHPAD_KEY, {"request": self.request, "outcome": outcome, "tasks": tasks,
+                                           "trace": self.trace})  # fmt: skip
 
     # -- the step stream ------------------------------------------------------------------------
 
@@ -509,18 +393,21 @@ class _ReasoningRun:
         """Record a step and, when streaming, send it to the platform once it is durable."""
         reasoning_step = ReasoningStep(kind, step, summary, details or {})
         data = reasoning_step.to_dict()
-        self.session.record(RecordKind.REASONING_STEP, data)
+        self.recorder.record(RecordKind.REASONING_STEP, data)
         self.trace.append(data)
-        self._stream("reply_reasoning_step", reasoning_step)
+        if self.config.stream_steps:  # queued, not awaited: delivered in order right after the next commit
+            self.recorder.stream("reply_reasoning_step", reasoning_step)
 
     def emit_task_list(self, snapshot: list[dict[str, Any]]) -> None:
         """Record a task-list snapshot and, when streaming, send it once durable."""
-        self.session.record(RecordKind.TASK_LIST, {"tasks": snapshot})
-        self._stream("reply_task_list_update", snapshot)
+        self.recorder.record(RecordKind.TASK_LIST, {"tasks": snapshot})
+        if self.config.stream_steps:
+            self.recorder.stream("reply_task_list_update", snapshot)
 
-    def _stream(self, method: str, payload: Any) -> None:
-        if self.config.stream_steps:  # queued, not awaited: delivered in order right after the next commit
-            self.session.queue_platform_call(method, payload)
+
+def _is_planning_tool(tool: Tool) -> bool:
+    """Planning tools only change the invocation's task list: they run again when it is resumed."""
+    return PLANNING_TOOLS.get(tool.name) is tool
 
 
 def _tool_set(agent: Agent, planning: bool) -> dict[str, Tool]:
@@ -544,31 +431,6 @@ def _tool_set(agent: Agent, planning: bool) -> dict[str, Tool]:
 _SCHEMAS: weakref.WeakKeyDictionary[Tool, dict[str, Any]] = weakref.WeakKeyDictionary()
 
 
-class _ResumeSource:
-    """Effects of a resumed invocation: the recorded response of its last step (if any), and what to do
-    with that step's tool calls, whose results were not recorded: run idempotent tools again, tell the
-    model the others were interrupted. Later steps are live (or go to ``then``, a re-run's source)."""
-
-    def __init__(self, step: int, response: LLMResponse | None, then: EffectSource | None) -> None:
-        self.step = step
-        self.response = response
-        self.then = then
-
-    def llm_response(self, request: FullRequest) -> LLMResponse | None:
-        if request.step == self.step and self.response is not None:
-            return self.response
-        return self.then.llm_response(request) if self.then is not None else None
-
-    def tool_result(self, step: int, call: ToolCall, tool: Tool) -> RecordedToolResult | None:
-        if step != self.step or self.response is None:
-            # Another step, or the model was asked again (its response was never recorded): these calls
-            # are new, nothing of them can have run before the crash.
-            return self.then.tool_result(step, call, tool) if self.then is not None else None
-        if tool.idempotent:
-            return None
-        return RecordedToolResult(INTERRUPTED_TOOL_MESSAGE, True, len(INTERRUPTED_TOOL_MESSAGE))
-
-
 def _step_kind(record: Record) -> str | None:
     """The reasoning-step kind of a ``reasoning_step`` record, else ``None``."""
     return str(record.data.get("kind")) if record.kind == RecordKind.REASONING_STEP else None
@@ -583,24 +445,6 @@ def _schema_of(tool: Tool) -> dict[str, Any]:
     return schema
 
 
-def _assistant_tool_call_message(response: LLMResponse) -> dict[str, Any]:
-    """The assistant message announcing tool calls; the results that follow refer to its call ids."""
-    return {
-        "role": "assistant",
-        "content": response.text,
-        "tool_calls": [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-            for c in response.tool_calls
-        ],
-    }
-
-
 def _summary(text: str, limit: int) -> str:
     """One line for a step summary: white space folded, then shortened."""
-    return _shorten(" ".join(text.split()), limit)
-
-
-def _shorten(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    return f"{text[: limit - 1]}… [{len(text)} characters]"
+    return shorten(" ".join(text.split()), limit)
