@@ -29,11 +29,17 @@ if TYPE_CHECKING:
     from baf.core.agent import Agent
     from baf.platforms.base import Platform
 
-__all__ = ["STOP_CANCEL_WAIT", "STOP_GRACE_PERIOD", "Runtime"]
+__all__ = ["INTERRUPTED_BY_RESTART_REPLY", "STOP_CANCEL_WAIT", "STOP_GRACE_PERIOD", "Runtime"]
 
 #: Seconds :meth:`Runtime.stop` lets running steps finish before it interrupts them.
 STOP_GRACE_PERIOD = 10.0
 
+#: What the user is told when a restart finds their request's step cut off by a crash and its body
+#: cannot resume (it has no ``resume`` hook, see ``baf.core.engine``).
+INTERRUPTED_BY_RESTART_REPLY = (
+    "Your last request was interrupted by a restart of the agent and could not be finished. "
+    "Please send it again."
+)
 #: Seconds :meth:`Runtime.stop` waits for interrupted steps to record their end. A body that catches
 #: ``CancelledError`` and goes on would otherwise hold the stop forever.
 STOP_CANCEL_WAIT = 3.0
@@ -264,10 +270,12 @@ class Runtime:
             self._schedule(session, _Item("resume", resumption.event, resumption.event_seq, resume=resumption))
         elif projection.open_step is not None:
             # A crash interrupted this step. Its effects up to the crash are in the log; it is not
-            # re-run, because the body may already have acted outside baf.
+            # re-run, because the body may already have acted outside baf. Whoever sent the event is
+            # told, so the request does not end in silence.
             _close_interrupted_step(
                 session, projection.open_step or None, "crash",  # 0: a step without an event (see projection)
                 "the process stopped while this step was running; the step was not resumed",
+                tell_user=bool(projection.open_step),
             )  # fmt: skip
         if not projection.started:
             self._schedule(session, _Item("start"))
@@ -380,10 +388,15 @@ class Runtime:
             self._machine.remove_model(session.machine_model)
 
 
-def _close_interrupted_step(session: Session, event_seq: int | None, interrupted_by: str, reason: str) -> None:
-    """Record the end of a step the engine could not close itself: an ``error`` saying why, then its
-    ``step_finished``, marked interrupted (``interrupted_by``: see ``baf.core.engine``)."""
+def _close_interrupted_step(
+    session: Session, event_seq: int | None, interrupted_by: str, reason: str, tell_user: bool = False
+) -> None:
+    """Record the end of a step the engine could not close itself: an ``error`` saying why, with
+    ``tell_user`` a reply saying the request was not finished, then its ``step_finished``, marked
+    interrupted (``interrupted_by``: see ``baf.core.engine``)."""
     session.record_error("runtime", RuntimeError(reason), event_seq=event_seq, interrupted_by=interrupted_by)
+    if tell_user:
+        session.reply(INTERRUPTED_BY_RESTART_REPLY)
     session.record(
         RecordKind.STEP_FINISHED, {"event_seq": event_seq, "interrupted": True, "interrupted_by": interrupted_by}
     )

@@ -77,6 +77,7 @@ class ModelTurns:
         self._messages: list[dict[str, Any]] | None = None
         self._system: str | None = None
         self._tools: list[dict[str, Any]] = []
+        self._previous_written = False
 
     async def take(
         self,
@@ -149,7 +150,10 @@ class ModelTurns:
         data: dict[str, Any] = {"loop": self.loop, "run": self.run, "turn": turn, "step": step, "model": model}
         if purpose is not None:
             data["purpose"] = purpose
-        previous = self._messages
+        # After a resume, the previous request is one recorded before the crash, perhaps by an older baf
+        # under another run number: the first request written anew is complete.
+        previous = self._messages if self._previous_written else None
+        self._previous_written = not self.recorder.replaying
         # The same message objects in front: only the new ones are recorded (a compacted or rebuilt
         # list is recorded whole). Identity, not equality: it costs nothing per message.
         if previous is not None and len(previous) <= len(messages) and all(map(operator.is_, previous, messages)):
