@@ -83,7 +83,9 @@ class Recorder:
 
     def record(self, kind: str, data: dict[str, Any]) -> None:
         """Append a record (durable at the next commit), unless it was recorded before the restart."""
-        if self._skip(kind, data) is None and self.session is not None:
+        if self._prefix and self._skip(kind, data) is not None:
+            return
+        if self.session is not None:
             self.session.record(kind, data)
 
     def record_error(self, source: str, exc: BaseException, **details: Any) -> None:

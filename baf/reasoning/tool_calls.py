@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -42,6 +43,7 @@ __all__ = [
     "ToolOutcome",
     "ToolRunner",
     "assistant_message",
+    "schema_of",
     "shorten",
     "step_arguments",
 ]
@@ -109,7 +111,8 @@ class ToolRunner:
 
         ``before_call(call)`` (sync or async) runs just before a call may start (a loop records its "calling" step
         there); ``after_call(outcome)`` right after its result is recorded. ``prepare(call, tool)``
-        runs in the call's own task (so context variables it sets are the call's), its return value
+        runs in the call's own task when calls run together (context variables it sets are the
+        call's; one at a time, in the loop's task), its return value
         kept as ``outcome.context``; calls of tools for which ``always_live(tool)`` is true always run,
         even while resuming or re-running (tools that only change the loop's own state).
         """
@@ -118,12 +121,12 @@ class ToolRunner:
             return asyncio.create_task(self._one(call, tools, step, prepare, always_live))
 
         outcomes: list[ToolOutcome] = []
-        if self.max_parallel == 1:
+        if self.max_parallel == 1:  # in the loop's own task: one call at a time needs no task of its own
             for call in calls:
                 if before_call is not None:
                     await _maybe_await(before_call(call))
                 await self.recorder.commit()  # the response and this step are durable before the tool runs
-                outcome = await start(call)
+                outcome = await self._one(call, tools, step, prepare, always_live)
                 self._record(step, outcome, after_call)
                 outcomes.append(outcome)
             return outcomes
@@ -229,11 +232,11 @@ def _sent_arguments(call: ToolCall, max_arguments: int) -> str:
 def step_arguments(call: ToolCall) -> dict[str, Any]:
     """A call as a step shows it: ``{id, name, arguments}``, the arguments shortened past
     :data:`STEP_PAYLOAD_LIMIT` characters, with ``arguments_size`` (their full length) when they were."""
-    data: dict[str, Any] = {"id": call.id, "name": call.name, "arguments": call.arguments}
-    if len(call.arguments) > STEP_PAYLOAD_LIMIT:
-        data["arguments"] = shorten(call.arguments, STEP_PAYLOAD_LIMIT)
-        data["arguments_size"] = len(call.arguments)
-    return data
+    arguments = call.arguments
+    if len(arguments) <= STEP_PAYLOAD_LIMIT:
+        return {"id": call.id, "name": call.name, "arguments": arguments}
+    return {"id": call.id, "name": call.name, "arguments": shorten(arguments, STEP_PAYLOAD_LIMIT),
+            "arguments_size": len(arguments)}  # fmt: skip
 
 
 def shorten(text: str, limit: int) -> str:
@@ -241,3 +244,16 @@ def shorten(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     return f"{text[: limit - 1]}… [{len(text)} characters]"
+
+
+_SCHEMAS: weakref.WeakKeyDictionary[Tool, dict[str, Any]] = weakref.WeakKeyDictionary()
+
+
+def schema_of(tool: Tool) -> dict[str, Any]:
+    """The tool's schema, built once per tool: ``Tool.schema`` hands out a fresh copy on every access,
+    which cost more than the rest of a turn (and a request repeats the tools only when they are not the
+    same schema objects). Models receive this shared dict and must not mutate it."""
+    schema = _SCHEMAS.get(tool)
+    if schema is None:
+        schema = _SCHEMAS[tool] = tool.schema
+    return schema

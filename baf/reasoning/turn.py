@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 __all__ = ["ModelTurns", "Turn", "check_response"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs a microsecond per turn
 class Turn:
     """One model turn's outcome: the response, how long it took, and its cost (``None`` without prices)."""
 
@@ -133,6 +133,8 @@ class ModelTurns:
         time_limit: float | None,
     ) -> Any:
         """Call the model (the one place a loop does), within ``time_limit`` seconds if given."""
+        if time_limit is None:  # no timeout context: it costs more than the rest of the call's framing
+            return await model.predict_with_tools(messages, tools, parameters=parameters or None, system_message=system)
         async with asyncio.timeout(time_limit):
             return await model.predict_with_tools(messages, tools, parameters=parameters or None, system_message=system)
 
@@ -161,7 +163,7 @@ class ModelTurns:
             data["messages"] = messages[len(previous) :]
             if system != self._system:
                 data["system"] = system
-            if not _same(tools, self._tools):
+            if tools is not self._tools and not _same(tools, self._tools):
                 data["tools"] = tools
         else:
             data["messages"] = messages
@@ -179,10 +181,25 @@ def _same(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> bool:
     return len(a) == len(b) and all(x is y or x == y for x, y in zip(a, b, strict=True))
 
 
+def _well_formed(response: Any) -> bool:
+    """The common case, checked fast (exact types; anything else gets the full check below)."""
+    if type(response) is not LLMResponse or type(response.usage) is not Usage:
+        return False
+    text, calls = response.text, response.tool_calls
+    if (text is not None and type(text) is not str) or type(calls) is not list:
+        return False
+    for call in calls:
+        if type(call) is not ToolCall or type(call.arguments) is not str or not call.id or not call.name:
+            return False
+    return len(calls) < 2 or len({call.id for call in calls}) == len(calls)
+
+
 def check_response(response: Any, llm: LLM) -> LLMResponse:
     """``response`` if it has the shape of an :class:`~baf.llm.base.LLMResponse`; else
     :class:`~baf.errors.LLMResponseError` naming the adapter and what is wrong (every adapter's answer
     is checked here, so a wrong one is an error record and a clear message, never a crash later)."""
+    if _well_formed(response):
+        return response
     problems: list[str] = []
     if not isinstance(response, LLMResponse):
         problems.append(f"it returned {type(response).__name__}, not an LLMResponse")

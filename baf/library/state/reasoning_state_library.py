@@ -19,7 +19,6 @@ interrupted. The same effect sources serve a deterministic re-run (``baf.replay.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -47,6 +46,7 @@ from baf.reasoning.tool_calls import (
     ToolOutcome,
     ToolRunner,
     assistant_message,
+    schema_of,
     shorten,
     step_arguments,
 )
@@ -283,7 +283,7 @@ class _ReasoningRun:
         key = (tuple(agent.tools.values()), tuple(agent.workspaces.values()))
         if key != self._tools_key:
             self._tools_key, self._tools = key, _tool_set(agent, self.task_list is not None)
-            self._schemas = [_schema_of(tool) for tool in self._tools.values()]
+            self._schemas = [schema_of(tool) for tool in self._tools.values()]
         return self._tools
 
     def system_prompt(self) -> str:
@@ -428,21 +428,9 @@ def _tool_set(agent: Agent, planning: bool) -> dict[str, Tool]:
     return tools
 
 
-_SCHEMAS: weakref.WeakKeyDictionary[Tool, dict[str, Any]] = weakref.WeakKeyDictionary()
-
-
 def _step_kind(record: Record) -> str | None:
     """The reasoning-step kind of a ``reasoning_step`` record, else ``None``."""
     return str(record.data.get("kind")) if record.kind == RecordKind.REASONING_STEP else None
-
-
-def _schema_of(tool: Tool) -> dict[str, Any]:
-    """The tool's schema, built once per tool: ``Tool.schema`` hands out a fresh copy on every access,
-    which cost more than the rest of a turn. Models receive this shared dict and must not mutate it."""
-    schema = _SCHEMAS.get(tool)
-    if schema is None:
-        schema = _SCHEMAS[tool] = tool.schema
-    return schema
 
 
 def _summary(text: str, limit: int) -> str:

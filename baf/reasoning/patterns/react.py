@@ -14,7 +14,7 @@ from baf.reasoning.patterns.run import PatternRun
 from baf.reasoning.patterns.steps import PatternStepKind
 from baf.reasoning.patterns.structured import parse_structured
 from baf.reasoning.tool import Tool
-from baf.reasoning.tool_calls import assistant_message, step_arguments
+from baf.reasoning.tool_calls import assistant_message, schema_of, step_arguments
 
 __all__ = ["ReAct", "Termination"]
 
@@ -102,9 +102,9 @@ class ReAct(BasePattern[ReActOutput]):
             run.state.update(messages=[{"role": "user", "content": run.prompt("task", task=run.input)}],
                              thoughts=[], final=None)  # fmt: skip
         run.state["messages"] = await run.compact(run.state["messages"])
-        offered = [tool.schema for tool in run.tools.values()]
+        offered = [schema_of(tool) for tool in run.tools.values()]
         if self.termination != "confidence":
-            offered.append(self.final_tool.schema)
+            offered.append(schema_of(self.final_tool))
         system = run.prompt("system", tool_names=", ".join(run.tools) or "none",
                             termination=_TERMINATION[self.termination].format(tool=self.final_tool.name))  # fmt: skip
         response = await run.call(run.state["messages"], purpose="thought", system=system, tools=offered)
