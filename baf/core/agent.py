@@ -26,12 +26,14 @@ from baf.log import SessionLog, open_log
 from baf.log.redaction import Redactor
 from baf.reasoning.skill import Skill
 from baf.reasoning.tool import Tool
+from baf.reasoning.toolset import Toolset
 from baf.reasoning.workspace import Workspace
 
 if TYPE_CHECKING:
     from baf.platforms.base import Platform
     from baf.platforms.terminal import TerminalPlatform
     from baf.platforms.websocket import WebSocketPlatform
+    from baf.reasoning.mcp import MCPToolset
 
 __all__ = ["Agent"]
 
@@ -57,6 +59,7 @@ class Agent:
         self._tools: dict[str, Tool] = {}
         self._skills: dict[str, Skill] = {}
         self._workspaces: dict[str, Workspace] = {}
+        self._toolsets: dict[str, Toolset] = {}
         self._hooks = HookChain()
         self._max_body_threads = max_body_threads
         self._runtime: Runtime | None = None
@@ -200,8 +203,41 @@ class Agent:
             tool = Tool(tool)
         if tool.name in self._tools:
             raise ConfigurationError(f"agent {self.name!r} already has a tool named {tool.name!r}")
+        owner = next((t for t in self._toolsets.values() if tool.name.startswith(t.prefix)), None)
+        if owner is not None:
+            raise ConfigurationError(f"agent {self.name!r}: tool name {tool.name!r} is in the namespace of "
+                                     f"toolset {owner.name!r}; rename the tool")  # fmt: skip
         self._tools[tool.name] = tool
         return tool
+
+    def add_mcp_server(self, name: str, command: list[str] | None = None, **options: Any) -> MCPToolset:
+        """Offer the tools of an MCP server (the ``mcp`` extra): a stdio server started with ``command``
+        (``["python", "server.py"]``), or a streamable-HTTP one at ``url="http://.../mcp"`` (with
+        ``headers=``). ``tools=[...]`` picks tools, ``prefix=`` renames their namespace (``name__`` by
+        default); see :class:`~baf.reasoning.mcp.MCPToolset` for every option and ``docs/mcp.md``."""
+        from baf.reasoning.mcp import MCPToolset
+
+        toolset = MCPToolset(name, command, **options)
+        self.add_toolset(toolset)
+        return toolset
+
+    def add_toolset(self, toolset: Toolset) -> Toolset:
+        """Attach a :class:`~baf.reasoning.toolset.Toolset`: started and stopped with each runtime, its
+        tools offered next to the agent's own while it is started."""
+        self._check_mutable("add a toolset")
+        if toolset.name in self._toolsets:
+            raise ConfigurationError(f"agent {self.name!r} already has a toolset named {toolset.name!r}")
+        prefix = toolset.prefix
+        taken = [repr(n) for n in self._tools if n.startswith(prefix)]
+        taken += [f"toolset {t.name!r}" for t in self._toolsets.values()
+                  if t.prefix.startswith(prefix) or prefix.startswith(t.prefix)]  # fmt: skip
+        if taken:
+            raise ConfigurationError(
+                f"agent {self.name!r}: toolset {toolset.name!r} would share its tool-name namespace ({prefix!r}) "
+                f"with {', '.join(taken)}; give it another prefix"
+            )
+        self._toolsets[toolset.name] = toolset
+        return toolset
 
     def new_tool(
         self, fn: Callable[..., Any], name: str | None = None, description: str | None = None, **options: Any
@@ -284,8 +320,18 @@ class Agent:
 
     @property
     def tools(self) -> Mapping[str, Tool]:
-        """Registered tools by name, read-only."""
-        return MappingProxyType(self._tools)
+        """The tools by name, read-only: the registered ones, then those of the started toolsets."""
+        if not self._toolsets:
+            return MappingProxyType(self._tools)
+        merged = dict(self._tools)
+        for toolset in self._toolsets.values():
+            merged.update(toolset.tools)
+        return MappingProxyType(merged)
+
+    @property
+    def toolsets(self) -> tuple[Toolset, ...]:
+        """The attached toolsets (MCP servers), in the order added."""
+        return tuple(self._toolsets.values())
 
     @property
     def skills(self) -> Mapping[str, Skill]:
@@ -498,3 +544,4 @@ def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[name] = value
     return flat
+

@@ -22,6 +22,7 @@ from baf.errors import ConfigurationError, LogClosedError, LogError
 from baf.log.jsontext import json_copy
 from baf.log.record import RecordKind
 from baf.log.store import SessionLog
+from baf.reasoning.toolset import start_toolsets, stop_toolsets
 
 if TYPE_CHECKING:
     from transitions.extensions.asyncio import AsyncMachine
@@ -77,6 +78,7 @@ class Runtime:
         self._interrupted_workers: weakref.WeakSet[asyncio.Task[None]] = weakref.WeakSet()
         self._interrupted_how: str | None = None  # what asked to stop now (see interrupt)
         self._loading: dict[str, asyncio.Future[Session]] = {}
+        self._toolsets_started = False
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -88,14 +90,22 @@ class Runtime:
         """
         self.loop_thread_id = threading.get_ident()
         self._machine = compile_machine(self.agent.states, self.agent.initial_state)
-        for state in self.agent.states:
-            for body in (state.body, state.fallback_body):
-                check = getattr(body, "check_agent", None)
-                if check is not None:  # a body's own start-up check (e.g. reasoning_body's tool names)
-                    check(self.agent)
-        await self.log.start()
-        for session_id in await self.log.sessions():
-            await self._load(session_id, resume=True)
+        # Toolsets (MCP servers) first: the checks below see their tools, and a resumed session may call them.
+        await start_toolsets(self.agent.toolsets)
+        self._toolsets_started = True
+        try:
+            for state in self.agent.states:
+                for body in (state.body, state.fallback_body):
+                    check = getattr(body, "check_agent", None)
+                    if check is not None:  # a body's own start-up check (e.g. reasoning_body's tool names)
+                        check(self.agent)
+            await self.log.start()
+            for session_id in await self.log.sessions():
+                await self._load(session_id, resume=True)
+        except BaseException:
+            self._toolsets_started = False
+            await stop_toolsets(self.agent.toolsets)
+            raise
         # What exists now (modules, the machine, the sessions just rebuilt) lives as long as the agent:
         # move it out of the collector's way, so full collections stay cheap as sessions accumulate.
         gc.freeze()
@@ -196,7 +206,12 @@ class Runtime:
                 await session.flush()
             except LogError:
                 logger.exception("session %s: final flush failed", session.id)
-        await self.log.close()
+        try:
+            await self.log.close()
+        finally:
+            if self._toolsets_started:  # after the last step: nothing can call their tools any more
+                self._toolsets_started = False
+                await stop_toolsets(self.agent.toolsets)
         # Threads of abandoned bodies are daemons: they do not keep the process alive.
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._tool_executor.shutdown(wait=False, cancel_futures=True)

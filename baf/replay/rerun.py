@@ -135,6 +135,18 @@ class LogEffects:
         self.llm_served = 0
         self.tools_served = 0
         self.failures: list[str] = []
+        self._tool_schemas: dict[str, dict[str, Any]] = {}
+        for record in records:
+            if record.kind == RecordKind.LLM_REQUEST:
+                for schema in record.data.get("tools") or []:
+                    name = schema.get("function", {}).get("name") if isinstance(schema, dict) else None
+                    if isinstance(name, str):
+                        self._tool_schemas.setdefault(name, schema)
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        """Every tool schema the recorded requests offered, one per name, in the order first offered:
+        what tools that exist only while connected (MCP) are rebuilt from, since a re-run connects nothing."""
+        return list(self._tool_schemas.values())
 
     def llm_response(self, request: FullRequest) -> LLMResponse | None:
         """The next recorded response (the request is compared with the records, not here)."""
