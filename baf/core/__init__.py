@@ -3,6 +3,7 @@
 from baf.core.agent import Agent
 from baf.core.events import Event, ReceiveFileEvent, ReceiveJSONEvent, ReceiveTextEvent, WildcardEvent
 from baf.core.hooks import StepHooks
+from baf.core.runtime import Runtime
 from baf.core.session import Session
 from baf.core.state import State
 from baf.core.transition import Transition
@@ -13,6 +14,7 @@ __all__ = [
     "ReceiveFileEvent",
     "ReceiveJSONEvent",
     "ReceiveTextEvent",
+    "Runtime",
     "Session",
     "State",
     "StepHooks",

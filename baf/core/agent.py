@@ -1,4 +1,9 @@
-"""The agent: a state machine of states, the tools its states may use, and the platforms it talks on."""
+"""The agent: a state machine of states, the tools its states may use, and the platforms it talks on.
+
+An ``Agent`` is the definition. :class:`~baf.core.runtime.Runtime` runs it; ``async with agent:``,
+``agent.start()``/``stop()``, ``agent.run()`` and the ``receive_*`` methods are sugar over one runtime the
+agent owns, started with the agent's ``log`` and ``max_body_threads``.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ import yaml
 
 from baf.core.events import Event, ReceiveTextEvent
 from baf.core.hooks import HookChain, StepHooks
-from baf.core.runtime import STOP_GRACE_PERIOD, Runtime
+from baf.core.runtime import STOP_GRACE_PERIOD, Runtime, is_running
 from baf.core.session import Session
 from baf.core.state import State
 from baf.errors import ConfigurationError
@@ -29,7 +34,7 @@ from baf.reasoning.tool import Tool
 from baf.reasoning.workspace import Workspace
 
 if TYPE_CHECKING:
-    from baf.platforms.base import Platform
+    from baf.core.platform import Platform
     from baf.platforms.terminal import TerminalPlatform
     from baf.platforms.websocket import WebSocketPlatform
 
@@ -43,14 +48,18 @@ class Agent:
 
     ``log`` is a URL (``sqlite:///baf.db``, ``sqlite:///baf.db?durability=full``, ``memory://``) or a
     :class:`~baf.log.SessionLog`. ``max_body_threads`` bounds how many synchronous bodies and tools run
-    at once in worker threads.
+    at once in worker threads. Both configure the runtime the agent starts for itself (:meth:`start`);
+    a :class:`~baf.core.runtime.Runtime` built directly may be given others.
     """
 
     def __init__(self, name: str, log: str | SessionLog = "sqlite:///baf.db", *, max_body_threads: int = 64) -> None:
         if not name:
             raise ConfigurationError("an agent needs a name")
         self.name = name
+        #: The log the agent's own runtime runs over.
         self.log: SessionLog = open_log(log)
+        #: How many sync bodies (and, apart, sync tools) the agent's own runtime runs at once.
+        self.max_body_threads = max_body_threads
         self._states: dict[str, State] = {}
         self._platforms: list[Platform] = []
         self._properties: dict[str, Any] = {}
@@ -58,8 +67,7 @@ class Agent:
         self._skills: dict[str, Skill] = {}
         self._workspaces: dict[str, Workspace] = {}
         self._hooks = HookChain()
-        self._max_body_threads = max_body_threads
-        self._runtime: Runtime | None = None
+        self._runtime: Runtime | None = None  # the runtime start() made, until stop()
         #: Replaces secret values in every record at write time (API keys from the environment and
         #: LLM clients, and values marked with :meth:`mark_secret`).
         self.redactor = Redactor.from_environment()
@@ -118,7 +126,7 @@ class Agent:
         )
 
     def _check_mutable(self, what: str) -> None:
-        if self._runtime is not None:
+        if is_running(self):
             raise ConfigurationError(f"cannot {what} while agent {self.name!r} is running; do it before start()")
 
     # -- platforms and hooks --------------------------------------------------------------------
@@ -160,6 +168,11 @@ class Agent:
         """Attach engine-step hooks (see :class:`~baf.core.hooks.StepHooks`)."""
         self._hooks.hooks.append(hook)
         return hook
+
+    @property
+    def hooks(self) -> HookChain:
+        """The engine-step hooks attached with :meth:`add_hook`, as one hook calling them in order."""
+        return self._hooks
 
     def mark_secret(self, value: str) -> None:
         """Never write ``value`` to the log: it is replaced by ``[REDACTED]`` in every record (and so in
@@ -305,16 +318,22 @@ class Agent:
         return self._runtime is not None
 
     @property
+    def runtime(self) -> Runtime:
+        """The runtime :meth:`start` made for the agent (a clear error if it is not running)."""
+        return self._require_runtime()
+
+    @property
     def sessions(self) -> Mapping[str, Session]:
-        """The live sessions by id, read-only."""
-        return MappingProxyType(self._require_runtime().sessions)
+        """The sessions the agent's runtime holds in memory now, by id, read-only."""
+        return self._require_runtime().sessions
 
     async def start(self) -> None:
-        """Open the log, rebuild every session from it, and start the platforms."""
+        """Start a runtime for the agent over its ``log`` (see :class:`~baf.core.runtime.Runtime`), then
+        the platforms."""
         if self._runtime is not None:
             return
         _ = self.initial_state  # fail early with a clear message
-        runtime = Runtime(self, self.log, self._hooks, self._max_body_threads)
+        runtime = Runtime(self, self.log, max_body_threads=self.max_body_threads)
         self._runtime = runtime
         try:
             await runtime.start()

@@ -19,8 +19,8 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
+from baf.core.platform import Platform
 from baf.errors import LogClosedError
-from baf.platforms.base import Platform
 
 if TYPE_CHECKING:
     from baf.core.session import Session

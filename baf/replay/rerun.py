@@ -204,8 +204,7 @@ async def _run(agent: Agent, session_id: str, recorded: Sequence[Record], effect
     if agent.running:
         raise RuntimeError(f"agent {agent.name!r} is running; re-run it from a stopped agent")
     store = MemoryLog()
-    runtime = Runtime(agent, store, agent._hooks, agent._max_body_threads)
-    agent._runtime = runtime  # sessions reach their runtime through the agent
+    runtime = Runtime(agent, store)
     try:
         with use_effect_source(effects):
             await runtime.start()
@@ -221,7 +220,6 @@ async def _run(agent: Agent, session_id: str, recorded: Sequence[Record], effect
                 await runtime.wait_idle(session_id)
             produced = await store.read(session_id)
     finally:
-        agent._runtime = None
         await runtime.stop()
     return produced
 
