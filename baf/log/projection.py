@@ -51,6 +51,9 @@ class SessionProjection:
     open_step: int | None = None
     #: Whether the initial state's body has run (``session_started`` without a step yet).
     started: bool = False
+    #: While a global state's component is visited: the state to return to, and the global state.
+    return_to: str | None = None
+    visiting: str | None = None
 
     def apply(self, record: Record) -> None:
         """Fold one record into the projection."""
@@ -140,6 +143,13 @@ def _transition(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
     dest = data.get("dest", _MISSING)
     if not isinstance(dest, str):
         _corrupt(p, seq, "transition", "dest", dest, "a state name")
+    if "return_to" in data or "visiting" in data:  # written when a global state is entered or left
+        return_to, visiting = data.get("return_to", p.return_to), data.get("visiting", p.visiting)
+        if return_to is not None and not isinstance(return_to, str):
+            _corrupt(p, seq, "transition", "return_to", return_to, "a state name or null")
+        if visiting is not None and not isinstance(visiting, str):
+            _corrupt(p, seq, "transition", "visiting", visiting, "a state name or null")
+        p.return_to, p.visiting = return_to, visiting
     p.current_state = dest
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from baf.core.events import event_from_data
+from baf.core.intent_routing import INTENT_PREDICTED
 from baf.core.runtime import Runtime
 from baf.errors import LogClosedError
 from baf.llm.base import LLMResponse, ToolCall
@@ -65,6 +66,7 @@ _WHAT = {
     RecordKind.ERROR: "a different error",
     RecordKind.REASONING_STEP: "a different reasoning step",
     RecordKind.TASK_LIST: "a different task list",
+    INTENT_PREDICTED: "a different intent prediction",
 }
 
 
@@ -117,14 +119,18 @@ class LogEffects:
     """An :class:`~baf.reasoning.effects.EffectSource` answering from a recorded session.
 
     Model responses are served in the order they were recorded; tool results by the response they
-    belong to and their call id. Anything else raises :class:`ReplayGuardError`.
+    belong to and their call id; intent predictions (``intent_predicted``) in the order they were
+    recorded, so no intent classifier is asked. Anything else raises :class:`ReplayGuardError`.
     """
 
     def __init__(self, records: Sequence[Record]) -> None:
         self.responses: list[LLMResponse] = []
         self.results: dict[tuple[int, str], RecordedToolResult] = {}
+        self.predictions: list[dict[str, Any]] = []
         for record in records:
-            if record.kind == RecordKind.LLM_RESPONSE:
+            if record.kind == INTENT_PREDICTED:
+                self.predictions.append(dict(record.data))
+            elif record.kind == RecordKind.LLM_RESPONSE:
                 self.responses.append(LLMResponse.from_dict(record.data))
             elif record.kind == RecordKind.TOOL_RESULT:
                 data = record.data
@@ -134,7 +140,16 @@ class LogEffects:
                 self.results[(len(self.responses) - 1, str(data["call_id"]))] = result
         self.llm_served = 0
         self.tools_served = 0
+        self.intents_served = 0
         self.failures: list[str] = []
+
+    def intent_prediction(self) -> dict[str, Any]:
+        """The next recorded ``intent_predicted`` data (read by ``baf.core.intent_routing``)."""
+        if self.intents_served >= len(self.predictions):
+            return self._fail(f"the code classified a message's intent (#{self.intents_served + 1}); "
+                              f"the log has only {len(self.predictions)} predictions")  # fmt: skip
+        self.intents_served += 1
+        return self.predictions[self.intents_served - 1]
 
     def llm_response(self, request: FullRequest) -> LLMResponse | None:
         """The next recorded response (the request is compared with the records, not here)."""
