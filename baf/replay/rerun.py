@@ -243,7 +243,7 @@ def _inputs(records: Sequence[Record]) -> list[Record]:
 
 def _compare(recorded: Sequence[Record], produced: Sequence[Record]) -> tuple[Divergence | None, int]:
     """The first difference between the two logs' outputs (inbound messages left out)."""
-    old = [r for r in recorded if r.kind != RecordKind.MESSAGE_RECEIVED]
+    old = [r for r in recorded if r.kind not in (RecordKind.MESSAGE_RECEIVED, RecordKind.STEP_RESUMED)]
     new = [r for r in produced if r.kind != RecordKind.MESSAGE_RECEIVED]
     old_inputs, new_inputs = _message_numbers(recorded), _message_numbers(produced)
     for index, (a, b) in enumerate(zip(old, new, strict=False)):
