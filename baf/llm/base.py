@@ -39,7 +39,8 @@ class ToolCall:
         try:
             text = json.dumps(dict(arguments), ensure_ascii=False, allow_nan=False)
         except (TypeError, ValueError) as exc:
-            raise TypeError(f"ToolCall {self.name!r}: arguments given as a dict must be JSON-serialisable ({exc})") from exc
+            message = f"ToolCall {self.name!r}: arguments given as a dict must be JSON-serialisable ({exc})"
+            raise TypeError(message) from exc
         object.__setattr__(self, "arguments", text)  # frozen: the one place the value is normalised
 
     def to_dict(self) -> dict[str, Any]:
