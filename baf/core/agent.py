@@ -538,6 +538,18 @@ class Agent:
         await done
         return self._require_runtime().sessions[session_id]
 
+    async def continue_session(self, session_id: str) -> Session:
+        """Continue a fork: handle the messages it holds, and wait until they are handled.
+
+        A fork cut after a message was recorded but before it was handled holds that message: loading
+        the fork never runs a model or a tool by itself. This records ``fork_continued`` and handles what
+        was held, live. (Sending the fork a new message continues it too, held messages first.) A
+        session that holds nothing is returned as it is.
+        """
+        done = await self._require_runtime().continue_session(session_id)
+        await done
+        return self._require_runtime().sessions[session_id]
+
     async def wait_idle(self, session_id: str | None = None) -> None:
         """Wait until a session (or every session) has handled everything queued for it."""
         await self._require_runtime().wait_idle(session_id)

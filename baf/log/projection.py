@@ -49,6 +49,9 @@ class SessionProjection:
     #: The seq of the event whose step started but has not finished (a crash interrupted it); 0 for a step
     #: without an event (the initial state's body at the session start, or a check of automatic transitions).
     open_step: int | None = None
+    #: Inbound events a fork holds, by seq: recorded before its cut but not handled there. They wait for
+    #: an explicit continuation (a ``fork_continued`` record): a debugging copy never acts by itself.
+    held: dict[int, dict[str, Any]] = field(default_factory=dict)
     #: Whether the initial state's body has run (``session_started`` without a step yet).
     started: bool = False
     #: While a global state's component is visited: the state to return to, and the global state.
@@ -176,6 +179,18 @@ def _reply(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
     p.history.append(ChatEntry("assistant", text, seq))
 
 
+def _forked_from(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
+    # Everything still waiting at the cut is held, whatever the record lists: a fork written by an older
+    # baf (without "held") must not run a model or a tool by itself either.
+    p.held.update(p.unstarted)
+    p.unstarted.clear()
+
+
+def _fork_continued(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
+    p.unstarted.update(p.held)
+    p.held.clear()
+
+
 def _error(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
     p.errors += 1
 
@@ -190,4 +205,6 @@ _HANDLERS: dict[str, Callable[[SessionProjection, dict[str, Any], int], None]] =
     RecordKind.VARIABLE_DELETED: _variable_deleted,
     RecordKind.REPLY: _reply,
     RecordKind.ERROR: _error,
+    RecordKind.FORKED_FROM: _forked_from,
+    RecordKind.FORK_CONTINUED: _fork_continued,
 }
