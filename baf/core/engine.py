@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from baf.core.events import Event, ReceiveJSONEvent, ReceiveTextEvent, event_from_data
 from baf.core.hooks import StepHooks
+from baf.core.intent_routing import entering_global, predict_intent, return_transition
 from baf.core.stopping import Cut
 from baf.log.record import Record, RecordKind
 
@@ -80,6 +81,7 @@ async def run_step(
             state = session.current_state
             await _run_body(live, state, state.body, "body")
         elif event is not None:
+            await predict_intent(live, event)  # recorded, for the transitions that route on intents
             transition = await _fire(live, EVENT_TRIGGER)
             if transition is not None:
                 await _take(live, transition, hooks)
@@ -99,6 +101,10 @@ async def run_step(
                 RuntimeError(f"more than {MAX_AUTOMATIC_TRANSITIONS} automatic transitions in one step"),
                 state=live.projection.current_state,
             )
+        back = return_transition(live)  # the end of a global state's component: back where the user was
+        if back is not None:
+            _move(live, back, {"return_to": None, "visiting": None})
+            await hooks.after_transition(session, back)
     except asyncio.CancelledError as exc:
         # The runtime interrupted this step: say so in the log, and who stopped it. From here on the step
         # is finishing, which the runtime does not cancel (that would cut these records and the commit).
@@ -174,12 +180,17 @@ async def _fire(live: LiveSession, trigger: str) -> Transition | None:
 
 
 async def _take(live: LiveSession, transition: Transition, hooks: StepHooks) -> None:
-    live.record(
-        RecordKind.TRANSITION,
-        {"source": transition.source.name, "dest": transition.dest.name, "label": transition.describe()},
-    )
+    _move(live, transition, entering_global(live, transition))
     await hooks.after_transition(live.session, transition)
     await _run_body(live, transition.dest, transition.dest.body, "body")
+
+
+def _move(live: LiveSession, transition: Transition, extra: dict[str, object]) -> None:
+    """Record a transition (the machine has already moved, except for a return from a global state)."""
+    data = {"source": transition.source.name, "dest": transition.dest.name, "label": transition.describe(), **extra}
+    live.record(RecordKind.TRANSITION, data)
+    # A return from a global state is not a machine transition (its target differs per session): set it.
+    live.machine_model.state = transition.dest.name
 
 
 async def _run_body(live: LiveSession, state: State, body: Body, role: str) -> None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from baf.core.engine import Resumption, find_resumption, run_step
 from baf.core.events import Event, event_from_data
+from baf.core.intent_routing import intent_threshold
 from baf.core.live import LiveSession
 from baf.core.machine import MachineModel, compile_machine
 from baf.core.session import Session
@@ -111,6 +112,8 @@ class Runtime:
         is asked; one that raises ``ConfigurationError`` stops the start before the log is opened.
         """
         _ = self.agent.initial_state  # fail early with a clear message
+        if self.agent.intents:
+            intent_threshold(self.agent)  # a threshold out of range is a wiring error, not a per-message one
         self.loop_thread_id = threading.get_ident()
         self._machine = compile_machine(self.agent.states, self.agent.initial_state)
         for state in self.agent.states:
@@ -328,6 +331,9 @@ class Runtime:
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{type(event).__name__} cannot be recorded: its fields must be JSON ({exc})") from exc
         live = await self._get_live(event.session_id, platform)
+        if live.projection.held:
+            # A new message to a fork is the user continuing it: what it held comes first, in order.
+            self._release_held(live)
         record = live.record(RecordKind.MESSAGE_RECEIVED, data)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         # Queue before awaiting the flush, so the mailbox order is the record order.
@@ -339,6 +345,32 @@ class Runtime:
             self._evict(live, exc)
             raise
         return done
+
+    async def continue_session(self, session_id: str) -> asyncio.Future[None]:
+        """Handle the messages a fork holds (recorded before its cut, not handled there): record that the
+        user continued it (``fork_continued``), queue them, and return a future that resolves once they
+        are handled (at once if there were none)."""
+        live = await self._get_live(session_id, None)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if not live.projection.held:
+            done.set_result(None)
+            return done
+        self._release_held(live, done)
+        try:
+            await live.flush()
+        except LogError as exc:
+            done.cancel()
+            self._evict(live, exc)
+            raise
+        return done
+
+    def _release_held(self, live: LiveSession, done: asyncio.Future[None] | None = None) -> None:
+        """Record ``fork_continued`` and queue the held messages (the last one settles ``done``)."""
+        held = sorted(live.projection.held.items())
+        live.record(RecordKind.FORK_CONTINUED, {"seqs": [seq for seq, _ in held]})  # the fold releases them
+        for index, (seq, data) in enumerate(held):
+            last = index == len(held) - 1
+            self._schedule(live, _Item("event", event_from_data(live.id, data), seq, done if last else None))
 
     async def wait_idle(self, session_id: str | None = None) -> None:
         """Return once the session (or every session) has nothing queued or running."""

@@ -49,8 +49,14 @@ class SessionProjection:
     #: The seq of the event whose step started but has not finished (a crash interrupted it); 0 for a step
     #: without an event (the initial state's body at the session start, or a check of automatic transitions).
     open_step: int | None = None
+    #: Inbound events a fork holds, by seq: recorded before its cut but not handled there. They wait for
+    #: an explicit continuation (a ``fork_continued`` record): a debugging copy never acts by itself.
+    held: dict[int, dict[str, Any]] = field(default_factory=dict)
     #: Whether the initial state's body has run (``session_started`` without a step yet).
     started: bool = False
+    #: While a global state's component is visited: the state to return to, and the global state.
+    return_to: str | None = None
+    visiting: str | None = None
 
     def apply(self, record: Record) -> None:
         """Fold one record into the projection."""
@@ -140,6 +146,13 @@ def _transition(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
     dest = data.get("dest", _MISSING)
     if not isinstance(dest, str):
         _corrupt(p, seq, "transition", "dest", dest, "a state name")
+    if "return_to" in data or "visiting" in data:  # written when a global state is entered or left
+        return_to, visiting = data.get("return_to", p.return_to), data.get("visiting", p.visiting)
+        if return_to is not None and not isinstance(return_to, str):
+            _corrupt(p, seq, "transition", "return_to", return_to, "a state name or null")
+        if visiting is not None and not isinstance(visiting, str):
+            _corrupt(p, seq, "transition", "visiting", visiting, "a state name or null")
+        p.return_to, p.visiting = return_to, visiting
     p.current_state = dest
 
 
@@ -166,6 +179,18 @@ def _reply(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
     p.history.append(ChatEntry("assistant", text, seq))
 
 
+def _forked_from(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
+    # Everything still waiting at the cut is held, whatever the record lists: a fork written by an older
+    # baf (without "held") must not run a model or a tool by itself either.
+    p.held.update(p.unstarted)
+    p.unstarted.clear()
+
+
+def _fork_continued(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
+    p.unstarted.update(p.held)
+    p.held.clear()
+
+
 def _error(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
     p.errors += 1
 
@@ -180,4 +205,6 @@ _HANDLERS: dict[str, Callable[[SessionProjection, dict[str, Any], int], None]] =
     RecordKind.VARIABLE_DELETED: _variable_deleted,
     RecordKind.REPLY: _reply,
     RecordKind.ERROR: _error,
+    RecordKind.FORKED_FROM: _forked_from,
+    RecordKind.FORK_CONTINUED: _fork_continued,
 }
