@@ -383,12 +383,12 @@ def encode_row(record: Record) -> Row:
         raise TypeError(f"{where}: data is not JSON: {exc}") from exc
     text = encoded.decode() if isinstance(encoded, bytes) else encoded
     texts: tuple[tuple[str, str], ...] = (("session_id", record.session_id), ("kind", record.kind), ("data", text))
-    for name, value in texts:
-        if "\x00" in value:  # PostgreSQL text cannot hold NUL; JSON escapes it inside strings
+    for name, field_text in texts:
+        if "\x00" in field_text:  # PostgreSQL text cannot hold NUL; JSON escapes it inside strings
             raise ValueError(f"{where}: {name} contains a NUL character")
-        if not value.isascii():
+        if not field_text.isascii():
             try:
-                value.encode("utf-8")
+                field_text.encode("utf-8")
             except UnicodeEncodeError as exc:
                 raise ValueError(f"{where}: {name} is not valid Unicode: {exc}") from exc
     return (str(record.session_id), int(record.seq), str(record.kind), text, float(ts), int(record.version))
