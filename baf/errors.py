@@ -11,7 +11,8 @@
     │   ├── CorruptRecordError      a stored record cannot be decoded; names session and seq
     │   ├── UnknownRecordVersionError  a record written by a newer baf than this one
     │   ├── LogClosedError          append or read on a store that is not open
-    │   └── LogReadOnlyError        append on a store opened read-only
+    │   ├── LogReadOnlyError        append on a store opened read-only
+    │   └── LeaseLostError          this worker no longer owns the session (another took it over)
     ├── LLMError                    the model could not be used
     │   ├── LLMConnectionError      the server could not be reached (after retries)
     │   ├── LLMTimeoutError         the request took longer than its timeout (after retries)
@@ -51,6 +52,7 @@ __all__ = [
     "LLMResponseError",
     "LLMStatusError",
     "LLMTimeoutError",
+    "LeaseLostError",
     "LogClosedError",
     "LogConflictError",
     "LogError",
@@ -131,6 +133,15 @@ class LogClosedError(LogError):
 
 class LogReadOnlyError(LogError):
     """``append`` on a store opened read-only (``SQLiteLog(path, read_only=True)``); nothing was written."""
+
+
+class LeaseLostError(LogError):
+    """An append for a session this worker no longer owns: its lease was taken over (a newer epoch) or
+    was never held. Nothing was written; the worker must drop the session (``baf.log.postgres_leases``)."""
+
+    def __init__(self, session_id: str, reason: str) -> None:
+        super().__init__(f"session {session_id!r}: {reason}; nothing was written")
+        self.session_id = session_id
 
 
 class LLMError(BafError):

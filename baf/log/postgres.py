@@ -1,7 +1,7 @@
 """A session log in PostgreSQL, for many worker processes on one or many hosts (``baf[postgres]``, asyncpg).
 
 Tables (created by baf, versioned in ``baf_meta``; an older schema is upgraded in place, a newer one is
-refused with a ``LogError``):
+refused with a ``LogError``; see ``baf.log.postgres_schema``):
 
 - ``baf_records(session_id, seq, kind, data, ts, version)``, primary key ``(session_id, seq)``. ``data`` is
   the record's JSON text exactly as baf encoded it (``text``, not ``jsonb``: ``jsonb`` reorders keys and
@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
@@ -34,6 +33,7 @@ from urllib.parse import urlsplit, urlunsplit
 from baf.errors import (
     ConfigurationError,
     CorruptRecordError,
+    LeaseLostError,
     LogClosedError,
     LogConflictError,
     LogError,
@@ -41,6 +41,8 @@ from baf.errors import (
 )
 from baf.log import upcast as upcast_module
 from baf.log.jsontext import decode_json, encode_json
+from baf.log.postgres_inbox import RECORDS_CHANNEL
+from baf.log.postgres_schema import SCHEMA_VERSION, prepare_schema
 from baf.log.record import Record
 from baf.log.store import SessionLog, check_appendable
 
@@ -48,34 +50,6 @@ if TYPE_CHECKING:
     import asyncpg
 
 __all__ = ["SCHEMA_VERSION", "PostgresLog"]
-
-#: The schema this baf writes. A database at a higher version was written by a newer baf and is refused.
-SCHEMA_VERSION: Final = 1
-
-logger = logging.getLogger("baf.log.postgres")
-
-# One lock id for schema changes, so two workers starting together do not both create tables.
-_SCHEMA_LOCK: Final = 0x62AF_0001
-
-_CREATE_V1: Final = """
-CREATE TABLE IF NOT EXISTS baf_meta (key text PRIMARY KEY, value text NOT NULL);
-CREATE TABLE IF NOT EXISTS baf_sessions (
-    session_id text PRIMARY KEY,
-    ordinal bigserial UNIQUE
-);
-CREATE TABLE IF NOT EXISTS baf_records (
-    session_id text NOT NULL,
-    seq bigint NOT NULL CHECK (seq >= 1),
-    kind text NOT NULL,
-    data text NOT NULL,
-    ts double precision NOT NULL,
-    version integer NOT NULL,
-    PRIMARY KEY (session_id, seq)
-);
-"""
-
-# Upgrades from each older version to the next, applied in order inside the schema lock.
-_UPGRADES: Final[dict[int, str]] = {}
 
 _INSERT_SESSIONS: Final = (
     "INSERT INTO baf_sessions (session_id) SELECT DISTINCT s FROM unnest($1::text[]) AS s ON CONFLICT DO NOTHING"
@@ -111,6 +85,10 @@ class _Batch:
 
     rows: list[Row]
     future: asyncio.Future[None]
+    #: (session, epoch) leases the append must still hold when it commits (fencing), if this store is a worker's.
+    fences: list[tuple[str, int]] | None = None
+    #: Inbox rows (session, ids) this append consumes: deleted in its transaction, exactly once.
+    consumes: tuple[str, list[int]] | None = None
 
 
 @dataclass(slots=True)
@@ -128,11 +106,27 @@ class PostgresLog(SessionLog):
 
     ``pool_size`` bounds the reading connections (the writer has one of its own). ``read_only=True`` opens
     an existing log for reading: no table is created or upgraded and ``append`` raises
-    ``LogReadOnlyError``. ``start()`` is optional: the first call opens the store. ``close()`` commits
-    what is queued, then closes; after it every call raises ``LogClosedError`` until ``start()``.
+    ``LogReadOnlyError``.
+
+    With ``worker_id`` the store is one worker's among many: it appends only to sessions whose lease it
+    holds (``fence``), and every append checks, inside its transaction and under a share lock on the lease
+    row, that the lease still has the epoch it was taken with. A takeover (which bumps the epoch) and such
+    an append therefore serialise on that row: after a takeover the old owner's appends fail with
+    ``LeaseLostError`` and write nothing, however long it was paused.
+
+    ``start()`` is optional: the first call opens the store. ``close()`` commits what is queued, then
+    closes; after it every call raises ``LogClosedError`` until ``start()``.
     """
 
-    def __init__(self, dsn: str, *, pool_size: int = 4, read_only: bool = False, connect_timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        pool_size: int = 4,
+        read_only: bool = False,
+        connect_timeout: float = 10.0,
+        worker_id: str | None = None,
+    ) -> None:
         if pool_size < 1:
             raise ValueError(f"pool_size must be >= 1, got {pool_size!r}")
         self._dsn = dsn
@@ -143,9 +137,37 @@ class PostgresLog(SessionLog):
         self._writer: _Writer | None = None
         self._closed = False
         self._opening: asyncio.Lock | None = None
+        self._worker_id = worker_id
+        # The sessions this worker holds a lease on, with the lease's epoch (see baf.log.postgres_leases).
+        self._fences: dict[str, int] = {}
 
     def __repr__(self) -> str:
         return f"PostgresLog({redact_dsn(self._dsn)!r})"
+
+    @property
+    def worker_id(self) -> str | None:
+        """The worker this store appends for, or ``None`` (one process, no leases)."""
+        return self._worker_id
+
+    def fence(self, session_id: str, epoch: int) -> None:
+        """Append to ``session_id`` only while its lease has ``epoch`` (set when the lease is taken)."""
+        self._fences[session_id] = epoch
+
+    def unfence(self, session_id: str) -> None:
+        """Forget ``session_id``'s lease: appends to it are refused from now on (worker stores only)."""
+        self._fences.pop(session_id, None)
+
+    def fenced(self) -> dict[str, int]:
+        """The sessions this worker appends to, with their lease epochs (a copy)."""
+        return dict(self._fences)
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        """The reading pool (for the lease and inbox helpers); ``LogClosedError`` when not open."""
+        pool = self._check_open()
+        if pool is None:
+            raise LogClosedError(f"{self!r} is not started")
+        return pool
 
     @property
     def dsn(self) -> str:
@@ -175,7 +197,10 @@ class PostgresLog(SessionLog):
                 raise LogError(f"cannot open the PostgreSQL log at {where}: {exc}") from exc
             try:
                 async with pool.acquire() as connection:
-                    await self._prepare_schema(connection, where)
+                    await prepare_schema(connection, where, read_only=self._read_only)
+            except asyncpg.PostgresError as exc:
+                await pool.close()
+                raise LogError(f"{where}: cannot prepare the log's tables: {exc}") from exc
             except BaseException:
                 await pool.close()
                 raise
@@ -198,42 +223,6 @@ class PostgresLog(SessionLog):
         if pool is not None:
             await pool.close()
 
-    async def _prepare_schema(self, connection: asyncpg.Connection, where: str) -> None:
-        asyncpg = _import_asyncpg()
-        try:
-            async with connection.transaction():
-                if not self._read_only:
-                    await connection.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
-                exists = await connection.fetchval("SELECT to_regclass('baf_meta') IS NOT NULL")
-                stored: int | None = None
-                if exists:
-                    value = await connection.fetchval("SELECT value FROM baf_meta WHERE key = 'schema_version'")
-                    stored = int(value) if value is not None and str(value).isdigit() else None
-                    if stored is None:
-                        raise LogError(f"{where}: baf_meta has no valid schema_version; is this a baf log?")
-                    if stored > SCHEMA_VERSION:
-                        raise LogError(
-                            f"{where}: the log's schema is version {stored}, written by a newer baf; "
-                            f"this baf reads up to version {SCHEMA_VERSION}. Upgrade baf."
-                        )
-                if self._read_only:
-                    if stored is None:
-                        raise LogError(f"{where}: there is no baf log in this database")
-                    return
-                if stored is None:
-                    await connection.execute(_CREATE_V1)
-                    await connection.execute(
-                        "INSERT INTO baf_meta (key, value) VALUES ('schema_version', $1)", str(SCHEMA_VERSION)
-                    )
-                    return
-                for version in range(stored, SCHEMA_VERSION):
-                    await connection.execute(_UPGRADES[version])
-                    await connection.execute(
-                        "UPDATE baf_meta SET value = $1 WHERE key = 'schema_version'", str(version + 1)
-                    )
-        except asyncpg.PostgresError as exc:
-            raise LogError(f"{where}: cannot prepare the log's tables: {exc}") from exc
-
     def _check_open(self) -> asyncpg.Pool | None:
         if self._closed:
             raise LogClosedError(f"{self!r} is closed")
@@ -250,19 +239,38 @@ class PostgresLog(SessionLog):
     # -- writing --------------------------------------------------------------------------------------
 
     async def append(self, records: Sequence[Record]) -> None:
+        await self.append_consuming(records)
+
+    async def append_consuming(
+        self, records: Sequence[Record], session_id: str | None = None, inbox_ids: Sequence[int] = ()
+    ) -> None:
+        """``append(records)``, deleting the inbox rows ``inbox_ids`` of ``session_id`` in the same
+        transaction: the message moves from the inbox into the log exactly once. If one of the rows is
+        gone already (consumed by another append), nothing is written and ``LogError`` says so."""
         if self._read_only:
             raise LogReadOnlyError(f"{self!r} was opened read-only")
         check_appendable(records)
-        if not records:
+        if not records and not inbox_ids:
             self._check_open()
             return
         rows = [encode_row(record) for record in records]
+        fences: list[tuple[str, int]] | None = None
+        if self._worker_id is not None:
+            fences = []
+            for name in dict.fromkeys([row[0] for row in rows] + ([session_id] if session_id else [])):
+                epoch = self._fences.get(name)
+                if epoch is None:
+                    raise LeaseLostError(name, f"worker {self._worker_id!r} holds no lease on it")
+                fences.append((name, epoch))
+        consumes = (session_id, list(inbox_ids)) if inbox_ids and session_id is not None else None
+        if inbox_ids and session_id is None:
+            raise ValueError("inbox_ids need the session_id they belong to")
         await self._ready_pool()
         writer = self._writer
         if writer is None or writer.closing:
             raise LogClosedError(f"{self!r} is closed")
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        writer.queue.append(_Batch(rows, future))
+        writer.queue.append(_Batch(rows, future, fences, consumes))
         writer.wakeup.set()
         await future
 
@@ -286,7 +294,11 @@ class PostgresLog(SessionLog):
                 except Exception as exc:
                     # The transaction failed as a whole: nothing of the group is durable. Say so to every
                     # appender and start the next group on a fresh connection.
-                    error = LogError(f"{self!r}: commit failed, nothing of this append was written: {exc}")
+                    error = LogError(
+                        f"{self!r}: the commit failed and this append was not acknowledged ({exc}); if the "
+                        "connection dropped during the commit itself it may still have been written: read the "
+                        "session to know"
+                    )
                     error.__cause__ = exc
                     for batch in group:
                         if not batch.future.done():
@@ -310,13 +322,27 @@ class PostgresLog(SessionLog):
             for batch in group:
                 try:
                     async with connection.transaction():  # a savepoint: this append fails alone
-                        await _insert(connection, batch.rows)
+                        if batch.fences:
+                            await self._check_fences(connection, batch.fences)
+                        if batch.consumes:
+                            await _consume(connection, *batch.consumes)
+                        if batch.rows:
+                            await _insert(connection, batch.rows)
+                except LogError as exc:  # a lost lease, an inbox row consumed already
+                    outcomes.append(exc)
                 except asyncpg.UniqueViolationError:
                     outcomes.append(await _conflict_of(connection, batch.rows))
                 except asyncpg.DataError as exc:
                     outcomes.append(ValueError(f"PostgreSQL refused the append: {exc}"))
                 else:
                     outcomes.append(None)
+            written = {
+                row[0] for batch, outcome in zip(group, outcomes, strict=True) if outcome is None for row in batch.rows
+            }
+            if written:  # delivered at commit: wakes whoever follows these sessions (other workers, --follow)
+                await connection.execute(
+                    "SELECT pg_notify($1, s) FROM unnest($2::text[]) AS s", RECORDS_CHANNEL, sorted(written)
+                )
         for batch, outcome in zip(group, outcomes, strict=True):
             if batch.future.done():
                 continue
@@ -324,6 +350,22 @@ class PostgresLog(SessionLog):
                 batch.future.set_result(None)
             else:
                 batch.future.set_exception(outcome)
+
+    async def _check_fences(self, connection: asyncpg.Connection, fences: list[tuple[str, int]]) -> None:
+        """Raise ``LeaseLostError`` unless this worker still holds every lease at its epoch. The share lock
+        on the lease rows holds off a takeover until this transaction ends."""
+        held = await connection.fetch(
+            "SELECT l.session_id FROM baf_leases l JOIN unnest($1::text[], $2::bigint[]) AS f(s, e) "
+            "ON l.session_id = f.s AND l.epoch = f.e WHERE l.owner = $3 FOR SHARE OF l",
+            [name for name, _ in fences],
+            [epoch for _, epoch in fences],
+            self._worker_id,
+        )
+        still = {row[0] for row in held}
+        for name, epoch in fences:
+            if name not in still:
+                self._fences.pop(name, None)
+                raise LeaseLostError(name, f"worker {self._worker_id!r} lost its lease (epoch {epoch}) to another")
 
     # -- reading --------------------------------------------------------------------------------------
 
@@ -345,6 +387,15 @@ async def _insert(connection: asyncpg.Connection, rows: list[Row]) -> None:
     columns = list(zip(*rows, strict=True))
     await connection.execute(_INSERT_SESSIONS, list(dict.fromkeys(columns[0])))
     await connection.execute(_INSERT_RECORDS, *(list(column) for column in columns))
+
+
+async def _consume(connection: asyncpg.Connection, session_id: str, ids: list[int]) -> None:
+    deleted = await connection.fetch(
+        "DELETE FROM baf_inbox WHERE session_id = $1 AND id = ANY($2::bigint[]) RETURNING id", session_id, ids
+    )
+    if len(deleted) != len(set(ids)):
+        missing = sorted(set(ids) - {row[0] for row in deleted})
+        raise LogError(f"session {session_id!r}: inbox message(s) {missing} were consumed already")
 
 
 async def _conflict_of(connection: asyncpg.Connection, rows: list[Row]) -> LogConflictError:
