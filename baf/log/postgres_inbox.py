@@ -102,6 +102,6 @@ def _message(session_id: str, row_id: int, text: str) -> InboxMessage:
         return InboxMessage(row_id, session_id, None, f"inbox row {row_id} is not JSON: {exc}")
     if not isinstance(payload, dict):
         return InboxMessage(
-            row_id, session_id, None, f"inbox row {row_id} holds {type(payload).__name__}, not an object"
+            row_id, session_id, None, f"inbox row {row_id} holds {type(payload).__name__}, not a JSON object"
         )
     return InboxMessage(row_id, session_id, payload)
