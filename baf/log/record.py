@@ -28,6 +28,9 @@ class RecordKind:
     STEP_RESUMED = "step_resumed"
     #: Written after the records a fork copied from another session: ``{session, seq}`` (``baf.replay.fork``).
     FORKED_FROM = "forked_from"
+    #: The session's folded state (``baf.log.snapshot``), written between steps: a load starts from the
+    #: latest one.
+    SNAPSHOT = "snapshot"
     # Written by the reasoning loop.
     LLM_REQUEST = "llm_request"
     LLM_RESPONSE = "llm_response"
