@@ -54,8 +54,14 @@ class SessionProjection:
     #: The seq of the event whose step started but has not finished (a crash interrupted it); 0 for a step
     #: without an event (the initial state's body at the session start, or a check of automatic transitions).
     open_step: int | None = None
+    #: Inbound events a fork holds, by seq: recorded before its cut but not handled there. They wait for
+    #: an explicit continuation (a ``fork_continued`` record): a debugging copy never acts by itself.
+    held: dict[int, dict[str, Any]] = field(default_factory=dict)
     #: Whether the initial state's body has run (``session_started`` without a step yet).
     started: bool = False
+    #: While a global state's component is visited: the state to return to, and the global state.
+    return_to: str | None = None
+    visiting: str | None = None
 
     def apply(self, record: Record) -> None:
         """Fold one record into the projection."""
@@ -110,8 +116,11 @@ class SessionProjection:
             "last_ts": self.last_ts,
             "errors": self.errors,
             "unstarted": [[seq, event] for seq, event in sorted(self.unstarted.items())],
+            "held": [[seq, event] for seq, event in sorted(self.held.items())],
             "open_step": self.open_step,
             "started": self.started,
+            "return_to": self.return_to,
+            "visiting": self.visiting,
         }
 
     def _adopt(self, state: dict[str, Any]) -> None:
@@ -126,8 +135,11 @@ class SessionProjection:
         self.last_ts = None if state["last_ts"] is None else float(state["last_ts"])
         self.errors = state["errors"]
         self.unstarted = {seq: event for seq, event in state["unstarted"]}
+        self.held = {seq: event for seq, event in state["held"]}
         self.open_step = state["open_step"]
         self.started = state["started"]
+        self.return_to = state["return_to"]
+        self.visiting = state["visiting"]
 
 
 def project(session_id: str, records: Iterable[Record], *, snapshots: bool = True) -> SessionProjection:
@@ -182,6 +194,13 @@ def _transition(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
     dest = data.get("dest", _MISSING)
     if not isinstance(dest, str):
         _corrupt(p, seq, "transition", "dest", dest, "a state name")
+    if "return_to" in data or "visiting" in data:  # written when a global state is entered or left
+        return_to, visiting = data.get("return_to", p.return_to), data.get("visiting", p.visiting)
+        if return_to is not None and not isinstance(return_to, str):
+            _corrupt(p, seq, "transition", "return_to", return_to, "a state name or null")
+        if visiting is not None and not isinstance(visiting, str):
+            _corrupt(p, seq, "transition", "visiting", visiting, "a state name or null")
+        p.return_to, p.visiting = return_to, visiting
     p.current_state = dest
 
 
@@ -206,6 +225,18 @@ def _reply(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
     if not isinstance(text, str):
         _corrupt(p, seq, "reply", "text", text, "text")
     p.history.append(ChatEntry("assistant", text, seq))
+
+
+def _forked_from(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
+    # Everything still waiting at the cut is held, whatever the record lists: a fork written by an older
+    # baf (without "held") must not run a model or a tool by itself either.
+    p.held.update(p.unstarted)
+    p.unstarted.clear()
+
+
+def _fork_continued(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
+    p.unstarted.update(p.held)
+    p.held.clear()
 
 
 def _error(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
@@ -239,6 +270,8 @@ _HANDLERS: dict[str, Callable[[SessionProjection, dict[str, Any], int], None]] =
     RecordKind.VARIABLE_DELETED: _variable_deleted,
     RecordKind.REPLY: _reply,
     RecordKind.ERROR: _error,
+    RecordKind.FORKED_FROM: _forked_from,
+    RecordKind.FORK_CONTINUED: _fork_continued,
     RecordKind.SNAPSHOT: _snapshot,
 }
 _HANDLERS_WITHOUT_SNAPSHOTS = {kind: handler for kind, handler in _HANDLERS.items() if kind != RecordKind.SNAPSHOT}

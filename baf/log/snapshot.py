@@ -58,8 +58,11 @@ _FIELDS: Final[dict[str, str]] = {
     "last_ts": "a number or null",
     "errors": "an integer >= 0",
     "unstarted": "a list of [seq, event]",
+    "held": "a list of [seq, event]",
     "open_step": "null",
     "started": "a boolean",
+    "return_to": "text or null",
+    "visiting": "text or null",
 }
 
 
@@ -122,7 +125,7 @@ def checked_state(session_id: str, seq: int, data: dict[str, Any]) -> dict[str, 
 
 
 def _fits(name: str, value: Any) -> bool:
-    if name in ("agent", "platform", "current_state"):
+    if name in ("agent", "platform", "current_state", "return_to", "visiting"):
         return value is None or isinstance(value, str)
     if name == "variables":
         return isinstance(value, dict)
@@ -143,7 +146,7 @@ def _fits(name: str, value: Any) -> bool:
             and type(e[2]) is int
             for e in value
         )
-    if name == "unstarted":
+    if name in ("unstarted", "held"):
         return isinstance(value, list) and all(
             isinstance(e, list) and len(e) == 2 and type(e[0]) is int and isinstance(e[1], dict) for e in value
         )

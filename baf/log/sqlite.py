@@ -1069,7 +1069,7 @@ def _upgrade(writer: sqlite3.Connection) -> None:
     """
     rows = writer.execute(
         "SELECT session_id, seq, kind, CAST(data AS BLOB) FROM baf_records "
-        "WHERE kind IN (?, ?, ?, ?) ORDER BY session_id, seq",
+        f"WHERE kind IN ({', '.join('?' * len(WORK_KINDS))}) ORDER BY session_id, seq",
         sorted(WORK_KINDS),
     )
     statuses: dict[str, WorkStatus] = {}

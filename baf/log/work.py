@@ -8,8 +8,11 @@ A session has **unfinished work** when its records show any of:
 - a ``step_started`` record with no ``step_finished`` after it: a step a crash interrupted
   (``step_resumed`` continues the same step, so it changes nothing here).
 
+A fork's ``forked_from`` record *holds* the messages still unhandled at its cut (a debugging copy never
+acts by itself): they are not work until a ``fork_continued`` record releases them.
+
 This is the rule ``baf.core.runtime`` applies when it loads a session (``SessionProjection.started``,
-``unstarted`` and ``open_step``), folded over only the four kinds above, so that a store can keep it
+``unstarted`` and ``open_step``), folded over only the kinds of ``WORK_KINDS``, so that a store can keep it
 as an index updated in each append's transaction instead of folding every session at start-up. One
 difference, on purpose: a session with records but no ``session_started`` (a log the runtime did not
 write) is not work; the runtime writes ``session_started`` as every session's first record.
@@ -33,7 +36,14 @@ __all__ = ["IDLE", "WORK_KINDS", "WorkStatus", "work_after", "work_of"]
 
 #: The record kinds that can change a session's ``WorkStatus``; every other kind leaves it as it is.
 WORK_KINDS: Final = frozenset(
-    {RecordKind.SESSION_STARTED, RecordKind.MESSAGE_RECEIVED, RecordKind.STEP_STARTED, RecordKind.STEP_FINISHED}
+    {
+        RecordKind.SESSION_STARTED,
+        RecordKind.MESSAGE_RECEIVED,
+        RecordKind.STEP_STARTED,
+        RecordKind.STEP_FINISHED,
+        RecordKind.FORKED_FROM,
+        RecordKind.FORK_CONTINUED,
+    }
 )
 
 
@@ -47,6 +57,8 @@ class WorkStatus:
     open_step: int | None = None
     #: Seqs of messages recorded but not yet handled.
     unhandled: frozenset[int] = frozenset()
+    #: Seqs of messages a fork holds (not work until ``fork_continued`` releases them).
+    held: frozenset[int] = frozenset()
 
     @property
     def unfinished(self) -> bool:
@@ -56,7 +68,12 @@ class WorkStatus:
     def to_text(self) -> str:
         """A compact JSON text for a store's index (``from_text`` reads it back)."""
         return orjson.dumps(
-            {"start": self.awaiting_start, "open": self.open_step, "unhandled": sorted(self.unhandled)}
+            {
+                "start": self.awaiting_start,
+                "open": self.open_step,
+                "unhandled": sorted(self.unhandled),
+                "held": sorted(self.held),
+            }
         ).decode()
 
     @classmethod
@@ -64,14 +81,15 @@ class WorkStatus:
         """Read what ``to_text`` wrote; ``ValueError`` if it is not that."""
         try:
             value = orjson.loads(text)
-            start, open_step, unhandled = value["start"], value["open"], value["unhandled"]
+            start, open_step, unhandled, held = value["start"], value["open"], value["unhandled"], value["held"]
         except (ValueError, TypeError, KeyError) as exc:
             raise ValueError(f"not a work status: {text!r:.80}") from exc
         if not isinstance(start, bool) or not (open_step is None or type(open_step) is int):
             raise ValueError(f"not a work status: {text!r:.80}")
-        if not isinstance(unhandled, list) or any(type(seq) is not int for seq in unhandled):
-            raise ValueError(f"not a work status: {text!r:.80}")
-        return cls(start, open_step, frozenset(unhandled))
+        for seqs in (unhandled, held):
+            if not isinstance(seqs, list) or any(type(seq) is not int for seq in seqs):
+                raise ValueError(f"not a work status: {text!r:.80}")
+        return cls(start, open_step, frozenset(unhandled), frozenset(held))
 
 
 #: The status of a session with nothing to do (and of a session with no records).
@@ -85,17 +103,21 @@ def work_after(status: WorkStatus, kind: str, seq: int, data: Mapping[str, Any])
     an event: the fold (``SessionProjection``) is the one that reports such a record as corrupt.
     """
     if kind == RecordKind.MESSAGE_RECEIVED:
-        return WorkStatus(status.awaiting_start, status.open_step, status.unhandled | {seq})
+        return WorkStatus(status.awaiting_start, status.open_step, status.unhandled | {seq}, status.held)
     if kind == RecordKind.STEP_STARTED:
         event_seq = data.get("event_seq")
         if type(event_seq) is not int:
             event_seq = None
         unhandled = status.unhandled - {event_seq} if event_seq is not None else status.unhandled
-        return WorkStatus(False, event_seq if event_seq is not None else 0, unhandled)
+        return WorkStatus(False, event_seq if event_seq is not None else 0, unhandled, status.held)
     if kind == RecordKind.STEP_FINISHED:
-        return WorkStatus(status.awaiting_start, None, status.unhandled)
+        return WorkStatus(status.awaiting_start, None, status.unhandled, status.held)
     if kind == RecordKind.SESSION_STARTED:
-        return WorkStatus(True, status.open_step, status.unhandled)
+        return WorkStatus(True, status.open_step, status.unhandled, status.held)
+    if kind == RecordKind.FORKED_FROM:
+        return WorkStatus(status.awaiting_start, status.open_step, frozenset(), status.held | status.unhandled)
+    if kind == RecordKind.FORK_CONTINUED:
+        return WorkStatus(status.awaiting_start, status.open_step, status.unhandled | status.held, frozenset())
     return status
 
 

@@ -417,6 +417,13 @@ class SessionLogContract(abc.ABC):
         # Left after 1, 2, 3, 5 or 6 of the steps, a session has work; after none or 4 (a finished turn), not.
         assert expected == [f"s{n:03d}" for n in range(60) if n % (len(steps) + 1) in (1, 2, 3, 5, 6)]
 
+    async def test_a_fork_holds_its_messages_until_continued(self, log: SessionLog) -> None:
+        await log.append([started("f", 1), *turn("f", 2), message("f", 5)])
+        await log.append([rec("f", 6, RecordKind.FORKED_FROM, {"session": "origin", "seq": 5, "held": [5]})])
+        assert await log.unfinished_sessions() == []  # a debugging copy never acts by itself
+        await log.append([rec("f", 7, RecordKind.FORK_CONTINUED, {"seqs": [5]})])
+        assert await log.unfinished_sessions() == ["f"]
+
     async def test_the_index_survives_close_and_start(self, log: SessionLog) -> None:
         await log.append([started("s", 1), started("t", 1), *turn("t", 2)])
         await log.close()

@@ -25,6 +25,14 @@ def test_a_turn_moves_the_status_through_each_state() -> None:
     assert work_after(status, "note", 6, {"event_seq": 9}) is status  # other kinds change nothing
 
 
+def test_a_fork_holds_its_messages_until_continued() -> None:
+    status = work_of([(RecordKind.MESSAGE_RECEIVED, 1, {}), (RecordKind.FORKED_FROM, 2, {})])
+    assert status == WorkStatus(held=frozenset({1})) and not status.unfinished
+    status = work_after(status, RecordKind.FORK_CONTINUED, 3, {"seqs": [1]})
+    assert status == WorkStatus(unhandled=frozenset({1})) and status.unfinished
+    assert WorkStatus.from_text(WorkStatus(held=frozenset({4})).to_text()).held == {4}
+
+
 def test_a_damaged_event_seq_counts_as_a_step_without_an_event() -> None:
     status = work_of([(RecordKind.MESSAGE_RECEIVED, 1, {}), (RecordKind.STEP_STARTED, 2, {"event_seq": "1"})])
     assert status == WorkStatus(open_step=0, unhandled=frozenset({1}))
@@ -43,6 +51,8 @@ KINDS = [
     (RecordKind.STEP_STARTED, lambda seqs: {"event_seq": random.choice([None, *seqs])}),
     (RecordKind.STEP_FINISHED, lambda seqs: {}),
     (RecordKind.REPLY, lambda seqs: {"text": "r"}),
+    (RecordKind.FORKED_FROM, lambda seqs: {"session": "origin", "seq": 3}),
+    (RecordKind.FORK_CONTINUED, lambda seqs: {"seqs": []}),
 ]
 
 
@@ -63,3 +73,4 @@ def test_the_rule_is_what_the_runtime_reads_from_the_projection(seed: int) -> No
     assert status.unfinished == expected
     assert status.open_step == projection.open_step
     assert status.unhandled == set(projection.unstarted)
+    assert status.held == set(projection.held)
