@@ -33,7 +33,7 @@ class MemoryLog(SessionLog):
         self._records: dict[str, list[_Entry]] = {}
         self._seqs: dict[str, set[int]] = {}
         # The indexes: each session's place in first-record order, the status of each session with
-        # unfinished work (baf.log.work; absent means idle), and each session's latest snapshot seq.
+        # a status other than idle (baf.log.work; absent means idle), and each session's latest snapshot seq.
         self._positions: dict[str, int] = {}
         self._work: dict[str, WorkStatus] = {}
         self._snapshots: dict[str, int] = {}
@@ -67,7 +67,7 @@ class MemoryLog(SessionLog):
             else:
                 bisect.insort(bucket, entry, key=lambda e: e[0])
         for session_id, status in work.items():
-            if status.unfinished:
+            if status != IDLE:
                 self._work[session_id] = status
             else:
                 self._work.pop(session_id, None)
@@ -89,7 +89,8 @@ class MemoryLog(SessionLog):
         """The sessions with unfinished work, from the index ``append`` keeps: as many steps as there
         are such sessions, whatever the number of finished ones."""
         self._check_open()
-        return sorted(self._work, key=self._positions.__getitem__)
+        unfinished = [session_id for session_id, status in self._work.items() if status.unfinished]
+        return sorted(unfinished, key=self._positions.__getitem__)
 
     async def read_for_load(self, session_id: str) -> list[Record]:
         """The records from the latest snapshot (found in the index ``append`` keeps) to the end."""

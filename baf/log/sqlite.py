@@ -60,17 +60,18 @@ Layout
     one ``INSERT OR IGNORE`` per connection rather than work on every row. Schema version 1 filled it
     with a trigger on ``baf_records``, which cost a few microseconds a row.
 
-    ``baf_unfinished`` (version 3) holds one row per session with unfinished work (``baf.log.work``),
-    its status as JSON; the writer updates it in the transaction of every group holding a record that
-    can change a status (three per turn: the message, the step's start and its end), so
-    ``unfinished_sessions`` reads only those rows however many finished sessions the log holds. The
+    ``baf_work`` (version 3) holds one row per session whose work status (``baf.log.work``) is not
+    idle: the sessions with unfinished work, flagged ``unfinished``, and the rare fork holding
+    messages; the status itself as JSON. The writer updates it in the transaction of every group
+    holding a record that can change a status (three per turn: the message, the step's start and its
+    end), so ``unfinished_sessions`` reads only those rows however many finished sessions the log holds. The
     partial index ``baf_records_snapshots`` has an entry per snapshot record only; ``read_for_load``
     finds a session's latest snapshot through it.
 
     Opening a version 1 or 2 file for writing upgrades it to version 3 in one transaction: the new
-    index table and index are created and ``baf_unfinished`` filled by one pass over the records. A
+    index table and index are created and ``baf_work`` filled by one pass over the records. A
     version-1 file keeps its trigger, so an older baf still writing it keeps listing its sessions (but
-    does not keep ``baf_unfinished``; an older baf refuses to open the upgraded file). A read-only
+    does not keep ``baf_work``; an older baf refuses to open the upgraded file). A read-only
     opening never upgrades: on an older file ``unfinished_sessions`` folds every session instead.
 
 Durability
@@ -131,7 +132,7 @@ from baf.log import upcast as upcast_module
 from baf.log.jsontext import encode_json
 from baf.log.projection import SessionProjection
 from baf.log.record import Record, build_record
-from baf.log.sqlite_commit import INSERT_SQL, REGISTER_SQL, Mark, Row, commit_group, is_busy, marks_of
+from baf.log.sqlite_commit import INSERT_SQL, REGISTER_SQL, SET_WORK_SQL, Mark, Row, commit_group, is_busy, marks_of
 from baf.log.store import SessionLog, check_appendable
 from baf.log.work import IDLE, WORK_KINDS, WorkStatus, work_after
 
@@ -162,9 +163,10 @@ SCHEMA_VERSION: Final = 3
 # (``baf.log.work``; a row per such session, none for the others) and the index of snapshot records
 # (partial: only snapshot rows have an entry, so it costs the other appends nothing).
 _INDEX_SCHEMA: Final = (
-    """CREATE TABLE IF NOT EXISTS baf_unfinished (
+    """CREATE TABLE IF NOT EXISTS baf_work (
         session_id TEXT PRIMARY KEY,
-        status     TEXT NOT NULL
+        status     TEXT NOT NULL,
+        unfinished INTEGER NOT NULL
     ) WITHOUT ROWID""",
     "CREATE INDEX IF NOT EXISTS baf_records_snapshots ON baf_records (session_id, seq) WHERE kind = 'snapshot'",
 )
@@ -206,8 +208,8 @@ _SELECT_RAW_SQL: Final = (
 )
 _SESSIONS_SQL: Final = "SELECT session_id FROM baf_sessions ORDER BY position"
 _UNFINISHED_SQL: Final = (
-    "SELECT u.session_id FROM baf_unfinished AS u LEFT JOIN baf_sessions AS s ON s.session_id = u.session_id "
-    "ORDER BY s.position"
+    "SELECT w.session_id FROM baf_work AS w LEFT JOIN baf_sessions AS s ON s.session_id = w.session_id "
+    "WHERE w.unfinished = 1 ORDER BY s.position"
 )
 # Through the partial index baf_records_snapshots (where it exists): no scan of the session's rows.
 _LATEST_SNAPSHOT_SQL: Final = "SELECT max(seq) FROM baf_records WHERE session_id = ? AND kind = 'snapshot'"
@@ -956,7 +958,7 @@ class SQLiteLog(SessionLog):
         return projection
 
     async def unfinished_sessions(self) -> list[str]:
-        """The sessions with unfinished work (``baf.log.work``), from the ``baf_unfinished`` index the
+        """The sessions with unfinished work (``baf.log.work``), from the ``baf_work`` index the
         writer keeps in each append's transaction: one row per such session, whatever the log's size.
 
         A file of schema version 1 or 2 opened read-only has no index: its sessions are folded instead.
@@ -1063,7 +1065,7 @@ def _reject(future: asyncio.Future[None], exc: BaseException) -> None:
 def _upgrade(writer: sqlite3.Connection) -> None:
     """Bring a version 1 or 2 file to the current layout, inside the caller's transaction.
 
-    ``SCHEMA`` has created the new indexes; this fills ``baf_unfinished`` by folding, once, every
+    ``SCHEMA`` has created the new indexes; this fills ``baf_work`` by folding, once, every
     record that can change a work status (one pass over the table), and sets the version. A record
     whose data does not decode counts as holding no fields here; reading it reports it as corrupt.
     """
@@ -1081,8 +1083,8 @@ def _upgrade(writer: sqlite3.Connection) -> None:
         status = statuses.get(session_id, IDLE)
         statuses[session_id] = work_after(status, kind, seq, data if isinstance(data, dict) else {})
     writer.executemany(
-        "INSERT OR REPLACE INTO baf_unfinished (session_id, status) VALUES (?, ?)",
-        ((session_id, status.to_text()) for session_id, status in statuses.items() if status.unfinished),
+        SET_WORK_SQL,
+        ((sid, status.to_text(), int(status.unfinished)) for sid, status in statuses.items() if status != IDLE),
     )
     writer.execute("UPDATE baf_meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 

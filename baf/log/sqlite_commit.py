@@ -29,6 +29,7 @@ __all__ = [
     "INSERT_SQL",
     "REGISTER_SQL",
     "ROWS_PER_STATEMENT",
+    "SET_WORK_SQL",
     "Mark",
     "Row",
     "commit_group",
@@ -42,9 +43,10 @@ Row = tuple[str, int, float, str, int, str]
 #: A record that may change its session's work status (``baf.log.work``): (session_id, kind, seq, data).
 Mark = tuple[str, str, int, dict[str, Any]]
 
-_WORK_SQL: Final = "SELECT status FROM baf_unfinished WHERE session_id = ?"
-_SET_WORK_SQL: Final = "INSERT OR REPLACE INTO baf_unfinished (session_id, status) VALUES (?, ?)"
-_CLEAR_WORK_SQL: Final = "DELETE FROM baf_unfinished WHERE session_id = ?"
+_WORK_SQL: Final = "SELECT status FROM baf_work WHERE session_id = ?"
+#: Keeps a session's status in ``baf_work`` (a row per session whose status is not idle).
+SET_WORK_SQL: Final = "INSERT OR REPLACE INTO baf_work (session_id, status, unfinished) VALUES (?, ?, ?)"
+_CLEAR_WORK_SQL: Final = "DELETE FROM baf_work WHERE session_id = ?"
 
 INSERT_SQL: Final = "INSERT INTO baf_records (session_id, seq, ts, kind, version, data) VALUES (?, ?, ?, ?, ?, ?)"
 #: Registers a session in ``baf_sessions``; a no-op for a session already there (another writer's).
@@ -89,11 +91,11 @@ def marks_of(records: Iterable[Any]) -> list[Mark]:
 
 
 def update_work(cursor: sqlite3.Cursor, marks: Sequence[Mark]) -> None:
-    """Fold ``marks`` into the ``baf_unfinished`` index, inside the caller's transaction.
+    """Fold ``marks`` into the ``baf_work`` index, inside the caller's transaction.
 
     A session's status is read from the index (absent: idle), folded with ``baf.log.work.work_after``
-    and written back: a row while it has unfinished work, none once it is idle. Raises ``LogError`` for
-    a damaged index row.
+    and written back: a row while it is not idle, none once it is. Raises ``LogError`` for a damaged
+    index row.
     """
     statuses: dict[str, WorkStatus] = {}
     for session_id, kind, seq, data in marks:
@@ -103,11 +105,11 @@ def update_work(cursor: sqlite3.Cursor, marks: Sequence[Mark]) -> None:
             try:
                 status = IDLE if row is None else WorkStatus.from_text(row[0])
             except ValueError as exc:
-                raise LogError(f"session {session_id!r}: its row in baf_unfinished is damaged: {exc}") from exc
+                raise LogError(f"session {session_id!r}: its row in baf_work is damaged: {exc}") from exc
         statuses[session_id] = work_after(status, kind, seq, data)
     for session_id, status in statuses.items():
-        if status.unfinished:
-            cursor.execute(_SET_WORK_SQL, (session_id, status.to_text()))
+        if status != IDLE:
+            cursor.execute(SET_WORK_SQL, (session_id, status.to_text(), int(status.unfinished)))
         else:
             cursor.execute(_CLEAR_WORK_SQL, (session_id,))
 
@@ -125,7 +127,7 @@ def commit_group(
     ``registered`` holds the sessions known to be in ``baf_sessions``; the group registers the others
     (in order of their first row) and, once committed, adds them to it. ``marks`` (one list per batch,
     or none at all) are the records that change work statuses: the group updates the
-    ``baf_unfinished`` index with them in its transaction.
+    ``baf_work`` index with them in its transaction.
 
     The happy path is one multi-row ``INSERT`` in autocommit mode: SQLite runs a single statement as
     its own transaction, taking the write lock before it reads anything (as ``BEGIN IMMEDIATE``

@@ -18,8 +18,9 @@ difference, on purpose: a session with records but no ``session_started`` (a log
 write) is not work; the runtime writes ``session_started`` as every session's first record.
 
 A store keeps, per session, the ``WorkStatus`` after its last record, and lists the sessions whose
-status is ``unfinished``. Sessions it does not list have the empty status (``IDLE``), so a store needs
-to keep rows only for unfinished sessions: an append that leaves a session idle removes its row.
+status is ``unfinished``. A session it keeps nothing for has the empty status (``IDLE``), so a store
+keeps rows only for sessions whose status is not ``IDLE`` (unfinished ones, and forks holding messages):
+an append that leaves a session idle removes its row.
 """
 
 from __future__ import annotations

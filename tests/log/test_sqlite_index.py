@@ -1,4 +1,4 @@
-"""SQLite's indexes for start-up and loading: ``baf_unfinished`` and ``baf_records_snapshots`` (schema 3),
+"""SQLite's indexes for start-up and loading: ``baf_work`` and ``baf_records_snapshots`` (schema 3),
 kept in the append's transaction, used by the queries, and built by the upgrade of an older file."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from baf.testing.store_contract import message, started, turn
 
 GOLDEN_DB = Path(__file__).resolve().parents[1] / "fixtures" / "golden" / "golden.db"  # schema version 1
 
-# The layout of schema version 2, verbatim: no baf_unfinished, no snapshot index.
+# The layout of schema version 2, verbatim: no baf_work, no snapshot index.
 _SCHEMA_2 = """
 CREATE TABLE baf_records (
     position INTEGER PRIMARY KEY, session_id TEXT NOT NULL, seq INTEGER NOT NULL, ts REAL NOT NULL,
@@ -68,7 +68,7 @@ async def test_upgrading_a_schema_2_file_builds_the_index(tmp_path: Path) -> Non
         await log.append([rec_step("new", 2, RecordKind.STEP_STARTED), rec_step("new", 3, RecordKind.STEP_FINISHED)])
         assert await log.unfinished_sessions() == ["waiting", "open"]
     assert query(db, "SELECT value FROM baf_meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
-    assert sorted(row[0] for row in query(db, "SELECT session_id FROM baf_unfinished")) == ["open", "waiting"]
+    assert sorted(row[0] for row in query(db, "SELECT session_id FROM baf_work")) == ["open", "waiting"]
 
 
 async def test_the_golden_schema_1_log_is_upgraded_and_still_replays(tmp_path: Path) -> None:
@@ -110,5 +110,5 @@ async def test_the_queries_use_the_indexes(tmp_path: Path) -> None:
     assert "baf_records_snapshots" in snapshot_plan, snapshot_plan
     unfinished_plan = plan(sqlite_module._UNFINISHED_SQL)
     # One pass over the index table; each session's position found by its key, never a scan of it.
-    assert "SCAN u" in unfinished_plan and "SCAN s" not in unfinished_plan, unfinished_plan
+    assert "SCAN w" in unfinished_plan and "SCAN s" not in unfinished_plan, unfinished_plan
     assert "baf_records" not in unfinished_plan
