@@ -9,6 +9,7 @@
     ├── LogError                    the session log broke one of its guarantees
     │   ├── LogConflictError        (session_id, seq) already exists: an append never overwrites
     │   ├── CorruptRecordError      a stored record cannot be decoded; names session and seq
+    │   │   └── CorruptSnapshotError  a snapshot record fails its checks or disagrees with the fold
     │   ├── UnknownRecordVersionError  a record written by a newer baf than this one
     │   ├── LogClosedError          append or read on a store that is not open
     │   ├── LogReadOnlyError        append on a store opened read-only
@@ -46,6 +47,7 @@ __all__ = [
     "BafError",
     "ConfigurationError",
     "CorruptRecordError",
+    "CorruptSnapshotError",
     "LLMConnectionError",
     "LLMError",
     "LLMRateLimitError",
@@ -110,6 +112,12 @@ class CorruptRecordError(LogError):
         self.session_id = session_id
         self.seq = seq
         self.reason = reason
+
+
+class CorruptSnapshotError(CorruptRecordError):
+    """A ``snapshot`` record that cannot be trusted: its digest, shape or seq is wrong, or it disagrees
+    with the fold of the records before it. The session is then rebuilt from its records
+    (``baf.log.store.load_projection``)."""
 
 
 class UnknownRecordVersionError(LogError):

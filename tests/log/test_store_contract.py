@@ -33,3 +33,15 @@ class TestPostgresLog(SessionLogContract):
 
     async def make_log(self, tmp_path: Path) -> SessionLog:
         return PostgresLog(self.dsn)
+
+
+class _ScanningDefaults(MemoryLog):
+    """A store that keeps no index: the ``SessionLog`` defaults fold every session instead."""
+
+    unfinished_sessions = SessionLog.unfinished_sessions
+    read_for_load = SessionLog.read_for_load
+
+
+class TestScanningDefaults(SessionLogContract):
+    async def make_log(self, tmp_path: Path) -> SessionLog:
+        return _ScanningDefaults()
