@@ -18,6 +18,9 @@ import yaml
 
 from baf.core.events import Event, ReceiveTextEvent
 from baf.core.hooks import HookChain, StepHooks
+from baf.core.intent import Intent, IntentParameter
+from baf.core.intent_classifier import IntentClassifier, WordOverlapClassifier
+from baf.core.intent_routing import intent_threshold
 from baf.core.runtime import STOP_GRACE_PERIOD, Runtime
 from baf.core.session import Session
 from baf.core.state import State
@@ -58,6 +61,9 @@ class Agent:
         self._tools: dict[str, Tool] = {}
         self._skills: dict[str, Skill] = {}
         self._workspaces: dict[str, Workspace] = {}
+        self._intents: dict[str, Intent] = {}
+        self._global_states: dict[str, State] = {}
+        self._intent_classifier: IntentClassifier = WordOverlapClassifier()
         self._hooks = HookChain()
         self._max_body_threads = max_body_threads
         self._runtime: Runtime | None = None
@@ -121,6 +127,79 @@ class Agent:
     def _check_mutable(self, what: str) -> None:
         if self._runtime is not None:
             raise ConfigurationError(f"cannot {what} while agent {self.name!r} is running; do it before start()")
+
+    # -- intents --------------------------------------------------------------------------------
+
+    def new_intent(
+        self,
+        name: str,
+        training_sentences: list[str] | tuple[str, ...],
+        parameters: list[IntentParameter | str | Mapping[str, Any]] | None = None,
+        description: str | None = None,
+    ) -> Intent:
+        """Declare an intent: what a user may mean, shown by example sentences.
+
+        ``parameters`` are values to extract (names, or :class:`~baf.core.intent.IntentParameter` with
+        the placeholder written in the sentences: ``"book a table for PEOPLE"``). ``description`` helps a
+        model-based classifier. Names are unique; an intent without training sentences is refused.
+        """
+        self._check_mutable("add an intent")
+        if name in self._intents:
+            raise ConfigurationError(f"agent {self.name!r} already has an intent named {name!r}")
+        intent = Intent.build(name, training_sentences, parameters, description)
+        self._intents[name] = intent
+        return intent
+
+    @property
+    def intents(self) -> Mapping[str, Intent]:
+        """The declared intents by name, read-only."""
+        return MappingProxyType(self._intents)
+
+    def get_intent(self, name: str) -> Intent:
+        """The intent called ``name``."""
+        try:
+            return self._intents[name]
+        except KeyError:
+            raise ConfigurationError(f"agent {self.name!r} has no intent named {name!r}") from None
+
+    @property
+    def global_states(self) -> Mapping[str, State]:
+        """The global states by the name of the intent that reaches them, read-only."""
+        return MappingProxyType(self._global_states)
+
+    @property
+    def global_state_names(self) -> set[str]:
+        """The names of the global states."""
+        return {state.name for state in self._global_states.values()}
+
+    def _add_global_state(self, state: State, intent: Intent) -> None:
+        self._check_mutable("add a global state")
+        claimed = self._global_states.get(intent.name)
+        if claimed is not None and claimed is not state:
+            raise ConfigurationError(
+                f"intent {intent.name!r} already leads to global state {claimed.name!r}; "
+                f"{state.name!r} cannot claim it too (one intent reaches one global state)"
+            )
+        self._global_states[intent.name] = state
+
+    @property
+    def intent_classifier(self) -> IntentClassifier:
+        """The classifier that reads text messages in states that route by intent.
+
+        By default the offline :class:`~baf.core.intent_classifier.WordOverlapClassifier`; for free text
+        use ``baf.library.intents.LLMIntentClassifier``.
+        """
+        return self._intent_classifier
+
+    def set_intent_classifier(self, classifier: IntentClassifier) -> None:
+        """Use ``classifier`` (anything with a ``name`` and ``async classify(text, intents)``)."""
+        self._check_mutable("change the intent classifier")
+        if not isinstance(classifier, IntentClassifier):
+            raise ConfigurationError(
+                "an intent classifier needs a name and 'async classify(text, intents)'; "
+                f"got {type(classifier).__name__}"
+            )
+        self._intent_classifier = classifier
 
     # -- platforms and hooks --------------------------------------------------------------------
 
@@ -324,6 +403,8 @@ class Agent:
         if self._runtime is not None:
             return
         _ = self.initial_state  # fail early with a clear message
+        if self._intents:
+            intent_threshold(self)  # a threshold out of range is a wiring error, not a per-message one
         runtime = Runtime(self, self.log, self._hooks, self._max_body_threads)
         self._runtime = runtime
         try:
@@ -464,6 +545,18 @@ class Agent:
     async def receive_message(self, session_id: str, text: str, platform: Platform | None = None) -> Session:
         """Deliver a text message and wait until it, and everything it caused, has been processed."""
         done = await self.receive_event(ReceiveTextEvent(session_id, message=text), platform)
+        await done
+        return self._require_runtime().sessions[session_id]
+
+    async def continue_session(self, session_id: str) -> Session:
+        """Continue a fork: handle the messages it holds, and wait until they are handled.
+
+        A fork cut after a message was recorded but before it was handled holds that message: loading
+        the fork never runs a model or a tool by itself. This records ``fork_continued`` and handles what
+        was held, live. (Sending the fork a new message continues it too, held messages first.) A
+        session that holds nothing is returned as it is.
+        """
+        done = await self._require_runtime().continue_session(session_id)
         await done
         return self._require_runtime().sessions[session_id]
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from baf.core.events import Event, ReceiveJSONEvent, ReceiveTextEvent, event_from_data
 from baf.core.hooks import StepHooks
+from baf.core.intent_routing import entering_global, predict_intent, return_transition
 from baf.log.record import Record, RecordKind
 
 if TYPE_CHECKING:
@@ -78,6 +79,7 @@ async def run_step(
             state = session.current_state
             await _run_body(session, state, state.body, "body")
         elif event is not None:
+            await predict_intent(session, event)  # recorded, for the transitions that route on intents
             transition = await _fire(session, EVENT_TRIGGER)
             if transition is not None:
                 await _take(session, transition, hooks)
@@ -97,6 +99,10 @@ async def run_step(
                 RuntimeError(f"more than {MAX_AUTOMATIC_TRANSITIONS} automatic transitions in one step"),
                 state=session.projection.current_state,
             )
+        back = return_transition(session)  # the end of a global state's component: back where the user was
+        if back is not None:
+            _move(session, back, {"return_to": None, "visiting": None})
+            await hooks.after_transition(session, back)
     except asyncio.CancelledError as exc:
         # The runtime interrupted this step: say so in the log, and who stopped it. From here on the step
         # is finishing, which the runtime does not cancel (that would cut these records and the commit).
@@ -175,12 +181,17 @@ async def _fire(session: Session, trigger: str) -> Transition | None:
 
 
 async def _take(session: Session, transition: Transition, hooks: StepHooks) -> None:
-    session.record(
-        RecordKind.TRANSITION,
-        {"source": transition.source.name, "dest": transition.dest.name, "label": transition.describe()},
-    )
+    _move(session, transition, entering_global(session, transition))
     await hooks.after_transition(session, transition)
     await _run_body(session, transition.dest, transition.dest.body, "body")
+
+
+def _move(session: Session, transition: Transition, extra: dict[str, object]) -> None:
+    """Record a transition (the machine has already moved, except for a return from a global state)."""
+    data = {"source": transition.source.name, "dest": transition.dest.name, "label": transition.describe(), **extra}
+    session.record(RecordKind.TRANSITION, data)
+    # A return from a global state is not a machine transition (its target differs per session): set it.
+    session.machine_model.state = transition.dest.name
 
 
 async def _run_body(session: Session, state: State, body: Body, role: str) -> None:

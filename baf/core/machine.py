@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from transitions.extensions.asyncio import AsyncMachine
 
 from baf.core.engine import CHECK_TRIGGER, EVENT_TRIGGER
+from baf.core.intent_routing import global_transitions
 
 if TYPE_CHECKING:
     from transitions.extensions.asyncio import AsyncEventData
@@ -62,7 +63,8 @@ def compile_machine(states: list[State], initial: State) -> AsyncMachine:
         send_event=False,
     )
     for state in states:
-        for transition in state.transitions:
+        # A state's own transitions first: they keep precedence over reaching a global state.
+        for transition in [*state.transitions, *global_transitions(state)]:
             trigger = CHECK_TRIGGER if transition.is_automatic else EVENT_TRIGGER
             machine.add_transition(
                 trigger,

@@ -289,6 +289,9 @@ class Runtime:
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{type(event).__name__} cannot be recorded: its fields must be JSON ({exc})") from exc
         session = await self.get_or_create(event.session_id, platform)
+        if session.projection.held:
+            # A new message to a fork is the user continuing it: what it held comes first, in order.
+            self._release_held(session)
         record = session.record(RecordKind.MESSAGE_RECEIVED, data)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         # Queue before awaiting the flush, so the mailbox order is the record order.
@@ -300,6 +303,32 @@ class Runtime:
             self._evict(session, exc)
             raise
         return done
+
+    async def continue_session(self, session_id: str) -> asyncio.Future[None]:
+        """Handle the messages a fork holds (recorded before its cut, not handled there): record that the
+        user continued it (``fork_continued``), queue them, and return a future that resolves once they
+        are handled (at once if there were none)."""
+        session = await self.get_or_create(session_id, None)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if not session.projection.held:
+            done.set_result(None)
+            return done
+        self._release_held(session, done)
+        try:
+            await session.flush()
+        except LogError as exc:
+            done.cancel()
+            self._evict(session, exc)
+            raise
+        return done
+
+    def _release_held(self, session: Session, done: asyncio.Future[None] | None = None) -> None:
+        """Record ``fork_continued`` and queue the held messages (the last one settles ``done``)."""
+        held = sorted(session.projection.held.items())
+        session.record(RecordKind.FORK_CONTINUED, {"seqs": [seq for seq, _ in held]})  # the fold releases them
+        for index, (seq, data) in enumerate(held):
+            last = index == len(held) - 1
+            self._schedule(session, _Item("event", event_from_data(session.id, data), seq, done if last else None))
 
     async def wait_idle(self, session_id: str | None = None) -> None:
         """Return once the session (or every session) has nothing queued or running."""
