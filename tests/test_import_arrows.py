@@ -63,6 +63,9 @@ EXCEPTIONS: dict[tuple[str, str], Allowed] = {
     ("baf.core.agent", "baf.platforms.websocket"): Allowed(
         "Agent.use_websocket_platform: the same convenience for the WebSocket platform (the 'web' extra)"
     ),
+    ("baf.core.agent", "baf.platforms.telegram"): Allowed(
+        "Agent.use_telegram_platform: the same convenience for the Telegram platform (the 'telegram' extra)"
+    ),
     ("baf.testing.platform_contract", "baf.library.state.reasoning_state_library"): Allowed(
         "the platform contract kit drives the real reasoning body to check that a platform shows its "
         "steps and task lists; imported in that one test, so the kit loads without the library"
