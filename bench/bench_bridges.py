@@ -1,4 +1,4 @@
-"""Bridges benchmark (issue 14): what an MCP tool call costs, and what the OpenTelemetry hooks cost.
+"""Bridges benchmark (issue 14): what an MCP tool call costs.
 
 Part 1, MCP over stdio. A trivial local MCP server (``examples/mcp/calculator_server.py``, tool ``add``)
 against a plain async Python tool doing the same sum, in the same run, alternating in blocks:
@@ -7,11 +7,6 @@ against a plain async Python tool doing the same sum, in the same run, alternati
   JSON-RPC round trip to the server process and back;
 - *in a turn*: a reasoning state answering one message with N tool-call turns (a zero-latency model asks
   for the tool N times, then answers), µs per turn, memory log; overhead = MCP - plain.
-
-Part 2, OpenTelemetry. The same reasoning agent (N tool-call turns per message) with and without
-``OpenTelemetryHooks`` (spans to the SDK's in-memory exporter through a ``SimpleSpanProcessor``, and
-through a ``BatchSpanProcessor``, content capture off), alternating message by message in one run:
-µs per turn and the on/off ratio (issue 14 target: <= 1.2x with content capture off).
 
     python bench/bench_bridges.py            # about a minute
     python bench/bench_bridges.py --quick    # smoke run
@@ -25,7 +20,6 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -125,59 +119,6 @@ async def bench_mcp(calls: int, block: int, turns: int, messages: int) -> Table:
     return table
 
 
-# -- part 2: OpenTelemetry --------------------------------------------------------------------
-
-
-async def bench_otel(turns: int, messages: int) -> Table:
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-    from baf.telemetry import OpenTelemetryHooks
-
-    def provider(processor: Callable[[InMemorySpanExporter], Any]) -> tuple[TracerProvider, InMemorySpanExporter]:
-        exporter = InMemorySpanExporter()
-        tracer_provider = TracerProvider()
-        tracer_provider.add_span_processor(processor(exporter))
-        return tracer_provider, exporter
-
-    variants: dict[str, Agent] = {"off": reasoning_agent("off", looping_model("add", turns))}
-    providers = {"simple": provider(SimpleSpanProcessor), "batch": provider(BatchSpanProcessor)}
-    for label, (tracer_provider, _) in providers.items():
-        agent = reasoning_agent(label, looping_model("add", turns))
-        agent.add_hook(OpenTelemetryHooks(tracer_provider=tracer_provider))
-        variants[label] = agent
-    for agent in variants.values():
-        agent.add_tool(Tool(add))
-    times: dict[str, list[float]] = {label: [] for label in variants}
-    for agent in variants.values():
-        await agent.start()
-    try:
-        for index in range(messages + 2):
-            for label, agent in variants.items():
-                value = await per_turn(agent, f"s{index}", turns)
-                if index >= 2:
-                    times[label].append(value)
-                    if label in providers:
-                        providers[label][1].clear()
-    finally:
-        for agent in variants.values():
-            await agent.stop()
-        for tracer_provider, _ in providers.values():
-            tracer_provider.shutdown()
-
-    off = statistics.median(times["off"])
-    table = Table(title=f"OpenTelemetry hooks, content capture off: µs per turn ({turns} tool turns + answer, "
-                        f"{messages} messages each, alternating; load {_load()})")  # fmt: skip
-    for column in ("hooks", "µs per turn (median)", "on / off"):
-        table.add_column(column, justify="right")
-    table.add_row("off", f"{off:,.0f}", "1.00")
-    for label in providers:
-        on = statistics.median(times[label])
-        table.add_row(f"on, {label} span processor", f"{on:,.0f}", f"{on / off:.2f}")
-    return table
-
-
 def _load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -185,14 +126,10 @@ def _load() -> str:
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run with few repetitions")
-    parser.add_argument("--only", choices=("mcp", "otel"), help="run one part")
     args = parser.parse_args()
     out = console()
     calls, messages = (200, 5) if args.quick else (3000, 40)
-    if args.only in (None, "mcp"):
-        out.print(await bench_mcp(calls=calls, block=50, turns=10, messages=messages))
-    if args.only in (None, "otel"):
-        out.print(await bench_otel(turns=10, messages=messages))
+    out.print(await bench_mcp(calls=calls, block=50, turns=10, messages=messages))
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ from baf.log.record import Record
 from baf.replay.rerun import assert_replays
 from baf.testing.llms import ScriptedLLM
 
-
 pytestmark = pytest.mark.slow  # every test starts server processes
 
 SERVERS = str(Path(__file__).with_name("mcp_servers.py"))
