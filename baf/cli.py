@@ -107,7 +107,9 @@ def _parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="run the agent defined in a Python file on the terminal")
     run.add_argument("path", help="a Python file that defines an Agent (named 'agent', or the only one)")
-    run.add_argument("--session", default="terminal", help="session id of the terminal chat")
+    run.add_argument("--session", default=None,
+                     help="session id of the terminal chat (default: terminal); a fork's messages held at its "
+                          "cut are handled first")
     run.set_defaults(handler=_cmd_run)
 
     demo = commands.add_parser("demo", help="run the reasoning demo (offline unless OPENAI_API_KEY is set)")
@@ -169,12 +171,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
     with _user_code():
         module = load_agent_module(args.path)
     agent = find_agent(module)
-    if not agent.platforms:
-        agent.use_terminal_platform(session_id=args.session)
-    with _user_code():
-        agent.run()
     from baf.platforms.terminal import TerminalPlatform  # here: markdown rendering is slow to import
 
+    terminals = [platform for platform in agent.platforms if isinstance(platform, TerminalPlatform)]
+    if not agent.platforms:
+        terminals = [agent.use_terminal_platform(session_id=args.session or "terminal")]
+    elif args.session is not None and not terminals:
+        raise ConfigurationError(f"--session picks the terminal chat's session, and agent {agent.name!r} has no "
+                                 "terminal platform (its file adds other platforms)")
+    if args.session is not None:
+        for terminal in terminals:
+            # Naming the session is the user asking for it: a fork's held messages are handled first.
+            terminal.session_id, terminal.continue_fork = args.session, True
+    with _user_code():
+        agent.run()
     if any(isinstance(platform, TerminalPlatform) and platform.output_closed for platform in agent.platforms):
         return _stdout_closed()  # ended as any command whose reader went away (`| head`)
     return 0
@@ -361,11 +371,15 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _rerun_or_fork(args: argparse.Namespace) -> int:
-    from baf.replay.cli_hooks import fork_command, rerun_command
+    from baf.replay.cli_hooks import fork_command, print_rerun_report
+    from baf.replay.rerun import rerun as rerun_report
 
+    # The report goes to stdout; what the agent's own code prints (a banner at import, a body's prints
+    # during the re-run) goes to stderr, so the report stays the report (`> report.txt`, a CI check).
+    console = _Stdout(highlight=False, file=sys.stdout)
     agent = None
     if args.rerun:
-        with _user_code():
+        with _user_code(), contextlib.redirect_stdout(sys.stderr):
             module = load_agent_module(args.rerun)
         agent = find_agent(module)
 
@@ -373,8 +387,10 @@ def _rerun_or_fork(args: argparse.Namespace) -> int:
         # A re-run only reads the log (it runs on a fresh in-memory one); a fork appends to it.
         async with open_existing_log(args.log, read_only=agent is not None) as log:
             if agent is not None:
-                return await rerun_command(log, args.session, agent, _Stdout(highlight=False))
-            return await fork_command(log, args.session, args.fork_at, _Stdout(highlight=False))
+                with contextlib.redirect_stdout(sys.stderr):
+                    report = await rerun_report(log, args.session, agent)
+                return print_rerun_report(report, console)
+            return await fork_command(log, args.session, args.fork_at, console)
 
     return asyncio.run(go())
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import abc
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,11 +17,31 @@ class ToolCall:
 
     ``arguments`` is the raw string the model produced. It is kept verbatim, even when it is not valid
     JSON, so the log shows exactly what the model said; the tool layer parses and validates it.
+
+    A dict (as a hand-written model, a ``FunctionLLM``, naturally gives) is accepted and kept as its JSON
+    text, so the record, a re-run and a crash resume all read the same string. Anything else that is
+    not a string is refused with ``TypeError``.
     """
 
     id: str
     name: str
     arguments: str
+
+    def __post_init__(self) -> None:
+        arguments: object = self.arguments
+        if isinstance(arguments, str):
+            return
+        if not isinstance(arguments, Mapping):
+            raise TypeError(
+                f"ToolCall {self.name!r}: arguments must be the JSON text of an object, or a dict; "
+                f"got {type(arguments).__name__}"
+            )
+        try:
+            text = json.dumps(dict(arguments), ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            message = f"ToolCall {self.name!r}: arguments given as a dict must be JSON-serialisable ({exc})"
+            raise TypeError(message) from exc
+        object.__setattr__(self, "arguments", text)  # frozen: the one place the value is normalised
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready form used in records."""
@@ -27,8 +49,12 @@ class ToolCall:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ToolCall:
-        """Inverse of :meth:`to_dict`."""
-        return cls(id=str(data["id"]), name=str(data["name"]), arguments=str(data["arguments"]))
+        """Inverse of :meth:`to_dict`. A dict under ``arguments`` (written by a baf that recorded it as given)
+        is read as its JSON text, as a new call would store it, not as a Python repr."""
+        arguments = data["arguments"]
+        if not isinstance(arguments, Mapping):
+            arguments = str(arguments)
+        return cls(id=str(data["id"]), name=str(data["name"]), arguments=arguments)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,8 +19,9 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
+from baf.core.platform import Platform
+from baf.core.session import runtime_side
 from baf.errors import LogClosedError
-from baf.platforms.base import Platform
 
 if TYPE_CHECKING:
     from baf.core.session import Session
@@ -47,6 +48,10 @@ class TerminalPlatform(Platform):
     ``platform`` error, later output is dropped (the replies are still in the log) and the agent stops.
     (A ``console`` you pass keeps its own ``on_broken_pipe``: rich's default ends the process.)
 
+    A fork (``baf.replay.fork``) cut before it handled a message holds that message; with
+    ``continue_fork=True`` (what ``baf run --session ID`` sets) the chat continues it first, saying so;
+    otherwise it stays held until the user continues it (``Agent.continue_session``, a new message).
+
     Lines are read from ``input_fd`` if given. Otherwise a terminal is read with ``input()`` (line
     editing and history work), and piped or redirected input straight from its file descriptor.
     """
@@ -60,6 +65,7 @@ class TerminalPlatform(Platform):
         prompt: str = "you> ",
         show_steps: bool = True,
         input_fd: int | None = None,
+        continue_fork: bool = False,
     ) -> None:
         super().__init__()
         self.session_id = session_id
@@ -70,6 +76,7 @@ class TerminalPlatform(Platform):
         self._input_fd = input_fd
         self._lines: _LineReader | None = None
         self._output_closed = False
+        self.continue_fork = continue_fork
 
     @property
     def output_closed(self) -> bool:
@@ -92,6 +99,11 @@ class TerminalPlatform(Platform):
         session = await agent.get_or_create_session(self.session_id, self)
         for entry in session.chat_history():
             self._print_line(entry.role, entry.text)
+        held = len(runtime_side(session).projection.held)
+        if held and self.continue_fork:
+            self._show(Text(f"(this fork holds {held} message{'s' if held > 1 else ''} not yet handled at its "
+                            "cut: handling it now)", style="yellow"))
+            await agent.continue_session(self.session_id)
         while not self._output_closed:
             try:
                 text = await self._read_line()

@@ -3,8 +3,9 @@ skips the records it had already written before a crash.
 
 ``baf.reasoning`` does not import sessions (they live in ``baf.core``, above it). A loop writes through
 a :class:`Recorder` wrapping whatever session it was given (anything with ``record``, ``record_error``,
-``commit``, ``reply``, ``set``, ``queue_platform_call`` and an ``agent.redactor``, as a
-:class:`~baf.core.session.Session` has), or nothing: a pattern run outside a session records nothing.
+``reply``, ``set`` and an ``agent.redactor``, as a :class:`~baf.core.session.Session` has) and the
+runtime's side of it (``commit``, ``queue_platform_call``: ``baf.library.state.recording``), or
+nothing: a pattern run outside a session records nothing.
 
 **Resume by replay.** A loop killed mid-run is resumed by running it again from its start with the
 recorded model responses and tool results served from the log (:class:`~baf.reasoning.resume.ResumeEffects`).
@@ -38,8 +39,18 @@ class Recorder:
     through it, and draw their run numbers from it (:meth:`next_run`), so a replay numbers them alike.
     """
 
-    def __init__(self, session: Any = None, prefix: Sequence[Record] = (), source: EffectSource | None = None) -> None:
+    def __init__(
+        self,
+        session: Any = None,
+        prefix: Sequence[Record] = (),
+        source: EffectSource | None = None,
+        *,
+        live: Any = None,
+    ) -> None:
         self.session = session
+        # The runtime's side of the session (``commit``, ``queue_platform_call``); see
+        # ``baf.library.state.recording.session_recorder``.
+        self._live = live
         #: Answers model turns and tool calls instead of the model and the tools (resume, re-run), if set.
         self.source = source if source is not None else current_effect_source()
         self._prefix = deque(r for r in prefix if r.kind != RecordKind.STEP_RESUMED)
@@ -106,13 +117,13 @@ class Recorder:
     def stream(self, method: str, *payload: Any) -> None:
         """Queue ``platform.<method>(session, *payload)`` for after the next commit. Nothing while
         replaying: those steps were streamed (or were due) before the restart."""
-        if not self._prefix and self.session is not None:
-            self.session.queue_platform_call(method, *payload)
+        if not self._prefix and self._live is not None:
+            self._live.queue_platform_call(method, *payload)
 
     async def commit(self) -> None:
         """Make what was recorded durable (and deliver what was queued)."""
-        if self.session is not None:
-            await self.session.commit()
+        if self._live is not None:
+            await self._live.commit()
 
 
 # The kinds only a loop writes: one of them in the prefix where the loop now writes something else means

@@ -10,17 +10,21 @@ from rich.text import Text
 from baf.log import SessionLog
 from baf.replay.fork import fork
 from baf.replay.render import visible
-from baf.replay.rerun import rerun
+from baf.replay.rerun import RerunReport, rerun
 
 if TYPE_CHECKING:
     from baf.core.agent import Agent
 
-__all__ = ["fork_command", "rerun_command"]
+__all__ = ["fork_command", "print_rerun_report", "rerun_command"]
 
 
 async def rerun_command(log: SessionLog, session_id: str, agent: Agent, console: Console) -> int:
     """Re-run ``agent`` over the session and print the report; exit status 0 when identical, 1 if not."""
-    report = await rerun(log, session_id, agent)
+    return print_rerun_report(await rerun(log, session_id, agent), console)
+
+
+def print_rerun_report(report: RerunReport, console: Console) -> int:
+    """Print a re-run's report; exit status 0 when identical, 1 if not."""
     style = "green" if report.identical else "red"
     console.print(Text(visible(str(report)), style=style))
     return 0 if report.identical else 1
@@ -31,5 +35,11 @@ async def fork_command(log: SessionLog, session_id: str, at_seq: int, console: C
     new_id = await fork(log, session_id, at_seq)
     forked = Text(visible(f"forked {session_id} at seq {at_seq} into session "))
     console.print(forked + Text(visible(new_id), style="bold"))
-    console.print(Text(f"continue it with: await agent.receive_message({new_id!r}, ...)"))
+    console.print(Text(visible(f"continue it in the terminal: baf run agent.py --session {new_id}")))
+    console.print(Text(visible(f"or in Python: await agent.receive_message({new_id!r}, ...)")))
+    held = (await log.read(new_id))[-1].data.get("held")
+    if held:
+        shown = ", ".join(f"#{seq}" for seq in held)
+        console.print(Text(f"it holds message {shown}, recorded but not handled at the cut: nothing runs until you "
+                           "continue it (baf run, agent.continue_session or a new message)", style="yellow"))
     return 0

@@ -8,8 +8,12 @@ A fork cut inside a step (after ``step_started``, before its ``step_finished``) 
 open, and a restart rule would decide its fate. Instead the cut is made explicit: by default the fork
 closes the step as interrupted (an ``error`` record saying so, then ``step_finished {interrupted}``),
 and ``forked_from`` carries ``inside_step: true``; ``inside_step="refuse"`` raises ``ValueError``
-naming the step boundaries around ``at_seq`` instead. Messages recorded but not yet handled by
-``at_seq`` are handled when the fork is loaded, as after a restart.
+naming the step boundaries around ``at_seq`` instead.
+
+A debugging copy never acts by itself: messages recorded but not yet handled by ``at_seq`` are *held*
+(listed in ``forked_from`` as ``held``). Loading the fork does not handle them; the user continues it
+explicitly with ``await agent.continue_session(new_id)`` (or ``baf run agent.py --session NEW_ID``, or
+by sending the fork a new message), which records ``fork_continued`` and handles them in order.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import time
 from typing import Literal
 
 from baf.log import Record, RecordKind, SessionLog, open_log
+from baf.log.projection import project
 from baf.replay.rerun import read_session
 
 __all__ = ["fork"]
@@ -69,6 +74,9 @@ async def fork(
             }, now))  # fmt: skip
             closing = {"event_seq": event_seq, "interrupted": True, "interrupted_by": "fork"}
             copied.append(Record(new_id, at_seq + 2, RecordKind.STEP_FINISHED, closing, now))
+        held = sorted(project(new_id, copied).unstarted)
+        if held:
+            origin["held"] = held
         copied.append(Record(new_id, copied[-1].seq + 1, RecordKind.FORKED_FROM, origin, now))
         await writable.append(copied)
     return new_id

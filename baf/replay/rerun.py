@@ -27,10 +27,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from baf.core.events import event_from_data
+from baf.core.intent_routing import INTENT_PREDICTED
 from baf.core.runtime import Runtime
 from baf.errors import LogClosedError
 from baf.llm.base import LLMResponse, ToolCall
 from baf.log import MemoryLog, Record, RecordKind, SessionLog, open_log
+from baf.log.projection import project
 from baf.reasoning.effects import (
     FullRequest,
     RecordedToolResult,
@@ -69,6 +71,7 @@ _WHAT = {
     RecordKind.ERROR: "a different error",
     RecordKind.REASONING_STEP: "a different reasoning step",
     RecordKind.TASK_LIST: "a different task list",
+    INTENT_PREDICTED: "a different intent prediction",
 }
 
 
@@ -121,14 +124,18 @@ class LogEffects:
     """An :class:`~baf.reasoning.effects.EffectSource` answering from a recorded session.
 
     Model responses are served in the order they were recorded; tool results by the response they
-    belong to and their call id. Anything else raises :class:`ReplayGuardError`.
+    belong to and their call id; intent predictions (``intent_predicted``) in the order they were
+    recorded, so no intent classifier is asked. Anything else raises :class:`ReplayGuardError`.
     """
 
     def __init__(self, records: Sequence[Record]) -> None:
         self.responses: list[LLMResponse] = []
         self.results: dict[tuple[int, str], RecordedToolResult] = {}
+        self.predictions: list[dict[str, Any]] = []
         for record in records:
-            if record.kind == RecordKind.LLM_RESPONSE:
+            if record.kind == INTENT_PREDICTED:
+                self.predictions.append(dict(record.data))
+            elif record.kind == RecordKind.LLM_RESPONSE:
                 self.responses.append(LLMResponse.from_dict(record.data))
             elif record.kind == RecordKind.TOOL_RESULT:
                 data = record.data
@@ -138,7 +145,28 @@ class LogEffects:
                 self.results[(len(self.responses) - 1, str(data["call_id"]))] = result
         self.llm_served = 0
         self.tools_served = 0
+        self.intents_served = 0
         self.failures: list[str] = []
+        self._tool_schemas: dict[str, dict[str, Any]] = {}
+        for record in records:
+            if record.kind == RecordKind.LLM_REQUEST:
+                for schema in record.data.get("tools") or []:
+                    name = schema.get("function", {}).get("name") if isinstance(schema, dict) else None
+                    if isinstance(name, str):
+                        self._tool_schemas.setdefault(name, schema)
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        """Every tool schema the recorded requests offered, one per name, in the order first offered:
+        what tools that exist only while connected (MCP) are rebuilt from, since a re-run connects nothing."""
+        return list(self._tool_schemas.values())
+
+    def intent_prediction(self) -> dict[str, Any]:
+        """The next recorded ``intent_predicted`` data (read by ``baf.core.intent_routing``)."""
+        if self.intents_served >= len(self.predictions):
+            return self._fail(f"the code classified a message's intent (#{self.intents_served + 1}); "
+                              f"the log has only {len(self.predictions)} predictions")  # fmt: skip
+        self.intents_served += 1
+        return self.predictions[self.intents_served - 1]
 
     def llm_response(self, request: FullRequest) -> LLMResponse | None:
         """The next recorded response (the request is compared with the records, not here)."""
@@ -188,11 +216,21 @@ async def rerun(log: str | SessionLog, session_id: str, agent: Agent) -> RerunRe
     fresh in-memory log and delivers nothing).
     """
     recorded = await read_session(log, session_id)
-    effects = LogEffects(recorded)
-    produced = await _run(agent, session_id, recorded, effects)
-    divergence, compared = _compare(recorded, produced)
-    return RerunReport(session_id, divergence, compared, effects.llm_served, effects.tools_served,
-                       list(effects.failures))  # fmt: skip
+    divergence, compared, llm_served, tools_served, failures = None, 0, 0, 0, []
+    for segment in _segments(recorded):
+        effects = LogEffects(segment.records)
+        produced = await _run(agent, session_id, segment, effects)
+        divergence, count = _compare(recorded, segment, produced)
+        compared += count
+        llm_served += effects.llm_served
+        tools_served += effects.tools_served
+        if divergence is not None or not segment.cut_inside_step:
+            # Past a cut inside a step the re-run runs on where the fork stopped: what it could not be
+            # served there is not a failure.
+            failures += effects.failures
+        if divergence is not None:
+            break
+    return RerunReport(session_id, divergence, compared, llm_served, tools_served, failures)
 
 
 async def assert_replays(log: str | SessionLog, session_id: str, agent: Agent) -> RerunReport:
@@ -203,21 +241,61 @@ async def assert_replays(log: str | SessionLog, session_id: str, agent: Agent) -
     return report
 
 
-async def _run(agent: Agent, session_id: str, recorded: Sequence[Record], effects: LogEffects) -> list[Record]:
-    """Feed the recorded inputs to a private runtime of ``agent`` over a fresh log; its records."""
+@dataclass(frozen=True, slots=True)
+class _Segment:
+    """One stretch of a session that the code re-runs in one go.
+
+    A session is one segment, unless it is a fork: then each ``forked_from`` starts a new one, which
+    re-runs from the log as the fork found it (``seed``), since the fork, not the code, made that cut.
+    """
+
+    #: The recorded records the re-run's log starts with (up to the fork's ``forked_from``).
+    seed: list[Record]
+    #: The recorded records the code must write again (a fork's origin part ends at its cut).
+    records: list[Record]
+    #: What to feed: inbound messages handled here, outside variable changes, fork continuations.
+    inputs: list[Record]
+    #: The fork cut inside a step: the re-run goes on past the cut, and only what came before is compared.
+    cut_inside_step: bool = False
+
+
+def _segments(recorded: Sequence[Record]) -> list[_Segment]:
+    forks = [i for i, r in enumerate(recorded) if r.kind == RecordKind.FORKED_FROM]
+    segments, start = [], 0
+    for index in forks:
+        cut = recorded[index].data.get("seq")
+        records = [r for r in recorded[start:index] if not isinstance(cut, int) or r.seq <= cut]
+        # Messages still waiting at the cut are the fork's to handle (held, then continued), not this part's.
+        waiting = project(recorded[0].session_id, recorded[: start + len(records)]).unstarted
+        inputs = [r for r in _inputs(records) if r.seq not in waiting]
+        inside = bool(recorded[index].data.get("inside_step"))
+        segments.append(_Segment(list(recorded[:start]), records, inputs, inside))
+        start = index + 1
+    rest = list(recorded[start:])
+    segments.append(_Segment(list(recorded[:start]), rest, _inputs(rest)))
+    return segments
+
+
+async def _run(agent: Agent, session_id: str, segment: _Segment, effects: LogEffects) -> list[Record]:
+    """Feed a segment's inputs to a private runtime of ``agent`` over a log holding its seed; the
+    records the runtime wrote."""
     if agent.running:
         raise RuntimeError(f"agent {agent.name!r} is running; re-run it from a stopped agent")
     store = MemoryLog()
-    runtime = Runtime(agent, store, agent._hooks, agent._max_body_threads)
-    agent._runtime = runtime  # sessions reach their runtime through the agent
+    if segment.seed:
+        await store.start()
+        await store.append(segment.seed)
+    runtime = Runtime(agent, store)
     try:
         with use_effect_source(effects):
             await runtime.start()
             session = await runtime.get_or_create(session_id, None)
             await runtime.wait_idle(session_id)
-            for record in _inputs(recorded):
+            for record in segment.inputs:
                 if record.kind == RecordKind.MESSAGE_RECEIVED:
                     await (await runtime.receive(event_from_data(session_id, record.data["event"]), None))
+                elif record.kind == RecordKind.FORK_CONTINUED:
+                    await (await runtime.continue_session(session_id))
                 elif record.kind == RecordKind.VARIABLE_SET:
                     session.set(record.data["name"], record.data["value"])
                 else:
@@ -225,32 +303,45 @@ async def _run(agent: Agent, session_id: str, recorded: Sequence[Record], effect
                 await runtime.wait_idle(session_id)
             produced = await store.read(session_id)
     finally:
-        agent._runtime = None
         await runtime.stop()
-    return produced
+    return produced[len(segment.seed) :]
 
 
 def _inputs(records: Sequence[Record]) -> list[Record]:
-    """What came from outside: inbound messages, and variables changed while no step was running."""
+    """What came from outside: inbound messages, variables changed while no step was running, and the
+    user continuing a fork."""
     inputs, in_step = [], False
     for record in records:
         if record.kind == RecordKind.STEP_STARTED:
             in_step = True
         elif record.kind == RecordKind.STEP_FINISHED:
             in_step = False
-        elif record.kind == RecordKind.MESSAGE_RECEIVED or (
+        elif record.kind in (RecordKind.MESSAGE_RECEIVED, RecordKind.FORK_CONTINUED) or (
             not in_step and record.kind in (RecordKind.VARIABLE_SET, RecordKind.VARIABLE_DELETED)
         ):
             inputs.append(record)
     return inputs
 
 
-def _compare(recorded: Sequence[Record], produced: Sequence[Record]) -> tuple[Divergence | None, int]:
-    """The first difference between the two logs' outputs (inbound messages left out)."""
-    old = [r for r in recorded if r.kind != RecordKind.MESSAGE_RECEIVED]
+#: Recorded kinds the code does not write again: the input, a restart continuing a step, a fork's mark.
+_NOT_WRITTEN = frozenset({RecordKind.MESSAGE_RECEIVED, RecordKind.STEP_RESUMED, RecordKind.FORKED_FROM})
+
+
+def _compare(
+    recorded: Sequence[Record], segment: _Segment, produced: Sequence[Record]
+) -> tuple[Divergence | None, int]:
+    """The first difference between the segment's recorded outputs and the re-run's (inputs left out).
+
+    A crash-resumed step is compared as the one step it is: its ``step_resumed`` is where a restart took
+    it over, not something the code does.
+    """
+    old = [r for r in segment.records if r.kind not in _NOT_WRITTEN]
     new = [r for r in produced if r.kind != RecordKind.MESSAGE_RECEIVED]
-    old_inputs, new_inputs = _message_numbers(recorded), _message_numbers(produced)
-    old_requests, new_requests = _full_requests(recorded), _full_requests(produced)
+    if segment.cut_inside_step:
+        new = new[: len(old)]
+    everything_now = [*segment.seed, *produced]
+    old_inputs, new_inputs = _message_numbers(recorded), _message_numbers(everything_now)
+    old_requests, new_requests = _full_requests(recorded), _full_requests(everything_now)
     for index, (a, b) in enumerate(zip(old, new, strict=False)):
         if a.kind == b.kind == RecordKind.LLM_REQUEST:
             before, now = old_requests[a.seq], new_requests[b.seq]
@@ -268,7 +359,7 @@ def _compare(recorded: Sequence[Record], produced: Sequence[Record]) -> tuple[Di
     if len(old) > len(new):
         extra = old[len(new)]
         return Divergence(extra.seq, "the re-run stopped before this record", _shown(extra), None), len(new)
-    last = recorded[-1].seq if recorded else 0
+    last = segment.records[-1].seq if segment.records else (recorded[-1].seq if recorded else 0)
     return Divergence(last + 1, "the re-run wrote more records than the log has", None, _shown(new[len(old)])), len(old)
 
 

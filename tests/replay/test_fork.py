@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from baf import Agent, Session
+from baf.core.session import runtime_side
 from baf.library.state.reasoning_state_library import new_reasoning_state
 from baf.llm.base import LLM
 from baf.log import open_log
@@ -122,3 +123,50 @@ def test_cli_fork_at_and_rerun(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "identical" in capsys.readouterr().out
     assert main(["replay", str(db), "s", "--fork-at", "3"]) == 0
     assert "s@3" in capsys.readouterr().out
+
+
+async def test_a_fork_holding_an_unhandled_message_waits_to_be_continued(db_url: str) -> None:
+    async with build(db_url, ScriptedLLM(["first answer"])) as agent:
+        await agent.receive_message("s", "Ada")
+        await agent.receive_message("s", "question one")
+        records = await agent.log.read("s")
+    question = next(r for r in records if r.kind == "message_received" and r.data["text"] == "question one")
+    new_id = await fork(db_url, "s", question.seq)  # recorded, not yet handled
+    async with open_log(db_url) as log:
+        forked = await log.read(new_id)
+    assert forked[-1].data == {"session": "s", "seq": question.seq, "held": [question.seq]}
+
+    # Loading the fork (a restart, any agent on the log) calls no model and runs nothing.
+    llm = ScriptedLLM(["answer in the fork"])
+    async with build(db_url, llm) as agent:
+        session = await agent.get_or_create_session(new_id)
+        await agent.wait_idle()
+        assert llm.requests == [] and (await agent.log.read(new_id)) == forked
+        assert runtime_side(session).projection.held and session.current_state.name == "named"
+    async with build(db_url, llm) as agent:  # nor a second start
+        await agent.wait_idle()
+        assert llm.requests == [] and (await agent.log.read(new_id)) == forked
+        # The explicit continuation handles it, live.
+        await agent.continue_session(new_id)
+        after = await agent.log.read(new_id)
+    continued = after[len(forked)]
+    assert continued.kind == "fork_continued" and continued.data == {"seqs": [question.seq]}
+    assert [m["content"] for m in llm.requests[0].messages] == ["Ada", "hello Ada", "question one"]
+    assert project(new_id, after).history[-1].text == "answer in the fork"
+
+
+async def test_a_new_message_to_a_holding_fork_continues_it_first(db_url: str) -> None:
+    async with build(db_url, ScriptedLLM(["first answer"])) as agent:
+        await agent.receive_message("s", "Ada")
+        await agent.receive_message("s", "question one")
+        records = await agent.log.read("s")
+    question = next(r for r in records if r.kind == "message_received" and r.data["text"] == "question one")
+    new_id = await fork(db_url, "s", question.seq)
+    llm = ScriptedLLM(["answer one", "answer two"])
+    async with build(db_url, llm) as agent:
+        await agent.receive_message(new_id, "question two")
+        after = await agent.log.read(new_id)
+    kinds = [r.kind for r in after[question.seq :]]
+    assert kinds[:3] == ["forked_from", "fork_continued", "message_received"]
+    assert [h.text for h in project(new_id, after).history][-4:] == ["question one", "question two", "answer one",
+                                                                     "answer two"]  # fmt: skip

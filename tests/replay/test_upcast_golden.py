@@ -24,7 +24,8 @@ from baf.replay.timeline import EntryKind
 
 from .helpers import GOLDEN_SESSION, copy_golden, read_records
 
-OLD_RESPONSE = {"loop": "reasoning", "run": 0, "turn": 0, "step": 0, "model": "old-model", "latency_ms": 12.5, "text": "from an old baf",
+OLD_RESPONSE = {"loop": "reasoning", "run": 0, "turn": 0, "step": 0,
+                "model": "old-model", "latency_ms": 12.5, "text": "from an old baf",
                 "tool_calls": [], "tokens": {"in": 11, "out": 7}}  # fmt: skip
 
 

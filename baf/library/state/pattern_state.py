@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from baf.errors import LLMError, PatternError
+from baf.library.state.recording import session_recorder
 from baf.llm.base import LLM, LLMResponse
 from baf.log.record import Record, RecordKind
 from baf.reasoning.effects import current_effect_source
@@ -50,7 +51,7 @@ class SessionObserver:
         self.session = session
         self.stream_steps = stream_steps
         #: Where the run's records go; a resumed run's recorder skips what was recorded before the crash.
-        self.recorder = recorder if recorder is not None else Recorder(session)
+        self.recorder = recorder if recorder is not None else session_recorder(session)
 
     def redact(self, text: str) -> str:
         """Redact the agent's secrets; a run calls it on a step summary before shortening it."""
@@ -101,7 +102,7 @@ def pattern_body(
         request = event.text if event is not None else None
         if request is None:
             return  # entered without a user message: nothing to reason about
-        await run(session, request, Recorder(session))
+        await run(session, request, session_recorder(session))
 
     async def run(session: Session, request: str, recorder: Recorder) -> None:
         observer = SessionObserver(session, stream_steps, recorder)
@@ -132,7 +133,7 @@ def pattern_body(
             await body(session)  # nothing of it was durable: run it from the start
             return
         written = records[starts[0] :]
-        recorder = Recorder(session, written, ResumeEffects(written, then=current_effect_source()))
+        recorder = session_recorder(session, written, ResumeEffects(written, then=current_effect_source()))
         await run(session, str(written[0].data["details"]["request"]), recorder)
 
     body.__name__ = "pattern_body"

@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from baf.core.session import runtime_side
 from baf.errors import ConfigurationError
 from baf.library.state.planning_tools import PLANNING_TOOLS, PlanningCall, planning_call
 from baf.library.state.reasoning_prompt import (
@@ -31,6 +32,7 @@ from baf.library.state.reasoning_prompt import (
     build_system_prompt,
     memory_messages,
 )
+from baf.library.state.recording import session_recorder
 from baf.library.state.tasks import Task, TaskList
 from baf.llm.base import LLM, LLMResponse, ToolCall
 from baf.log.record import Record, RecordKind
@@ -165,7 +167,7 @@ def reasoning_body(
             await reasoning(session)  # nothing of it was durable: run it from the start
             return
         written = records[starts[0] :]
-        recorder = Recorder(session, written, ResumeEffects(written, then=current_effect_source()))
+        recorder = session_recorder(session, written, ResumeEffects(written, then=current_effect_source()))
         request = str(written[0].data["details"]["request"])
         await _run_reasoning_loop(_ReasoningRun(session, config, request, recorder))
 
@@ -252,7 +254,7 @@ class _ReasoningRun:
         self.session = session
         self.config = config
         self.request = request
-        self.recorder = recorder if recorder is not None else Recorder(session)
+        self.recorder = recorder if recorder is not None else session_recorder(session)
         self.turns = ModelTurns(self.recorder, config.llm, loop="reasoning")
         self.runner = ToolRunner(self.recorder, session=session, max_parallel=config.max_parallel_tools,
                                  timeout=config.tool_timeout, max_output=config.max_tool_output,
@@ -264,7 +266,8 @@ class _ReasoningRun:
         self._schemas: list[dict[str, Any]] = []
         self._prompt_key: tuple[Skill, ...] | None = None
         self._static_prompt = ""
-        before = session.event_seq if session.event_seq is not None else session.projection.last_seq + 1
+        live = runtime_side(session)
+        before = live.event_seq if live.event_seq is not None else live.projection.last_seq + 1
         self.messages: list[dict[str, Any]] = memory_messages(session, before, config.memory)
         self.messages.append({"role": "user", "content": request})
         self.trace: list[dict[str, Any]] = []
