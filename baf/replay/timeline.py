@@ -359,7 +359,7 @@ class TimelineBuilder:
                 target.add_record(record)
                 return []
         entry = _entry(EntryKind.STEP, record, f"{kind}: {d.get('summary', '')}")
-        if kind in (ReasoningStepKind.PUSHBACK, ReasoningStepKind.MAX_STEPS):
+        if kind in (ReasoningStepKind.PUSHBACK, ReasoningStepKind.MAX_STEPS, ReasoningStepKind.BUDGET_SPENT):
             entry.status = "error"
         return self._place(entry)
 

@@ -23,9 +23,20 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import pydantic
+
 from baf.core.session import runtime_side
-from baf.errors import ConfigurationError
+from baf.errors import ConfigurationError, StructuredOutputError
 from baf.library.state.planning_tools import PLANNING_TOOLS, PlanningCall, planning_call
+from baf.library.state.reasoning_guards import (
+    COMPACTION_PROMPT,
+    TOOL_MEMORY_KEY,
+    budget_message,
+    compaction_details,
+    plan_compaction,
+    repair_message,
+    tool_exchange,
+)
 from baf.library.state.reasoning_prompt import (
     build_pushback_message,
     build_static_prompt,
@@ -37,6 +48,9 @@ from baf.library.state.tasks import Task, TaskList
 from baf.llm.base import LLM, LLMResponse, ToolCall
 from baf.log.record import Record, RecordKind
 from baf.reasoning.effects import current_effect_source
+from baf.reasoning.patterns.accounting import Budget, Meter, PriceTable
+from baf.reasoning.patterns.compaction import ContextCompactor
+from baf.reasoning.patterns.structured import parse_structured, schema_instructions
 from baf.reasoning.recorder import Recorder
 from baf.reasoning.resume import INTERRUPTED_TOOL_MESSAGE as INTERRUPTED_TOOL_MESSAGE  # importable from here too
 from baf.reasoning.resume import ResumeEffects
@@ -102,6 +116,13 @@ class ReasoningConfig:
     max_tool_output: int
     parameters: dict[str, Any] | None
     max_tool_arguments: int = DEFAULT_MAX_TOOL_ARGUMENTS
+    budget: Budget | None = None
+    prices: PriceTable | None = None
+    compactor: ContextCompactor | None = None
+    output_type: type[pydantic.BaseModel] | None = None
+    reviewer: Callable[[Any], str | None] | None = None
+    review_retries: int = 2
+    memory_tool_results: bool = False
 
 
 def reasoning_body(
@@ -118,6 +139,13 @@ def reasoning_body(
     max_tool_output: int = 20_000,
     parameters: dict[str, Any] | None = None,
     max_tool_arguments: int = DEFAULT_MAX_TOOL_ARGUMENTS,
+    budget: Budget | None = None,
+    prices: PriceTable | None = None,
+    compactor: ContextCompactor | None = None,
+    output_type: type[pydantic.BaseModel] | None = None,
+    reviewer: Callable[[Any], str | None] | None = None,
+    review_retries: int = 2,
+    memory_tool_results: bool = False,
 ) -> Callable[[Session], Awaitable[None]]:
     """Build a state body that answers the user's message with an LLM-driven tool loop.
 
@@ -139,6 +167,24 @@ def reasoning_body(
         parameters: Model parameters (temperature, ...) for every call.
         max_tool_arguments: Characters of one call's arguments a tool accepts; a longer call is not run
             and the model is told why.
+        budget: Token and cost limits per user message (``Budget(max_tokens=..., max_cost=...)``),
+            checked after every model call: the call that crosses it is kept, its tool calls are not
+            run, and the user is told the budget ended the work.
+        prices: The price table that turns usage into cost (the patterns' ``PriceTable``); with it each
+            ``llm_response`` records its ``cost``, and the invocation's total is in ``reasoning_finished``.
+        compactor: Keeps the conversation under a token limit (the patterns' ``ContextCompactor``): past
+            its threshold, older messages are dropped or summarised by the model (``mode``), never
+            separating a tool result from its call; each compaction is a ``compaction`` step.
+        output_type: A pydantic model the final answer must be (JSON, validated strictly). An answer
+            that does not fit is sent back once with the reason; a second one ends the invocation with
+            an error. The value is in the scratchpad as ``output``.
+        reviewer: Called with the final answer (the ``output_type`` value, or the text): ``None``
+            accepts it, a string says what is wrong, and the model is asked to fix it, up to
+            ``review_retries`` times; then the last answer is kept (outcome ``review_failed``).
+        review_retries: How often a rejected answer goes back to the model.
+        memory_tool_results: Also show the model the tool calls and results of the earlier exchanges it
+            remembers (``memory``), not only the messages and replies; they are kept in the session
+            variable ``reasoning_tool_memory``.
     """
     for label, value in (("max_steps", max_steps), ("max_parallel_tools", max_parallel_tools),
                          ("max_tool_output", max_tool_output), ("max_tool_arguments", max_tool_arguments)):  # fmt: skip
@@ -146,11 +192,14 @@ def reasoning_body(
             raise ValueError(f"{label} must be at least 1, got {value}")
     if not tool_timeout > 0:
         raise ValueError(f"tool_timeout must be a positive number of seconds, got {tool_timeout}")
+    if review_retries < 0:
+        raise ValueError(f"review_retries cannot be negative, got {review_retries}")
     if memory is not None and memory < 0:
         raise ValueError(f"memory must be a number of exchanges (0 for none) or None for all, got {memory}")
     config = ReasoningConfig(
         llm, max_steps, system_prompt, fallback_message, enable_task_planning, stream_steps,
         memory, tool_timeout, max_parallel_tools, max_tool_output, parameters, max_tool_arguments,
+        budget, prices, compactor, output_type, reviewer, review_retries, memory_tool_results,
     )  # fmt: skip
 
     async def reasoning(session: Session) -> None:
@@ -210,9 +259,9 @@ def new_reasoning_state(
 
 
 async def _run_reasoning_loop(run: _ReasoningRun) -> None:
-    """Plan → act → observe until an answer is accepted, the model fails, or the step budget runs out.
-    A resumed run goes through the same loop from the start, served what it had recorded (see
-    :mod:`baf.reasoning.recorder`)."""
+    """Plan → act → observe until an answer is accepted, the model fails, the budget is spent or the step
+    budget runs out. A resumed run goes through the same loop from the start, served what it had
+    recorded (see :mod:`baf.reasoning.recorder`)."""
     run.emit(ReasoningStepKind.REASONING_STARTED, 0, f"reasoning about: {_summary(run.redact(run.request), 80)}",
              {"request": run.request, "planning": run.task_list is not None})  # fmt: skip
     step, outcome = 0, "error"
@@ -221,6 +270,11 @@ async def _run_reasoning_loop(run: _ReasoningRun) -> None:
             response = await run.call_llm(step)
             if response is None:
                 outcome = "llm_error"
+                return
+            spent = run.budget_spent()
+            if spent is not None:
+                run.stop_for_budget(step, response, spent)
+                outcome = "budget"
                 return
             if response.tool_calls:
                 await run.execute_tool_calls(step, response)
@@ -232,15 +286,28 @@ async def _run_reasoning_loop(run: _ReasoningRun) -> None:
             if run.task_list is not None and not run.task_list.all_resolved():
                 run.push_back(step, text)
                 continue
+            verdict = run.check_answer(step, text)
+            if verdict is None:
+                continue  # sent back to the model: a repair or a review
             run.answer(step, text)
-            outcome = "answered"
+            outcome = verdict
             return
         run.emit(ReasoningStepKind.MAX_STEPS, step, f"no answer after {run.config.max_steps} steps",
                  {"max_steps": run.config.max_steps})  # fmt: skip
         run.recorder.reply(run.config.fallback_message)
         outcome = "max_steps"
+    except _AnswerError as exc:
+        outcome = exc.outcome
     finally:
         run.finish(step, outcome)
+
+
+class _AnswerError(Exception):
+    """The final answer could not be made to fit ``output_type`` (recorded, and the user told)."""
+
+    def __init__(self, outcome: str) -> None:
+        super().__init__(outcome)
+        self.outcome = outcome
 
 
 class _ReasoningRun:
@@ -255,7 +322,12 @@ class _ReasoningRun:
         self.config = config
         self.request = request
         self.recorder = recorder if recorder is not None else session_recorder(session)
-        self.turns = ModelTurns(self.recorder, config.llm, loop="reasoning")
+        self.turns = ModelTurns(self.recorder, config.llm, loop="reasoning", prices=config.prices)
+        # Usage and cost of this invocation, against the budget (the patterns' meter).
+        self.meter = Meter(config.prices or PriceTable(), config.budget or Budget())
+        self.output: Any = None  # the typed answer, with output_type
+        self._repairs = 0
+        self._reviews = 0
         self.runner = ToolRunner(self.recorder, session=session, max_parallel=config.max_parallel_tools,
                                  timeout=config.tool_timeout, max_output=config.max_tool_output,
                                  max_arguments=config.max_tool_arguments)  # fmt: skip
@@ -268,8 +340,14 @@ class _ReasoningRun:
         self._static_prompt = ""
         live = runtime_side(session)
         before = live.event_seq if live.event_seq is not None else live.projection.last_seq + 1
-        self.messages: list[dict[str, Any]] = memory_messages(session, before, config.memory)
-        self.messages.append({"role": "user", "content": request})
+        #: The seq of the message this invocation answers (where its tool memory is filed).
+        self.request_seq = before
+        tool_memory = None
+        if config.memory_tool_results:
+            tool_memory = {int(seq): list(messages) for seq, messages in session.get(TOOL_MEMORY_KEY) or []}
+        self.messages: list[dict[str, Any]] = memory_messages(session, before, config.memory, tool_memory)
+        self._request_message: dict[str, Any] = {"role": "user", "content": request}
+        self.messages.append(self._request_message)
         self.trace: list[dict[str, Any]] = []
 
     def redact(self, text: str) -> str:
@@ -297,6 +375,8 @@ class _ReasoningRun:
             self._static_prompt = build_static_prompt(
                 self.config.system_prompt, skills, agent.workspaces.values(), self.task_list is not None
             )
+            if self.config.output_type is not None:
+                self._static_prompt += "\n\n## Your final answer\n" + schema_instructions(self.config.output_type)
             self._prompt_key = None if agent.workspaces else skills
         return build_system_prompt(self._static_prompt, self.task_list)
 
@@ -306,6 +386,8 @@ class _ReasoningRun:
         system = self.system_prompt()
         self.current_tools()
         try:
+            if self.config.compactor is not None:
+                await self.compact(step)
             turn = await self.turns.take(self.messages, step=step, system=system, tools=self._schemas,
                                          parameters=self.config.parameters)  # fmt: skip
         except AssertionError:
@@ -317,7 +399,58 @@ class _ReasoningRun:
                 "Please try again in a moment."
             )
             return None
+        self.meter.add("reasoning", "turn", self.config.llm.name, turn.response.usage)
         return turn.response
+
+    async def compact(self, step: int) -> None:
+        """Compact the conversation when it passes the compactor's threshold (see
+        :func:`~baf.library.state.reasoning_guards.plan_compaction`); recorded as a ``compaction`` step."""
+        compactor = self.config.compactor
+        assert compactor is not None
+        plan = plan_compaction(compactor, self.messages, self._request_message)
+        if plan is None:
+            return
+        summary = None
+        if compactor.mode == "summarize":
+            prompt = COMPACTION_PROMPT.format(transcript=plan.transcript())
+            turn = await self.turns.take([{"role": "user", "content": prompt}], step=step, purpose="compaction",
+                                         parameters=self.config.parameters)  # fmt: skip
+            self.meter.add("reasoning", "compaction", self.config.llm.name, turn.response.usage)
+            summary = compactor.summary_message((turn.response.text or "").strip(), len(plan.old))
+        compacted = plan.messages(summary)
+        details = compaction_details(plan, compactor, self.messages, compacted)
+        self.messages = compacted
+        self.emit(ReasoningStepKind.COMPACTION, step, f"compacted {len(plan.old)} earlier messages ({compactor.mode})",
+                  details)  # fmt: skip
+
+    def budget_spent(self) -> str | None:
+        """Why the budget is spent, or ``None`` (always ``None`` without a budget)."""
+        return self.meter.exceeded() if self.config.budget is not None else None
+
+    def stop_for_budget(self, step: int, response: LLMResponse, reason: str) -> None:
+        """End the invocation: the budget is spent. Tool calls the last response asked for are not run;
+        each gets a result saying so, so every call in the log has its result."""
+        if response.tool_calls:
+            self.messages.append(assistant_message(response, self.config.max_tool_arguments))
+            calls = response.tool_calls
+            self.emit(ReasoningStepKind.LLM_TOOL_CALLS, step, "calling " + ", ".join(c.name for c in calls),
+                      {"tool_calls": [step_arguments(c) for c in calls], "text": response.text})  # fmt: skip
+            content = f"Error: not run ({reason})."
+            for call in response.tool_calls:
+                self.recorder.record(RecordKind.TOOL_RESULT, {
+                    "step": step, "call_id": call.id, "name": call.name, "content": content, "is_error": True,
+                    "original_size": len(content),
+                })  # fmt: skip
+                self.messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
+        self.emit(ReasoningStepKind.BUDGET_SPENT, step, reason, {"reason": reason, **self.usage_details()})
+        self.recorder.reply(budget_message(reason))
+
+    def usage_details(self) -> dict[str, Any]:
+        """The invocation's usage (and cost, with prices) so far."""
+        details: dict[str, Any] = {"usage": self.meter.usage.to_dict()}
+        if self.config.prices is not None:
+            details["cost"] = self.meter.cost
+        return details
 
     # -- tools ----------------------------------------------------------------------------------
 
@@ -377,6 +510,49 @@ class _ReasoningRun:
         self.emit(ReasoningStepKind.PUSHBACK, step, f"{len(pending)} task(s) still open",
                   {"pending": [t.to_dict() for t in pending], "message": message})  # fmt: skip
 
+    def check_answer(self, step: int, text: str) -> str | None:
+        """Check a final answer against ``output_type`` and the reviewer. The outcome to end with
+        (``answered`` or ``review_failed``), or ``None`` when the answer went back to the model."""
+        config = self.config
+        value: Any = text
+        if config.output_type is not None:
+            try:
+                value = parse_structured(text, config.output_type)
+            except StructuredOutputError as exc:
+                name = config.output_type.__name__
+                if self._repairs >= 1:
+                    self.recorder.record_error("output", exc, step=step, output_type=name)
+                    self.emit(ReasoningStepKind.LLM_TEXT, step, _summary(self.redact(text), 120),
+                              {"text": text, "final": False})  # fmt: skip
+                    self.recorder.reply(f"Sorry, I could not give the answer in the required form ({name}): {exc}")
+                    raise _AnswerError("output_error") from None
+                self._repairs += 1
+                self._send_back(step, text, repair_message(name, str(exc)), ReasoningStepKind.OUTPUT_INVALID,
+                                {"error": str(exc)})  # fmt: skip
+                return None
+            self.output = value
+        if config.reviewer is not None:
+            problem = config.reviewer(value)
+            if problem is not None:
+                if self._reviews < config.review_retries:
+                    self._reviews += 1
+                    message = f"Your answer was not accepted: {problem}\nFix it and give your final answer again."
+                    details = {"passed": False, "problem": problem}
+                    self._send_back(step, text, message, ReasoningStepKind.REVIEW, details)
+                    return None
+                self.emit(ReasoningStepKind.REVIEW, step, f"answer kept without passing review: {problem}",
+                          {"passed": False, "problem": problem, "final": True})  # fmt: skip
+                return "review_failed"
+            self.emit(ReasoningStepKind.REVIEW, step, "answer passed review", {"passed": True})
+        return "answered"
+
+    def _send_back(self, step: int, text: str, message: str, kind: str, details: dict[str, Any]) -> None:
+        """Refuse an answer: it and ``message`` join the conversation, and the loop takes another turn."""
+        self.messages.append({"role": "assistant", "content": text})
+        self.messages.append({"role": "user", "content": message})
+        self.emit(ReasoningStepKind.LLM_TEXT, step, _summary(self.redact(text), 120), {"text": text, "final": False})
+        self.emit(kind, step, _summary(message, 120), {**details, "message": message})
+
     def answer(self, step: int, text: str) -> None:
         """Accept the final answer: it is a step of its own, then the reply."""
         self.emit(ReasoningStepKind.LLM_TEXT, step, _summary(self.redact(text), 120), {"text": text, "final": True})
@@ -385,10 +561,30 @@ class _ReasoningRun:
     def finish(self, step: int, outcome: str) -> None:
         """Store the scratchpad and close the trace group."""
         tasks = self.task_list.snapshot() if self.task_list is not None else []
+        config = self.config
+        # Usage and cost are added when a budget or prices are set (records of other loops keep their shape).
+        accounting = self.usage_details() if config.budget is not None or config.prices is not None else {}
         self.emit(ReasoningStepKind.REASONING_FINISHED, step, f"finished: {outcome}",
-                  {"outcome": outcome, "steps": step + 1})  # fmt: skip
-        self.recorder.set(SCRATCHPAD_KEY, {"request": self.request, "outcome": outcome, "tasks": tasks,
-                                           "trace": self.trace})  # fmt: skip
+                  {"outcome": outcome, "steps": step + 1, **accounting})  # fmt: skip
+        pad: dict[str, Any] = {"request": self.request, "outcome": outcome, "tasks": tasks, "trace": self.trace,
+                               **accounting}  # fmt: skip
+        if config.output_type is not None:
+            pad["output"] = self.output.model_dump(mode="json") if self.output is not None else None
+        self.recorder.set(SCRATCHPAD_KEY, pad)
+        if config.memory_tool_results:
+            self.remember_tool_results()
+
+    def remember_tool_results(self) -> None:
+        """Keep this invocation's tool calls and results for later ones (``memory_tool_results``), for as
+        many exchanges as ``memory`` shows."""
+        exchange = tool_exchange(self.messages, self._request_message)
+        kept = [entry for entry in self.session.get(TOOL_MEMORY_KEY) or [] if entry[0] != self.request_seq]
+        if exchange:
+            kept.append([self.request_seq, exchange])
+        limit = self.config.memory
+        if limit is not None:
+            kept = kept[-limit:] if limit else []
+        self.recorder.set(TOOL_MEMORY_KEY, kept)
 
     # -- the step stream ------------------------------------------------------------------------
 

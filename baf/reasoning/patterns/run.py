@@ -148,7 +148,13 @@ class PatternRun:
         if self.observer is not None:
             self.observer.after_llm_call(info, response, turn.latency_ms)
         self.meter.add(self.pattern.name, purpose, model.name, response.usage)
-        self._check_budget()
+        spent = self.meter.exceeded()
+        if spent is not None:
+            # The run stops before acting on this response: its tool calls get results saying they were
+            # not run, so every call in the log has its result.
+            for tool_call in response.tool_calls:
+                self.record_tool_result(tool_call, f"Error: not run ({spent}).", True)
+            raise PatternBudgetError(f"{self.pattern.name}: {spent}")
         return response
 
     async def ask(self, prompt: str, *, purpose: str, system: str | None = None, llm: LLM | None = None) -> str:
