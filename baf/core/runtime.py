@@ -232,7 +232,7 @@ class Runtime:
                 loading.add_done_callback(lambda _: self._loading.pop(session_id, None))
             session = await asyncio.shield(loading)
         if platform is not None and session.platform is None:
-            session.platform = platform
+            session.attach_platform(platform)
         return session
 
     async def _load(self, session_id: str, resume: bool, platform: Platform | None = None) -> Session:

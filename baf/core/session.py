@@ -38,6 +38,9 @@ _MISSING: Any = object()
 
 _T = TypeVar("_T")
 
+#: At most this many replies wait for a platform to attach (see ``Session.attach_platform``).
+_PARKED_LIMIT = 1000
+
 
 def _retrieve_exception(future: asyncio.Future[None]) -> None:
     if not future.cancelled():
@@ -89,6 +92,10 @@ class Session:
         self._interrupted_how: str | None = None
         #: The model object the ``transitions`` machine moves between states.
         self.machine_model: Any = None
+        # Replies and error messages for this session's platform made while none was attached (a restart
+        # handles recorded messages before the platform that serves the session asks for it): sent, in
+        # order, once one is (see attach_platform). Bounded: the log keeps them all anyway.
+        self._parked: deque[tuple[str, tuple[Any, ...]]] = deque(maxlen=_PARKED_LIMIT)
 
     def __repr__(self) -> str:
         return f"Session({self.id!r}, state={self.projection.current_state!r})"
@@ -202,6 +209,8 @@ class Session:
         async def deliver() -> None:
             if self.platform is not None:
                 await getattr(self.platform, method)(self, *shown)
+            elif self.projection.platform is not None:
+                self._parked.append((method, shown))  # the session has a platform, not attached yet
 
         if not self._in_loop_thread():
             # Recorded and queued for delivery in one step on the event loop: were the record made here
@@ -245,9 +254,32 @@ class Session:
         """Queue ``platform.<method>(session, *args)`` for the next commit, as :meth:`queue_after_commit`
         does; nothing if the platform has no such method (streaming is optional for a platform). The
         agent's secrets are redacted from ``args``, as from the records."""
+        if self.platform is None and method == "reply_error" and self.projection.platform is not None:
+            shown = self._redacted(args)
+
+            async def deliver_or_park() -> None:
+                if self.platform is not None:
+                    await self.platform.reply_error(self, *shown)
+                else:
+                    self._parked.append((method, shown))
+
+            self._outbox.append(deliver_or_park)
+            return
         send = getattr(self.platform, method, None)
         if send is not None:
             self._outbox.append(functools.partial(send, self, *self._redacted(args)))
+
+    def attach_platform(self, platform: Platform) -> None:
+        """Serve this session on ``platform`` from now on. Replies and error messages made while it had
+        no platform (a restart handling recorded messages before the platform asked for the session)
+        are sent to it first, in order, before what is queued for delivery now (that came later)."""
+        self.platform = platform
+        if not self._parked:
+            return
+        parked = [(getattr(platform, method, None), args) for method, args in self._parked]
+        self._parked.clear()
+        self._outbox.extendleft(functools.partial(send, self, *args) for send, args in reversed(parked) if send)
+        asyncio.ensure_future(self.commit()).add_done_callback(_retrieve_exception)
 
     def _redacted(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
         """``args`` with the agent's secrets replaced in strings, containers and dataclasses (a
