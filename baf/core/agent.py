@@ -23,7 +23,7 @@ from baf.core.session import Session
 from baf.core.state import State
 from baf.errors import ConfigurationError
 from baf.log import SessionLog, open_log
-from baf.log.redaction import Redactor
+from baf.log.redaction import Redactor, log_exception
 from baf.reasoning.skill import Skill
 from baf.reasoning.tool import Tool
 from baf.reasoning.workspace import Workspace
@@ -339,7 +339,7 @@ class Agent:
                 try:
                     await platform.stop()
                 except Exception:
-                    logger.exception("platform %s failed to stop", platform.name)
+                    log_exception(logger, self.redactor, "platform %s failed to stop", platform.name)
             await runtime.stop()
         finally:
             self._stopping = None

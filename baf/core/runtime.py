@@ -21,6 +21,7 @@ from baf.core.writer import SessionWriter
 from baf.errors import ConfigurationError, LogClosedError, LogError
 from baf.log.jsontext import json_copy
 from baf.log.record import RecordKind
+from baf.log.redaction import log_exception
 from baf.log.store import SessionLog
 
 if TYPE_CHECKING:
@@ -195,7 +196,7 @@ class Runtime:
             try:
                 await session.flush()
             except LogError:
-                logger.exception("session %s: final flush failed", session.id)
+                log_exception(logger, self.agent.redactor, "session %s: final flush failed", session.id)
         await self.log.close()
         # Threads of abandoned bodies are daemons: they do not keep the process alive.
         self._executor.shutdown(wait=False, cancel_futures=True)
@@ -379,7 +380,7 @@ class Runtime:
                     continue  # interrupt() on a runtime that goes on: the queued events still run
                 if not isinstance(exc, Exception):
                     raise
-                logger.exception("session %s: step failed", session.id)
+                log_exception(logger, self.agent.redactor, "session %s: step failed", session.id)
                 continue
             _discard(mailbox, item)
             _settle(item, None)
