@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from baf.errors import ConfigurationError, LogError
+from baf.errors import ConfigurationError, LogError, SessionNotFoundError
 from baf.log import SessionLog, SQLiteLog, open_log
 from baf.log.redaction import Redactor
 from baf.replay.render import visible, visible_json
@@ -159,9 +159,7 @@ def find_agent(module: Any) -> Agent:
         return candidate
     agents = [value for value in vars(module).values() if isinstance(value, Agent)]
     if len(agents) != 1:
-        raise LookupError(
-            f"{module.__name__} must define one Agent (or name it 'agent'); found {len(agents)}"
-        )
+        raise ConfigurationError(f"{module.__name__} must define one Agent (or name it 'agent'); found {len(agents)}")
     return agents[0]
 
 
@@ -251,7 +249,7 @@ def _cmd_log(args: argparse.Namespace) -> int:
 
     records = asyncio.run(collect())
     if not records:
-        raise LookupError(f"session {args.session!r} has no records in {args.log}")
+        raise SessionNotFoundError(args.session, args.log)
     redactor = Redactor.from_environment()  # as replay and export: a log written before a key was set
     if redactor.active:
         records = [redactor.redact_record(r) for r in records]

@@ -6,6 +6,9 @@
     ├── ConfigurationError          the agent was wired wrongly (duplicate state, two initial states, ...)
     │                               or cannot start as set up (a platform's port is in use, ...)
     ├── SessionVariableError        a session variable that cannot be stored (not JSON-serialisable)
+    ├── SessionNotFoundError        the log has no session by that id (also a ``LookupError``)
+    ├── InvariantError              baf found its own rules broken: a bug, or a log edited by hand
+    │                               (also a ``RuntimeError``)
     ├── LogError                    the session log broke one of its guarantees
     │   ├── LogConflictError        (session_id, seq) already exists: an append never overwrites
     │   ├── CorruptRecordError      a stored record cannot be decoded; names session and seq
@@ -45,6 +48,7 @@ __all__ = [
     "BafError",
     "ConfigurationError",
     "CorruptRecordError",
+    "InvariantError",
     "LLMConnectionError",
     "LLMError",
     "LLMRateLimitError",
@@ -63,6 +67,7 @@ __all__ = [
     "PatternNotFoundError",
     "PatternStepLimitError",
     "PatternStepTimeoutError",
+    "SessionNotFoundError",
     "SessionVariableError",
     "StructuredOutputError",
     "ToolArgumentError",
@@ -85,6 +90,19 @@ class ConfigurationError(BafError):
 
 class SessionVariableError(BafError, TypeError):
     """A session variable value that cannot be recorded (it must be JSON-serialisable)."""
+
+
+class SessionNotFoundError(BafError, LookupError):
+    """The log holds no session with this id (``baf replay``, ``baf log``, re-run, fork)."""
+
+    def __init__(self, session_id: str, where: str = "this log") -> None:
+        super().__init__(f"session {session_id!r} has no records in {where}")
+        self.session_id = session_id
+
+
+class InvariantError(BafError, RuntimeError):
+    """A rule baf keeps for itself was found broken, e.g. a resumed reasoning loop whose records are in an
+    order baf never writes. It means a bug in baf or a log changed by hand; it is raised, never contained."""
 
 
 class LogError(BafError):

@@ -31,7 +31,7 @@ from baf.log.projection import project
 from baf.log.record import CURRENT_VERSION, Record, RecordKind
 from baf.log.store import SessionLog
 
-__all__ = ["SessionLogContract"]
+__all__ = ["SessionLogContract", "rec"]
 
 #: A fixed timestamp with a fractional part, so a store that rounds ts is caught.
 TS = 1_712_345_678.123456
