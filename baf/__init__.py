@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         Transition,
         WildcardEvent,
     )
+    from baf.declarative import load_agent
     from baf.platforms.base import Platform
 
 __version__ = "0.1.0"
@@ -39,6 +40,7 @@ __all__ = [
     "Transition",
     "WildcardEvent",
     "__version__",
+    "load_agent",
 ]
 
 
@@ -47,6 +49,8 @@ def __getattr__(name: str) -> Any:
     # runtime and its dependencies.
     if name == "Platform":
         return importlib.import_module("baf.platforms.base").Platform
+    if name == "load_agent":
+        return importlib.import_module("baf.declarative").load_agent
     if name in __all__:
         return getattr(importlib.import_module("baf.core"), name)
     raise AttributeError(f"module 'baf' has no attribute {name!r}")

@@ -4,7 +4,10 @@
 
     BafError
     ├── ConfigurationError          the agent was wired wrongly (duplicate state, two initial states, ...)
-    │                               or cannot start as set up (a platform's port is in use, ...)
+    │   │                           or cannot start as set up (a platform's port is in use, ...)
+    │   └── AgentFileError          a YAML agent file is invalid; each problem names file, line and column
+    ├── TemplateError               a YAML agent's template could not be rendered (a missing variable, an
+    │                               attribute the sandbox refuses)
     ├── SessionVariableError        a session variable that cannot be stored (not JSON-serialisable)
     ├── LogError                    the session log broke one of its guarantees
     │   ├── LogConflictError        (session_id, seq) already exists: an append never overwrites
@@ -42,6 +45,7 @@ record and contained; the session goes on.
 from __future__ import annotations
 
 __all__ = [
+    "AgentFileError",
     "BafError",
     "ConfigurationError",
     "CorruptRecordError",
@@ -65,6 +69,7 @@ __all__ = [
     "PatternStepTimeoutError",
     "SessionVariableError",
     "StructuredOutputError",
+    "TemplateError",
     "ToolArgumentError",
     "ToolError",
     "ToolExecutionError",
@@ -81,6 +86,23 @@ class BafError(Exception):
 
 class ConfigurationError(BafError):
     """The agent, a state or a transition was set up in a way that cannot work."""
+
+
+class AgentFileError(ConfigurationError):
+    """A YAML agent file that cannot be loaded. ``problems`` lists each one as ``(path, line, column,
+    message)`` (line and column count from 1; ``0`` when unknown); the message shows them all."""
+
+    def __init__(self, path: str, problems: list[tuple[str, int, int, str]]) -> None:
+        self.path = path
+        self.problems = list(problems)
+        shown = "\n".join(f"  {path}:{line}:{column}: {message}" for _, line, column, message in self.problems)
+        count = len(self.problems)
+        super().__init__(f"{path}: {count} problem{'s' if count != 1 else ''}\n{shown}")
+
+
+class TemplateError(BafError):
+    """A template of a YAML agent could not be rendered: it read a variable that is not set, or
+    something the sandbox refuses. Raised in a body, it is recorded and contained like any body error."""
 
 
 class SessionVariableError(BafError, TypeError):

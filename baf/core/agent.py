@@ -9,7 +9,7 @@ import inspect
 import logging
 import signal
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType, TracebackType
 from typing import TYPE_CHECKING, Any, overload
@@ -132,8 +132,8 @@ class Agent:
     def new_intent(
         self,
         name: str,
-        training_sentences: list[str] | tuple[str, ...],
-        parameters: list[IntentParameter | str | Mapping[str, Any]] | None = None,
+        training_sentences: Sequence[str],
+        parameters: Sequence[IntentParameter | str | Mapping[str, Any]] | None = None,
         description: str | None = None,
     ) -> Intent:
         """Declare an intent: what a user may mean, shown by example sentences.
