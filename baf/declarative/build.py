@@ -277,7 +277,7 @@ class _Builder:
         try:
             inputs = model.model_validate(spec.with_inputs or {})
         except pydantic.ValidationError as exc:
-            for path, message, key in describe_validation_error(exc, spec.with_inputs or {}):
+            for path, message, key in describe_validation_error(exc, spec.with_inputs or {}, model):
                 self.located.add((*here, *path), message, key=key)
             return None
         problem_field = next(f for f in ("problem", "goal", "task") if f in type(inputs).model_fields)

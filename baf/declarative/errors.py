@@ -50,7 +50,9 @@ class Located:
             raise AgentFileError(self.where, problems)
 
 
-def describe_validation_error(exc: pydantic.ValidationError, data: Any) -> list[tuple[PathKey, str, bool]]:
+def describe_validation_error(
+    exc: pydantic.ValidationError, data: Any, root: type[BaseModel] = AgentFile
+) -> list[tuple[PathKey, str, bool]]:
     """Each error as ``(path in the data, message, at the key?)``, one message per path.
 
     pydantic's locations carry the names of union members (``ToolSpec``, ``literal['text', ...]``); they
@@ -62,7 +64,7 @@ def describe_validation_error(exc: pydantic.ValidationError, data: Any) -> list[
         path, rest = _data_path(data, error["loc"])
         kind = error["type"]
         if kind == "extra_forbidden":
-            allowed = _allowed_keys(path[:-1])
+            allowed = _allowed_keys(path[:-1], root)
             message = f"unknown key {path[-1]!r}" + (f"; expected one of: {', '.join(allowed)}" if allowed else "")
             at_key[path] = True
         elif kind == "missing":
@@ -104,9 +106,9 @@ def _plain(error: Any) -> str:
     return message
 
 
-def _allowed_keys(path: PathKey) -> list[str]:
-    """The keys the model at ``path`` accepts, when the path leads to one model (not a union)."""
-    annotation: Any = AgentFile
+def _allowed_keys(path: PathKey, root: type[BaseModel]) -> list[str]:
+    """The keys the model at ``path`` (from ``root``) accepts, when the path leads to one model (not a union)."""
+    annotation: Any = root
     for part in path:
         origin, args = get_origin(annotation), [a for a in get_args(annotation) if a is not type(None)]
         if origin in (list, dict):

@@ -63,9 +63,9 @@ class LLMSpec(_Model):
     timeout: float = Field(60.0, gt=0, description="Seconds one attempt may take.")
     offline_script: list[str] | None = Field(
         None,
-        description="Answers a scripted model (`baf.testing.ScriptedLLM`) plays in order when neither the key "
-        "variable nor `base_url` is set: the file then runs offline (demos, tests). Without it a missing key "
-        "is an error.",
+        description="Answers an offline model (`baf.library.offline_llm.OfflineScriptLLM`) plays in order, one "
+        "per call, when neither the key variable nor `base_url` is set: the file then runs offline (demos, "
+        "tests); past the last answer a call fails as a model error. Without it a missing key is an error.",
     )
 
 

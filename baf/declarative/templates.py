@@ -28,9 +28,7 @@ def _environment() -> Any:
         from jinja2 import StrictUndefined
         from jinja2.sandbox import ImmutableSandboxedEnvironment
     except ImportError:  # pragma: no cover - depends on the install
-        raise ConfigurationError(
-            "YAML agents need Jinja2 for their templates: pip install 'baf[yaml]'"
-        ) from None
+        raise ConfigurationError("YAML agents need Jinja2 for their templates: pip install 'baf[yaml]'") from None
     return ImmutableSandboxedEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from llm.fake_openai_server import completion, serve
+
 from baf import Agent, Session
 from baf.library.intents import LLMIntentClassifier
 from baf.llm.openai_llm import LLMOpenAI
 from baf.testing import RecordingPlatform, ScriptedLLM
-
-from llm.fake_openai_server import completion, serve
 
 
 def shop(llm: Any, platform: RecordingPlatform) -> Agent:
