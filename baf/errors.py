@@ -12,9 +12,11 @@
     ├── LogError                    the session log broke one of its guarantees
     │   ├── LogConflictError        (session_id, seq) already exists: an append never overwrites
     │   ├── CorruptRecordError      a stored record cannot be decoded; names session and seq
+    │   │   └── CorruptSnapshotError  a snapshot record fails its checks or disagrees with the fold
     │   ├── UnknownRecordVersionError  a record written by a newer baf than this one
     │   ├── LogClosedError          append or read on a store that is not open
-    │   └── LogReadOnlyError        append on a store opened read-only
+    │   ├── LogReadOnlyError        append on a store opened read-only
+    │   └── LeaseLostError          this worker no longer owns the session (another took it over)
     ├── LLMError                    the model could not be used
     │   ├── LLMConnectionError      the server could not be reached (after retries)
     │   ├── LLMTimeoutError         the request took longer than its timeout (after retries)
@@ -49,12 +51,14 @@ __all__ = [
     "BafError",
     "ConfigurationError",
     "CorruptRecordError",
+    "CorruptSnapshotError",
     "LLMConnectionError",
     "LLMError",
     "LLMRateLimitError",
     "LLMResponseError",
     "LLMStatusError",
     "LLMTimeoutError",
+    "LeaseLostError",
     "LogClosedError",
     "LogConflictError",
     "LogError",
@@ -132,6 +136,12 @@ class CorruptRecordError(LogError):
         self.reason = reason
 
 
+class CorruptSnapshotError(CorruptRecordError):
+    """A ``snapshot`` record that cannot be trusted: its digest, shape or seq is wrong, or it disagrees
+    with the fold of the records before it. The session is then rebuilt from its records
+    (``baf.log.store.load_projection``)."""
+
+
 class UnknownRecordVersionError(LogError):
     """A record carries a schema version newer than this baf understands."""
 
@@ -153,6 +163,15 @@ class LogClosedError(LogError):
 
 class LogReadOnlyError(LogError):
     """``append`` on a store opened read-only (``SQLiteLog(path, read_only=True)``); nothing was written."""
+
+
+class LeaseLostError(LogError):
+    """An append for a session this worker no longer owns: its lease was taken over (a newer epoch) or
+    was never held. Nothing was written; the worker must drop the session (``baf.log.postgres_leases``)."""
+
+    def __init__(self, session_id: str, reason: str) -> None:
+        super().__init__(f"session {session_id!r}: {reason}; nothing was written")
+        self.session_id = session_id
 
 
 class LLMError(BafError):

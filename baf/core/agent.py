@@ -33,6 +33,7 @@ from baf.reasoning.workspace import Workspace
 
 if TYPE_CHECKING:
     from baf.platforms.base import Platform
+    from baf.platforms.telegram import TelegramPlatform
     from baf.platforms.terminal import TerminalPlatform
     from baf.platforms.websocket import WebSocketPlatform
 
@@ -223,6 +224,15 @@ class Agent:
         from baf.platforms.websocket import WebSocketPlatform
 
         platform = WebSocketPlatform(**options)
+        self.add_platform(platform)
+        return platform
+
+    def use_telegram_platform(self, token: str, **options: Any) -> TelegramPlatform:
+        """Attach a Telegram bot (the ``telegram`` extra: ``pip install 'baf[telegram]'``); options as for
+        :class:`~baf.platforms.telegram.TelegramPlatform`."""
+        from baf.platforms.telegram import TelegramPlatform
+
+        platform = TelegramPlatform(token, **options)
         self.add_platform(platform)
         return platform
 
