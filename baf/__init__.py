@@ -16,13 +16,14 @@ if TYPE_CHECKING:
         ReceiveFileEvent,
         ReceiveJSONEvent,
         ReceiveTextEvent,
+        Runtime,
         Session,
         State,
         StepHooks,
         Transition,
         WildcardEvent,
     )
-    from baf.platforms.base import Platform
+    from baf.core.platform import Platform
 
 __version__ = "0.1.0"
 
@@ -33,6 +34,7 @@ __all__ = [
     "ReceiveFileEvent",
     "ReceiveJSONEvent",
     "ReceiveTextEvent",
+    "Runtime",
     "Session",
     "State",
     "StepHooks",
@@ -46,7 +48,7 @@ def __getattr__(name: str) -> Any:
     # Loaded on first use, so tools that only read logs (`baf replay`, `baf log`) start without the
     # runtime and its dependencies.
     if name == "Platform":
-        return importlib.import_module("baf.platforms.base").Platform
+        return importlib.import_module("baf.core.platform").Platform
     if name in __all__:
         return getattr(importlib.import_module("baf.core"), name)
     raise AttributeError(f"module 'baf' has no attribute {name!r}")
