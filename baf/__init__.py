@@ -16,14 +16,15 @@ if TYPE_CHECKING:
         ReceiveFileEvent,
         ReceiveJSONEvent,
         ReceiveTextEvent,
+        Runtime,
         Session,
         State,
         StepHooks,
         Transition,
         WildcardEvent,
     )
+    from baf.core.platform import Platform
     from baf.declarative import load_agent
-    from baf.platforms.base import Platform
 
 __version__ = "0.1.0"
 
@@ -34,6 +35,7 @@ __all__ = [
     "ReceiveFileEvent",
     "ReceiveJSONEvent",
     "ReceiveTextEvent",
+    "Runtime",
     "Session",
     "State",
     "StepHooks",
@@ -48,7 +50,7 @@ def __getattr__(name: str) -> Any:
     # Loaded on first use, so tools that only read logs (`baf replay`, `baf log`) start without the
     # runtime and its dependencies.
     if name == "Platform":
-        return importlib.import_module("baf.platforms.base").Platform
+        return importlib.import_module("baf.core.platform").Platform
     if name == "load_agent":
         return importlib.import_module("baf.declarative").load_agent
     if name in __all__:

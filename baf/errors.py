@@ -27,7 +27,8 @@
     │   ├── ToolNotFoundError       the model named a tool that does not exist
     │   ├── ToolArgumentError       arguments that are not JSON, or do not fit the tool's schema
     │   ├── ToolTimeoutError        the tool ran past its timeout
-    │   └── ToolExecutionError      the tool itself raised; the original is ``__cause__``
+    │   ├── ToolExecutionError      the tool itself raised; the original is ``__cause__``
+    │   └── ToolServerError         the server running the tool (MCP) is not reachable or stopped mid-call
     ├── WorkspaceError              a workspace operation was refused
     │   └── PathEscapeError         a path that would leave the workspace root
     └── PatternError                a reasoning pattern could not finish (``baf.reasoning.patterns``)
@@ -78,6 +79,7 @@ __all__ = [
     "ToolError",
     "ToolExecutionError",
     "ToolNotFoundError",
+    "ToolServerError",
     "ToolTimeoutError",
     "UnknownRecordVersionError",
     "WorkspaceError",
@@ -223,6 +225,10 @@ class ToolTimeoutError(ToolError):
 
 class ToolExecutionError(ToolError):
     """The tool raised; the original exception is ``__cause__``."""
+
+
+class ToolServerError(ToolError):
+    """The server that runs the tool (an MCP server) could not be reached, or stopped during the call."""
 
 
 class WorkspaceError(BafError):

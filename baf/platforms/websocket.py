@@ -117,9 +117,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
 from baf.core.events import ReceiveTextEvent
+from baf.core.platform import Platform
+from baf.core.session import runtime_side
 from baf.errors import ConfigurationError
 from baf.log.record import Record, RecordKind
-from baf.platforms.base import Platform
 from baf.platforms.limits import ClientLimits, ConnectionBudget, RateLimiter
 
 try:
@@ -521,7 +522,7 @@ class WebSocketPlatform(Platform):
                 {"platform": self.name, "connection": str(client.ws.id), "reason": reason, "frames": pending + 1},
             )
             # Durable now: an idle session's next commit may be far off, and a crash meanwhile would lose it.
-            flush = asyncio.ensure_future(session.flush())
+            flush = asyncio.ensure_future(runtime_side(session).flush())
             self._flushes.add(flush)
             flush.add_done_callback(self._flushed)
 
@@ -686,7 +687,7 @@ class WebSocketPlatform(Platform):
                 self._welcome(client, session.id, resumed=True)
             self._queue_history(client, after, records, last_seq=max(upto, after))
 
-        await session.read_delivered(read_and_bind)
+        await runtime_side(session).read_delivered(read_and_bind)
 
     _handlers: ClassVar[dict[str, Callable[[WebSocketPlatform, _Client, dict[str, Any]], Any]]] = {
         "hello": _on_hello,

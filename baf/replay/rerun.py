@@ -143,6 +143,18 @@ class LogEffects:
         self.tools_served = 0
         self.intents_served = 0
         self.failures: list[str] = []
+        self._tool_schemas: dict[str, dict[str, Any]] = {}
+        for record in records:
+            if record.kind == RecordKind.LLM_REQUEST:
+                for schema in record.data.get("tools") or []:
+                    name = schema.get("function", {}).get("name") if isinstance(schema, dict) else None
+                    if isinstance(name, str):
+                        self._tool_schemas.setdefault(name, schema)
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        """Every tool schema the recorded requests offered, one per name, in the order first offered:
+        what tools that exist only while connected (MCP) are rebuilt from, since a re-run connects nothing."""
+        return list(self._tool_schemas.values())
 
     def intent_prediction(self) -> dict[str, Any]:
         """The next recorded ``intent_predicted`` data (read by ``baf.core.intent_routing``)."""
@@ -269,8 +281,7 @@ async def _run(agent: Agent, session_id: str, segment: _Segment, effects: LogEff
     if segment.seed:
         await store.start()
         await store.append(segment.seed)
-    runtime = Runtime(agent, store, agent._hooks, agent._max_body_threads)
-    agent._runtime = runtime  # sessions reach their runtime through the agent
+    runtime = Runtime(agent, store)
     try:
         with use_effect_source(effects):
             await runtime.start()
@@ -288,7 +299,6 @@ async def _run(agent: Agent, session_id: str, segment: _Segment, effects: LogEff
                 await runtime.wait_idle(session_id)
             produced = await store.read(session_id)
     finally:
-        agent._runtime = None
         await runtime.stop()
     return produced[len(segment.seed) :]
 

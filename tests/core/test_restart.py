@@ -135,13 +135,14 @@ async def test_kill_9_mid_conversation_loses_no_acknowledged_message(tmp_path: P
 _STUCK_AT_START = """
 import asyncio, sys
 from baf import Agent
+from baf.core.session import runtime_side
 
 agent = Agent("starting", log=f"sqlite:///{sys.argv[1]}")
 state = agent.new_state("idle", initial=True)
 
 async def body(session):
     session.set("started", True)
-    await session.commit()
+    await runtime_side(session).commit()
     print("READY", flush=True)
     await asyncio.sleep(60)
 

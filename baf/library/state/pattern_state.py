@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from baf.core.session import runtime_side
 from baf.errors import LLMError, PatternError
 from baf.library.state.pattern_variables import reasoning_variables
 from baf.llm.base import LLM, LLMResponse
@@ -41,6 +42,7 @@ class SessionObserver:
 
     def __init__(self, session: Session, stream_steps: bool = True) -> None:
         self.session = session
+        self._live = runtime_side(session)  # commits before each model call, streams steps
         self.stream_steps = stream_steps
 
     def redact(self, text: str) -> str:
@@ -52,7 +54,7 @@ class SessionObserver:
         reasoning_step = ReasoningStep(kind, step, summary, details)
         self.session.record(RecordKind.REASONING_STEP, reasoning_step.to_dict())
         if self.stream_steps:
-            self.session.queue_platform_call("reply_reasoning_step", reasoning_step)
+            self._live.queue_platform_call("reply_reasoning_step", reasoning_step)
 
     def on_step(self, step: PatternStep) -> None:
         """Record and stream a pattern step as a ``ReasoningStep``."""
@@ -61,7 +63,7 @@ class SessionObserver:
     async def before_llm_call(self, call: LLMCallInfo) -> None:
         """Record the request and commit: what the model is shown is durable before it is sent."""
         self.session.record(RecordKind.LLM_REQUEST, call.to_dict())
-        await self.session.commit()
+        await self._live.commit()
 
     def after_llm_call(self, call: LLMCallInfo, response: LLMResponse, latency_ms: float) -> None:
         """Record the model's answer."""
@@ -71,7 +73,7 @@ class SessionObserver:
     async def before_tool_call(self, call_id: str, name: str) -> None:
         """Commit before a tool runs: the ``llm_response`` that asked for the call is durable first, so a
         crash in the tool never leaves a side effect the log cannot explain."""
-        await self.session.commit()
+        await self._live.commit()
 
     def on_tool_result(self, call_id: str, name: str, content: str, is_error: bool) -> None:
         """Record a tool result."""
