@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from baf.core.session import runtime_side
 from baf.errors import ConfigurationError, TemplateError
 
 if TYPE_CHECKING:
@@ -100,7 +101,9 @@ def _check_source(env: Any, source: str) -> None:
 
 def template_context(session: Session) -> dict[str, Any]:
     """What a template sees: ``session``/``state`` (the variables), ``event`` and ``session_id``."""
-    variables = dict(session.projection.variables)
+    # The projection's own dict, not a copy per render: the sandbox is immutable, so templates cannot
+    # change it (and the variables are JSON values, so nothing reachable from them leads out).
+    variables = runtime_side(session).projection.variables
     event = session.event
     shown: dict[str, Any] = {}
     if event is not None:

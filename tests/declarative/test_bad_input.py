@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from baf.core.session import runtime_side
 from baf.declarative import build_agent, load_agent
 from baf.errors import AgentFileError
 from baf.testing import RecordingPlatform, ScriptedLLM
@@ -149,7 +150,7 @@ async def test_a_template_escaping_the_sandbox_is_refused() -> None:
         await agent.wait_idle("u")
         [error] = [r.data for r in await agent.log.read("u") if r.kind == "error"]
     assert "access to attribute '__class__' of 'str' object is unsafe" in error["message"]
-    assert session.projection.history == []
+    assert runtime_side(session).projection.history == []
 
 
 def test_a_yaml_bomb_stops_at_the_limit_without_expanding() -> None:

@@ -13,6 +13,7 @@ from llm.fake_openai_server import completion, serve
 
 from baf import ReceiveFileEvent, ReceiveJSONEvent, load_agent
 from baf.core.agent import Agent
+from baf.core.session import runtime_side
 from baf.declarative import agent_schema, build_agent
 from baf.declarative.reference import render_reference
 from baf.replay.rerun import assert_replays
@@ -55,7 +56,7 @@ async def test_the_intent_bot_example_runs_offline_and_reruns_from_its_log(offli
     url = f"sqlite:///{tmp_path / 'desk.db'}"
     platform, session = await chat(load_agent(EXAMPLES / "help_desk.yaml", log=url), *HELP_DESK_CHAT)
     assert platform.replies["u"] == HELP_DESK_REPLIES and not platform.errors["u"]
-    assert session.projection.current_state == "idle"
+    assert runtime_side(session).projection.current_state == "idle"
     # The re-run asks no classifier: its offline script is not played again (it would have run out).
     report = await assert_replays(url, "u", load_agent(EXAMPLES / "help_desk.yaml", log="memory://"))
     assert report.records_compared > 30
@@ -82,7 +83,7 @@ async def test_the_reasoning_graph_example_runs_offline_and_sets_the_documented_
         "My thinking:\n15% as a decimal is 15/100 = 0.15.\n0.15 x 80 = 12.\nFirst answer: 12. "
         "Checked: 15% of 80 is 12, since 0.15 x 80 = 12.",
     ]
-    variables = session.projection.variables
+    variables = runtime_side(session).projection.variables
     assert variables["math_problem"] == "What is 15% of 80?" and variables["first_answer"] == "12"
     assert variables["reasoning_answer"] == "15% of 80 is 12, since 0.15 x 80 = 12."
     [round_one] = variables["improvement_history"]
@@ -134,7 +135,7 @@ async def test_reason_react_uses_the_tools_named_and_sets_react_steps(tmp_path: 
     ])  # fmt: skip
     platform, session = await chat(load_agent(tmp_path / "agent.yaml", llms={"main": llm}), "apples?")
     assert platform.replies["u"] == ["There are 7 apples."]
-    react_steps = session.projection.variables["react_steps"]
+    react_steps = runtime_side(session).projection.variables["react_steps"]
     assert react_steps[0]["action"] == "stock" and react_steps[0]["action_input"] == {"item": "apples"}
     assert react_steps[0]["observation"] == "7 apples"
     assert llm.requests[0].tool_names == ["stock", "final_answer"]
@@ -167,7 +168,7 @@ async def test_each_reason_action_runs_its_pattern_on_the_rendered_input(
     platform, session = await chat(agent, "how do I get to town?")
     assert platform.replies["u"] == [answer]
     assert "how do I get to town?" in llm.requests[0].messages[0]["content"]
-    variables = session.projection.variables
+    variables = runtime_side(session).projection.variables
     assert variables["reasoning_answer"] == answer and variables["reasoning_trace"]
     if variable is not None:
         name, expected = variable

@@ -8,6 +8,7 @@ from typing import Any
 from llm.fake_openai_server import completion, serve
 
 from baf import Agent, Session
+from baf.core.session import runtime_side
 from baf.library.intents import LLMIntentClassifier
 from baf.llm.openai_llm import LLMOpenAI
 from baf.testing import RecordingPlatform, ScriptedLLM
@@ -89,7 +90,7 @@ async def test_over_real_http_with_a_native_json_schema(platform: RecordingPlatf
         agent.set_intent_classifier(LLMIntentClassifier(llm, native_json=True))
         async with agent:
             session = await agent.receive_message("u", "are you open on sunday?", platform)
-            assert session.projection.current_state == "start"
+            assert runtime_side(session).projection.current_state == "start"
             [prediction] = await predictions(agent)
         [request] = server.requests
     assert prediction["intent"] == "hours"
