@@ -105,8 +105,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="baf", description="baf: event-sourced state-machine agents.")
     commands = parser.add_subparsers(dest="command")
 
-    run = commands.add_parser("run", help="run the agent defined in a Python file on the terminal")
-    run.add_argument("path", help="a Python file that defines an Agent (named 'agent', or the only one)")
+    run = commands.add_parser("run", help="run the agent defined in a Python or YAML file on the terminal")
+    run.add_argument("path", help="a Python file that defines an Agent (named 'agent', or the only one), "
+                                  "or a YAML agent file (.yaml, .yml)")
     run.add_argument("--session", default=None,
                      help="session id of the terminal chat (default: terminal); a fork's messages held at its "
                           "cut are handled first")
@@ -126,6 +127,9 @@ def _parser() -> argparse.ArgumentParser:
     log.add_argument("session", help="the session id")
     log.add_argument("--json", action="store_true", help="one JSON object per line")
     log.set_defaults(handler=_cmd_log)
+
+    schema = commands.add_parser("schema", help="print the JSON schema of YAML agent files (for editors)")
+    schema.set_defaults(handler=_cmd_schema)
 
     _add_replay_parser(commands)
     _add_export_parser(commands)
@@ -166,9 +170,15 @@ def find_agent(module: Any) -> Agent:
 def _cmd_run(args: argparse.Namespace) -> int:
     if not Path(args.path).is_file():
         raise FileNotFoundError(f"no such file: {args.path}")
-    with _user_code():
-        module = load_agent_module(args.path)
-    agent = find_agent(module)
+    if Path(args.path).suffix.lower() in (".yaml", ".yml"):
+        from baf.declarative import load_agent
+
+        with _user_code():  # a tool or body module of the file may fail to import: its traceback helps
+            agent = load_agent(args.path)
+    else:
+        with _user_code():
+            module = load_agent_module(args.path)
+        agent = find_agent(module)
     from baf.platforms.terminal import TerminalPlatform  # here: markdown rendering is slow to import
 
     terminals = [platform for platform in agent.platforms if isinstance(platform, TerminalPlatform)]
@@ -185,6 +195,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
         agent.run()
     if any(isinstance(platform, TerminalPlatform) and platform.output_closed for platform in agent.platforms):
         return _stdout_closed()  # ended as any command whose reader went away (`| head`)
+    return 0
+
+
+def _cmd_schema(args: argparse.Namespace) -> int:
+    from baf.declarative import agent_schema
+
+    print(json.dumps(agent_schema(), indent=2, ensure_ascii=False))
     return 0
 
 

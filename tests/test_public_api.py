@@ -8,7 +8,8 @@ import pytest
 
 import baf
 
-PACKAGES = ["baf", "baf.core", "baf.log", "baf.llm", "baf.reasoning", "baf.platforms", "baf.testing", "baf.errors"]
+PACKAGES = ["baf", "baf.core", "baf.log", "baf.llm", "baf.reasoning", "baf.platforms", "baf.testing", "baf.errors",
+            "baf.declarative", "baf.library.intents"]
 
 
 @pytest.mark.parametrize("module_name", PACKAGES)

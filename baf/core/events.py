@@ -12,7 +12,10 @@ import base64
 import dataclasses
 import mimetypes
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from baf.core.intent import IntentPrediction
 
 __all__ = [
     "Event",
@@ -34,6 +37,10 @@ class Event:
     """
 
     session_id: str = ""
+    #: What the intent classifier made of this message (set by the engine for a text message in a state
+    #: that routes by intent; see ``baf.core.intent_routing``). Not part of the recorded event: the
+    #: prediction has a record of its own.
+    predicted_intent: IntentPrediction | None = field(default=None, init=False, repr=False, compare=False)
     #: The name the event is recorded under. Defaults to the class name.
     type_name: ClassVar[str] = "event"
 
@@ -49,7 +56,7 @@ class Event:
 
     def to_data(self) -> dict[str, Any]:
         """The JSON form recorded in the log."""
-        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "session_id"}
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.init and f.name != "session_id"}
         return {"type": self.type_name, **fields}
 
     @property

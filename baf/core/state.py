@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from baf.core.events import Event, ReceiveFileEvent, WildcardEvent
+from baf.core.events import Event, ReceiveFileEvent, ReceiveTextEvent, WildcardEvent
+from baf.core.intent import Intent
+from baf.core.intent_routing import intent_condition, no_intent_condition
 from baf.core.transition import (
     Condition,
     Transition,
@@ -48,6 +50,7 @@ class State:
         self.fallback_body: Body = default_fallback_body
         self.transitions: list[Transition] = []
         self._automatic = False
+        self._routes_by_intent = False
 
     def __repr__(self) -> str:
         return f"State({self.name!r}{', initial' if self.initial else ''})"
@@ -89,6 +92,46 @@ class State:
     def when_file_received(self, types: list[str] | str | None = None) -> TransitionBuilder:
         """A transition triggered by a file, optionally only of some MIME types or extensions."""
         return TransitionBuilder(self, ReceiveFileEvent, file_condition(types))
+
+    def when_intent_matched(self, intent: Intent | str) -> TransitionBuilder:
+        """A transition triggered by a text message the intent classifier reads as ``intent``.
+
+        The prediction (score, extracted parameters) is ``session.event.predicted_intent`` in the
+        destination's body. ``intent`` is an :class:`~baf.core.intent.Intent` of this agent or its name.
+        """
+        resolved = self._own_intent(intent)
+        self._routes_by_intent = True
+        return TransitionBuilder(self, ReceiveTextEvent, [intent_condition(resolved)],
+                                 label=f"intent {resolved.name}", intent=resolved)  # fmt: skip
+
+    def when_no_intent_matched(self) -> TransitionBuilder:
+        """A transition for a text message that matched none of this state's intents (nor a global one)."""
+        self._routes_by_intent = True
+        return TransitionBuilder(self, ReceiveTextEvent, [no_intent_condition], label="no intent matched")
+
+    def set_global(self, intent: Intent | str) -> None:
+        """Make this state reachable from every other state when ``intent`` is matched.
+
+        When the session comes to rest at the end of this state's component (a state reachable from it
+        that has no transitions of its own, this state itself if it has none), it returns to the state
+        the user was in, without running that state's body again. One intent leads to one global state.
+        """
+        self.agent._add_global_state(self, self._own_intent(intent))
+
+    @property
+    def routes_by_intent(self) -> bool:
+        """Whether a text message in this state is classified (the state has intent transitions)."""
+        return self._routes_by_intent
+
+    def _own_intent(self, intent: Intent | str) -> Intent:
+        if isinstance(intent, str):
+            return self.agent.get_intent(intent)
+        if not isinstance(intent, Intent):
+            raise ConfigurationError(f"expected an Intent or an intent's name, got {type(intent).__name__}")
+        if self.agent.intents.get(intent.name) is not intent:
+            raise ConfigurationError(f"intent {intent.name!r} does not belong to agent {self.agent.name!r}; "
+                                     "create it with agent.new_intent")  # fmt: skip
+        return intent
 
     def go_to(self, dest: State) -> Transition:
         """An automatic transition: right after this state's body runs, move to ``dest``."""

@@ -12,6 +12,7 @@ from baf.core.events import Event, ReceiveFileEvent
 from baf.errors import ConfigurationError
 
 if TYPE_CHECKING:
+    from baf.core.intent import Intent
     from baf.core.session import Session
     from baf.core.state import State
 
@@ -45,6 +46,8 @@ class Transition:
     event: type[Event] | None
     conditions: list[Condition] = field(default_factory=list)
     label: str = ""
+    #: The intent this transition routes on (``when_intent_matched``), if any.
+    intent: Intent | None = None
 
     @property
     def is_automatic(self) -> bool:
@@ -66,11 +69,13 @@ class TransitionBuilder:
         event: type[Event] | None,
         conditions: list[Condition] | None = None,
         label: str = "",
+        intent: Intent | None = None,
     ) -> None:
         self._source = source
         self._event = event
         self._conditions = list(conditions or [])
         self._label = label
+        self._intent = intent
 
     def with_condition(self, condition: Condition) -> TransitionBuilder:
         """Require ``condition(session)`` to hold as well."""
@@ -80,7 +85,7 @@ class TransitionBuilder:
 
     def go_to(self, dest: State) -> Transition:
         """Finish the declaration: the transition leads to ``dest``."""
-        transition = Transition(self._source, dest, self._event, self._conditions, self._label)
+        transition = Transition(self._source, dest, self._event, self._conditions, self._label, self._intent)
         self._source._add_transition(transition)
         return transition
 

@@ -7,9 +7,10 @@ from collections.abc import Sequence
 
 from baf.errors import LogClosedError, LogConflictError
 from baf.log.jsontext import decode_json, encode_json
-from baf.log.record import Record
+from baf.log.record import Record, RecordKind
 from baf.log.store import SessionLog, check_appendable
 from baf.log.upcast import upcast
+from baf.log.work import IDLE, WORK_KINDS, WorkStatus, work_after
 
 __all__ = ["MemoryLog"]
 
@@ -31,6 +32,11 @@ class MemoryLog(SessionLog):
         # its data.
         self._records: dict[str, list[_Entry]] = {}
         self._seqs: dict[str, set[int]] = {}
+        # The indexes: each session's place in first-record order, the status of each session with
+        # a status other than idle (baf.log.work; absent means idle), and each session's latest snapshot seq.
+        self._positions: dict[str, int] = {}
+        self._work: dict[str, WorkStatus] = {}
+        self._snapshots: dict[str, int] = {}
         self._closed = False
 
     async def append(self, records: Sequence[Record]) -> None:
@@ -42,7 +48,17 @@ class MemoryLog(SessionLog):
                 raise LogConflictError(record.session_id, record.seq)
         # Encode (and so validate) every record before storing any, for the same reason.
         encoded = [(r.session_id, (r.seq, r.kind, r.ts, r.version, _encode(r))) for r in records]
+        # The work statuses after the batch, worked out before anything is stored.
+        work: dict[str, WorkStatus] = {}
+        for record in records:
+            if record.kind in WORK_KINDS:
+                session_id = record.session_id
+                before = work.get(session_id, self._work.get(session_id, IDLE))
+                work[session_id] = work_after(before, record.kind, record.seq, record.data)
         for session_id, entry in encoded:
+            self._positions.setdefault(session_id, len(self._positions))
+            if entry[1] == RecordKind.SNAPSHOT and entry[0] > self._snapshots.get(session_id, 0):
+                self._snapshots[session_id] = entry[0]
             seqs = self._seqs.setdefault(session_id, set())
             bucket = self._records.setdefault(session_id, [])
             seqs.add(entry[0])
@@ -50,6 +66,11 @@ class MemoryLog(SessionLog):
                 bucket.append(entry)
             else:
                 bisect.insort(bucket, entry, key=lambda e: e[0])
+        for session_id, status in work.items():
+            if status != IDLE:
+                self._work[session_id] = status
+            else:
+                self._work.pop(session_id, None)
 
     async def read(self, session_id: str, after_seq: int = 0) -> list[Record]:
         self._check_open()
@@ -63,6 +84,18 @@ class MemoryLog(SessionLog):
     async def sessions(self) -> list[str]:
         self._check_open()
         return list(self._records)
+
+    async def unfinished_sessions(self) -> list[str]:
+        """The sessions with unfinished work, from the index ``append`` keeps: as many steps as there
+        are such sessions, whatever the number of finished ones."""
+        self._check_open()
+        unfinished = [session_id for session_id, status in self._work.items() if status.unfinished]
+        return sorted(unfinished, key=self._positions.__getitem__)
+
+    async def read_for_load(self, session_id: str) -> list[Record]:
+        """The records from the latest snapshot (found in the index ``append`` keeps) to the end."""
+        self._check_open()
+        return await self.read(session_id, after_seq=self._snapshots.get(session_id, 1) - 1)
 
     async def start(self) -> None:
         """Nothing to open: (re)opens a closed log, records kept. Idempotent."""

@@ -4,6 +4,10 @@ The live runtime, a restart after a crash and replay all build session state wit
 so there is no second source of truth. ``SessionProjection.apply`` must stay cheap: it runs for every
 record the runtime writes and for every record a restart reads.
 
+A ``snapshot`` record replaces the state of a projection that holds nothing yet (a load from the latest
+snapshot on), and must equal the state of one that holds the records before it; see
+``baf.log.snapshot`` for the checks and what happens when one fails.
+
 A record of a kind the fold reads must have the fields it reads, of the right type; one that does not
 (a hand-edited or damaged log) raises ``CorruptRecordError`` naming session and seq, rather than a bare
 ``KeyError`` or a silently wrong state.
@@ -15,8 +19,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from baf.errors import CorruptRecordError
+from baf.errors import CorruptRecordError, CorruptSnapshotError
 from baf.log.record import Record, RecordKind
+from baf.log.snapshot import checked_state
 
 __all__ = ["ChatEntry", "SessionProjection", "project"]
 
@@ -54,6 +59,9 @@ class SessionProjection:
     held: dict[int, dict[str, Any]] = field(default_factory=dict)
     #: Whether the initial state's body has run (``session_started`` without a step yet).
     started: bool = False
+    #: While a global state's component is visited: the state to return to, and the global state.
+    return_to: str | None = None
+    visiting: str | None = None
 
     def apply(self, record: Record) -> None:
         """Fold one record into the projection."""
@@ -74,11 +82,15 @@ class SessionProjection:
             self.first_ts = ts
         self.last_ts = ts
 
-    def apply_all(self, records: Iterable[Record]) -> SessionProjection:
-        """Fold many records, as ``apply`` on each in turn; returns ``self`` for chaining."""
+    def apply_all(self, records: Iterable[Record], *, snapshots: bool = True) -> SessionProjection:
+        """Fold many records, as ``apply`` on each in turn; returns ``self`` for chaining.
+
+        ``snapshots=False`` folds ``snapshot`` records as records of an unknown kind (they only move
+        ``last_seq``): rebuilding a session from its records when a snapshot was refused.
+        """
         # ``apply_fields`` inlined, with the handler table in a local: this loop runs for every record
         # a restart or a replay reads, and the method calls were a third of its cost.
-        handlers = _HANDLERS
+        handlers = _HANDLERS if snapshots else _HANDLERS_WITHOUT_SNAPSHOTS
         for record in records:
             seq, ts = record.seq, record.ts
             handler = handlers.get(record.kind)
@@ -91,9 +103,48 @@ class SessionProjection:
         return self
 
 
-def project(session_id: str, records: Iterable[Record]) -> SessionProjection:
-    """Build the projection of ``session_id`` from its records."""
-    return SessionProjection(session_id).apply_all(records)
+    def to_state(self) -> dict[str, Any]:
+        """Everything but ``session_id``, as JSON-shaped values: what a snapshot record keeps."""
+        return {
+            "agent": self.agent,
+            "platform": self.platform,
+            "current_state": self.current_state,
+            "variables": self.variables,
+            "history": [[entry.role, entry.text, entry.seq] for entry in self.history],
+            "last_seq": self.last_seq,
+            "first_ts": self.first_ts,
+            "last_ts": self.last_ts,
+            "errors": self.errors,
+            "unstarted": [[seq, event] for seq, event in sorted(self.unstarted.items())],
+            "held": [[seq, event] for seq, event in sorted(self.held.items())],
+            "open_step": self.open_step,
+            "started": self.started,
+            "return_to": self.return_to,
+            "visiting": self.visiting,
+        }
+
+    def _adopt(self, state: dict[str, Any]) -> None:
+        """Take ``state`` (checked by ``baf.log.snapshot.checked_state``) as this projection's."""
+        self.agent = state["agent"]
+        self.platform = state["platform"]
+        self.current_state = state["current_state"]
+        self.variables = state["variables"]
+        self.history = [ChatEntry(role, text, seq) for role, text, seq in state["history"]]
+        self.last_seq = state["last_seq"]
+        self.first_ts = None if state["first_ts"] is None else float(state["first_ts"])
+        self.last_ts = None if state["last_ts"] is None else float(state["last_ts"])
+        self.errors = state["errors"]
+        self.unstarted = {seq: event for seq, event in state["unstarted"]}
+        self.held = {seq: event for seq, event in state["held"]}
+        self.open_step = state["open_step"]
+        self.started = state["started"]
+        self.return_to = state["return_to"]
+        self.visiting = state["visiting"]
+
+
+def project(session_id: str, records: Iterable[Record], *, snapshots: bool = True) -> SessionProjection:
+    """Build the projection of ``session_id`` from its records (``snapshots``: see ``apply_all``)."""
+    return SessionProjection(session_id).apply_all(records, snapshots=snapshots)
 
 
 def _corrupt(p: SessionProjection, seq: int, kind: str, field: str, value: Any, expected: str) -> NoReturn:
@@ -143,6 +194,13 @@ def _transition(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
     dest = data.get("dest", _MISSING)
     if not isinstance(dest, str):
         _corrupt(p, seq, "transition", "dest", dest, "a state name")
+    if "return_to" in data or "visiting" in data:  # written when a global state is entered or left
+        return_to, visiting = data.get("return_to", p.return_to), data.get("visiting", p.visiting)
+        if return_to is not None and not isinstance(return_to, str):
+            _corrupt(p, seq, "transition", "return_to", return_to, "a state name or null")
+        if visiting is not None and not isinstance(visiting, str):
+            _corrupt(p, seq, "transition", "visiting", visiting, "a state name or null")
+        p.return_to, p.visiting = return_to, visiting
     p.current_state = dest
 
 
@@ -185,6 +243,23 @@ def _error(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
     p.errors += 1
 
 
+def _snapshot(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
+    state = checked_state(p.session_id, seq, data)
+    if p.last_seq == 0 and p.first_ts is None:
+        p._adopt(state)  # a load from this snapshot on
+        return
+    # The fold already holds the records before it: the snapshot must say the same.
+    mine = p.to_state()
+    if mine != state:
+        differing = sorted(name for name in state if state[name] != mine.get(name))
+        raise CorruptSnapshotError(
+            p.session_id,
+            seq,
+            f"snapshot disagrees with the fold of the records before it (fields {', '.join(differing)}); "
+            "the session is rebuilt from its records",
+        )
+
+
 _HANDLERS: dict[str, Callable[[SessionProjection, dict[str, Any], int], None]] = {
     RecordKind.SESSION_STARTED: _session_started,
     RecordKind.MESSAGE_RECEIVED: _message_received,
@@ -197,4 +272,6 @@ _HANDLERS: dict[str, Callable[[SessionProjection, dict[str, Any], int], None]] =
     RecordKind.ERROR: _error,
     RecordKind.FORKED_FROM: _forked_from,
     RecordKind.FORK_CONTINUED: _fork_continued,
+    RecordKind.SNAPSHOT: _snapshot,
 }
+_HANDLERS_WITHOUT_SNAPSHOTS = {kind: handler for kind, handler in _HANDLERS.items() if kind != RecordKind.SNAPSHOT}

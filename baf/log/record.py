@@ -28,6 +28,9 @@ class RecordKind:
     STEP_RESUMED = "step_resumed"
     #: Written after the records a fork copied from another session: ``{session, seq}`` (``baf.replay.fork``).
     FORKED_FROM = "forked_from"
+    #: The session's folded state (``baf.log.snapshot``), written between steps: a load starts from the
+    #: latest one.
+    SNAPSHOT = "snapshot"
     #: The user continued a fork: the messages it held (recorded before its cut, not handled there) are
     #: handled now. ``{seqs}`` lists them (``Agent.continue_session``, ``baf run ... --session``).
     FORK_CONTINUED = "fork_continued"

@@ -58,10 +58,21 @@ Layout
     record. The writer fills it: a group commit registers, in the same transaction as their rows, the
     sessions its connection has not registered yet (``baf.log.sqlite_commit``), so a session costs
     one ``INSERT OR IGNORE`` per connection rather than work on every row. Schema version 1 filled it
-    with a trigger on ``baf_records``, which cost a few microseconds a row. A version-1 file is read
-    and written as it is, trigger included: an older baf may still be writing it, and relies on the
-    trigger to list its sessions (dropping it would hide them). A new file gets version 2, which older
-    baf refuses.
+    with a trigger on ``baf_records``, which cost a few microseconds a row.
+
+    ``baf_work`` (version 3) holds one row per session whose work status (``baf.log.work``) is not
+    idle: the sessions with unfinished work, flagged ``unfinished``, and the rare fork holding
+    messages; the status itself as JSON. The writer updates it in the transaction of every group
+    holding a record that can change a status (three per turn: the message, the step's start and its
+    end), so ``unfinished_sessions`` reads only those rows however many finished sessions the log holds. The
+    partial index ``baf_records_snapshots`` has an entry per snapshot record only; ``read_for_load``
+    finds a session's latest snapshot through it.
+
+    Opening a version 1 or 2 file for writing upgrades it to version 3 in one transaction: the new
+    index table and index are created and ``baf_work`` filled by one pass over the records. A
+    version-1 file keeps its trigger, so an older baf still writing it keeps listing its sessions (but
+    does not keep ``baf_work``; an older baf refuses to open the upgraded file). A read-only
+    opening never upgrades: on an older file ``unfinished_sessions`` folds every session instead.
 
 Durability
     ``"normal"`` (``synchronous=NORMAL`` in WAL): a commit survives the process crashing or being
@@ -76,7 +87,7 @@ Reading only
     reader, with SQLite's read-only URI mode (``file:...?mode=ro``), for tools that must leave the file
     as they found it (``baf replay``, ``baf export``): it creates no file, runs no schema statement, no
     journal-mode change and no checkpoint, and ``append`` raises ``LogReadOnlyError``. It
-    reads every schema version this baf knows (1 and 2) and refuses, with ``LogError``, a missing
+    reads every schema version this baf knows (1, 2 and 3) and refuses, with ``LogError``, a missing
     file, a directory, a file that is not a SQLite database or has no baf tables, and a newer schema.
     A WAL-mode file being written by another process reads as usual. SQLite needs the file's
     ``-wal`` and ``-shm`` companions for that: a read-only connection creates them if they are missing
@@ -121,8 +132,9 @@ from baf.log import upcast as upcast_module
 from baf.log.jsontext import encode_json
 from baf.log.projection import SessionProjection
 from baf.log.record import Record, build_record
-from baf.log.sqlite_commit import INSERT_SQL, REGISTER_SQL, Row, commit_group, is_busy
+from baf.log.sqlite_commit import INSERT_SQL, REGISTER_SQL, SET_WORK_SQL, Mark, Row, commit_group, is_busy, marks_of
 from baf.log.store import SessionLog, check_appendable
+from baf.log.work import IDLE, WORK_KINDS, WorkStatus, work_after
 
 __all__ = [
     "DURABILITY_MODES",
@@ -145,7 +157,19 @@ DURABILITY_MODES: Final[dict[str, str]] = {"normal": "NORMAL", "full": "FULL"}
 
 #: Version of the table layout below, stored in ``baf_meta``. A file with a newer one is refused; one
 #: with an older one this baf knows (``_OLDER_VERSIONS``) is used as it is.
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
+
+# Added by version 3 (and by the upgrade of an older file): the index of sessions with unfinished work
+# (``baf.log.work``; a row per such session, none for the others) and the index of snapshot records
+# (partial: only snapshot rows have an entry, so it costs the other appends nothing).
+_INDEX_SCHEMA: Final = (
+    """CREATE TABLE IF NOT EXISTS baf_work (
+        session_id TEXT PRIMARY KEY,
+        status     TEXT NOT NULL,
+        unfinished INTEGER NOT NULL
+    ) WITHOUT ROWID""",
+    "CREATE INDEX IF NOT EXISTS baf_records_snapshots ON baf_records (session_id, seq) WHERE kind = 'snapshot'",
+)
 
 #: The statements that create the layout, run in one transaction. Public so tools can reuse them; a tool
 #: inserting rows itself (``INSERT_SQL``) registers their sessions too (``REGISTER_SQL``), or
@@ -167,12 +191,13 @@ SCHEMA: Final[tuple[str, ...]] = (
     )""",
     "CREATE TABLE IF NOT EXISTS baf_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     f"INSERT OR IGNORE INTO baf_meta (key, value) VALUES ('schema_version', '{SCHEMA_VERSION}')",
+    *_INDEX_SCHEMA,
 )
 
-#: Older layouts this baf reads and writes as they are. Version 1 differs only by a trigger that
-#: registers sessions (see "Layout" in the module docstring); the writer's own registration beside it
-#: is a no-op.
-_OLDER_VERSIONS: Final = frozenset({"1"})
+#: Older layouts this baf reads (as they are, read-only) and upgrades when it opens them for writing.
+#: Version 1 differs from 2 only by a trigger that registers sessions (see "Layout" in the module
+#: docstring; kept by the upgrade); 2 from 3 by the indexes of ``_INDEX_SCHEMA``.
+_OLDER_VERSIONS: Final = frozenset({"1", "2"})
 
 _SELECT_SQL: Final = (
     "SELECT seq, ts, kind, version, data FROM baf_records WHERE session_id = ? AND seq > ? ORDER BY seq"
@@ -182,6 +207,12 @@ _SELECT_RAW_SQL: Final = (
     "SELECT seq, CAST(kind AS BLOB), CAST(data AS BLOB) FROM baf_records WHERE session_id = ? AND seq > ? ORDER BY seq"
 )
 _SESSIONS_SQL: Final = "SELECT session_id FROM baf_sessions ORDER BY position"
+_UNFINISHED_SQL: Final = (
+    "SELECT w.session_id FROM baf_work AS w LEFT JOIN baf_sessions AS s ON s.session_id = w.session_id "
+    "WHERE w.unfinished = 1 ORDER BY s.position"
+)
+# Through the partial index baf_records_snapshots (where it exists): no scan of the session's rows.
+_LATEST_SNAPSHOT_SQL: Final = "SELECT max(seq) FROM baf_records WHERE session_id = ? AND kind = 'snapshot'"
 _BAF_TABLES: Final = ("baf_records", "baf_sessions", "baf_meta")
 _TABLES_SQL: Final = "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?, ?)"
 # The layouts this baf reads and writes.
@@ -301,6 +332,7 @@ class _Batch:
     """One ``append`` call waiting for the writer."""
 
     rows: list[Row]
+    marks: list[Mark]  # its records that change a work status (baf.log.work)
     future: asyncio.Future[None]
 
 
@@ -347,6 +379,8 @@ class SQLiteLog(SessionLog):
         self._durability: Durability = durability
         self._busy_timeout_ms = round(busy_timeout * 1000)
         self._read_only = bool(read_only)
+        # Whether the file has the indexes of schema version 3 (a writer upgrades it; a reader may not).
+        self._indexed = False
         self._state = _State.NEW
         self._lifecycle: asyncio.Lock | None = None
         self._lifecycle_loop: asyncio.AbstractEventLoop | None = None
@@ -423,6 +457,7 @@ class SQLiteLog(SessionLog):
                 self._state = _State.OPEN
                 return
             await self._open()
+            self._indexed = True
             # Made here, not in __init__: asyncio primitives belong to the loop that first waits on them.
             self._wakeup = wakeup = asyncio.Event()
             self._stopping = False
@@ -523,12 +558,15 @@ class SQLiteLog(SessionLog):
             )
         writer.execute(f"PRAGMA synchronous = {DURABILITY_MODES[self._durability]}")
         writer.execute("BEGIN IMMEDIATE")
+        stored = None
         if writer.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'baf_meta'").fetchone():
             row = writer.execute("SELECT value FROM baf_meta WHERE key = 'schema_version'").fetchone()
             stored = row[0] if row else None
             _check_version(self._path, stored)
         for statement in SCHEMA:
             writer.execute(statement)
+        if stored in _OLDER_VERSIONS:
+            _upgrade(writer)
         writer.execute("COMMIT")
         if self._durability == "normal":
             # Commits on the loop never wait (see _commit_group), and checkpoints, which fsync, are
@@ -555,6 +593,7 @@ class SQLiteLog(SessionLog):
             rows = await reader.execute_fetchall("SELECT value FROM baf_meta WHERE key = 'schema_version'")
             stored = next((row[0] for row in rows), None)
             _check_version(path, stored)
+            self._indexed = stored == str(SCHEMA_VERSION)
         except BaseException as exc:
             if reader is not None:
                 await reader.close()
@@ -650,6 +689,7 @@ class SQLiteLog(SessionLog):
         rows = [encode_record(record) for record in records]
         if not rows:
             return
+        marks = marks_of(records)
         if self._state is not _State.OPEN:
             await self.start()
         self._check_not_closed()
@@ -657,10 +697,10 @@ class SQLiteLog(SessionLog):
         if task is None or wakeup is None or task.done():
             raise LogClosedError(f"{self!r}: the writer task has stopped")
         size = _text_size([rows])
-        if self._may_commit_now(rows, size) and self._commit_now(rows, size):
+        if self._may_commit_now(rows, size) and self._commit_now(rows, marks, size):
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Batch(rows, future))
+        self._pending.append(_Batch(rows, marks, future))
         wakeup.set()
         await future
 
@@ -682,10 +722,10 @@ class SQLiteLog(SessionLog):
             and self._cursor is not None
         )
 
-    def _commit_now(self, rows: list[Row], size: int) -> bool:
+    def _commit_now(self, rows: list[Row], marks: list[Mark], size: int) -> bool:
         """Commit ``rows`` here and now; False (nothing written) if another process holds the lock."""
         assert self._cursor is not None
-        outcomes = self._commit_on_loop(self._cursor, [rows])
+        outcomes = self._commit_on_loop(self._cursor, [rows], [marks])
         if outcomes is None:
             return False
         if not self._round_total:
@@ -746,13 +786,17 @@ class SQLiteLog(SessionLog):
         if writer is None:
             raise LogClosedError(f"{self!r} has no connection")
         batches = [batch.rows for batch in live]
+        marks = [batch.marks for batch in live]
         size = _text_size(batches)
         try:
             if self._durability == "full":
-                outcomes = await self._on_worker(commit_group, writer, batches, self._registered)
+                outcomes = await self._on_worker(commit_group, writer, batches, self._registered, marks)
             else:
-                quick = self._commit_on_loop(writer, batches) if size <= _LOOP_COMMIT_BYTES else None
-                outcomes = quick if quick is not None else await self._on_worker(self._commit_waiting, writer, batches)
+                quick = self._commit_on_loop(writer, batches, marks) if size <= _LOOP_COMMIT_BYTES else None
+                if quick is None:
+                    outcomes = await self._on_worker(self._commit_waiting, writer, batches, marks)
+                else:
+                    outcomes = quick
         except Exception as exc:
             for batch in live:
                 _reject(batch.future, exc)
@@ -765,21 +809,23 @@ class SQLiteLog(SessionLog):
                 _reject(batch.future, outcome)
 
     def _commit_on_loop(
-        self, writer: sqlite3.Cursor, batches: list[list[Row]]
+        self, writer: sqlite3.Cursor, batches: list[list[Row]], marks: list[list[Mark]]
     ) -> list[BaseException | None] | None:
         """Commit without waiting for any lock; None if another connection holds it."""
         try:
-            return commit_group(writer, batches, self._registered)
+            return commit_group(writer, batches, self._registered, marks)
         except sqlite3.OperationalError as exc:
             if is_busy(exc):
                 return None
             raise
 
-    def _commit_waiting(self, writer: sqlite3.Cursor, batches: list[list[Row]]) -> list[BaseException | None]:
+    def _commit_waiting(
+        self, writer: sqlite3.Cursor, batches: list[list[Row]], marks: list[list[Mark]]
+    ) -> list[BaseException | None]:
         """Commit, waiting up to ``busy_timeout`` for the lock (worker thread)."""
         writer.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
         try:
-            return commit_group(writer, batches, self._registered)
+            return commit_group(writer, batches, self._registered, marks)
         finally:
             writer.execute("PRAGMA busy_timeout = 0")
 
@@ -911,6 +957,25 @@ class SQLiteLog(SessionLog):
             raise await _undecodable_or(exc, reader, session_id, 0) from exc
         return projection
 
+    async def unfinished_sessions(self) -> list[str]:
+        """The sessions with unfinished work (``baf.log.work``), from the ``baf_work`` index the
+        writer keeps in each append's transaction: one row per such session, whatever the log's size.
+
+        A file of schema version 1 or 2 opened read-only has no index: its sessions are folded instead.
+        """
+        reader = await self._reading()
+        if not self._indexed:
+            return await super().unfinished_sessions()
+        rows = await reader.execute_fetchall(_UNFINISHED_SQL)
+        return [session_id for (session_id,) in rows]
+
+    async def read_for_load(self, session_id: str) -> list[Record]:
+        """The records from the latest snapshot on, found through the ``baf_records_snapshots`` index."""
+        reader = await self._reading()
+        rows = await reader.execute_fetchall(_LATEST_SNAPSHOT_SQL, (session_id,))
+        latest = next((row[0] for row in rows), None)
+        return await self.read(session_id, after_seq=latest - 1 if type(latest) is int else 0)
+
     async def sessions(self) -> list[str]:
         """Return every session id in the log, in order of its first record."""
         reader = await self._reading()
@@ -995,6 +1060,33 @@ def _text_size(batches: list[list[Row]]) -> int:
 def _reject(future: asyncio.Future[None], exc: BaseException) -> None:
     if not future.done():
         future.set_exception(exc)
+
+
+def _upgrade(writer: sqlite3.Connection) -> None:
+    """Bring a version 1 or 2 file to the current layout, inside the caller's transaction.
+
+    ``SCHEMA`` has created the new indexes; this fills ``baf_work`` by folding, once, every
+    record that can change a work status (one pass over the table), and sets the version. A record
+    whose data does not decode counts as holding no fields here; reading it reports it as corrupt.
+    """
+    rows = writer.execute(
+        "SELECT session_id, seq, kind, CAST(data AS BLOB) FROM baf_records "
+        f"WHERE kind IN ({', '.join('?' * len(WORK_KINDS))}) ORDER BY session_id, seq",
+        sorted(WORK_KINDS),
+    )
+    statuses: dict[str, WorkStatus] = {}
+    for session_id, seq, kind, text in rows:
+        try:
+            data = _fast_loads(text)
+        except (ValueError, TypeError):
+            data = None
+        status = statuses.get(session_id, IDLE)
+        statuses[session_id] = work_after(status, kind, seq, data if isinstance(data, dict) else {})
+    writer.executemany(
+        SET_WORK_SQL,
+        ((sid, status.to_text(), int(status.unfinished)) for sid, status in statuses.items() if status != IDLE),
+    )
+    writer.execute("UPDATE baf_meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
 
 def _check_version(path: Path, stored: object) -> None:

@@ -19,15 +19,34 @@ import contextlib
 import functools
 import itertools
 import sqlite3
-from collections.abc import Sequence
-from typing import Final
+from collections.abc import Iterable, Sequence
+from typing import Any, Final
 
-from baf.errors import LogConflictError
+from baf.errors import LogConflictError, LogError
+from baf.log.work import IDLE, WORK_KINDS, WorkStatus, work_after
 
-__all__ = ["INSERT_SQL", "REGISTER_SQL", "ROWS_PER_STATEMENT", "Row", "commit_group", "is_busy"]
+__all__ = [
+    "INSERT_SQL",
+    "REGISTER_SQL",
+    "ROWS_PER_STATEMENT",
+    "SET_WORK_SQL",
+    "Mark",
+    "Row",
+    "commit_group",
+    "is_busy",
+    "marks_of",
+    "update_work",
+]
 
 #: One encoded row of ``baf_records``: (session_id, seq, ts, kind, version, data as JSON text).
 Row = tuple[str, int, float, str, int, str]
+#: A record that may change its session's work status (``baf.log.work``): (session_id, kind, seq, data).
+Mark = tuple[str, str, int, dict[str, Any]]
+
+_WORK_SQL: Final = "SELECT status FROM baf_work WHERE session_id = ?"
+#: Keeps a session's status in ``baf_work`` (a row per session whose status is not idle).
+SET_WORK_SQL: Final = "INSERT OR REPLACE INTO baf_work (session_id, status, unfinished) VALUES (?, ?, ?)"
+_CLEAR_WORK_SQL: Final = "DELETE FROM baf_work WHERE session_id = ?"
 
 INSERT_SQL: Final = "INSERT INTO baf_records (session_id, seq, ts, kind, version, data) VALUES (?, ?, ?, ?, ?, ?)"
 #: Registers a session in ``baf_sessions``; a no-op for a session already there (another writer's).
@@ -65,15 +84,50 @@ def is_busy(error: BaseException) -> bool:
     )
 
 
+def marks_of(records: Iterable[Any]) -> list[Mark]:
+    """The marks of the records (``Record``s) whose kind can change a work status, taken at ``append``
+    time: a shallow copy of their data, so the caller changing its dict afterwards cannot change them."""
+    return [(r.session_id, r.kind, r.seq, dict(r.data)) for r in records if r.kind in WORK_KINDS]
+
+
+def update_work(cursor: sqlite3.Cursor, marks: Sequence[Mark]) -> None:
+    """Fold ``marks`` into the ``baf_work`` index, inside the caller's transaction.
+
+    A session's status is read from the index (absent: idle), folded with ``baf.log.work.work_after``
+    and written back: a row while it is not idle, none once it is. Raises ``LogError`` for a damaged
+    index row.
+    """
+    statuses: dict[str, WorkStatus] = {}
+    for session_id, kind, seq, data in marks:
+        status = statuses.get(session_id)
+        if status is None:
+            row = cursor.execute(_WORK_SQL, (session_id,)).fetchone()
+            try:
+                status = IDLE if row is None else WorkStatus.from_text(row[0])
+            except ValueError as exc:
+                raise LogError(f"session {session_id!r}: its row in baf_work is damaged: {exc}") from exc
+        statuses[session_id] = work_after(status, kind, seq, data)
+    for session_id, status in statuses.items():
+        if status != IDLE:
+            cursor.execute(SET_WORK_SQL, (session_id, status.to_text(), int(status.unfinished)))
+        else:
+            cursor.execute(_CLEAR_WORK_SQL, (session_id,))
+
+
 def commit_group(
-    cursor: sqlite3.Cursor, batches: Sequence[list[Row]], registered: set[str]
+    cursor: sqlite3.Cursor,
+    batches: Sequence[list[Row]],
+    registered: set[str],
+    marks: Sequence[list[Mark]] = (),
 ) -> list[BaseException | None]:
     """Commit ``batches`` (each one ``append`` call) together with the writer's ``cursor``; return each
     batch's outcome. (One cursor kept for all commits: ``Connection.execute`` makes a new one each time,
     which costs more than a small statement.)
 
     ``registered`` holds the sessions known to be in ``baf_sessions``; the group registers the others
-    (in order of their first row) and, once committed, adds them to it.
+    (in order of their first row) and, once committed, adds them to it. ``marks`` (one list per batch,
+    or none at all) are the records that change work statuses: the group updates the
+    ``baf_work`` index with them in its transaction.
 
     The happy path is one multi-row ``INSERT`` in autocommit mode: SQLite runs a single statement as
     its own transaction, taking the write lock before it reads anything (as ``BEGIN IMMEDIATE``
@@ -85,17 +139,20 @@ def commit_group(
     """
     rows = batches[0] if len(batches) == 1 else list(itertools.chain.from_iterable(batches))
     new = _unregistered(rows, registered)
+    work = [mark for batch_marks in marks for mark in batch_marks]
     try:
-        if new or len(rows) > ROWS_PER_STATEMENT:
+        if new or work or len(rows) > ROWS_PER_STATEMENT:
             cursor.execute("BEGIN IMMEDIATE")
             cursor.executemany(REGISTER_SQL, ((session_id,) for session_id in new))
             _insert(cursor, rows)
+            if work:
+                update_work(cursor, work)
             cursor.execute("COMMIT")
         else:
             _insert(cursor, rows)
     except sqlite3.IntegrityError:
         _rollback(cursor)
-        return _commit_one_by_one(cursor, batches, registered)
+        return _commit_one_by_one(cursor, batches, registered, marks)
     except BaseException:
         _rollback(cursor)
         raise
@@ -120,7 +177,7 @@ def _insert(cursor: sqlite3.Cursor, rows: Sequence[Row]) -> None:
 
 
 def _commit_one_by_one(
-    cursor: sqlite3.Cursor, batches: Sequence[list[Row]], registered: set[str]
+    cursor: sqlite3.Cursor, batches: Sequence[list[Row]], registered: set[str], marks: Sequence[list[Mark]]
 ) -> list[BaseException | None]:
     """Replay a group that hit a UNIQUE violation, each batch under its own savepoint.
 
@@ -132,12 +189,14 @@ def _commit_one_by_one(
     landed: set[str] = set()  # sessions of the batches that landed, registered by this transaction
     try:
         cursor.execute("BEGIN IMMEDIATE")
-        for rows in batches:
+        for index, rows in enumerate(batches):
             new = _unregistered(rows, registered)
             cursor.execute("SAVEPOINT baf_batch")
             try:
                 cursor.executemany(REGISTER_SQL, ((session_id,) for session_id in new))
                 cursor.executemany(INSERT_SQL, rows)
+                if marks and marks[index]:
+                    update_work(cursor, marks[index])
             except sqlite3.IntegrityError as exc:
                 cursor.execute("ROLLBACK TO baf_batch")
                 cursor.execute("RELEASE baf_batch")

@@ -9,20 +9,30 @@ A store keeps these guarantees (the contract suite in ``baf.testing.store_contra
 4. A record that cannot be decoded raises ``CorruptRecordError`` naming its session and seq; nothing is
    skipped silently.
 5. ``sessions`` lists every session id that has at least one record, in order of first append.
+6. ``unfinished_sessions`` lists exactly the sessions with unfinished work by the rule of
+   ``baf.log.work`` (one pure function every store uses), as of the last append; a store keeps it as
+   an index updated in the append's own transaction, so an append that fails changes nothing in it
+   and listing it costs the same whatever the number of finished sessions.
+7. ``read_for_load`` returns a session's records from its latest ``snapshot`` record (inclusive) to the
+   end, or all of them if it has none; folded, they give the state the fold of all records gives.
 """
 
 from __future__ import annotations
 
 import abc
+import logging
 from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
 from typing import Self
 
-from baf.errors import LogConflictError
-from baf.log.projection import SessionProjection
-from baf.log.record import Record
+from baf.errors import CorruptSnapshotError, LogConflictError
+from baf.log.projection import SessionProjection, project
+from baf.log.record import Record, RecordKind
+from baf.log.work import IDLE, WORK_KINDS, work_after
 
-__all__ = ["SessionLog", "check_appendable"]
+__all__ = ["SessionLog", "check_appendable", "load_projection"]
+
+logger = logging.getLogger("baf.log")
 
 
 def check_appendable(records: Sequence[Record]) -> None:
@@ -58,6 +68,35 @@ class SessionLog(abc.ABC):
     @abc.abstractmethod
     async def sessions(self) -> list[str]:
         """Return the ids of all sessions in the log, in order of their first record."""
+
+    async def unfinished_sessions(self) -> list[str]:
+        """The sessions with unfinished work (``baf.log.work``), in order of their first record.
+
+        This default folds every record of every session: fine for a small store; MemoryLog and
+        SQLiteLog override it with an index kept by ``append``.
+        """
+        unfinished = []
+        for session_id in await self.sessions():
+            status = IDLE
+            for record in await self.read(session_id):
+                if record.kind in WORK_KINDS:
+                    status = work_after(status, record.kind, record.seq, record.data)
+            if status.unfinished:
+                unfinished.append(session_id)
+        return unfinished
+
+    async def read_for_load(self, session_id: str) -> list[Record]:
+        """The records of ``session_id`` from its latest ``snapshot`` record (inclusive) to the end; all
+        of them if it has none. Fold them (``project``) to load the session.
+
+        This default reads every record and drops those before the snapshot; a store overrides it to
+        find the snapshot through an index and read only from there.
+        """
+        records = await self.read(session_id)
+        for index in range(len(records) - 1, -1, -1):
+            if records[index].kind == RecordKind.SNAPSHOT:
+                return records[index:]
+        return records
 
     async def project(self, session_id: str) -> SessionProjection:
         """Fold every record of ``session_id`` into a ``SessionProjection`` (empty if it has none).
@@ -97,3 +136,17 @@ class SessionLog(abc.ABC):
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+async def load_projection(log: SessionLog, session_id: str) -> SessionProjection:
+    """The projection of ``session_id`` as a runtime loads it: its latest snapshot plus the records after.
+
+    A snapshot refused by its checks (``CorruptSnapshotError``) is logged as an error, naming session
+    and seq, and the session is rebuilt from all its records with snapshots ignored. Any other
+    ``LogError`` propagates.
+    """
+    try:
+        return project(session_id, await log.read_for_load(session_id))
+    except CorruptSnapshotError as exc:
+        logger.error("%s; rebuilding session %r from all its records", exc, session_id)
+        return project(session_id, await log.read(session_id), snapshots=False)

@@ -59,6 +59,7 @@ _LABELS: Final[dict[str, tuple[str, str]]] = {
     EntryKind.SESSION: ("● session", "bold"),
     EntryKind.MESSAGE: ("▶ user", "bold cyan"),
     EntryKind.TRANSITION: ("→ transition", "magenta"),
+    EntryKind.INTENT: ("? intent", "magenta"),
     EntryKind.VARIABLE: ("= variable", "dim"),
     EntryKind.REPLY: ("◀ reply", "bold green"),
     EntryKind.ERROR: ("✖ error", "bold red"),

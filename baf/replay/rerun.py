@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from baf.core.events import event_from_data
+from baf.core.intent_routing import INTENT_PREDICTED
 from baf.core.runtime import Runtime
 from baf.errors import ConfigurationError, LogClosedError, SessionNotFoundError
 from baf.llm.base import LLMResponse, ToolCall
@@ -66,6 +67,7 @@ _WHAT = {
     RecordKind.ERROR: "a different error",
     RecordKind.REASONING_STEP: "a different reasoning step",
     RecordKind.TASK_LIST: "a different task list",
+    INTENT_PREDICTED: "a different intent prediction",
 }
 
 
@@ -118,14 +120,18 @@ class LogEffects:
     """An :class:`~baf.reasoning.effects.EffectSource` answering from a recorded session.
 
     Model responses are served in the order they were recorded; tool results by the response they
-    belong to and their call id. Anything else raises :class:`ReplayGuardError`.
+    belong to and their call id; intent predictions (``intent_predicted``) in the order they were
+    recorded, so no intent classifier is asked. Anything else raises :class:`ReplayGuardError`.
     """
 
     def __init__(self, records: Sequence[Record]) -> None:
         self.responses: list[LLMResponse] = []
         self.results: dict[tuple[int, str], RecordedToolResult] = {}
+        self.predictions: list[dict[str, Any]] = []
         for record in records:
-            if record.kind == RecordKind.LLM_RESPONSE:
+            if record.kind == INTENT_PREDICTED:
+                self.predictions.append(dict(record.data))
+            elif record.kind == RecordKind.LLM_RESPONSE:
                 self.responses.append(LLMResponse.from_dict(record.data))
             elif record.kind == RecordKind.TOOL_RESULT:
                 data = record.data
@@ -135,7 +141,28 @@ class LogEffects:
                 self.results[(len(self.responses) - 1, str(data["call_id"]))] = result
         self.llm_served = 0
         self.tools_served = 0
+        self.intents_served = 0
         self.failures: list[str] = []
+        self._tool_schemas: dict[str, dict[str, Any]] = {}
+        for record in records:
+            if record.kind == RecordKind.LLM_REQUEST:
+                for schema in record.data.get("tools") or []:
+                    name = schema.get("function", {}).get("name") if isinstance(schema, dict) else None
+                    if isinstance(name, str):
+                        self._tool_schemas.setdefault(name, schema)
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        """Every tool schema the recorded requests offered, one per name, in the order first offered:
+        what tools that exist only while connected (MCP) are rebuilt from, since a re-run connects nothing."""
+        return list(self._tool_schemas.values())
+
+    def intent_prediction(self) -> dict[str, Any]:
+        """The next recorded ``intent_predicted`` data (read by ``baf.core.intent_routing``)."""
+        if self.intents_served >= len(self.predictions):
+            return self._fail(f"the code classified a message's intent (#{self.intents_served + 1}); "
+                              f"the log has only {len(self.predictions)} predictions")  # fmt: skip
+        self.intents_served += 1
+        return self.predictions[self.intents_served - 1]
 
     def llm_response(self, request: FullRequest) -> LLMResponse | None:
         """The next recorded response (the request is compared with the records, not here)."""
@@ -254,8 +281,7 @@ async def _run(agent: Agent, session_id: str, segment: _Segment, effects: LogEff
     if segment.seed:
         await store.start()
         await store.append(segment.seed)
-    runtime = Runtime(agent, store, agent._hooks, agent._max_body_threads)
-    agent._runtime = runtime  # sessions reach their runtime through the agent
+    runtime = Runtime(agent, store)
     try:
         with use_effect_source(effects):
             await runtime.start()
@@ -273,7 +299,6 @@ async def _run(agent: Agent, session_id: str, segment: _Segment, effects: LogEff
                 await runtime.wait_idle(session_id)
             produced = await store.read(session_id)
     finally:
-        agent._runtime = None
         await runtime.stop()
     return produced[len(segment.seed) :]
 

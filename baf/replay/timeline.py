@@ -49,6 +49,7 @@ class EntryKind:
     SESSION = "session"
     MESSAGE = "message"
     TRANSITION = "transition"
+    INTENT = "intent"
     VARIABLE = "variable"
     REPLY = "reply"
     ERROR = "error"
@@ -151,6 +152,8 @@ class TimelineBuilder:
         self._tool_calls: dict[str, Entry] = {}
         # The latest error record's data: it says why a step that follows was closed as interrupted.
         self._last_error: dict[str, Any] = {}
+        # The intent prediction of the message being handled: the transition it caused names it.
+        self._prediction: Record | None = None
 
     def feed(self, record: Record) -> list[Entry]:
         """Take the next record; return the top-level entries it completed."""
@@ -230,7 +233,30 @@ class TimelineBuilder:
         title = f"{d.get('source')} → {d.get('dest')}"
         if d.get("label"):
             title += f"  ({d['label']})"
+        label = str(d.get("label") or "")
+        if self._prediction is not None and any(m in label for m in ("(intent ", "(global intent ", "(no intent")):
+            title += f"  ← prediction #{self._prediction.seq}"
+            self._prediction = None
         return self._place(_entry(EntryKind.TRANSITION, record, title))
+
+    def _intent(self, record: Record) -> list[Entry]:
+        d = record.data
+        self._prediction = record
+        by = f"score {float(d.get('score') or 0):.2f} by {d.get('classifier')}"
+        if d.get("intent"):
+            title = f"intent {d['intent']} matched ({by})"
+            if d.get("parameters"):
+                title += ": " + ", ".join(f"{k}={v}" for k, v in dict(d["parameters"]).items())
+        elif d.get("error"):
+            title = f"no intent matched: {d['error']}"
+        elif d.get("best"):
+            title = f"no intent matched (best {d['best']}, {by}, below {d.get('threshold')})"
+        else:
+            title = "no intent matched"
+        entry = _entry(EntryKind.INTENT, record, title)
+        if d.get("error"):
+            entry.status = "error"
+        return self._place(entry)
 
     def _variable(self, record: Record) -> list[Entry]:
         d = record.data
@@ -376,6 +402,7 @@ _DISPATCH = {
     RecordKind.TASK_LIST: TimelineBuilder._task_list,
     RecordKind.REASONING_STEP: TimelineBuilder._reasoning_step,
     RecordKind.FORKED_FROM: TimelineBuilder._forked_from,
+    "intent_predicted": TimelineBuilder._intent,
 }
 
 

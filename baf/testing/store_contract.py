@@ -9,7 +9,8 @@ Subclass it in a test module under a name pytest collects, and say how to make a
             return MyStore(tmp_path / "log")
 
 Each test gets a fresh store from ``make_log``, started, and closes it afterwards. The tests check the
-numbered guarantees of ``baf.log.store`` plus the lifecycle (``start``/``close`` idempotent, no use
+numbered guarantees of ``baf.log.store`` (with the unfinished-work index and ``read_for_load``) plus the
+lifecycle (``start``/``close`` idempotent, no use
 after ``close`` until ``start`` reopens the store, with its records) and reading through
 ``baf.log.upcast``. A store must read through
 ``baf.log.upcast.upcast`` (looked up at call time): the upcasting tests swap its registry.
@@ -25,13 +26,14 @@ from typing import Any
 
 import pytest
 
-from baf.errors import LogClosedError, LogConflictError, UnknownRecordVersionError
+from baf.errors import CorruptSnapshotError, LogClosedError, LogConflictError, UnknownRecordVersionError
 from baf.log import upcast as upcast_module
 from baf.log.projection import project
 from baf.log.record import CURRENT_VERSION, Record, RecordKind
-from baf.log.store import SessionLog
+from baf.log.snapshot import seal, snapshot_data
+from baf.log.store import SessionLog, load_projection
 
-__all__ = ["SessionLogContract", "rec"]
+__all__ = ["SessionLogContract", "message", "rec", "started", "turn"]
 
 #: A fixed timestamp with a fractional part, so a store that rounds ts is caught.
 TS = 1_712_345_678.123456
@@ -351,3 +353,172 @@ class SessionLogContract(abc.ABC):
         with pytest.raises(UnknownRecordVersionError) as caught:
             await log.project("s")
         assert (caught.value.session_id, caught.value.seq) == ("s", 2)
+
+    # -- 6. the unfinished-work index -----------------------------------------------------------------
+
+    async def test_unfinished_sessions_follow_each_step_of_a_turn(self, log: SessionLog) -> None:
+        assert await log.unfinished_sessions() == []
+        await log.append([started("s", 1)])
+        assert await log.unfinished_sessions() == ["s"]  # the initial body has not run
+        await log.append([rec("s", 2, RecordKind.STEP_STARTED, {"event_seq": None})])
+        assert await log.unfinished_sessions() == ["s"]  # its step is open
+        await log.append([rec("s", 3, RecordKind.STEP_FINISHED, {"event_seq": None})])
+        assert await log.unfinished_sessions() == []
+        await log.append([message("s", 4)])
+        assert await log.unfinished_sessions() == ["s"]  # a message not handled yet
+        await log.append([rec("s", 5, RecordKind.STEP_STARTED, {"event_seq": 4}), rec("s", 6, "note")])
+        assert await log.unfinished_sessions() == ["s"]  # its step is open
+        await log.append([rec("s", 7, RecordKind.STEP_FINISHED, {"event_seq": 4})])
+        assert await log.unfinished_sessions() == []
+
+    async def test_a_second_message_keeps_a_session_unfinished(self, log: SessionLog) -> None:
+        await log.append([started("s", 1), *turn("s", 2), message("s", 5), message("s", 6)])
+        await log.append([rec("s", 7, RecordKind.STEP_STARTED, {"event_seq": 5})])
+        await log.append([rec("s", 8, RecordKind.STEP_FINISHED, {"event_seq": 5})])
+        assert await log.unfinished_sessions() == ["s"]  # seq 6 still waits
+        await log.append([rec("s", 9, RecordKind.STEP_STARTED, {"event_seq": 6})])
+        await log.append([rec("s", 10, RecordKind.STEP_FINISHED, {"event_seq": 6})])
+        assert await log.unfinished_sessions() == []
+
+    async def test_only_sessions_with_work_are_listed_in_order_of_first_record(self, log: SessionLog) -> None:
+        await log.append([rec("notes-only", 1), rec("notes-only", 2)])  # no session_started: not work
+        await log.append([started("b", 1), *turn("b", 2)])  # finished
+        await log.append([started("c", 1)])
+        await log.append([started("a", 1), *turn("a", 2), message("a", 5)])
+        await log.append([started("d", 1), *turn("d", 2)[:2]])  # step open
+        assert await log.unfinished_sessions() == ["c", "a", "d"]
+
+    async def test_a_refused_append_leaves_the_index_as_it_was(self, log: SessionLog) -> None:
+        await log.append([started("s", 1), *turn("s", 2)])
+        with pytest.raises(LogConflictError):
+            await log.append([message("s", 5), rec("s", 4, RecordKind.STEP_FINISHED, {"event_seq": None})])
+        with pytest.raises(TypeError):
+            await log.append([message("s", 5), rec("s", 6, data={"when": object()})])
+        assert await log.unfinished_sessions() == []
+        await log.append([started("t", 1)])
+        with pytest.raises(LogConflictError):
+            await log.append([rec("t", 2, RecordKind.STEP_STARTED, {"event_seq": None}), started("t", 1)])
+        assert await log.unfinished_sessions() == ["t"]
+
+    async def test_the_index_agrees_with_folding_every_session(self, log: SessionLog) -> None:
+        # Many sessions left at every point of a turn, appended concurrently: the index the store
+        # keeps lists what the plain rule (SessionLog's scanning default) finds.
+        steps = [started("x", 1), *turn("x", 2), message("x", 5)]
+        steps.append(rec("x", 6, RecordKind.STEP_STARTED, {"event_seq": 5}))
+
+        async def write(n: int) -> None:
+            session = f"s{n:03d}"
+            for record in steps[: n % (len(steps) + 1)]:
+                await log.append([Record(session, record.seq, record.kind, record.data, record.ts)])
+
+        await asyncio.gather(*(write(n) for n in range(60)))
+        expected = await SessionLog.unfinished_sessions(log)
+        assert await log.unfinished_sessions() == expected
+        # Left after 1, 2, 3, 5 or 6 of the steps, a session has work; after none or 4 (a finished turn), not.
+        assert expected == [f"s{n:03d}" for n in range(60) if n % (len(steps) + 1) in (1, 2, 3, 5, 6)]
+
+    async def test_a_fork_holds_its_messages_until_continued(self, log: SessionLog) -> None:
+        await log.append([started("f", 1), *turn("f", 2), message("f", 5)])
+        await log.append([rec("f", 6, RecordKind.FORKED_FROM, {"session": "origin", "seq": 5, "held": [5]})])
+        assert await log.unfinished_sessions() == []  # a debugging copy never acts by itself
+        await log.append([rec("f", 7, RecordKind.FORK_CONTINUED, {"seqs": [5]})])
+        assert await log.unfinished_sessions() == ["f"]
+
+    async def test_the_index_survives_close_and_start(self, log: SessionLog) -> None:
+        await log.append([started("s", 1), started("t", 1), *turn("t", 2)])
+        await log.close()
+        await log.start()
+        assert await log.unfinished_sessions() == ["s"]
+        await log.append([rec("s", 2, RecordKind.STEP_STARTED, {"event_seq": None})])
+        await log.append([rec("s", 3, RecordKind.STEP_FINISHED, {"event_seq": None})])
+        assert await log.unfinished_sessions() == []
+
+    # -- 7. read_for_load and snapshots ---------------------------------------------------------------
+
+    async def test_read_for_load_without_a_snapshot_is_read(self, log: SessionLog) -> None:
+        await log.append([started("s", 1), *turn("s", 2)])
+        assert await log.read_for_load("s") == await log.read("s")
+        assert await log.read_for_load("nobody") == []
+
+    async def test_read_for_load_starts_at_the_latest_snapshot(self, log: SessionLog) -> None:
+        records = [started("s", 1), *turn("s", 2)]
+        await log.append(records)
+        first = project("s", records)
+        await log.append([rec("s", 5, RecordKind.SNAPSHOT, snapshot_data(first))])
+        more = [message("s", 6), rec("s", 7, RecordKind.STEP_STARTED, {"event_seq": 6})]
+        more += [rec("s", 8, RecordKind.VARIABLE_SET, {"name": "n", "value": [1, 2]})]
+        more += [rec("s", 9, RecordKind.STEP_FINISHED, {"event_seq": 6})]
+        await log.append(more)
+        folded = project("s", await log.read("s"))
+        await log.append([rec("s", 10, RecordKind.SNAPSHOT, snapshot_data(folded)), message("s", 11)])
+        # Another session's snapshots are not this one's.
+        await log.append([started("other", 1), rec("other", 2, RecordKind.SNAPSHOT, {"not": "checked here"})])
+        loaded = await log.read_for_load("s")
+        assert [r.seq for r in loaded] == [10, 11]
+        assert loaded == (await log.read("s"))[9:]
+        assert project("s", loaded) == project("s", await log.read("s")) == await log.project("s")
+        assert project("s", loaded).variables == {"n": [1, 2]}
+        assert await load_projection(log, "s") == await log.project("s")
+
+    async def test_a_snapshot_changed_after_writing_is_refused_and_the_session_rebuilt(
+        self, log: SessionLog, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        records = [started("s", 1), *turn("s", 2)]
+        data = snapshot_data(project("s", records))
+        data["state"]["current_state"] = "elsewhere"  # digest no longer matches
+        await log.append([*records, rec("s", 5, RecordKind.SNAPSHOT, data), message("s", 6)])
+        with pytest.raises(CorruptSnapshotError) as caught:
+            project("s", await log.read_for_load("s"))
+        assert (caught.value.session_id, caught.value.seq) == ("s", 5)
+        rebuilt = await load_projection(log, "s")
+        assert rebuilt == project("s", await log.read("s"), snapshots=False)
+        assert rebuilt.current_state == "idle" and rebuilt.last_seq == 6
+        assert "seq 5" in caplog.text and "rebuilding session 's'" in caplog.text
+
+    async def test_a_snapshot_that_disagrees_with_the_fold_is_refused(self, log: SessionLog) -> None:
+        records = [started("s", 1), *turn("s", 2)]
+        state = project("s", records).to_state()
+        state["variables"] = {"invented": True}
+        await log.append([*records, rec("s", 5, RecordKind.SNAPSHOT, seal(state))])  # a valid digest
+        with pytest.raises(CorruptSnapshotError, match=r"disagrees with the fold.*variables"):
+            await log.project("s")
+        assert project("s", await log.read("s"), snapshots=False).variables == {}
+
+    async def test_a_snapshot_from_an_older_version_is_read_through_its_upcaster(
+        self, log: SessionLog, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        newer = upcast_module.Upcasters(current_version=CURRENT_VERSION + 1)
+
+        @newer.register(RecordKind.SNAPSHOT, from_version=CURRENT_VERSION)
+        def rename_vars(data: dict[str, Any]) -> dict[str, Any]:
+            state = data["state"]
+            state["variables"] = state.pop("vars")
+            return seal(state)
+
+        monkeypatch.setattr(upcast_module, "UPCASTERS", newer)
+        records = [started("s", 1), *turn("s", 2), rec("s", 5, RecordKind.VARIABLE_SET, {"name": "k", "value": 1})]
+        old_state = project("s", records).to_state()
+        old_state["vars"] = old_state.pop("variables")
+        await log.append([*records, rec("s", 6, RecordKind.SNAPSHOT, seal(old_state)), message("s", 7)])
+        loaded = project("s", await log.read_for_load("s"))
+        assert (loaded.variables, loaded.last_seq) == ({"k": 1}, 7)
+        assert loaded == await log.project("s")
+
+
+def started(session_id: str, seq: int) -> Record:
+    """A ``session_started`` record."""
+    return rec(session_id, seq, RecordKind.SESSION_STARTED, {"agent": "a", "platform": None, "initial_state": "idle"})
+
+
+def message(session_id: str, seq: int) -> Record:
+    """A ``message_received`` record."""
+    return rec(session_id, seq, RecordKind.MESSAGE_RECEIVED, {"event": {"type": "text", "text": "hi"}, "text": "hi"})
+
+
+def turn(session_id: str, seq: int) -> list[Record]:
+    """The initial body's step, started and finished: records ``seq`` .. ``seq + 2``."""
+    return [
+        rec(session_id, seq, RecordKind.STEP_STARTED, {"event_seq": None}),
+        rec(session_id, seq + 1, RecordKind.TRANSITION, {"source": "idle", "dest": "idle"}),
+        rec(session_id, seq + 2, RecordKind.STEP_FINISHED, {"event_seq": None}),
+    ]

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from baf import Agent, ReceiveTextEvent, Session
+from baf.core.session import runtime_side
 from baf.log import Record, open_log
 from baf.log.projection import project
 from baf.testing import RecordingPlatform
@@ -135,13 +136,14 @@ async def test_kill_9_mid_conversation_loses_no_acknowledged_message(tmp_path: P
 _STUCK_AT_START = """
 import asyncio, sys
 from baf import Agent
+from baf.core.session import runtime_side
 
 agent = Agent("starting", log=f"sqlite:///{sys.argv[1]}")
 state = agent.new_state("idle", initial=True)
 
 async def body(session):
     session.set("started", True)
-    await session.commit()
+    await runtime_side(session).commit()
     print("READY", flush=True)
     await asyncio.sleep(60)
 
@@ -227,7 +229,7 @@ async def test_replies_a_restart_makes_reach_a_platform_attached_later(db_url: s
         assert platform.events == []
         await agent2.get_or_create_session("s", platform)
         await agent2.wait_idle()
-        await agent2.sessions["s"].commit()
+        await runtime_side(agent2.sessions["s"]).commit()  # the delivery attaching started
         assert [kind for _, kind, _ in platform.events] == ["reply", "error"]
         assert platform.replies["s"] == ["still Ada"]
         await agent2.receive_message("s", "and now?", platform)

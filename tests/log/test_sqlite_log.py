@@ -385,9 +385,9 @@ def test_a_store_left_open_does_not_keep_the_process_alive(db: Path, use: str) -
 async def test_a_file_from_a_newer_schema_is_refused(db: Path) -> None:
     async with SQLiteLog(db) as log:
         await log.append([rec("s", 1)])
-    raw_execute(db, "UPDATE baf_meta SET value = '3' WHERE key = 'schema_version'")
+    raw_execute(db, "UPDATE baf_meta SET value = '99' WHERE key = 'schema_version'")
     log = SQLiteLog(db)
-    with pytest.raises(LogError, match="schema version '3'"):
+    with pytest.raises(LogError, match="schema version '99'"):
         await log.start()
     await log.close()
 
@@ -626,9 +626,9 @@ async def test_a_large_group_commits_on_the_worker_thread(db: Path, monkeypatch:
     threads: list[tuple[int, int]] = []  # (rows, thread) of each commit
     commit_group = sqlite_module.commit_group
 
-    def spy(cursor: sqlite3.Cursor, batches: Any, registered: set[str]) -> Any:
+    def spy(cursor: sqlite3.Cursor, batches: Any, registered: set[str], marks: Any = ()) -> Any:
         threads.append((sum(len(rows) for rows in batches), threading.get_ident()))
-        return commit_group(cursor, batches, registered)
+        return commit_group(cursor, batches, registered, marks)
 
     monkeypatch.setattr(sqlite_module, "commit_group", spy)
     loop_thread = threading.get_ident()

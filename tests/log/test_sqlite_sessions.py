@@ -222,9 +222,9 @@ def raw_query(path: Path, sql: str) -> list[Any]:
         connection.close()
 
 
-async def test_a_schema_1_file_is_written_as_it_is_and_an_older_writer_still_lists_its_sessions(db: Path) -> None:
+async def test_a_schema_1_file_is_upgraded_and_an_older_writer_still_lists_its_sessions(db: Path) -> None:
     # Version 1 registered sessions with a trigger. An older baf may still be writing the file and
-    # relies on it, so this baf keeps the trigger and the version, and registers its own sessions too.
+    # relies on it, so the upgrade keeps the trigger; this baf registers its own sessions too.
     write_schema_1_file(db, [("b", 1), ("a", 1), ("b", 2)])
     async with SQLiteLog(db) as log:
         assert await log.sessions() == ["b", "a"]
@@ -236,7 +236,7 @@ async def test_a_schema_1_file_is_written_as_it_is_and_an_older_writer_still_lis
         assert await log.sessions() == ["b", "a", "c", "old", "d"]
         assert [r.seq for r in await log.read("b")] == [1, 2, 3]
     assert raw_query(db, "SELECT name FROM sqlite_master WHERE type = 'trigger'") == [("baf_records_register_session",)]
-    assert raw_query(db, "SELECT value FROM baf_meta WHERE key = 'schema_version'") == [("1",)]
+    assert raw_query(db, "SELECT value FROM baf_meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
     async with SQLiteLog(db) as log:
         assert await log.sessions() == ["b", "a", "c", "old", "d"]
 
@@ -246,4 +246,4 @@ async def test_a_new_file_has_the_current_version_and_no_trigger(db: Path) -> No
         await log.append([rec("a", 1)])
     assert raw_query(db, "SELECT name FROM sqlite_master WHERE type = 'trigger'") == []
     assert raw_query(db, "SELECT value FROM baf_meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
-    assert SCHEMA_VERSION == 2
+    assert SCHEMA_VERSION == 3

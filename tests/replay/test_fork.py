@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from baf import Agent, Session
+from baf.core.session import runtime_side
 from baf.errors import SessionNotFoundError
 from baf.library.state.reasoning_state_library import new_reasoning_state
 from baf.llm.base import LLM
@@ -142,7 +143,7 @@ async def test_a_fork_holding_an_unhandled_message_waits_to_be_continued(db_url:
         session = await agent.get_or_create_session(new_id)
         await agent.wait_idle()
         assert llm.requests == [] and (await agent.log.read(new_id)) == forked
-        assert session.projection.held and session.current_state.name == "named"
+        assert runtime_side(session).projection.held and session.current_state.name == "named"
     async with build(db_url, llm) as agent:  # nor a second start
         await agent.wait_idle()
         assert llm.requests == [] and (await agent.log.read(new_id)) == forked

@@ -1,0 +1,114 @@
+"""SQLite's indexes for start-up and loading: ``baf_work`` and ``baf_records_snapshots`` (schema 3),
+kept in the append's transaction, used by the queries, and built by the upgrade of an older file."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+
+from baf_test_helpers import digest, query
+
+from baf.log import Record, RecordKind, SQLiteLog
+from baf.log.projection import project
+from baf.log.snapshot import snapshot_data
+from baf.log.sqlite import SCHEMA_VERSION
+from baf.log.store import SessionLog
+from baf.testing.store_contract import message, started, turn
+
+GOLDEN_DB = Path(__file__).resolve().parents[1] / "fixtures" / "golden" / "golden.db"  # schema version 1
+
+# The layout of schema version 2, verbatim: no baf_work, no snapshot index.
+_SCHEMA_2 = """
+CREATE TABLE baf_records (
+    position INTEGER PRIMARY KEY, session_id TEXT NOT NULL, seq INTEGER NOT NULL, ts REAL NOT NULL,
+    kind TEXT NOT NULL, version INTEGER NOT NULL, data TEXT NOT NULL, UNIQUE (session_id, seq));
+CREATE TABLE baf_sessions (position INTEGER PRIMARY KEY, session_id TEXT NOT NULL UNIQUE);
+CREATE TABLE baf_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+INSERT INTO baf_meta (key, value) VALUES ('schema_version', '2');
+"""
+
+
+def write_schema_2_file(path: Path, records: list[Record]) -> None:
+    connection = sqlite3.connect(path)
+    try:
+        connection.executescript(_SCHEMA_2)
+        with connection:
+            for r in records:
+                connection.execute("INSERT OR IGNORE INTO baf_sessions (session_id) VALUES (?)", (r.session_id,))
+                connection.execute(
+                    "INSERT INTO baf_records (session_id, seq, ts, kind, version, data) VALUES (?, ?, ?, ?, ?, ?)",
+                    (r.session_id, r.seq, r.ts, r.kind, r.version, json.dumps(r.data)),
+                )
+        connection.execute("PRAGMA journal_mode = DELETE")
+    finally:
+        connection.close()
+
+
+def mixed_sessions() -> list[Record]:
+    """Sessions "done" (finished), "waiting" (a message not handled), "open" (a step open) and "new"
+    (its initial body not run)."""
+    records = [started("done", 1), *turn("done", 2)]
+    records += [started("waiting", 1), *turn("waiting", 2), message("waiting", 5)]
+    records += [started("open", 1), *turn("open", 2)[:2]]
+    records += [started("new", 1)]
+    return records
+
+
+async def test_upgrading_a_schema_2_file_builds_the_index(tmp_path: Path) -> None:
+    db = tmp_path / "log.db"
+    write_schema_2_file(db, mixed_sessions())
+    async with SQLiteLog(db, read_only=True) as log:  # read-only: folded, and the file left as it is
+        before = digest(db)
+        assert await log.unfinished_sessions() == ["waiting", "open", "new"]
+    assert digest(db) == before
+    async with SQLiteLog(db) as log:
+        assert await log.unfinished_sessions() == ["waiting", "open", "new"]
+        await log.append([rec_step("new", 2, RecordKind.STEP_STARTED), rec_step("new", 3, RecordKind.STEP_FINISHED)])
+        assert await log.unfinished_sessions() == ["waiting", "open"]
+    assert query(db, "SELECT value FROM baf_meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
+    assert sorted(row[0] for row in query(db, "SELECT session_id FROM baf_work")) == ["open", "waiting"]
+
+
+async def test_the_golden_schema_1_log_is_upgraded_and_still_replays(tmp_path: Path) -> None:
+    db = tmp_path / "golden.db"
+    shutil.copyfile(GOLDEN_DB, db)
+    async with SQLiteLog(db, read_only=True) as log:
+        expected_unfinished = await SessionLog.unfinished_sessions(log)
+        expected = await log.project("golden-1")
+        records = await log.read("golden-1")
+    async with SQLiteLog(db) as log:
+        assert await log.unfinished_sessions() == expected_unfinished
+        assert await log.project("golden-1") == expected
+        assert await log.read("golden-1") == records
+    assert query(db, "SELECT value FROM baf_meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
+
+
+def rec_step(session_id: str, seq: int, kind: str) -> Record:
+    return Record(session_id, seq, kind, {"event_seq": None}, 1.0)
+
+
+async def test_the_queries_use_the_indexes(tmp_path: Path) -> None:
+    db = tmp_path / "log.db"
+    async with SQLiteLog(db) as log:
+        await log.append(mixed_sessions())
+        records = [started("s", 1), *turn("s", 2)]
+        await log.append([*records, Record("s", 5, RecordKind.SNAPSHOT, snapshot_data(project("s", records)))])
+        assert [r.seq for r in await log.read_for_load("s")] == [5]
+
+    def plan(sql: str, *params: object) -> str:
+        connection = sqlite3.connect(db)
+        try:
+            return " | ".join(row[3] for row in connection.execute("EXPLAIN QUERY PLAN " + sql, params))
+        finally:
+            connection.close()
+
+    from baf.log import sqlite as sqlite_module
+
+    snapshot_plan = plan(sqlite_module._LATEST_SNAPSHOT_SQL, "s")
+    assert "baf_records_snapshots" in snapshot_plan, snapshot_plan
+    unfinished_plan = plan(sqlite_module._UNFINISHED_SQL)
+    # One pass over the index table; each session's position found by its key, never a scan of it.
+    assert "SCAN w" in unfinished_plan and "SCAN s" not in unfinished_plan, unfinished_plan
+    assert "baf_records" not in unfinished_plan
