@@ -81,7 +81,8 @@ class Runtime:
     threads (default: the agent's). With a ``router`` (:mod:`baf.core.routing`) the runtime is one worker
     among many: it loads only the sessions the router lets it claim, forwards messages for the others to
     their owners, and takes forwarded ones with :meth:`receive_forwarded`. The engine-step hooks are the
-    agent's (:meth:`Agent.add_hook`). Platforms are started by the agent's own runtime (``agent.start()``), which is where they deliver.
+    agent's (:meth:`Agent.add_hook`). Platforms are started by the agent's own runtime
+    (``agent.start()``), which is where they deliver.
     """
 
     def __init__(
