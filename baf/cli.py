@@ -117,6 +117,18 @@ def _parser() -> argparse.ArgumentParser:
                       help="log file or URL (default: reasoning_demo.db in the working folder)")
     demo.set_defaults(handler=_cmd_demo)
 
+    serve = commands.add_parser(
+        "serve", help="run the agent in a Python file as N worker processes over one PostgreSQL log"
+    )
+    serve.add_argument("path", help="a Python file that defines an Agent (named 'agent', or the only one)")
+    serve.add_argument("--log", required=True, help="the PostgreSQL log: postgresql://user@host:port/database")
+    serve.add_argument("--workers", type=_count(1), default=1, help="worker processes on this host (default 1)")
+    serve.add_argument("--lease-ttl", type=float, default=10.0,
+                       help="seconds a dead worker's sessions wait before others take them over (default 10)")
+    serve.add_argument("--poll-interval", type=float, default=2.0,
+                       help="seconds between safety polls for missed notifications (default 2, at least 1)")
+    serve.set_defaults(handler=_cmd_serve)
+
     sessions = commands.add_parser("sessions", help="list the sessions of a log")
     sessions.add_argument("log", help="a log file or URL")
     sessions.set_defaults(handler=_cmd_sessions)
@@ -188,6 +200,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if any(isinstance(platform, TerminalPlatform) and platform.output_closed for platform in agent.platforms):
         return _stdout_closed()  # ended as any command whose reader went away (`| head`)
     return 0
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    if not Path(args.path).is_file():
+        raise FileNotFoundError(f"no such file: {args.path}")
+    if not args.log.lower().startswith(("postgresql://", "postgres://")):
+        raise ConfigurationError("baf serve runs many workers over one PostgreSQL log: --log postgresql://...; "
+                                 "for one process on SQLite use baf run")
+    if args.poll_interval < 1:
+        raise ConfigurationError(f"--poll-interval must be at least 1 second, got {args.poll_interval}")
+    if args.lease_ttl <= 0:
+        raise ConfigurationError(f"--lease-ttl must be positive, got {args.lease_ttl}")
+    from baf.serve.process import serve
+
+    return serve(args.path, args.log, args.workers, args.lease_ttl, args.poll_interval)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
