@@ -237,14 +237,14 @@ def _log_url(target: str) -> str:
 def open_existing_log(target: str, *, read_only: bool = True) -> SessionLog:
     """Open a log by URL or file path, refusing to create a new empty file by mistake.
 
-    A SQLite log is opened read-only unless ``read_only=False`` (``--fork-at``, which appends): reading
-    it must not change the file (no WAL switch, no tables added to a foreign database).
+    A SQLite or PostgreSQL log is opened read-only unless ``read_only=False`` (``--fork-at``, which
+    appends): reading it must not change it (no WAL switch, no tables added to a foreign database).
     A plain path names the file as it is: it is not parsed as a URL, so ``?``, ``#`` and ``%`` are
     part of the name.
     """
     if "://" not in target:
         log: SessionLog = SQLiteLog(target, read_only=read_only)
-    elif target.lower().startswith("sqlite:"):
+    elif target.lower().startswith(("sqlite:", "postgresql:", "postgres:")):
         log = open_log(target, read_only=read_only)
     else:
         log = open_log(target)
