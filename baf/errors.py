@@ -12,6 +12,8 @@
     │   │   └── CorruptSnapshotError  a snapshot record fails its checks or disagrees with the fold
     │   ├── UnknownRecordVersionError  a record written by a newer baf than this one
     │   ├── LogClosedError          append or read on a store that is not open
+    │   ├── LogStorageError         the store's file or database failed (damaged, unreadable, disk
+    │   │                           error); names the path, and the session and seq where known
     │   └── LogReadOnlyError        append on a store opened read-only
     ├── LLMError                    the model could not be used
     │   ├── LLMConnectionError      the server could not be reached (after retries)
@@ -57,6 +59,7 @@ __all__ = [
     "LogConflictError",
     "LogError",
     "LogReadOnlyError",
+    "LogStorageError",
     "PathEscapeError",
     "PatternBudgetError",
     "PatternDepthLimitError",
@@ -135,6 +138,21 @@ class UnknownRecordVersionError(LogError):
 
 class LogClosedError(LogError):
     """The store was used after ``close()`` and not started again."""
+
+
+class LogStorageError(LogError):
+    """The storage under a store failed: a damaged or unreadable file, a disk error, a lock held too long.
+
+    ``path`` is the store's file (or database); ``session_id`` and ``seq`` say where it happened when
+    that can be told (``None`` otherwise). The original error is ``__cause__``.
+    """
+
+    def __init__(self, path: object, what: str, session_id: str | None = None, seq: int | None = None) -> None:
+        where = "" if session_id is None else f" (session {session_id!r}" + ("" if seq is None else f" at seq {seq}")
+        super().__init__(f"{path}: {what}{where}{')' if where else ''}")
+        self.path = path
+        self.session_id = session_id
+        self.seq = seq
 
 
 class LogReadOnlyError(LogError):
