@@ -1,4 +1,4 @@
-"""The ``baf`` command: run an agent, run the demo, and read session logs."""
+"""The ``baf`` command: run an agent, run the demo, and read and check session logs."""
 
 from __future__ import annotations
 
@@ -129,6 +129,12 @@ def _parser() -> argparse.ArgumentParser:
 
     _add_replay_parser(commands)
     _add_export_parser(commands)
+
+    check = commands.add_parser(
+        "check", help="read a whole log and report what is damaged (exit status 1 if anything is)"
+    )
+    check.add_argument("log", help="a log file or URL (opened read-only)")
+    check.set_defaults(handler=_cmd_check)
     return parser
 
 
@@ -270,6 +276,29 @@ def _cmd_log(args: argparse.Namespace) -> int:
         shown = visible_json(data if len(data) < 300 else data[:297] + "...")
         table.add_row(str(r.seq), _when(r.ts), Text(visible(r.kind)), Text(shown))
     console.print(table)
+    return 0
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    """``baf check LOG``: the store's checks and baf's own (``baf.log.check``); 0 sound, 1 damaged."""
+    from baf.log.check import check_log
+
+    async def collect() -> Any:
+        async with open_existing_log(args.log) as log:
+            return await check_log(log)
+
+    report = asyncio.run(collect())
+    console = _Stdout(highlight=False)
+    console.print(Text(visible(f"{args.log}: {report.sessions:,} sessions, {report.records:,} records read")))
+    for finding in report.findings:
+        style = "red" if finding.damage else "yellow"
+        label = "damaged" if finding.damage else "note"
+        console.print(Text(visible(f"{label}: {finding}"), style=style), soft_wrap=True)
+    damage = sum(finding.damage for finding in report.findings)
+    if damage:
+        console.print(Text(visible(f"{args.log} is damaged: {damage} problem(s) found"), style="red"))
+        return 1
+    console.print(Text(visible(f"{args.log}: no damage found"), style="green"))
     return 0
 
 

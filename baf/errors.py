@@ -106,13 +106,26 @@ class LogConflictError(LogError):
 
 
 class CorruptRecordError(LogError):
-    """A stored record cannot be decoded."""
+    """A stored record cannot be decoded, fails its checksum, or is missing (a gap in the seqs).
 
-    def __init__(self, session_id: str, seq: int, reason: str) -> None:
-        super().__init__(f"corrupt record in session {session_id!r} at seq {seq}: {reason}")
+    ``path`` names the store's file when the store that read it knows it (``located``).
+    """
+
+    def __init__(self, session_id: str, seq: int, reason: str, path: object = None) -> None:
+        where = "" if path is None else f" of {path}"
+        super().__init__(f"corrupt record in session {session_id!r} at seq {seq}{where}: {reason}")
         self.session_id = session_id
         self.seq = seq
         self.reason = reason
+        self.path = path
+
+    def located(self, path: object) -> CorruptRecordError:
+        """The same error naming ``path`` (itself if it already names one), its cause kept."""
+        if self.path is not None:
+            return self
+        located = type(self)(self.session_id, self.seq, self.reason, path)
+        located.__cause__ = self.__cause__
+        return located
 
 
 class CorruptSnapshotError(CorruptRecordError):

@@ -58,6 +58,7 @@ import aiosqlite
 from baf.errors import LogClosedError, LogReadOnlyError, LogStorageError
 from baf.log.projection import SessionProjection
 from baf.log.record import Record
+from baf.log.sqlite_check import check_storage
 from baf.log.sqlite_codec import Row, encode_record
 from baf.log.sqlite_commit import INSERT_SQL, REGISTER_SQL, marks_of
 from baf.log.sqlite_reader import SQLiteReader
@@ -308,6 +309,11 @@ class SQLiteLog(SessionLog):
         reader = await self._reading()
         latest = await reader.latest_snapshot(session_id)
         return await reader.read(session_id, latest - 1 if latest is not None else 0)
+
+    async def check_storage(self) -> list[tuple[bool, str]]:
+        """SQLite's integrity check and the file's own consistency (``baf.log.sqlite_check``)."""
+        reader = await self._reading()
+        return await check_storage(self._path, reader.has_checksums)
 
     async def _reading(self) -> SQLiteReader:
         self._check_not_closed()

@@ -33,6 +33,7 @@ from baf.log import upcast as upcast_module
 from baf.log.checksum import record_checksum
 from baf.log.jsontext import encode_json
 from baf.log.record import Record
+from baf.log.store import missing_record
 
 __all__ = ["SELECT_COLUMNS", "Row", "collector_paused", "encode_record", "row_decoder"]
 
@@ -164,9 +165,7 @@ def row_decoder(
 def _missing(session_id: str, expected: int, found: object) -> None:
     if type(found) is not int:
         raise CorruptRecordError(session_id, expected, f"seq is {_sql_type(found)}, not an integer")
-    raise CorruptRecordError(
-        session_id, expected, f"the record is missing: the session's records go from seq {expected - 1} to {found}"
-    )
+    raise missing_record(session_id, expected, found)
 
 
 def _changed(session_id: str, seq: int) -> None:

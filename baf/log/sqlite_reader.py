@@ -48,7 +48,9 @@ class SQLiteReader:
         self._path = path
         #: Whether the file has the indexes of schema version 3 (``baf_work``, the snapshot index).
         self.indexed = version >= 3
-        columns = SELECT_COLUMNS if version >= CHECKSUM_VERSION else SELECT_COLUMNS.replace("checksum", "NULL")
+        #: Whether the file has the ``checksum`` column (schema version 4).
+        self.has_checksums = version >= CHECKSUM_VERSION
+        columns = SELECT_COLUMNS if self.has_checksums else SELECT_COLUMNS.replace("checksum", "NULL")
         self._select = f"SELECT {columns} FROM baf_records WHERE session_id = ? AND seq > ? ORDER BY seq"
 
     async def read(self, session_id: str, after_seq: int, limit: int | None = None) -> list[Record]:
@@ -69,8 +71,11 @@ class SQLiteReader:
             return build_record(session_id, seq, kind, data, ts, version)
 
         decode = row_decoder(session_id, after_seq, registry, make)
-        with collector_paused():
-            return [decode(None, row) for row in rows]
+        try:
+            with collector_paused():
+                return [decode(None, row) for row in rows]
+        except CorruptRecordError as exc:
+            raise exc.located(self._path) from exc.__cause__
 
     async def project(self, session_id: str) -> SessionProjection:
         """Fold every record of the session as it is fetched (see the module docstring)."""
@@ -86,6 +91,8 @@ class SQLiteReader:
                     pass  # each fetched row has been folded by the row factory
         except sqlite3.Error as exc:
             raise await self._failed(exc, session_id, projection.last_seq) from exc
+        except CorruptRecordError as exc:
+            raise exc.located(self._path) from exc.__cause__
         return projection
 
     async def sessions(self) -> list[str]:
@@ -117,9 +124,7 @@ class SQLiteReader:
         """Close the connection and end its thread without waiting (no event loop to wait on)."""
         self._connection.stop()
 
-    async def _fetch(
-        self, sql: str, params: tuple[Any, ...], what: str, session_id: str | None = None
-    ) -> list[Any]:
+    async def _fetch(self, sql: str, params: tuple[Any, ...], what: str, session_id: str | None = None) -> list[Any]:
         try:
             return list(await self._connection.execute_fetchall(sql, params))
         except sqlite3.Error as exc:
@@ -134,7 +139,7 @@ class SQLiteReader:
         """
         corrupt = await self._find_undecodable(session_id, after_seq)
         if corrupt is not None:
-            return corrupt
+            return corrupt.located(self._path)
         return LogStorageError(self._path, f"reading failed: {error}", session_id, after_seq + 1)
 
     async def _find_undecodable(self, session_id: str, after_seq: int) -> CorruptRecordError | None:
