@@ -281,24 +281,39 @@ def _cmd_log(args: argparse.Namespace) -> int:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     """``baf check LOG``: the store's checks and baf's own (``baf.log.check``); 0 sound, 1 damaged."""
-    from baf.log.check import check_log
+    from baf.log.check import CheckReport, Finding, check_log
+    from baf.log.sqlite_check import check_storage
 
     async def collect() -> Any:
-        async with open_existing_log(args.log) as log:
+        log = open_existing_log(args.log)
+        try:
+            await log.start()
+        except LogError as exc:
+            if not isinstance(log, SQLiteLog):
+                raise
+            # Too damaged to open as a log: what SQLite itself can still say about the file.
+            report = CheckReport(findings=[Finding(f"it cannot be opened as a log: {exc}")])
+            for damage, message in await check_storage(log.path, has_checksums=False):
+                report.findings.append(Finding(message, damage=damage))
+            return report
+        try:
             return await check_log(log)
+        finally:
+            await log.close()
 
     report = asyncio.run(collect())
     console = _Stdout(highlight=False)
-    console.print(Text(visible(f"{args.log}: {report.sessions:,} sessions, {report.records:,} records read")))
+    console.print(Text(visible(f"{args.log}: {report.sessions:,} sessions, {report.records:,} records read")),
+                  soft_wrap=True)  # fmt: skip
     for finding in report.findings:
         style = "red" if finding.damage else "yellow"
         label = "damaged" if finding.damage else "note"
         console.print(Text(visible(f"{label}: {finding}"), style=style), soft_wrap=True)
     damage = sum(finding.damage for finding in report.findings)
     if damage:
-        console.print(Text(visible(f"{args.log} is damaged: {damage} problem(s) found"), style="red"))
+        console.print(Text(visible(f"{args.log} is damaged: {damage} problem(s) found"), style="red"), soft_wrap=True)
         return 1
-    console.print(Text(visible(f"{args.log}: no damage found"), style="green"))
+    console.print(Text(visible(f"{args.log}: no damage found"), style="green"), soft_wrap=True)
     return 0
 
 
