@@ -51,7 +51,8 @@ Server → client:
     it again later), ``busy`` (``max_pending_messages`` messages of this connection are still being
     handled, or a ``history`` is still being sent: the frame was not acted on; retry after an answer),
     ``internal`` (the server failed on the frame; the connection stays usable), ``agent`` (an error
-    while handling a message, shown to the user).
+    while handling a message, shown to the user), ``rate_limited`` (a limit of ``limits`` was reached:
+    the frame was not acted on; the frame has ``retry_after``, the seconds to wait).
 
 Security
 ========
@@ -79,6 +80,10 @@ Security
 - Frames that are not valid JSON (also too deeply nested), seqs past 2**63-1 and texts with lone
   surrogates get an error frame; a failure while handling a frame gets ``internal``: none closes the
   connection.
+- ``limits`` (a :class:`~baf.platforms.limits.ClientLimits`) bounds connections in all and per network
+  address (beyond them the upgrade gets HTTP 503), new sessions per minute and frames per second, per
+  connection and per address (beyond them: ``error`` ``rate_limited``, the frame not acted on).
+- Requests with two ``Host``, ``Origin``, ``Authorization`` or ``Upgrade`` headers get HTTP 400.
 - A connection may have ``max_pending_messages`` messages accepted and not yet handled; more are refused
   with ``busy`` before they are recorded, so no client can grow a session's mailbox without bound.
 - Each connection has a send queue of ``send_queue_size`` frames and ``max_queued_bytes`` bytes; a
@@ -99,6 +104,7 @@ import hashlib
 import hmac
 import json
 import logging
+import math
 import os
 import re
 import secrets
@@ -111,13 +117,16 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
 from baf.core.events import ReceiveTextEvent
+from baf.core.platform import Platform
+from baf.core.session import runtime_side
 from baf.errors import ConfigurationError
 from baf.log.record import Record, RecordKind
-from baf.platforms.base import Platform
+from baf.log.redaction import Redactor, log_exception
+from baf.platforms.limits import ClientLimits, ConnectionBudget, RateLimiter
 
 try:
     from websockets.asyncio.server import Server, ServerConnection, serve
-    from websockets.datastructures import Headers
+    from websockets.datastructures import Headers, MultipleValuesError
     from websockets.exceptions import ConnectionClosed
     from websockets.http11 import Request, Response
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
@@ -141,6 +150,8 @@ _TOKEN_CONTEXT = b"baf.websocket.resume.v2:"
 # How far in the future an issue time may lie (clocks of several servers sharing a secret drift).
 _TOKEN_CLOCK_SKEW = 300.0
 _MAX_SEQ = 2**63 - 1
+# Headers a request may carry once: two would leave open which one the checks below should believe.
+_SINGLE_HEADERS = ("Host", "Origin", "Authorization", "Upgrade")
 _REPLY_FIELDS = ("format", "options", "name", "mime_type", "data")
 _STATIC = {
     "/": ("index.html", "text/html; charset=utf-8"),
@@ -166,6 +177,8 @@ class _Client:
     history_queued: bool = False
     #: Messages accepted from this connection whose handling has not finished.
     pending: set[asyncio.Future[None]] = field(default_factory=set)
+    #: Its share of ``limits``: frames per second and new sessions.
+    budget: ConnectionBudget | None = None
 
 
 class WebSocketPlatform(Platform):
@@ -192,9 +205,15 @@ class WebSocketPlatform(Platform):
         max_pending_messages: Messages of one connection accepted but not yet handled; more get ``busy``.
         max_queued_bytes: Bytes queued per connection before a client that does not read is dropped; a
             ``history`` frame is also cut to half of it.
+        limits: Connections, new sessions and frames per second a client may use (see
+            :class:`~baf.platforms.limits.ClientLimits` for the defaults).
     """
 
     name = "websocket"
+
+    def _redactor(self) -> Redactor | None:
+        """The agent's redactor, for what is logged (None: the process-wide secrets alone)."""
+        return self.agent.redactor if self.agent is not None else None
 
     def __init__(
         self,
@@ -215,6 +234,7 @@ class WebSocketPlatform(Platform):
         allowed_hosts: Sequence[str] | None = None,
         max_pending_messages: int = 4,
         max_queued_bytes: int = 8 * 1024 * 1024,
+        limits: ClientLimits | None = None,
     ) -> None:
         super().__init__()
         if min(max_message_size, send_queue_size, history_limit, max_pending_messages, max_queued_bytes) < 1:
@@ -242,6 +262,8 @@ class WebSocketPlatform(Platform):
         self.allowed_hosts = list(allowed_hosts) if allowed_hosts is not None else None
         self.max_pending_messages = max_pending_messages
         self.max_queued_bytes = max_queued_bytes
+        self.limits = limits if limits is not None else ClientLimits()
+        self._limiter = RateLimiter(self.limits)
         self._server: Server | None = None
         # The only per-session state: which connections show which session.
         self._routes: dict[str, set[_Client]] = {}
@@ -318,6 +340,17 @@ class WebSocketPlatform(Platform):
     # -- HTTP: the UI, authentication and origin checks -----------------------------------------
 
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        duplicated = next((name for name in _SINGLE_HEADERS if len(request.headers.get_all(name)) > 1), None)
+        if duplicated is not None:
+            # Which of two Hosts (or Origins, or tokens) would count? Neither: refuse, and cheaply, since
+            # anyone can send this over and over (the library logs one INFO line per rejected request).
+            return _text_response(HTTPStatus.BAD_REQUEST, f"duplicate {duplicated} header\n")
+        try:
+            return self._check_request(connection, request)
+        except MultipleValuesError as exc:  # any other header the checks read once, sent twice
+            return _text_response(HTTPStatus.BAD_REQUEST, f"duplicate {exc.args[0] if exc.args else ''} header\n")
+
+    def _check_request(self, connection: ServerConnection, request: Request) -> Response | None:
         path = urlsplit(request.path).path
         if not self._host_allowed(request):
             # A page on another name that resolves here (DNS rebinding) sends that name as Host.
@@ -333,6 +366,9 @@ class WebSocketPlatform(Platform):
             return _text_response(HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token\n")
         if not self._origin_allowed(request):
             return _text_response(HTTPStatus.FORBIDDEN, "origin not allowed\n")
+        refusal = self._limiter.refusal(_address(connection))
+        if refusal is not None:
+            return _text_response(HTTPStatus.SERVICE_UNAVAILABLE, f"too many connections: {refusal}\n")
         return None
 
     def _authorized(self, request: Request) -> bool:
@@ -348,7 +384,7 @@ class WebSocketPlatform(Platform):
             try:
                 return bool(self.auth_token(token))
             except Exception:
-                logger.exception("auth_token callback failed; refusing the connection")
+                log_exception(logger, self._redactor(), "auth_token callback failed; refusing the connection")
                 return False
         return hmac.compare_digest(token.encode("utf-8"), self.auth_token.encode("utf-8"))
 
@@ -407,7 +443,13 @@ class WebSocketPlatform(Platform):
     # -- connections ----------------------------------------------------------------------------
 
     async def _handle(self, ws: ServerConnection) -> None:
-        client = _Client(ws, asyncio.Queue(self.send_queue_size))
+        # Checked again here, counted from here: handshakes that passed the HTTP check together must not
+        # add up past the bound.
+        budget = self._limiter.connect(_address(ws))
+        if budget is None:
+            await ws.close(1013, "too many connections; try again later")
+            return
+        client = _Client(ws, asyncio.Queue(self.send_queue_size), budget=budget)
         client.writer = asyncio.ensure_future(self._write_loop(client))
         self._clients.add(client)
         try:
@@ -416,6 +458,7 @@ class WebSocketPlatform(Platform):
         except ConnectionClosed:
             pass
         finally:
+            self._limiter.disconnect(budget)
             self._unroute(client)
             self._clients.discard(client)
             if client.writer is not None:
@@ -434,7 +477,7 @@ class WebSocketPlatform(Platform):
         except ConnectionClosed:
             pass
         except Exception as exc:  # the writer must not die silently and leave the client queueing forever
-            logger.exception("websocket client %s: sending failed", client.ws.id)
+            log_exception(logger, self._redactor(), "websocket client %s: sending failed", client.ws.id)
             self._drop(client, self._session_of(client), f"sending failed ({type(exc).__name__})")
 
     def _session_of(self, client: _Client) -> Session | None:
@@ -484,7 +527,7 @@ class WebSocketPlatform(Platform):
                 {"platform": self.name, "connection": str(client.ws.id), "reason": reason, "frames": pending + 1},
             )
             # Durable now: an idle session's next commit may be far off, and a crash meanwhile would lose it.
-            flush = asyncio.ensure_future(session.flush())
+            flush = asyncio.ensure_future(runtime_side(session).flush())
             self._flushes.add(flush)
             flush.add_done_callback(self._flushed)
 
@@ -510,12 +553,20 @@ class WebSocketPlatform(Platform):
     def _send(self, client: _Client, frame: dict[str, Any]) -> None:
         self._enqueue(client, json.dumps(frame, ensure_ascii=False))
 
-    def _error(self, client: _Client, code: str, message: str) -> None:
-        self._send(client, {"type": "error", "code": code, "message": message})
+    def _error(self, client: _Client, code: str, message: str, **extra: Any) -> None:
+        self._send(client, {"type": "error", "code": code, "message": message, **extra})
+
+    def _rate_limited(self, client: _Client, wait: float, what: str) -> None:
+        retry = math.ceil(wait * 100) / 100
+        self._error(client, "rate_limited", f"{what}; try again in {retry:g} s", retry_after=retry)
 
     # -- inbound frames -------------------------------------------------------------------------
 
     async def _on_frame(self, client: _Client, raw: str | bytes) -> None:
+        wait = client.budget.message() if client.budget is not None else 0.0
+        if wait:  # counted before anything is parsed: a flood of junk costs as little as can be
+            self._rate_limited(client, wait, "too many frames per second; this one was ignored")
+            return
         if isinstance(raw, bytes):
             self._error(client, "binary", "binary frames are not supported; send JSON text frames")
             return
@@ -541,7 +592,9 @@ class WebSocketPlatform(Platform):
         try:
             await handler(self, client, frame)
         except Exception as exc:  # a bug here must cost one frame, not the connection
-            logger.exception("websocket client %s: handling a %r frame failed", client.ws.id, kind)
+            log_exception(
+                logger, self._redactor(), "websocket client %s: handling a %r frame failed", client.ws.id, kind
+            )
             self._error(client, "internal", f"the server failed on this frame ({type(exc).__name__})")
 
     async def _on_hello(self, client: _Client, frame: dict[str, Any]) -> None:
@@ -552,7 +605,7 @@ class WebSocketPlatform(Platform):
             self._error(client, "bad_token", "'resume' needs a 'token'; send hello for a new session")
             return
         if token is None:
-            self._welcome(client, self._new_session_id(), resumed=False)
+            self._new_session(client)
             return
         session_id = self.verify_resume_token(token) if isinstance(token, str) else None
         if session_id is None:
@@ -602,13 +655,20 @@ class WebSocketPlatform(Platform):
             # Returns once the message is durably recorded; handling goes on in the session's mailbox.
             done = await agent.receive_event(ReceiveTextEvent(client.session_id, message=text), self)
         except Exception as exc:
-            logger.exception("session %s: the agent could not take a message", client.session_id)
+            log_exception(logger, self._redactor(), "session %s: the agent could not take a message", client.session_id)
             self._error(client, "unavailable", f"the message was not accepted ({type(exc).__name__}); try again")
             return
         if not done.done():
             client.pending.add(done)
 
     async def _on_reset(self, client: _Client, frame: dict[str, Any]) -> None:
+        self._new_session(client)
+
+    def _new_session(self, client: _Client) -> None:
+        wait = client.budget.new_session() if client.budget is not None else 0.0
+        if wait:
+            self._rate_limited(client, wait, "too many new sessions from this client; resume one instead")
+            return
         self._welcome(client, self._new_session_id(), resumed=False)
 
     async def _on_history(self, client: _Client, frame: dict[str, Any]) -> None:
@@ -634,7 +694,7 @@ class WebSocketPlatform(Platform):
                 self._welcome(client, session.id, resumed=True)
             self._queue_history(client, after, records, last_seq=max(upto, after))
 
-        await session.read_delivered(read_and_bind)
+        await runtime_side(session).read_delivered(read_and_bind)
 
     _handlers: ClassVar[dict[str, Callable[[WebSocketPlatform, _Client, dict[str, Any]], Any]]] = {
         "hello": _on_hello,
@@ -826,6 +886,12 @@ def _binary_reply(fmt: str, content: bytes, mime_type: str, caption: str, name: 
         "text": caption,
         "data": base64.b64encode(content).decode("ascii"),
     }
+
+
+def _address(connection: ServerConnection) -> str:
+    """The client's network address (without the port): what the per-address limits count."""
+    remote = connection.remote_address
+    return str(remote[0]) if isinstance(remote, tuple) and remote else str(remote)
 
 
 def _text_response(status: HTTPStatus, text: str) -> Response:

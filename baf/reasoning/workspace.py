@@ -15,8 +15,18 @@ path, with the gap reads have.) Only regular
 files are written: a FIFO or a device is refused before it is opened for writing. Reads still act on
 the resolved path, so a process that swaps a folder for a symbolic link between the check and a read
 is not stopped: workspaces guard against a model's paths, not against a hostile local user who can
-write inside the root. Likewise a hard link inside the root to a file elsewhere is, to the filesystem,
-simply a file inside the root.
+write inside the root.
+
+A hard link inside the root to a file elsewhere is, to the filesystem, simply a file inside the root, so
+no path check can see it. Writes therefore refuse a file with more than one link by default
+(``allow_hard_links=True`` lifts that); reads of such a file are allowed.
+
+Some names are protected: version-control metadata (``.git``, ``.hg``, ``.svn``) and ``.env`` files by
+default (see ``protected``). A model that can write ``.git/config`` can make the operator's next ``git``
+command run a program of its choice (``core.fsmonitor``), and ``.env`` files hold secrets. Any path with
+a protected name as one of its parts (as given, or once symbolic links are resolved) is refused for
+writing, creating and deleting, and for reading and listing unless ``allow_protected_reads=True``.
+Writes larger than ``max_write_bytes`` are refused before anything is opened.
 
 Workspaces are read-only unless created with ``writable=True``: a model should not be able to change
 files nobody meant it to change.
@@ -27,6 +37,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import errno
+import fnmatch
 import os
 import stat
 from collections import deque
@@ -38,9 +49,12 @@ from typing import Any, BinaryIO, Final, Literal, cast
 from baf.errors import ConfigurationError, PathEscapeError, ToolError, WorkspaceError
 from baf.reasoning.tool import Tool
 
-__all__ = ["Workspace", "WorkspaceEntry", "workspace_tools"]
+__all__ = ["DEFAULT_PROTECTED", "Workspace", "WorkspaceEntry", "workspace_tools"]
 
 EntryKind = Literal["file", "directory", "outside", "broken", "other"]
+#: Names refused by default: version-control metadata (writing ``.git/config`` can run commands on the
+#: operator's next ``git`` call) and ``.env`` files (they hold secrets). Glob patterns are allowed.
+DEFAULT_PROTECTED: Final[tuple[str, ...]] = (".git", ".hg", ".svn", ".env", ".env.*")
 # Git's heuristic: text files do not contain NUL; only the head is inspected so huge files stay cheap.
 _BINARY_SNIFF_BYTES = 8192
 
@@ -101,6 +115,14 @@ class Workspace:
         writable: Allow ``write_file``, ``create_file`` and ``delete_file``. Off by default on purpose.
         max_read_bytes: ``read_file`` returns at most this many bytes, with a marker giving the full size.
         max_list_entries: ``list_directory`` shows at most this many entries, with a marker for the rest.
+        max_write_bytes: Largest content (UTF-8 bytes) ``write_file`` and ``create_file`` accept (1 MiB).
+        protected: File or folder names (or glob patterns, matched against each part of a path) the model
+            may not write, create or delete, nor read or list unless ``allow_protected_reads``. Default:
+            :data:`DEFAULT_PROTECTED` (``.git``, ``.hg``, ``.svn``, ``.env``, ``.env.*``); extend it with
+            ``[*DEFAULT_PROTECTED, "*.pem"]``, or pass ``()`` to protect nothing.
+        allow_protected_reads: Let the model read and list protected paths (writes stay refused).
+        allow_hard_links: Let writes replace a file that has more than one hard link. Off by default: a
+            hard link inside the root may lead to a file elsewhere, which no path check can see.
 
     Raises:
         ConfigurationError: the root does not exist or is not a folder, or a limit is not positive.
@@ -114,10 +136,18 @@ class Workspace:
         writable: bool = False,
         max_read_bytes: int = 200_000,
         max_list_entries: int = 1000,
+        max_write_bytes: int = 1024 * 1024,
+        protected: Sequence[str] = DEFAULT_PROTECTED,
+        allow_protected_reads: bool = False,
+        allow_hard_links: bool = False,
     ) -> None:
         if not isinstance(name, str) or not name.strip():
             raise ConfigurationError(f"a workspace needs a non-empty name, got {name!r}")
-        for label, limit in (("max_read_bytes", max_read_bytes), ("max_list_entries", max_list_entries)):
+        if isinstance(protected, str) or not all(isinstance(p, str) and p.strip() for p in protected):
+            raise ConfigurationError(f"workspace {name!r}: protected must be a list of non-empty names")
+        limits = (("max_read_bytes", max_read_bytes), ("max_list_entries", max_list_entries),
+                  ("max_write_bytes", max_write_bytes))  # fmt: skip
+        for label, limit in limits:
             if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
                 raise ConfigurationError(f"workspace {name!r}: {label} must be a positive integer")
         try:
@@ -132,6 +162,10 @@ class Workspace:
         self.writable = writable
         self.max_read_bytes = max_read_bytes
         self.max_list_entries = max_list_entries
+        self.max_write_bytes = max_write_bytes
+        self.protected: tuple[str, ...] = tuple(protected)
+        self.allow_protected_reads = allow_protected_reads
+        self.allow_hard_links = allow_hard_links
 
     def __repr__(self) -> str:
         mode = "writable" if self.writable else "read-only"
@@ -177,6 +211,36 @@ class Workspace:
         relative = real.relative_to(self.root).as_posix()
         return relative if relative != "." else "."
 
+    def protected_part(self, relative_path: str | os.PathLike[str], real: Path | None = None) -> str | None:
+        """The protected name on the way to ``relative_path`` (as given, or in ``real``, its path once
+        symbolic links are resolved, found with :meth:`resolve` when not given), or ``None``. Names are
+        compared case-insensitively, as on macOS and Windows, where ``.GIT`` is ``.git``."""
+        if not self.protected:
+            return None
+        if real is None:
+            try:
+                real = self.resolve(relative_path)
+            except WorkspaceError:
+                real = self.root
+        parts = (*Path(os.fspath(relative_path) or ".").parts, *real.relative_to(self.root).parts)
+        for part in parts:
+            folded = part.casefold()
+            if any(fnmatch.fnmatchcase(folded, pattern.casefold()) for pattern in self.protected):
+                return part
+        return None
+
+    def _refuse_protected(
+        self, relative_path: str | os.PathLike[str], real: Path, action: str, *, reading: bool
+    ) -> None:
+        if reading and self.allow_protected_reads:
+            return
+        part = self.protected_part(relative_path, real)
+        if part is not None:
+            raise WorkspaceError(
+                f"cannot {action} {os.fspath(relative_path)!r}: {part!r} is protected in workspace "
+                f"{self.name!r} (version-control metadata and secrets files are off limits to the model)"
+            )
+
     # ---- reading ----------------------------------------------------------------------------------------
 
     def _entry(self, directory: Path, name: str, shown_as: str) -> WorkspaceEntry:
@@ -212,6 +276,7 @@ class Workspace:
 
     def _directory(self, relative_path: str | os.PathLike[str]) -> Path:
         directory = self.resolve(relative_path)
+        self._refuse_protected(relative_path, directory, "list", reading=True)
         shown = os.fspath(relative_path) or "."
         if not directory.exists():
             raise WorkspaceError(f"no folder {shown!r} in workspace {self.name!r}")
@@ -256,9 +321,10 @@ class Workspace:
         A file over ``max_read_bytes`` is cut there, ending with a marker that gives its full size.
 
         Raises:
-            WorkspaceError: no such file, a folder, not a regular file, or a binary file.
+            WorkspaceError: no such file, a folder, not a regular file, a binary file, or a protected path.
         """
         path = self.resolve(relative_path)
+        self._refuse_protected(relative_path, path, "read", reading=True)
         shown = os.fspath(relative_path)
         try:
             info = path.stat()
@@ -299,9 +365,15 @@ class Workspace:
         if not self.writable:
             raise WorkspaceError(f"workspace {self.name!r} is read-only; cannot {action}")
 
-    def _writable_target(self, relative_path: str | os.PathLike[str], action: str) -> Path:
+    def _writable_target(self, relative_path: str | os.PathLike[str], action: str, data: bytes) -> Path:
         self._require_writable(action)
+        if len(data) > self.max_write_bytes:
+            raise WorkspaceError(
+                f"cannot {action} {os.fspath(relative_path)!r}: {len(data):,} bytes is over the limit of "
+                f"{self.max_write_bytes:,} bytes per write in workspace {self.name!r}; nothing was written"
+            )
         path = self.resolve(relative_path)
+        self._refuse_protected(relative_path, path, action, reading=False)
         if path == self.root or path.is_dir():
             raise WorkspaceError(f"{os.fspath(relative_path)!r} is a folder; cannot {action} it")
         return path
@@ -338,7 +410,9 @@ class Workspace:
             path.parent.mkdir(parents=True, exist_ok=True)
             if not exclusive:
                 with contextlib.suppress(FileNotFoundError):
-                    _require_regular(path.lstat(), shown)
+                    info = path.lstat()
+                    _require_regular(info, shown)
+                    self._refuse_hard_link(info, shown)
             return path.open("xb" if exclusive else "wb")
         flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         folder = self._open_folder(path.parent, create=True)
@@ -351,7 +425,9 @@ class Workspace:
         finally:
             os.close(folder)
         try:
-            _require_regular(os.fstat(fd), shown)
+            info = os.fstat(fd)
+            _require_regular(info, shown)
+            self._refuse_hard_link(info, shown)
             os.set_blocking(fd, True)
             os.ftruncate(fd, 0)  # not O_TRUNC: nothing is touched before it is known to be a regular file
             return os.fdopen(fd, "wb")
@@ -359,16 +435,25 @@ class Workspace:
             os.close(fd)
             raise
 
+    def _refuse_hard_link(self, info: os.stat_result, shown: str) -> None:
+        """A file with more than one link may be a file outside the root, reached through a hard link."""
+        if info.st_nlink > 1 and not self.allow_hard_links:
+            raise WorkspaceError(
+                f"cannot write {shown!r}: it has {info.st_nlink} hard links, so it may also be a file outside "
+                f"workspace {self.name!r}; nothing was changed"
+            )
+
     def write_file(self, relative_path: str | os.PathLike[str], content: str) -> str:
         """Write ``content`` (UTF-8) to a file, replacing it if it exists and creating missing folders.
 
         Raises:
-            WorkspaceError: the workspace is read-only, or the path is a folder, not a regular file, or
-                cannot be written. PathEscapeError: a folder or the file became a symbolic link meanwhile.
+            WorkspaceError: the workspace is read-only, or the path is a folder, not a regular file,
+                protected, a file with several hard links, or cannot be written; or ``content`` is over
+                ``max_write_bytes``. PathEscapeError: a folder or the file became a symbolic link meanwhile.
         """
-        path = self._writable_target(relative_path, "write")
-        shown = os.fspath(relative_path)
         data = content.encode("utf-8")
+        path = self._writable_target(relative_path, "write", data)
+        shown = os.fspath(relative_path)
         try:
             with self._open_for_writing(path, shown, exclusive=False) as handle:
                 handle.write(data)
@@ -380,11 +465,12 @@ class Workspace:
         """Create a new file with ``content``; refuse if anything already exists at that path.
 
         Raises:
-            WorkspaceError: the workspace is read-only, or the file exists, or it cannot be written.
+            WorkspaceError: the workspace is read-only, or the file exists, or the path is protected, or
+                ``content`` is over ``max_write_bytes``, or it cannot be written.
         """
-        path = self._writable_target(relative_path, "create")
-        shown = os.fspath(relative_path)
         data = content.encode("utf-8")
+        path = self._writable_target(relative_path, "create", data)
+        shown = os.fspath(relative_path)
         try:
             # O_EXCL: existence check and creation are one step (and an existing link is not followed).
             with self._open_for_writing(path, shown, exclusive=True) as handle:
@@ -401,11 +487,13 @@ class Workspace:
         """Delete a file. A symbolic link (inside the workspace) is removed itself, not its target.
 
         Raises:
-            WorkspaceError: the workspace is read-only, or there is no such file, or it is a folder.
+            WorkspaceError: the workspace is read-only, or there is no such file, or it is a folder, or
+                the path is protected.
         """
         self._require_writable("delete")
         shown = os.fspath(relative_path)
-        self.resolve(relative_path)  # refuses every escape, including a link that points outside
+        real = self.resolve(relative_path)  # refuses every escape, including a link that points outside
+        self._refuse_protected(relative_path, real, "delete", reading=False)
         relative = Path(shown or ".")
         if relative.name in ("", ".", ".."):
             raise WorkspaceError(f"{shown!r} is a folder; only files can be deleted")
@@ -467,7 +555,9 @@ class Workspace:
                     continue
                 entry = self._entry(directory, name, prefix + name)
                 found.append(entry.render())
-                if entry.kind == "directory" and not (directory / name).is_symlink():
+                # Protected folders (.git) are shown, not entered: their insides are no business of the model.
+                enter = self.allow_protected_reads or self.protected_part(prefix + name) is None
+                if entry.kind == "directory" and enter and not (directory / name).is_symlink():
                     pending.append(directory / name)
         if not found:
             return f"{header}\n(empty)"
