@@ -1,4 +1,4 @@
-"""The ``baf`` command: run an agent, run the demo, and read session logs."""
+"""The ``baf`` command: run an agent, run the demo, and read and check session logs."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from baf.errors import ConfigurationError, LogError
+from baf.errors import ConfigurationError, LogError, SessionNotFoundError
 from baf.log import SessionLog, SQLiteLog, open_log
 from baf.log.redaction import Redactor
 from baf.replay.render import visible, visible_json
@@ -105,8 +105,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="baf", description="baf: event-sourced state-machine agents.")
     commands = parser.add_subparsers(dest="command")
 
-    run = commands.add_parser("run", help="run the agent defined in a Python file on the terminal")
-    run.add_argument("path", help="a Python file that defines an Agent (named 'agent', or the only one)")
+    run = commands.add_parser("run", help="run the agent defined in a Python or YAML file on the terminal")
+    run.add_argument("path", help="a Python file that defines an Agent (named 'agent', or the only one), "
+                                  "or a YAML agent file (.yaml, .yml)")
     run.add_argument("--session", default=None,
                      help="session id of the terminal chat (default: terminal); a fork's messages held at its "
                           "cut are handled first")
@@ -139,8 +140,17 @@ def _parser() -> argparse.ArgumentParser:
     log.add_argument("--json", action="store_true", help="one JSON object per line")
     log.set_defaults(handler=_cmd_log)
 
+    schema = commands.add_parser("schema", help="print the JSON schema of YAML agent files (for editors)")
+    schema.set_defaults(handler=_cmd_schema)
+
     _add_replay_parser(commands)
     _add_export_parser(commands)
+
+    check = commands.add_parser(
+        "check", help="read a whole log and report what is damaged (exit status 1 if anything is)"
+    )
+    check.add_argument("log", help="a log file or URL (opened read-only)")
+    check.set_defaults(handler=_cmd_check)
     return parser
 
 
@@ -171,18 +181,22 @@ def find_agent(module: Any) -> Agent:
         return candidate
     agents = [value for value in vars(module).values() if isinstance(value, Agent)]
     if len(agents) != 1:
-        raise LookupError(
-            f"{module.__name__} must define one Agent (or name it 'agent'); found {len(agents)}"
-        )
+        raise ConfigurationError(f"{module.__name__} must define one Agent (or name it 'agent'); found {len(agents)}")
     return agents[0]
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     if not Path(args.path).is_file():
         raise FileNotFoundError(f"no such file: {args.path}")
-    with _user_code():
-        module = load_agent_module(args.path)
-    agent = find_agent(module)
+    if Path(args.path).suffix.lower() in (".yaml", ".yml"):
+        from baf.declarative import load_agent
+
+        with _user_code():  # a tool or body module of the file may fail to import: its traceback helps
+            agent = load_agent(args.path)
+    else:
+        with _user_code():
+            module = load_agent_module(args.path)
+        agent = find_agent(module)
     from baf.platforms.terminal import TerminalPlatform  # here: markdown rendering is slow to import
 
     terminals = [platform for platform in agent.platforms if isinstance(platform, TerminalPlatform)]
@@ -215,6 +229,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from baf.serve.process import serve
 
     return serve(args.path, args.log, args.workers, args.lease_ttl, args.poll_interval)
+
+
+def _cmd_schema(args: argparse.Namespace) -> int:
+    from baf.declarative import agent_schema
+
+    print(json.dumps(agent_schema(), indent=2, ensure_ascii=False))
+    return 0
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -278,7 +299,7 @@ def _cmd_log(args: argparse.Namespace) -> int:
 
     records = asyncio.run(collect())
     if not records:
-        raise LookupError(f"session {args.session!r} has no records in {args.log}")
+        raise SessionNotFoundError(args.session, args.log)
     redactor = Redactor.from_environment()  # as replay and export: a log written before a key was set
     if redactor.active:
         records = [redactor.redact_record(r) for r in records]
@@ -297,6 +318,44 @@ def _cmd_log(args: argparse.Namespace) -> int:
         shown = visible_json(data if len(data) < 300 else data[:297] + "...")
         table.add_row(str(r.seq), _when(r.ts), Text(visible(r.kind)), Text(shown))
     console.print(table)
+    return 0
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    """``baf check LOG``: the store's checks and baf's own (``baf.log.check``); 0 sound, 1 damaged."""
+    from baf.log.check import CheckReport, Finding, check_log
+    from baf.log.sqlite_check import check_storage
+
+    async def collect() -> Any:
+        log = open_existing_log(args.log)
+        try:
+            await log.start()
+        except LogError as exc:
+            if not isinstance(log, SQLiteLog):
+                raise
+            # Too damaged to open as a log: what SQLite itself can still say about the file.
+            report = CheckReport(findings=[Finding(f"it cannot be opened as a log: {exc}")])
+            for damage, message in await check_storage(log.path, has_checksums=False):
+                report.findings.append(Finding(message, damage=damage))
+            return report
+        try:
+            return await check_log(log)
+        finally:
+            await log.close()
+
+    report = asyncio.run(collect())
+    console = _Stdout(highlight=False)
+    console.print(Text(visible(f"{args.log}: {report.sessions:,} sessions, {report.records:,} records read")),
+                  soft_wrap=True)  # fmt: skip
+    for finding in report.findings:
+        style = "red" if finding.damage else "yellow"
+        label = "damaged" if finding.damage else "note"
+        console.print(Text(visible(f"{label}: {finding}"), style=style), soft_wrap=True)
+    damage = sum(finding.damage for finding in report.findings)
+    if damage:
+        console.print(Text(visible(f"{args.log} is damaged: {damage} problem(s) found"), style="red"), soft_wrap=True)
+        return 1
+    console.print(Text(visible(f"{args.log}: no damage found"), style="green"), soft_wrap=True)
     return 0
 
 

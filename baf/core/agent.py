@@ -14,7 +14,7 @@ import inspect
 import logging
 import signal
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType, TracebackType
 from typing import TYPE_CHECKING, Any, overload
@@ -30,7 +30,7 @@ from baf.core.session import Session
 from baf.core.state import State
 from baf.errors import ConfigurationError
 from baf.log import SessionLog, open_log
-from baf.log.redaction import Redactor
+from baf.log.redaction import Redactor, log_exception
 from baf.reasoning.skill import Skill
 from baf.reasoning.tool import Tool
 from baf.reasoning.toolset import Toolset
@@ -143,8 +143,8 @@ class Agent:
     def new_intent(
         self,
         name: str,
-        training_sentences: list[str] | tuple[str, ...],
-        parameters: list[IntentParameter | str | Mapping[str, Any]] | None = None,
+        training_sentences: Sequence[str],
+        parameters: Sequence[IntentParameter | str | Mapping[str, Any]] | None = None,
         description: str | None = None,
     ) -> Intent:
         """Declare an intent: what a user may mean, shown by example sentences.
@@ -495,7 +495,7 @@ class Agent:
                 try:
                     await platform.stop()
                 except Exception:
-                    logger.exception("platform %s failed to stop", platform.name)
+                    log_exception(logger, self.redactor, "platform %s failed to stop", platform.name)
             await runtime.stop()
         finally:
             self._stopping = None

@@ -42,6 +42,10 @@ logger = logging.getLogger("baf.session")
 _T = TypeVar("_T")
 
 
+#: At most this many replies wait for a platform to attach (see ``LiveSession.attach_platform``).
+_PARKED_LIMIT = 1000
+
+
 def _retrieve_exception(future: asyncio.Future[None]) -> None:
     if not future.cancelled():
         future.exception()
@@ -68,6 +72,10 @@ class LiveSession:
         self._loop = asyncio.get_running_loop()
         self._outbox: deque[Callable[[], Awaitable[None]]] = deque()
         self._commit_lock = asyncio.Lock()
+        # Replies and error messages for this session's platform made while none was attached (a restart
+        # handles recorded messages before the platform that serves the session asks for it): sent, in
+        # order, once one is (see attach_platform). Bounded: the log keeps them all anyway.
+        self._parked: deque[tuple[str, tuple[Any, ...]]] = deque(maxlen=_PARKED_LIMIT)
         #: What bodies, conditions, hooks and platforms are given.
         self.session = Session(self)
 
@@ -166,9 +174,39 @@ class LiveSession:
         """Queue ``platform.<method>(session, *args)`` for the next commit, as :meth:`queue_after_commit`
         does; nothing if the platform has no such method (streaming is optional for a platform). The
         agent's secrets are redacted from ``args``, as from the records."""
+        if self.platform is None and method == "reply_error" and self.projection.platform is not None:
+            shown = self.redacted(args)
+
+            async def deliver_or_park() -> None:
+                if self.platform is not None:
+                    await self.platform.reply_error(self.session, *shown)
+                else:
+                    self.park(method, shown)
+
+            self._outbox.append(deliver_or_park)
+            return
         send = getattr(self.platform, method, None)
         if send is not None:
             self._outbox.append(functools.partial(send, self.session, *self.redacted(args)))
+
+    def park(self, method: str, args: tuple[Any, ...]) -> None:
+        """Keep ``platform.<method>(session, *args)`` (a reply, an error message; redacted) for the
+        platform this session has but that is not attached yet: :meth:`attach_platform` sends it."""
+        self._parked.append((method, args))
+
+    def attach_platform(self, platform: Platform) -> None:
+        """Serve this session on ``platform`` from now on. Replies and error messages made while it had
+        no platform (a restart handling recorded messages before the platform asked for the session)
+        are sent to it first, in order, before what is queued for delivery now (that came later)."""
+        self.platform = platform
+        if not self._parked:
+            return
+        parked = [(getattr(platform, method, None), args) for method, args in self._parked]
+        self._parked.clear()
+        self._outbox.extendleft(
+            functools.partial(send, self.session, *args) for send, args in reversed(parked) if send is not None
+        )
+        asyncio.ensure_future(self.commit()).add_done_callback(_retrieve_exception)
 
     def redacted(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
         """``args`` with the agent's secrets replaced in strings, containers and dataclasses (a

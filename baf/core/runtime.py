@@ -31,6 +31,7 @@ from baf.errors import ConfigurationError, LogClosedError, LogError
 from baf.log import open_log
 from baf.log.jsontext import json_copy
 from baf.log.record import RecordKind
+from baf.log.redaction import log_exception
 from baf.log.store import SessionLog
 from baf.reasoning.toolset import start_toolsets, stop_toolsets
 
@@ -258,7 +259,7 @@ class Runtime:
             try:
                 await live.flush()
             except LogError:
-                logger.exception("session %s: final flush failed", live.id)
+                log_exception(logger, self.agent.redactor, "session %s: final flush failed", live.id)
         try:
             await self.log.close()
         finally:
@@ -305,7 +306,7 @@ class Runtime:
                 loading.add_done_callback(lambda _: self._loading.pop(session_id, None))
             live = await asyncio.shield(loading)
         if platform is not None and live.platform is None:
-            live.platform = platform
+            live.attach_platform(platform)
         return live
 
     async def _load(self, session_id: str, platform: Platform | None = None) -> LiveSession:
@@ -496,7 +497,7 @@ class Runtime:
                     continue  # interrupt() on a runtime that goes on: the queued events still run
                 if not isinstance(exc, Exception):
                     raise
-                logger.exception("session %s: step failed", live.id)
+                log_exception(logger, self.agent.redactor, "session %s: step failed", live.id)
                 continue
             _discard(mailbox, item)
             _settle(item, None)

@@ -121,6 +121,7 @@ from baf.core.platform import Platform
 from baf.core.session import runtime_side
 from baf.errors import ConfigurationError
 from baf.log.record import Record, RecordKind
+from baf.log.redaction import Redactor, log_exception
 from baf.platforms.limits import ClientLimits, ConnectionBudget, RateLimiter
 
 try:
@@ -209,6 +210,10 @@ class WebSocketPlatform(Platform):
     """
 
     name = "websocket"
+
+    def _redactor(self) -> Redactor | None:
+        """The agent's redactor, for what is logged (None: the process-wide secrets alone)."""
+        return self.agent.redactor if self.agent is not None else None
 
     def __init__(
         self,
@@ -379,7 +384,7 @@ class WebSocketPlatform(Platform):
             try:
                 return bool(self.auth_token(token))
             except Exception:
-                logger.exception("auth_token callback failed; refusing the connection")
+                log_exception(logger, self._redactor(), "auth_token callback failed; refusing the connection")
                 return False
         return hmac.compare_digest(token.encode("utf-8"), self.auth_token.encode("utf-8"))
 
@@ -472,7 +477,7 @@ class WebSocketPlatform(Platform):
         except ConnectionClosed:
             pass
         except Exception as exc:  # the writer must not die silently and leave the client queueing forever
-            logger.exception("websocket client %s: sending failed", client.ws.id)
+            log_exception(logger, self._redactor(), "websocket client %s: sending failed", client.ws.id)
             self._drop(client, self._session_of(client), f"sending failed ({type(exc).__name__})")
 
     def _session_of(self, client: _Client) -> Session | None:
@@ -587,7 +592,9 @@ class WebSocketPlatform(Platform):
         try:
             await handler(self, client, frame)
         except Exception as exc:  # a bug here must cost one frame, not the connection
-            logger.exception("websocket client %s: handling a %r frame failed", client.ws.id, kind)
+            log_exception(
+                logger, self._redactor(), "websocket client %s: handling a %r frame failed", client.ws.id, kind
+            )
             self._error(client, "internal", f"the server failed on this frame ({type(exc).__name__})")
 
     async def _on_hello(self, client: _Client, frame: dict[str, Any]) -> None:
@@ -648,7 +655,7 @@ class WebSocketPlatform(Platform):
             # Returns once the message is durably recorded; handling goes on in the session's mailbox.
             done = await agent.receive_event(ReceiveTextEvent(client.session_id, message=text), self)
         except Exception as exc:
-            logger.exception("session %s: the agent could not take a message", client.session_id)
+            log_exception(logger, self._redactor(), "session %s: the agent could not take a message", client.session_id)
             self._error(client, "unavailable", f"the message was not accepted ({type(exc).__name__}); try again")
             return
         if not done.done():
