@@ -27,7 +27,7 @@ from baf.replay.render import visible, visible_json
 if TYPE_CHECKING:
     from baf.core.agent import Agent
 
-__all__ = ["find_agent", "load_agent_module", "main", "open_existing_log"]
+__all__ = ["find_agent", "load_agent_file", "load_agent_module", "main", "open_existing_log"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,7 +121,7 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser(
         "serve", help="run the agent in a Python file as N worker processes over one PostgreSQL log"
     )
-    serve.add_argument("path", help="a Python file that defines an Agent (named 'agent', or the only one)")
+    serve.add_argument("path", help="a Python file that defines an Agent, or a YAML agent")
     serve.add_argument("--log", required=True, help="the PostgreSQL log: postgresql://user@host:port/database")
     serve.add_argument("--workers", type=_count(1), default=1, help="worker processes on this host (default 1)")
     serve.add_argument("--lease-ttl", type=float, default=10.0,
@@ -185,18 +185,22 @@ def find_agent(module: Any) -> Agent:
     return agents[0]
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
-    if not Path(args.path).is_file():
-        raise FileNotFoundError(f"no such file: {args.path}")
-    if Path(args.path).suffix.lower() in (".yaml", ".yml"):
+def load_agent_file(path: str | Path) -> Agent:
+    """The agent a file defines: a YAML agent (``.yaml``/``.yml``) or a Python file (see :func:`find_agent`)."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"no such file: {path}")
+    if Path(path).suffix.lower() in (".yaml", ".yml"):
         from baf.declarative import load_agent
 
         with _user_code():  # a tool or body module of the file may fail to import: its traceback helps
-            agent = load_agent(args.path)
-    else:
-        with _user_code():
-            module = load_agent_module(args.path)
-        agent = find_agent(module)
+            return load_agent(path)
+    with _user_code():
+        module = load_agent_module(path)
+    return find_agent(module)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    agent = load_agent_file(args.path)
     from baf.platforms.terminal import TerminalPlatform  # here: markdown rendering is slow to import
 
     terminals = [platform for platform in agent.platforms if isinstance(platform, TerminalPlatform)]

@@ -40,10 +40,10 @@ def serve(path: str, dsn: str, workers: int, lease_ttl: float, poll_interval: fl
 
 
 async def _run_worker(path: str, dsn: str, lease_ttl: float, poll_interval: float) -> None:
-    from baf.cli import find_agent, load_agent_module
+    from baf.cli import load_agent_file  # the loader baf run uses: Python or YAML agents
     from baf.serve.worker import Worker
 
-    agent = find_agent(load_agent_module(path))
+    agent = load_agent_file(path)
     worker = Worker(agent, dsn, lease_ttl=lease_ttl, poll_interval=poll_interval)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()

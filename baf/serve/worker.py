@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from baf.core.agent import Agent
     from baf.core.platform import Platform
 
-__all__ = ["Worker"]
+__all__ = ["Worker", "default_worker_id"]
 
 logger = logging.getLogger("baf.serve")
 
