@@ -1,4 +1,4 @@
-"""The ``baf`` command: run an agent, run the demo, and read session logs."""
+"""The ``baf`` command: run an agent, run the demo, and read and check session logs."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from baf.replay.render import visible, visible_json
 if TYPE_CHECKING:
     from baf.core.agent import Agent
 
-__all__ = ["find_agent", "load_agent_module", "main", "open_existing_log"]
+__all__ = ["find_agent", "load_agent_file", "load_agent_module", "main", "open_existing_log"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,6 +118,18 @@ def _parser() -> argparse.ArgumentParser:
                       help="log file or URL (default: reasoning_demo.db in the working folder)")
     demo.set_defaults(handler=_cmd_demo)
 
+    serve = commands.add_parser(
+        "serve", help="run the agent in a Python file as N worker processes over one PostgreSQL log"
+    )
+    serve.add_argument("path", help="a Python file that defines an Agent, or a YAML agent")
+    serve.add_argument("--log", required=True, help="the PostgreSQL log: postgresql://user@host:port/database")
+    serve.add_argument("--workers", type=_count(1), default=1, help="worker processes on this host (default 1)")
+    serve.add_argument("--lease-ttl", type=float, default=10.0,
+                       help="seconds a dead worker's sessions wait before others take them over (default 10)")
+    serve.add_argument("--poll-interval", type=float, default=2.0,
+                       help="seconds between safety polls for missed notifications (default 2, at least 1)")
+    serve.set_defaults(handler=_cmd_serve)
+
     sessions = commands.add_parser("sessions", help="list the sessions of a log")
     sessions.add_argument("log", nargs="?", help=f"a log file or URL (default: {DEFAULT_LOG_FILE} in this folder)")
     sessions.set_defaults(handler=_cmd_sessions)
@@ -133,6 +145,12 @@ def _parser() -> argparse.ArgumentParser:
 
     _add_replay_parser(commands)
     _add_export_parser(commands)
+
+    check = commands.add_parser(
+        "check", help="read a whole log and report what is damaged (exit status 1 if anything is)"
+    )
+    check.add_argument("log", help="a log file or URL (opened read-only)")
+    check.set_defaults(handler=_cmd_check)
     return parser
 
 
@@ -167,18 +185,22 @@ def find_agent(module: Any) -> Agent:
     return agents[0]
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
-    if not Path(args.path).is_file():
-        raise FileNotFoundError(f"no such file: {args.path}")
-    if Path(args.path).suffix.lower() in (".yaml", ".yml"):
+def load_agent_file(path: str | Path) -> Agent:
+    """The agent a file defines: a YAML agent (``.yaml``/``.yml``) or a Python file (see :func:`find_agent`)."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"no such file: {path}")
+    if Path(path).suffix.lower() in (".yaml", ".yml"):
         from baf.declarative import load_agent
 
         with _user_code():  # a tool or body module of the file may fail to import: its traceback helps
-            agent = load_agent(args.path)
-    else:
-        with _user_code():
-            module = load_agent_module(args.path)
-        agent = find_agent(module)
+            return load_agent(path)
+    with _user_code():
+        module = load_agent_module(path)
+    return find_agent(module)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    agent = load_agent_file(args.path)
     from baf.platforms.terminal import TerminalPlatform  # here: markdown rendering is slow to import
 
     terminals = [platform for platform in agent.platforms if isinstance(platform, TerminalPlatform)]
@@ -196,6 +218,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if any(isinstance(platform, TerminalPlatform) and platform.output_closed for platform in agent.platforms):
         return _stdout_closed()  # ended as any command whose reader went away (`| head`)
     return 0
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    if not Path(args.path).is_file():
+        raise FileNotFoundError(f"no such file: {args.path}")
+    if not args.log.lower().startswith(("postgresql://", "postgres://")):
+        raise ConfigurationError("baf serve runs many workers over one PostgreSQL log: --log postgresql://...; "
+                                 "for one process on SQLite use baf run")
+    if args.poll_interval < 1:
+        raise ConfigurationError(f"--poll-interval must be at least 1 second, got {args.poll_interval}")
+    if args.lease_ttl <= 0:
+        raise ConfigurationError(f"--lease-ttl must be positive, got {args.lease_ttl}")
+    from baf.serve.process import serve
+
+    return serve(args.path, args.log, args.workers, args.lease_ttl, args.poll_interval)
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
@@ -225,14 +262,14 @@ def _log_url(target: str) -> str:
 def open_existing_log(target: str, *, read_only: bool = True) -> SessionLog:
     """Open a log by URL or file path, refusing to create a new empty file by mistake.
 
-    A SQLite log is opened read-only unless ``read_only=False`` (``--fork-at``, which appends): reading
-    it must not change the file (no WAL switch, no tables added to a foreign database).
+    A SQLite or PostgreSQL log is opened read-only unless ``read_only=False`` (``--fork-at``, which
+    appends): reading it must not change it (no WAL switch, no tables added to a foreign database).
     A plain path names the file as it is: it is not parsed as a URL, so ``?``, ``#`` and ``%`` are
     part of the name.
     """
     if "://" not in target:
         log: SessionLog = SQLiteLog(target, read_only=read_only)
-    elif target.lower().startswith("sqlite:"):
+    elif target.lower().startswith(("sqlite:", "postgresql:", "postgres:")):
         log = open_log(target, read_only=read_only)
     else:
         log = open_log(target)
@@ -330,6 +367,44 @@ def _pick_a_session(target: str) -> int:
     if rows:
         render_sessions(stderr, rows, f"sessions in {target}")
     return 2
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    """``baf check LOG``: the store's checks and baf's own (``baf.log.check``); 0 sound, 1 damaged."""
+    from baf.log.check import CheckReport, Finding, check_log
+    from baf.log.sqlite_check import check_storage
+
+    async def collect() -> Any:
+        log = open_existing_log(args.log)
+        try:
+            await log.start()
+        except LogError as exc:
+            if not isinstance(log, SQLiteLog):
+                raise
+            # Too damaged to open as a log: what SQLite itself can still say about the file.
+            report = CheckReport(findings=[Finding(f"it cannot be opened as a log: {exc}")])
+            for damage, message in await check_storage(log.path, has_checksums=False):
+                report.findings.append(Finding(message, damage=damage))
+            return report
+        try:
+            return await check_log(log)
+        finally:
+            await log.close()
+
+    report = asyncio.run(collect())
+    console = _Stdout(highlight=False)
+    console.print(Text(visible(f"{args.log}: {report.sessions:,} sessions, {report.records:,} records read")),
+                  soft_wrap=True)  # fmt: skip
+    for finding in report.findings:
+        style = "red" if finding.damage else "yellow"
+        label = "damaged" if finding.damage else "note"
+        console.print(Text(visible(f"{label}: {finding}"), style=style), soft_wrap=True)
+    damage = sum(finding.damage for finding in report.findings)
+    if damage:
+        console.print(Text(visible(f"{args.log} is damaged: {damage} problem(s) found"), style="red"), soft_wrap=True)
+        return 1
+    console.print(Text(visible(f"{args.log}: no damage found"), style="green"), soft_wrap=True)
+    return 0
 
 
 # -- replay and export (the work is in baf.replay.commands) ---------------------------------------
