@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import subprocess
 import sys
@@ -98,3 +99,28 @@ def test_ci_runs_the_readmes_test_command() -> None:
         assert part in ci, part
     demo = readme_block("bash", "baf demo").strip()
     assert demo == "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/baf demo"
+
+
+async def test_the_platform_page_runs_a_custom_platform_until_its_input_ends() -> None:
+    from baf import Agent, Session
+    from baf.log import MemoryLog
+
+    doc = (DOCS / "writing_a_platform.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", doc, re.S)
+    platform_code = next(block for block in blocks if "class LinesPlatform" in block)
+    main_code = next(block for block in blocks if "async def main" in block)
+    agent = Agent("echo", log=MemoryLog())
+    state = agent.new_state("echo", initial=True)
+
+    def echo(session: Session) -> None:
+        if session.event is not None:
+            session.reply(f"echo: {session.event.text}")
+
+    state.set_body(echo)
+    state.when_event().go_to(state)
+    namespace: dict[str, object] = {"agent": agent}
+    exec(compile(platform_code + main_code, "writing_a_platform.md", "exec"), namespace)
+    await asyncio.wait_for(namespace["main"](), 10)  # type: ignore[operator]
+    platform = agent.find_platform("lines")
+    assert platform is not None and platform.replies == ["echo: hello", "echo: how are you?"]  # type: ignore[attr-defined]
+    assert not agent.running
