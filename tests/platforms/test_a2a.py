@@ -44,6 +44,7 @@ from baf.testing import FunctionLLM, ScriptedLLM
 from baf.testing.platform_contract import ContractClient, Output, PlatformContract
 
 _users = itertools.count(1)
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "a2a_agents.py"
 
 
 def _user_message(text: str, context_id: str) -> SendMessageRequest:
@@ -204,6 +205,21 @@ async def test_the_card_and_the_stream_show_the_agent_and_its_reasoning_steps() 
         assert await helper.log.sessions() == ["a2a-ctx-1"]
 
 
+async def test_an_a2a_0_3_client_is_served_too() -> None:
+    helper = _helper_agent("memory://")
+    platform = helper.use_a2a_platform("127.0.0.1", 0)
+    message = {"kind": "message", "messageId": "m1", "role": "user", "contextId": "c03",
+               "parts": [{"kind": "text", "text": "old client"}]}  # fmt: skip
+    async with helper, httpx.AsyncClient(timeout=10) as http:
+        response = await http.post(
+            platform.url, json={"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": message}}
+        )
+        task = response.json()["result"]
+        assert task["status"]["state"] == "completed"
+        assert task["artifacts"][0]["parts"] == [{"kind": "text", "text": "helper says: OLD CLIENT"}]
+        assert await helper.log.sessions() == ["a2a-c03"]
+
+
 async def test_a_port_in_use_is_a_clear_configuration_error() -> None:
     from baf.errors import ConfigurationError
 
@@ -349,3 +365,23 @@ async def test_a_peer_that_answers_with_a_message_is_read_too(peers: list[FakePe
     _, results = await _ask_through(peer.url)
     assert results[0]["is_error"] is False
     assert results[0]["content"] == 'plain answer\n{"n": 4.0}'
+
+
+async def test_the_example_runs_offline_and_both_logs_re_run_identically(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib.util
+
+    path = EXAMPLE
+    spec = importlib.util.spec_from_file_location("examples_a2a_agents", path)
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    replies = await example.main(tmp_path)
+    assert replies == [
+        "The weather agent says Zurich: rain, 9 °C. So: pack an umbrella.",
+        "The weather agent says Lisbon: sunny, 24 °C. So: pack for the weather.",
+    ]
+    out = capsys.readouterr().out
+    assert "re-run of planner/trip: identical" in out and "re-run of weather/a2a-" in out
+    assert out.count("identical") == 2
