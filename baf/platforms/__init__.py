@@ -17,7 +17,7 @@ import logging
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
-from baf.platforms.base import Platform
+from baf.core.platform import Platform
 
 if TYPE_CHECKING:
     from baf.platforms.a2a import A2APlatform

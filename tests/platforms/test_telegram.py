@@ -15,7 +15,7 @@ import pytest
 
 from baf import Agent
 from baf.core.events import ReceiveFileEvent
-from baf.core.session import Session
+from baf.core.session import Session, runtime_side
 from baf.errors import ConfigurationError
 from baf.platforms import Platform
 from baf.platforms.telegram import TelegramPlatform
@@ -234,12 +234,13 @@ async def test_reasoning_steps_edit_one_status_message_rate_limited(server: BotA
     async def body(session: Session) -> None:
         if session.event is None:
             return  # the session's start
-        session.queue_platform_call("reply_reasoning_step", ReasoningStep("reasoning_started", 0, "start"))
+        live = runtime_side(session)  # streams as the reasoning library does
+        live.queue_platform_call("reply_reasoning_step", ReasoningStep("reasoning_started", 0, "start"))
         for i in range(30):
-            session.queue_platform_call("reply_reasoning_step", ReasoningStep("llm_text", i, f"step <{i}>"))
-            await session.commit()
+            live.queue_platform_call("reply_reasoning_step", ReasoningStep("llm_text", i, f"step <{i}>"))
+            await live.commit()
             await asyncio.sleep(0.01)
-        session.queue_platform_call("reply_reasoning_step", ReasoningStep("reasoning_finished", 30, "end"))
+        live.queue_platform_call("reply_reasoning_step", ReasoningStep("reasoning_finished", 30, "end"))
         session.reply("answer")
 
     agent, _ = await _running(server, body, step_edit_interval=0.1)

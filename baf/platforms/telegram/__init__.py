@@ -60,8 +60,8 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from baf.core.events import Event, ReceiveFileEvent, ReceiveTextEvent
+from baf.core.platform import Platform
 from baf.errors import ConfigurationError
-from baf.platforms.base import Platform
 from baf.platforms.telegram.markup import MESSAGE_LIMIT, render_html, split_message, utf16_length
 from baf.platforms.telegram.outbox import ChatOutbox
 from baf.platforms.telegram.status import StatusView
