@@ -6,6 +6,7 @@
     ├── ConfigurationError          the agent was wired wrongly (duplicate state, two initial states, ...)
     │                               or cannot start as set up (a platform's port is in use, ...)
     ├── SessionVariableError        a session variable that cannot be stored (not JSON-serialisable)
+    ├── SessionIdError              a session id that cannot be used (empty, not text, holds a secret)
     ├── LogError                    the session log broke one of its guarantees
     │   ├── LogConflictError        (session_id, seq) already exists: an append never overwrites
     │   ├── CorruptRecordError      a stored record cannot be decoded; names session and seq
@@ -65,6 +66,7 @@ __all__ = [
     "PatternNotFoundError",
     "PatternStepLimitError",
     "PatternStepTimeoutError",
+    "SessionIdError",
     "SessionVariableError",
     "StructuredOutputError",
     "ToolArgumentError",
@@ -87,6 +89,11 @@ class ConfigurationError(BafError):
 
 class SessionVariableError(BafError, TypeError):
     """A session variable value that cannot be recorded (it must be JSON-serialisable)."""
+
+
+class SessionIdError(BafError, ValueError):
+    """A session id that cannot be used: empty, not a string, or holding one of the agent's secrets
+    (ids are stored and shown as they are, in every record, so an id must never carry a secret)."""
 
 
 class LogError(BafError):

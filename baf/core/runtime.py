@@ -18,7 +18,7 @@ from baf.core.machine import MachineModel, compile_machine
 from baf.core.session import Session
 from baf.core.threadpool import DaemonThreadPool
 from baf.core.writer import SessionWriter
-from baf.errors import ConfigurationError, LogClosedError, LogError
+from baf.errors import ConfigurationError, LogClosedError, LogError, SessionIdError
 from baf.log.jsontext import json_copy
 from baf.log.record import RecordKind
 from baf.log.store import SessionLog
@@ -222,7 +222,14 @@ class Runtime:
     async def get_or_create(self, session_id: str, platform: Platform | None) -> Session:
         """The live session ``session_id``; loaded from the log, or started fresh if the log has none."""
         if not isinstance(session_id, str) or not session_id:
-            raise ValueError(f"session ids must be non-empty strings, got {session_id!r}")
+            raise SessionIdError(f"session ids must be non-empty strings, got {session_id!r}")
+        if self.agent.redactor.redact_text(session_id) != session_id:
+            # Ids are keys: they are stored and shown as they are (records, the CLI, exports, the store's
+            # own debug log), where redaction cannot reach. The message must not repeat the id.
+            raise SessionIdError(
+                "this session id contains one of the agent's secrets; session ids are stored and shown "
+                "unredacted, so it was refused and nothing was recorded"
+            )
         session = self.sessions.get(session_id)
         if session is None:
             loading = self._loading.get(session_id)
