@@ -80,7 +80,10 @@ class Session:
         self._writer = writer
         self._runtime = agent._require_runtime()
         self._loop = asyncio.get_running_loop()
-        self._outbox: deque[Callable[[], Awaitable[None]]] = deque()
+        # Sends waiting for the next commit, each with the seq of the newest record when it was queued:
+        # the record it delivers (a send is queued right after its record).
+        self._outbox: deque[tuple[Callable[[], Awaitable[None]], int]] = deque()
+        self._delivery_seq: int | None = None
         self._commit_lock = asyncio.Lock()
         self._in_step = False
         # Who interrupted the running step ("user", "stop"), set by the runtime before it cancels it.
@@ -229,17 +232,17 @@ class Session:
         A failing ``send`` is recorded as an error and does not stop the session.
         """
         if self._in_loop_thread():
-            self._outbox.append(send)
+            self._outbox.append((send, self.projection.last_seq))
             task = asyncio.ensure_future(self.commit())
             # The engine's own commit at the end of the step re-raises a failure; this one may go unawaited.
             task.add_done_callback(_retrieve_exception)
             return Delivery(task)
-        self._run_in_loop(functools.partial(self._enqueue_and_commit, send))
+        self._run_in_loop(functools.partial(self._enqueue_and_commit, send, self.projection.last_seq))
         return Delivery(None)
 
     def queue_after_commit(self, send: Callable[[], Awaitable[None]]) -> None:
         """Like :meth:`after_commit`, without starting a commit: ``send`` runs at the next one."""
-        self._outbox.append(send)
+        self._outbox.append((send, self.projection.last_seq))
 
     def queue_platform_call(self, method: str, *args: Any) -> None:
         """Queue ``platform.<method>(session, *args)`` for the next commit, as :meth:`queue_after_commit`
@@ -247,7 +250,7 @@ class Session:
         agent's secrets are redacted from ``args``, as from the records."""
         send = getattr(self.platform, method, None)
         if send is not None:
-            self._outbox.append(functools.partial(send, self, *self._redacted(args)))
+            self._outbox.append((functools.partial(send, self, *self._redacted(args)), self.projection.last_seq))
 
     def _redacted(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
         """``args`` with the agent's secrets replaced in strings, containers and dataclasses (a
@@ -257,9 +260,17 @@ class Session:
             return args
         return tuple(arg if isinstance(arg, bytes | bytearray) else redactor.redact(arg) for arg in args)
 
-    async def _enqueue_and_commit(self, send: Callable[[], Awaitable[None]]) -> None:
-        self._outbox.append(send)
+    async def _enqueue_and_commit(self, send: Callable[[], Awaitable[None]], seq: int | None = None) -> None:
+        self._outbox.append((send, self.projection.last_seq if seq is None else seq))
         await self.commit()
+
+    @property
+    def delivery_seq(self) -> int | None:
+        """While a platform call queued for after a commit runs (a reply, a streamed reasoning step, a
+        task list, an error shown to the user): the seq of the record it delivers; ``None`` otherwise.
+        Platforms put it on the wire, so that a client that reconnects can ask for what came after the
+        last seq it saw (the log has the rest)."""
+        return self._delivery_seq
 
     async def commit(self) -> None:
         """Make all records durable, then run the sends waiting for that, in order."""
@@ -272,12 +283,14 @@ class Session:
             ready = len(self._outbox)
             await self._writer.flush()
             for _ in range(ready):
-                send = self._outbox.popleft()
+                send, self._delivery_seq = self._outbox.popleft()
                 try:
                     await send()
                 except Exception as exc:
                     self.report_error("delivery to the platform failed", "platform", exc)
                     await self._writer.flush()
+                finally:
+                    self._delivery_seq = None
         finally:
             lock.release()
 

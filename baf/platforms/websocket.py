@@ -30,9 +30,13 @@ Client → server:
     The session's history after seq ``N``, read from the log: answered with ``history``. As for a resume,
     it is read between the session's sends, so a view redrawn from it shows each record once.
 
-Server → client:
+Server → client (every live ``reply``, ``reasoning_step``, ``task_list`` and agent ``error`` frame carries
+``seq``, the seq of the log record it shows: a client that reconnects sends the last seq it saw as
+``after_seq`` and gets exactly what came after, nothing twice and nothing missed):
 
-``{"type": "welcome", "protocol": 1, "agent": NAME, "session_id": ID, "resume_token": TOKEN, "resumed": BOOL}``
+``{"type": "welcome", "protocol": 1, "agent": NAME, "session_id": ID, "resume_token": TOKEN, "resumed": BOOL,
+"examples": [...]}``
+    ``examples``: what the platform suggests asking (``examples=``); the UI shows them in an empty chat.
 ``{"type": "reply", "text": "...", "format": "markdown"}``
     Also ``{"type": "reply", "format": "file" | "image", "name", "mime_type", "data" (base64), "text"}`` and
     ``{"type": "reply", "format": "options", "text", "options": [...]}``.
@@ -156,6 +160,9 @@ _STATIC = {
     "/index.html": ("index.html", "text/html; charset=utf-8"),
     "/app.js": ("app.js", "text/javascript; charset=utf-8"),
     "/app.css": ("app.css", "text/css; charset=utf-8"),
+    # Vendored at pinned versions, with their licences beside them (web/vendor/README.md).
+    "/vendor/marked.umd.js": ("vendor/marked.umd.js", "text/javascript; charset=utf-8"),
+    "/vendor/purify.min.js": ("vendor/purify.min.js", "text/javascript; charset=utf-8"),
 }
 
 
@@ -205,6 +212,7 @@ class WebSocketPlatform(Platform):
             ``history`` frame is also cut to half of it.
         limits: Connections, new sessions and frames per second a client may use (see
             :class:`~baf.platforms.limits.ClientLimits` for the defaults).
+        examples: Questions to suggest; the browser UI shows them as buttons while the chat is empty.
     """
 
     name = "websocket"
@@ -229,6 +237,7 @@ class WebSocketPlatform(Platform):
         max_pending_messages: int = 4,
         max_queued_bytes: int = 8 * 1024 * 1024,
         limits: ClientLimits | None = None,
+        examples: Sequence[str] = (),
     ) -> None:
         super().__init__()
         if min(max_message_size, send_queue_size, history_limit, max_pending_messages, max_queued_bytes) < 1:
@@ -257,6 +266,7 @@ class WebSocketPlatform(Platform):
         self.max_pending_messages = max_pending_messages
         self.max_queued_bytes = max_queued_bytes
         self.limits = limits if limits is not None else ClientLimits()
+        self.examples = [str(example) for example in examples]
         self._limiter = RateLimiter(self.limits)
         self._server: Server | None = None
         # The only per-session state: which connections show which session.
@@ -422,8 +432,8 @@ class WebSocketPlatform(Platform):
                 ("Cache-Control", "no-store"),
                 ("X-Content-Type-Options", "nosniff"),
                 ("Referrer-Policy", "no-referrer"),
-                # The UI builds DOM nodes from text and never evaluates or injects markup; the policy makes
-                # sure a mistake there still cannot load or run anything from elsewhere.
+                # The UI shows replies through a Markdown renderer and a sanitizer and never evaluates code;
+                # the policy makes sure a mistake there still cannot load or run anything from elsewhere.
                 (
                     "Content-Security-Policy",
                     f"default-src 'self'; connect-src 'self' ws://{host} wss://{host}; img-src 'self' data:; "
@@ -708,6 +718,7 @@ class WebSocketPlatform(Platform):
                 "session_id": session_id,
                 "resume_token": self.resume_token(session_id),
                 "resumed": resumed,
+                "examples": self.examples,
             },
         )
 
@@ -783,6 +794,9 @@ class WebSocketPlatform(Platform):
         clients = self._routes.get(session.id)
         if not clients:
             return  # nobody is watching: the log keeps it for their history
+        seq = session.delivery_seq
+        if seq is not None:  # the record this frame shows: a client resumes after the last one it saw
+            frame["seq"] = seq
         encoded = json.dumps(frame, ensure_ascii=False)
         for client in list(clients):
             self._enqueue(client, encoded, session)
@@ -792,7 +806,7 @@ class WebSocketPlatform(Platform):
         self._broadcast(session, {"type": "reply", "text": message, "format": "markdown"})
 
     async def reply_markdown(self, session: Session, markdown: str) -> None:
-        """Send Markdown; the UI renders it (safely: text nodes only)."""
+        """Send Markdown; the UI renders it (with marked, then sanitized by DOMPurify: no raw HTML, web links only)."""
         await self.reply(session, markdown)
 
     async def reply_error(self, session: Session, message: str) -> None:
