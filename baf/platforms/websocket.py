@@ -63,8 +63,10 @@ Security
 
 - Session ids are made by the server. The resume token is the id and the time it was issued, with an
   HMAC-SHA256 of both under the platform's ``secret`` (compared in constant time), so a client can only
-  act on sessions it was given. Without a ``secret`` one is generated per process: tokens then do not
-  survive a restart.
+  act on sessions it was given. Without a ``secret``, one is made once and kept beside a file-backed log
+  (``baf.db.websocket-secret``, mode 0600; see :mod:`baf.platforms.secret_file`), so tokens, and with
+  them the browsers' conversations, survive a restart; with a log that has no file (memory) it lives as
+  long as the process. Whoever can read that file can resume any conversation of the log.
 - A token expires ``resume_token_ttl`` seconds after it was issued (default 7 days; ``None``: never).
   Every ``welcome`` carries a fresh token, so a client that keeps coming back keeps its session, and a
   token copied once stops working. Tokens cannot be revoked one by one: rotate the ``secret`` to
@@ -125,6 +127,7 @@ from baf.errors import ConfigurationError
 from baf.log.record import Record, RecordKind
 from baf.platforms.base import Platform
 from baf.platforms.limits import ClientLimits, ConnectionBudget, RateLimiter
+from baf.platforms.secret_file import load_or_create_secret, secret_path_beside
 
 try:
     from websockets.asyncio.server import Server, ServerConnection, serve
@@ -194,7 +197,8 @@ class WebSocketPlatform(Platform):
         host: Interface to listen on. The default, loopback, is reachable only from this machine.
         port: TCP port; ``0`` picks a free one (read it from :attr:`port` after start).
         ui: Serve the browser UI (static files shipped in ``baf/platforms/web``).
-        secret: Key for signing resume tokens; give one (32+ random bytes) for tokens that survive restarts.
+        secret: Key for signing resume tokens. Default: one kept beside the agent's log file (made once,
+            mode 0600), so tokens survive restarts; per process when the log has no file.
         resume_token_ttl: Seconds a resume token stays valid after it was issued (``None``: forever).
         auth_token: A bearer token every WebSocket client must present, or a function deciding on a token.
         allowed_origins: Browser origins allowed to connect (``["*"]`` for any); default: the server's own.
@@ -250,7 +254,9 @@ class WebSocketPlatform(Platform):
         self.ui = ui
         if isinstance(secret, str):
             secret = secret.encode("utf-8")
+        # Replaced at start by the secret kept beside the log, when there is a log file and no secret given.
         self._secret: bytes = secret if secret is not None else secrets.token_bytes(32)
+        self._secret_given = secret is not None
         if resume_token_ttl is not None and (isinstance(resume_token_ttl, bool) or not resume_token_ttl > 0):
             raise ValueError(f"resume_token_ttl must be a positive number of seconds or None, got {resume_token_ttl!r}")
         self.resume_token_ttl = resume_token_ttl
@@ -305,6 +311,8 @@ class WebSocketPlatform(Platform):
         """Listen on ``host:port``."""
         if self._server is not None:
             return
+        if not self._secret_given:
+            self._secret = await asyncio.to_thread(self._kept_secret)
         try:
             self._server = await serve(
                 self._handle,
@@ -325,6 +333,13 @@ class WebSocketPlatform(Platform):
                                      f"{reason}; stop whatever uses it or pick another port") from exc  # fmt: skip
         where = f"{self.ws_url} (browser UI: {self.url})" if self.ui else self.ws_url
         logger.info("websocket platform listening on %s", where)  # agent.run() shows baf's INFO lines
+
+    def _kept_secret(self) -> bytes:
+        """The secret kept beside the agent's log file, or this process's own if the log has no file."""
+        log_path = getattr(self.agent.log, "path", None) if self.agent is not None else None
+        if not isinstance(log_path, os.PathLike | str):
+            return self._secret
+        return load_or_create_secret(secret_path_beside(log_path, "websocket"))
 
     async def stop(self) -> None:
         """Close every connection and stop listening."""
