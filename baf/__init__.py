@@ -16,13 +16,15 @@ if TYPE_CHECKING:
         ReceiveFileEvent,
         ReceiveJSONEvent,
         ReceiveTextEvent,
+        Runtime,
         Session,
         State,
         StepHooks,
         Transition,
         WildcardEvent,
     )
-    from baf.platforms.base import Platform
+    from baf.core.platform import Platform
+    from baf.declarative import load_agent
 
 __version__ = "0.1.0"
 
@@ -33,12 +35,14 @@ __all__ = [
     "ReceiveFileEvent",
     "ReceiveJSONEvent",
     "ReceiveTextEvent",
+    "Runtime",
     "Session",
     "State",
     "StepHooks",
     "Transition",
     "WildcardEvent",
     "__version__",
+    "load_agent",
 ]
 
 
@@ -46,7 +50,9 @@ def __getattr__(name: str) -> Any:
     # Loaded on first use, so tools that only read logs (`baf replay`, `baf log`) start without the
     # runtime and its dependencies.
     if name == "Platform":
-        return importlib.import_module("baf.platforms.base").Platform
+        return importlib.import_module("baf.core.platform").Platform
+    if name == "load_agent":
+        return importlib.import_module("baf.declarative").load_agent
     if name in __all__:
         return getattr(importlib.import_module("baf.core"), name)
     raise AttributeError(f"module 'baf' has no attribute {name!r}")

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from baf.errors import ConfigurationError, LogError
+from baf.errors import ConfigurationError, LogError, SessionNotFoundError
 from baf.log import SessionLog, SQLiteLog, open_log
 from baf.log.redaction import Redactor
 from baf.replay.render import visible, visible_json
@@ -105,8 +105,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="baf", description="baf: event-sourced state-machine agents.")
     commands = parser.add_subparsers(dest="command")
 
-    run = commands.add_parser("run", help="run the agent defined in a Python file on the terminal")
-    run.add_argument("path", help="a Python file that defines an Agent (named 'agent', or the only one)")
+    run = commands.add_parser("run", help="run the agent defined in a Python or YAML file on the terminal")
+    run.add_argument("path", help="a Python file that defines an Agent (named 'agent', or the only one), "
+                                  "or a YAML agent file (.yaml, .yml)")
     run.add_argument("--session", default=None,
                      help="session id of the terminal chat (default: terminal); a fork's messages held at its "
                           "cut are handled first")
@@ -126,6 +127,9 @@ def _parser() -> argparse.ArgumentParser:
     log.add_argument("session", help="the session id")
     log.add_argument("--json", action="store_true", help="one JSON object per line")
     log.set_defaults(handler=_cmd_log)
+
+    schema = commands.add_parser("schema", help="print the JSON schema of YAML agent files (for editors)")
+    schema.set_defaults(handler=_cmd_schema)
 
     _add_replay_parser(commands)
     _add_export_parser(commands)
@@ -159,18 +163,22 @@ def find_agent(module: Any) -> Agent:
         return candidate
     agents = [value for value in vars(module).values() if isinstance(value, Agent)]
     if len(agents) != 1:
-        raise LookupError(
-            f"{module.__name__} must define one Agent (or name it 'agent'); found {len(agents)}"
-        )
+        raise ConfigurationError(f"{module.__name__} must define one Agent (or name it 'agent'); found {len(agents)}")
     return agents[0]
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     if not Path(args.path).is_file():
         raise FileNotFoundError(f"no such file: {args.path}")
-    with _user_code():
-        module = load_agent_module(args.path)
-    agent = find_agent(module)
+    if Path(args.path).suffix.lower() in (".yaml", ".yml"):
+        from baf.declarative import load_agent
+
+        with _user_code():  # a tool or body module of the file may fail to import: its traceback helps
+            agent = load_agent(args.path)
+    else:
+        with _user_code():
+            module = load_agent_module(args.path)
+        agent = find_agent(module)
     from baf.platforms.terminal import TerminalPlatform  # here: markdown rendering is slow to import
 
     terminals = [platform for platform in agent.platforms if isinstance(platform, TerminalPlatform)]
@@ -187,6 +195,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
         agent.run()
     if any(isinstance(platform, TerminalPlatform) and platform.output_closed for platform in agent.platforms):
         return _stdout_closed()  # ended as any command whose reader went away (`| head`)
+    return 0
+
+
+def _cmd_schema(args: argparse.Namespace) -> int:
+    from baf.declarative import agent_schema
+
+    print(json.dumps(agent_schema(), indent=2, ensure_ascii=False))
     return 0
 
 
@@ -251,7 +266,7 @@ def _cmd_log(args: argparse.Namespace) -> int:
 
     records = asyncio.run(collect())
     if not records:
-        raise LookupError(f"session {args.session!r} has no records in {args.log}")
+        raise SessionNotFoundError(args.session, args.log)
     redactor = Redactor.from_environment()  # as replay and export: a log written before a key was set
     if redactor.active:
         records = [redactor.redact_record(r) for r in records]

@@ -4,16 +4,23 @@
 
     BafError
     ├── ConfigurationError          the agent was wired wrongly (duplicate state, two initial states, ...)
-    │                               or cannot start as set up (a platform's port is in use, ...)
+    │   │                           or cannot start as set up (a platform's port is in use, ...)
+    │   └── AgentFileError          a YAML agent file is invalid; each problem names file, line and column
+    ├── TemplateError               a YAML agent's template could not be rendered (a missing variable, an
+    │                               attribute the sandbox refuses)
     ├── SessionVariableError        a session variable that cannot be stored (not JSON-serialisable)
     ├── SessionIdError              a session id that cannot be used (empty, not text, holds a secret)
+    ├── SessionNotFoundError        the log has no session by that id (also a ``LookupError``)
+    ├── InvariantError              baf found its own rules broken: a bug, or a log edited by hand
+    │                               (also a ``RuntimeError``)
     ├── LogError                    the session log broke one of its guarantees
     │   ├── LogConflictError        (session_id, seq) already exists: an append never overwrites
     │   ├── CorruptRecordError      a stored record cannot be decoded; names session and seq
     │   │   └── CorruptSnapshotError  a snapshot record fails its checks or disagrees with the fold
     │   ├── UnknownRecordVersionError  a record written by a newer baf than this one
     │   ├── LogClosedError          append or read on a store that is not open
-    │   └── LogReadOnlyError        append on a store opened read-only
+    │   ├── LogReadOnlyError        append on a store opened read-only
+    │   └── LeaseLostError          this worker no longer owns the session (another took it over)
     ├── LLMError                    the model could not be used
     │   ├── LLMConnectionError      the server could not be reached (after retries)
     │   ├── LLMTimeoutError         the request took longer than its timeout (after retries)
@@ -24,7 +31,8 @@
     │   ├── ToolNotFoundError       the model named a tool that does not exist
     │   ├── ToolArgumentError       arguments that are not JSON, or do not fit the tool's schema
     │   ├── ToolTimeoutError        the tool ran past its timeout
-    │   └── ToolExecutionError      the tool itself raised; the original is ``__cause__``
+    │   ├── ToolExecutionError      the tool itself raised; the original is ``__cause__``
+    │   └── ToolServerError         the server running the tool (MCP) is not reachable or stopped mid-call
     ├── WorkspaceError              a workspace operation was refused
     │   └── PathEscapeError         a path that would leave the workspace root
     └── PatternError                a reasoning pattern could not finish (``baf.reasoning.patterns``)
@@ -44,16 +52,19 @@ record and contained; the session goes on.
 from __future__ import annotations
 
 __all__ = [
+    "AgentFileError",
     "BafError",
     "ConfigurationError",
     "CorruptRecordError",
     "CorruptSnapshotError",
+    "InvariantError",
     "LLMConnectionError",
     "LLMError",
     "LLMRateLimitError",
     "LLMResponseError",
     "LLMStatusError",
     "LLMTimeoutError",
+    "LeaseLostError",
     "LogClosedError",
     "LogConflictError",
     "LogError",
@@ -67,12 +78,15 @@ __all__ = [
     "PatternStepLimitError",
     "PatternStepTimeoutError",
     "SessionIdError",
+    "SessionNotFoundError",
     "SessionVariableError",
     "StructuredOutputError",
+    "TemplateError",
     "ToolArgumentError",
     "ToolError",
     "ToolExecutionError",
     "ToolNotFoundError",
+    "ToolServerError",
     "ToolTimeoutError",
     "UnknownRecordVersionError",
     "WorkspaceError",
@@ -87,6 +101,23 @@ class ConfigurationError(BafError):
     """The agent, a state or a transition was set up in a way that cannot work."""
 
 
+class AgentFileError(ConfigurationError):
+    """A YAML agent file that cannot be loaded. ``problems`` lists each one as ``(path, line, column,
+    message)`` (line and column count from 1; ``0`` when unknown); the message shows them all."""
+
+    def __init__(self, path: str, problems: list[tuple[str, int, int, str]]) -> None:
+        self.path = path
+        self.problems = list(problems)
+        shown = "\n".join(f"  {path}:{line}:{column}: {message}" for _, line, column, message in self.problems)
+        count = len(self.problems)
+        super().__init__(f"{path}: {count} problem{'s' if count != 1 else ''}\n{shown}")
+
+
+class TemplateError(BafError):
+    """A template of a YAML agent could not be rendered: it read a variable that is not set, or
+    something the sandbox refuses. Raised in a body, it is recorded and contained like any body error."""
+
+
 class SessionVariableError(BafError, TypeError):
     """A session variable value that cannot be recorded (it must be JSON-serialisable)."""
 
@@ -94,6 +125,19 @@ class SessionVariableError(BafError, TypeError):
 class SessionIdError(BafError, ValueError):
     """A session id that cannot be used: empty, not a string, or holding one of the agent's secrets
     (ids are stored and shown as they are, in every record, so an id must never carry a secret)."""
+
+
+class SessionNotFoundError(BafError, LookupError):
+    """The log holds no session with this id (``baf replay``, ``baf log``, re-run, fork)."""
+
+    def __init__(self, session_id: str, where: str = "this log") -> None:
+        super().__init__(f"session {session_id!r} has no records in {where}")
+        self.session_id = session_id
+
+
+class InvariantError(BafError, RuntimeError):
+    """A rule baf keeps for itself was found broken, e.g. a resumed reasoning loop whose records are in an
+    order baf never writes. It means a bug in baf or a log changed by hand; it is raised, never contained."""
 
 
 class LogError(BafError):
@@ -148,6 +192,15 @@ class LogReadOnlyError(LogError):
     """``append`` on a store opened read-only (``SQLiteLog(path, read_only=True)``); nothing was written."""
 
 
+class LeaseLostError(LogError):
+    """An append for a session this worker no longer owns: its lease was taken over (a newer epoch) or
+    was never held. Nothing was written; the worker must drop the session (``baf.log.postgres_leases``)."""
+
+    def __init__(self, session_id: str, reason: str) -> None:
+        super().__init__(f"session {session_id!r}: {reason}; nothing was written")
+        self.session_id = session_id
+
+
 class LLMError(BafError):
     """The language model could not produce a response."""
 
@@ -197,6 +250,10 @@ class ToolTimeoutError(ToolError):
 
 class ToolExecutionError(ToolError):
     """The tool raised; the original exception is ``__cause__``."""
+
+
+class ToolServerError(ToolError):
+    """The server that runs the tool (an MCP server) could not be reached, or stopped during the call."""
 
 
 class WorkspaceError(BafError):

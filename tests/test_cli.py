@@ -175,6 +175,7 @@ def test_log_redacts_the_environments_secrets_as_replay_does(tmp_path: Path) -> 
 
 CHATTY_AGENT = """
 from baf import Agent, ReceiveTextEvent, Session
+from baf.core.session import runtime_side
 
 agent = Agent("chatty", log="sqlite:///chatty.db")
 idle = agent.new_state("idle", initial=True)
@@ -183,7 +184,7 @@ talk = agent.new_state("talk")
 async def body(session: Session) -> None:
     for n in range(300):
         session.reply(f"line {n}")
-        await session.commit()  # each reply delivered as it is made
+        await runtime_side(session).commit()  # each reply delivered as it is made
 
 talk.set_body(body)
 idle.when_event(ReceiveTextEvent).go_to(talk)

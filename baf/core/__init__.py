@@ -5,6 +5,7 @@ from baf.core.events import Event, ReceiveFileEvent, ReceiveJSONEvent, ReceiveTe
 from baf.core.hooks import StepHooks
 from baf.core.intent import Intent, IntentParameter, IntentPrediction
 from baf.core.intent_classifier import ClassifierAnswer, IntentClassifier, WordOverlapClassifier
+from baf.core.runtime import Runtime
 from baf.core.session import Session
 from baf.core.state import State
 from baf.core.transition import Transition
@@ -20,6 +21,7 @@ __all__ = [
     "ReceiveFileEvent",
     "ReceiveJSONEvent",
     "ReceiveTextEvent",
+    "Runtime",
     "Session",
     "State",
     "StepHooks",

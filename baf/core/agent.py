@@ -1,4 +1,9 @@
-"""The agent: a state machine of states, the tools its states may use, and the platforms it talks on."""
+"""The agent: a state machine of states, the tools its states may use, and the platforms it talks on.
+
+An ``Agent`` is the definition. :class:`~baf.core.runtime.Runtime` runs it; ``async with agent:``,
+``agent.start()``/``stop()``, ``agent.run()`` and the ``receive_*`` methods are sugar over one runtime the
+agent owns, started with the agent's ``log`` and ``max_body_threads``.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ import inspect
 import logging
 import signal
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType, TracebackType
 from typing import TYPE_CHECKING, Any, overload
@@ -20,21 +25,23 @@ from baf.core.events import Event, ReceiveTextEvent
 from baf.core.hooks import HookChain, StepHooks
 from baf.core.intent import Intent, IntentParameter
 from baf.core.intent_classifier import IntentClassifier, WordOverlapClassifier
-from baf.core.intent_routing import intent_threshold
-from baf.core.runtime import STOP_GRACE_PERIOD, Runtime
+from baf.core.runtime import STOP_GRACE_PERIOD, Runtime, is_running
 from baf.core.session import Session
 from baf.core.state import State
 from baf.errors import ConfigurationError
 from baf.log import SessionLog, open_log
-from baf.log.redaction import Redactor
+from baf.log.redaction import Redactor, log_exception
 from baf.reasoning.skill import Skill
 from baf.reasoning.tool import Tool
+from baf.reasoning.toolset import Toolset
 from baf.reasoning.workspace import Workspace
 
 if TYPE_CHECKING:
-    from baf.platforms.base import Platform
+    from baf.core.platform import Platform
+    from baf.platforms.telegram import TelegramPlatform
     from baf.platforms.terminal import TerminalPlatform
     from baf.platforms.websocket import WebSocketPlatform
+    from baf.reasoning.mcp import MCPToolset
 
 __all__ = ["Agent"]
 
@@ -46,26 +53,30 @@ class Agent:
 
     ``log`` is a URL (``sqlite:///baf.db``, ``sqlite:///baf.db?durability=full``, ``memory://``) or a
     :class:`~baf.log.SessionLog`. ``max_body_threads`` bounds how many synchronous bodies and tools run
-    at once in worker threads.
+    at once in worker threads. Both configure the runtime the agent starts for itself (:meth:`start`);
+    a :class:`~baf.core.runtime.Runtime` built directly may be given others.
     """
 
     def __init__(self, name: str, log: str | SessionLog = "sqlite:///baf.db", *, max_body_threads: int = 64) -> None:
         if not name:
             raise ConfigurationError("an agent needs a name")
         self.name = name
+        #: The log the agent's own runtime runs over.
         self.log: SessionLog = open_log(log)
+        #: How many sync bodies (and, apart, sync tools) the agent's own runtime runs at once.
+        self.max_body_threads = max_body_threads
         self._states: dict[str, State] = {}
         self._platforms: list[Platform] = []
         self._properties: dict[str, Any] = {}
         self._tools: dict[str, Tool] = {}
         self._skills: dict[str, Skill] = {}
         self._workspaces: dict[str, Workspace] = {}
+        self._toolsets: dict[str, Toolset] = {}
         self._intents: dict[str, Intent] = {}
         self._global_states: dict[str, State] = {}
         self._intent_classifier: IntentClassifier = WordOverlapClassifier()
         self._hooks = HookChain()
-        self._max_body_threads = max_body_threads
-        self._runtime: Runtime | None = None
+        self._runtime: Runtime | None = None  # the runtime start() made, until stop()
         #: Replaces secret values in every record at write time (API keys from the environment and
         #: LLM clients, and values marked with :meth:`mark_secret`).
         self.redactor = Redactor.from_environment()
@@ -124,7 +135,7 @@ class Agent:
         )
 
     def _check_mutable(self, what: str) -> None:
-        if self._runtime is not None:
+        if is_running(self):
             raise ConfigurationError(f"cannot {what} while agent {self.name!r} is running; do it before start()")
 
     # -- intents --------------------------------------------------------------------------------
@@ -132,8 +143,8 @@ class Agent:
     def new_intent(
         self,
         name: str,
-        training_sentences: list[str] | tuple[str, ...],
-        parameters: list[IntentParameter | str | Mapping[str, Any]] | None = None,
+        training_sentences: Sequence[str],
+        parameters: Sequence[IntentParameter | str | Mapping[str, Any]] | None = None,
         description: str | None = None,
     ) -> Intent:
         """Declare an intent: what a user may mean, shown by example sentences.
@@ -226,6 +237,15 @@ class Agent:
         self.add_platform(platform)
         return platform
 
+    def use_telegram_platform(self, token: str, **options: Any) -> TelegramPlatform:
+        """Attach a Telegram bot (the ``telegram`` extra: ``pip install 'baf[telegram]'``); options as for
+        :class:`~baf.platforms.telegram.TelegramPlatform`."""
+        from baf.platforms.telegram import TelegramPlatform
+
+        platform = TelegramPlatform(token, **options)
+        self.add_platform(platform)
+        return platform
+
     @property
     def platforms(self) -> tuple[Platform, ...]:
         """The attached platforms."""
@@ -239,6 +259,11 @@ class Agent:
         """Attach engine-step hooks (see :class:`~baf.core.hooks.StepHooks`)."""
         self._hooks.hooks.append(hook)
         return hook
+
+    @property
+    def hooks(self) -> HookChain:
+        """The engine-step hooks attached with :meth:`add_hook`, as one hook calling them in order."""
+        return self._hooks
 
     def mark_secret(self, value: str) -> None:
         """Never write ``value`` to the log: it is replaced by ``[REDACTED]`` in every record (and so in
@@ -279,8 +304,41 @@ class Agent:
             tool = Tool(tool)
         if tool.name in self._tools:
             raise ConfigurationError(f"agent {self.name!r} already has a tool named {tool.name!r}")
+        owner = next((t for t in self._toolsets.values() if tool.name.startswith(t.prefix)), None)
+        if owner is not None:
+            raise ConfigurationError(f"agent {self.name!r}: tool name {tool.name!r} is in the namespace of "
+                                     f"toolset {owner.name!r}; rename the tool")  # fmt: skip
         self._tools[tool.name] = tool
         return tool
+
+    def add_mcp_server(self, name: str, command: list[str] | None = None, **options: Any) -> MCPToolset:
+        """Offer the tools of an MCP server (the ``mcp`` extra): a stdio server started with ``command``
+        (``["python", "server.py"]``), or a streamable-HTTP one at ``url="http://.../mcp"`` (with
+        ``headers=``). ``tools=[...]`` picks tools, ``prefix=`` renames their namespace (``name__`` by
+        default); see :class:`~baf.reasoning.mcp.MCPToolset` for every option and ``docs/mcp.md``."""
+        from baf.reasoning.mcp import MCPToolset
+
+        toolset = MCPToolset(name, command, **options)
+        self.add_toolset(toolset)
+        return toolset
+
+    def add_toolset(self, toolset: Toolset) -> Toolset:
+        """Attach a :class:`~baf.reasoning.toolset.Toolset`: started and stopped with each runtime, its
+        tools offered next to the agent's own while it is started."""
+        self._check_mutable("add a toolset")
+        if toolset.name in self._toolsets:
+            raise ConfigurationError(f"agent {self.name!r} already has a toolset named {toolset.name!r}")
+        prefix = toolset.prefix
+        taken = [repr(n) for n in self._tools if n.startswith(prefix)]
+        taken += [f"toolset {t.name!r}" for t in self._toolsets.values()
+                  if t.prefix.startswith(prefix) or prefix.startswith(t.prefix)]  # fmt: skip
+        if taken:
+            raise ConfigurationError(
+                f"agent {self.name!r}: toolset {toolset.name!r} would share its tool-name namespace ({prefix!r}) "
+                f"with {', '.join(taken)}; give it another prefix"
+            )
+        self._toolsets[toolset.name] = toolset
+        return toolset
 
     def new_tool(
         self, fn: Callable[..., Any], name: str | None = None, description: str | None = None, **options: Any
@@ -363,8 +421,18 @@ class Agent:
 
     @property
     def tools(self) -> Mapping[str, Tool]:
-        """Registered tools by name, read-only."""
-        return MappingProxyType(self._tools)
+        """The tools by name, read-only: the registered ones, then those of the started toolsets."""
+        if not self._toolsets:
+            return MappingProxyType(self._tools)
+        merged = dict(self._tools)
+        for toolset in self._toolsets.values():
+            merged.update(toolset.tools)
+        return MappingProxyType(merged)
+
+    @property
+    def toolsets(self) -> tuple[Toolset, ...]:
+        """The attached toolsets (MCP servers), in the order added."""
+        return tuple(self._toolsets.values())
 
     @property
     def skills(self) -> Mapping[str, Skill]:
@@ -384,18 +452,22 @@ class Agent:
         return self._runtime is not None
 
     @property
+    def runtime(self) -> Runtime:
+        """The runtime :meth:`start` made for the agent (a clear error if it is not running)."""
+        return self._require_runtime()
+
+    @property
     def sessions(self) -> Mapping[str, Session]:
-        """The live sessions by id, read-only."""
-        return MappingProxyType(self._require_runtime().sessions)
+        """The sessions the agent's runtime holds in memory now, by id, read-only."""
+        return self._require_runtime().sessions
 
     async def start(self) -> None:
-        """Open the log, rebuild every session from it, and start the platforms."""
+        """Start a runtime for the agent over its ``log`` (see :class:`~baf.core.runtime.Runtime`), then
+        the platforms."""
         if self._runtime is not None:
             return
         _ = self.initial_state  # fail early with a clear message
-        if self._intents:
-            intent_threshold(self)  # a threshold out of range is a wiring error, not a per-message one
-        runtime = Runtime(self, self.log, self._hooks, self._max_body_threads)
+        runtime = Runtime(self, self.log, max_body_threads=self.max_body_threads)
         self._runtime = runtime
         try:
             await runtime.start()
@@ -420,7 +492,7 @@ class Agent:
                 try:
                     await platform.stop()
                 except Exception:
-                    logger.exception("platform %s failed to stop", platform.name)
+                    log_exception(logger, self.redactor, "platform %s failed to stop", platform.name)
             await runtime.stop()
         finally:
             self._stopping = None
@@ -591,3 +663,4 @@ def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[name] = value
     return flat
+

@@ -24,9 +24,11 @@ from typing import TYPE_CHECKING
 from baf.core.events import Event, ReceiveJSONEvent, ReceiveTextEvent, event_from_data
 from baf.core.hooks import StepHooks
 from baf.core.intent_routing import entering_global, predict_intent, return_transition
+from baf.core.stopping import Cut
 from baf.log.record import Record, RecordKind
 
 if TYPE_CHECKING:
+    from baf.core.live import LiveSession
     from baf.core.session import Session
     from baf.core.state import Body, State
     from baf.core.transition import Transition
@@ -39,7 +41,7 @@ MAX_AUTOMATIC_TRANSITIONS = 100
 
 # The ``error`` message recorded for a step the runtime stopped, by its ``interrupted_by`` value (also
 # on the step's ``step_finished``): ``user`` asked to stop now (a second Ctrl-C or SIGTERM,
-# ``Agent.interrupt()``; ``{how}`` says which), ``stop`` is the agent stopping past its grace period.
+# ``Runtime.interrupt()``; ``{how}`` says which), ``stop`` is the runtime stopping past its grace period.
 # A step a crash left open is closed at the next start, as ``crash``.
 _INTERRUPTION_MESSAGES = {
     "user": "interrupted by the user: told to stop now{how}, the agent did not wait for this step",
@@ -52,7 +54,7 @@ CHECK_TRIGGER = "_baf_check"
 
 
 async def run_step(
-    session: Session,
+    live: LiveSession,
     event: Event | None,
     event_seq: int | None,
     hooks: StepHooks,
@@ -66,68 +68,65 @@ async def run_step(
     ``resume`` continues a step a crash interrupted instead of starting one (see the module docstring).
     """
     started = time.perf_counter()
-    session.event = event
-    session.event_seq = event_seq
-    session._in_step = True
-    interrupted_by: str | None = None
+    session, control = live.session, live.runtime.control
+    live.event, live.event_seq = event, event_seq
+    control.begin_step(live.id)  # from here until it finishes, the runtime may cancel this step
+    cut: Cut | None = None
     try:
-        session.record(RecordKind.STEP_RESUMED if resume else RecordKind.STEP_STARTED, {"event_seq": event_seq})
+        live.record(RecordKind.STEP_RESUMED if resume else RecordKind.STEP_STARTED, {"event_seq": event_seq})
         await hooks.before_step(session, event)
         if resume is not None:
-            await _run_body(session, resume.state, resume.body, resume.role)
+            await _run_body(live, resume.state, resume.body, resume.role)
         elif enter_current:
             state = session.current_state
-            await _run_body(session, state, state.body, "body")
+            await _run_body(live, state, state.body, "body")
         elif event is not None:
-            await predict_intent(session, event)  # recorded, for the transitions that route on intents
-            transition = await _fire(session, EVENT_TRIGGER)
+            await predict_intent(live, event)  # recorded, for the transitions that route on intents
+            transition = await _fire(live, EVENT_TRIGGER)
             if transition is not None:
-                await _take(session, transition, hooks)
+                await _take(live, transition, hooks)
             elif isinstance(event, ReceiveTextEvent | ReceiveJSONEvent):
                 state = session.current_state
-                await _run_body(session, state, state.fallback_body, "fallback")
+                await _run_body(live, state, state.fallback_body, "fallback")
         for _ in range(MAX_AUTOMATIC_TRANSITIONS):
             if not session.current_state.has_automatic_transitions:
                 break  # nothing to check: skip the machine, whose trigger costs ~100 µs
-            transition = await _fire(session, CHECK_TRIGGER)
+            transition = await _fire(live, CHECK_TRIGGER)
             if transition is None:
                 break
-            await _take(session, transition, hooks)
+            await _take(live, transition, hooks)
         else:
-            session.record_error(
+            live.record_error(
                 "engine",
                 RuntimeError(f"more than {MAX_AUTOMATIC_TRANSITIONS} automatic transitions in one step"),
-                state=session.projection.current_state,
+                state=live.projection.current_state,
             )
-        back = return_transition(session)  # the end of a global state's component: back where the user was
+        back = return_transition(live)  # the end of a global state's component: back where the user was
         if back is not None:
-            _move(session, back, {"return_to": None, "visiting": None})
+            _move(live, back, {"return_to": None, "visiting": None})
             await hooks.after_transition(session, back)
     except asyncio.CancelledError as exc:
         # The runtime interrupted this step: say so in the log, and who stopped it. From here on the step
         # is finishing, which the runtime does not cancel (that would cut these records and the commit).
-        session._in_step = False
-        interrupted_by = session._interrupted_by or "stop"
-        how = f" ({session._interrupted_how})" if session._interrupted_how else ""
-        message = _INTERRUPTION_MESSAGES.get(interrupted_by, _INTERRUPTION_MESSAGES["stop"]).format(how=how)
-        session.record_error("runtime", exc, event_seq=event_seq, message=message, interrupted_by=interrupted_by)
+        cut = control.finish_step(live.id) or Cut("stop")
+        how = f" ({cut.how})" if cut.how else ""
+        message = _INTERRUPTION_MESSAGES.get(cut.by, _INTERRUPTION_MESSAGES["stop"]).format(how=how)
+        live.record_error("runtime", exc, event_seq=event_seq, message=message, interrupted_by=cut.by)
         raise
     finally:
-        session._in_step = False
+        control.finish_step(live.id)  # a body that swallowed a cancel ends its step as a normal one
         finished: dict[str, object] = {"event_seq": event_seq}
-        if interrupted_by is not None:
-            finished.update(interrupted=True, interrupted_by=interrupted_by)
-        session.record(RecordKind.STEP_FINISHED, finished)
-        # The next step is a normal one, unless interrupted in turn (a body may have swallowed this cancel).
-        session._interrupted_by = session._interrupted_how = None
-        if interrupted_by is not None and session._runtime.stopping:
+        if cut is not None:
+            finished.update(interrupted=True, interrupted_by=cut.by)
+        live.record(RecordKind.STEP_FINISHED, finished)
+        if cut is not None and control.halting:
             # A body thread the runtime abandoned must not add records after the step's end. A runtime
-            # that goes on (Agent.interrupt() without a stop) keeps the session open for later events.
-            session._close()
-        await session.commit()
+            # that goes on (an interrupt without a stop) keeps the session open for later events.
+            live.close()
+        await live.commit()
         await hooks.after_step(session, event, time.perf_counter() - started)
-        if session.has_unflushed_records:  # an after_step hook recorded an error
-            await session.flush()
+        if live.has_unflushed_records:  # an after_step hook recorded an error
+            await live.flush()
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,50 +169,47 @@ def find_resumption(session: Session, records: Sequence[Record]) -> Resumption |
     return Resumption(event, event_seq, state, role, functools.partial(resume, records=list(written)))
 
 
-async def _fire(session: Session, trigger: str) -> Transition | None:
+async def _fire(live: LiveSession, trigger: str) -> Transition | None:
     """Ask the state machine for the first transition (declaration order) whose event and conditions
     match; it moves the machine's state and tells us which one fired."""
-    session.fired_transition = None
-    result = session.machine_model.trigger(trigger, session)
+    live.fired_transition = None
+    result = live.machine_model.trigger(trigger, live)
     if inspect.isawaitable(result):  # a trigger no transition uses answers False without a coroutine
         await result
-    return session.fired_transition
+    return live.fired_transition
 
 
-async def _take(session: Session, transition: Transition, hooks: StepHooks) -> None:
-    _move(session, transition, entering_global(session, transition))
-    await hooks.after_transition(session, transition)
-    await _run_body(session, transition.dest, transition.dest.body, "body")
+async def _take(live: LiveSession, transition: Transition, hooks: StepHooks) -> None:
+    _move(live, transition, entering_global(live, transition))
+    await hooks.after_transition(live.session, transition)
+    await _run_body(live, transition.dest, transition.dest.body, "body")
 
 
-def _move(session: Session, transition: Transition, extra: dict[str, object]) -> None:
+def _move(live: LiveSession, transition: Transition, extra: dict[str, object]) -> None:
     """Record a transition (the machine has already moved, except for a return from a global state)."""
     data = {"source": transition.source.name, "dest": transition.dest.name, "label": transition.describe(), **extra}
-    session.record(RecordKind.TRANSITION, data)
+    live.record(RecordKind.TRANSITION, data)
     # A return from a global state is not a machine transition (its target differs per session): set it.
-    session.machine_model.state = transition.dest.name
+    live.machine_model.state = transition.dest.name
 
 
-async def _run_body(session: Session, state: State, body: Body, role: str) -> None:
+async def _run_body(live: LiveSession, state: State, body: Body, role: str) -> None:
     """Run a body, sync ones in the agent's worker threads so a slow one cannot stall other sessions.
     An exception is recorded as an ``error`` and contained: the session goes on."""
     # Write ahead: the inbound message, the step start and the transition are durable before the body
     # can act. A LogError here propagates: the body must not run on an unrecorded event.
-    await session.flush()
+    await live.flush()
+    session = live.session
     try:
         if inspect.iscoroutinefunction(body):
             await body(session)
         else:
-            result = await session.run_sync(body, session)
+            result = await live.run_sync(body, session)
             if inspect.isawaitable(result):
                 await result
     except Exception as exc:
         shown = f"Something went wrong while handling that ({type(exc).__name__} in state {state.name!r})."
         # ``shown``: what a reconnecting UI's history shows for it.
-        session.report_error(f"{role} of state {state.name!r} raised", role, exc, state=state.name, shown=shown)
-        _tell_user(session, shown)
-
-
-def _tell_user(session: Session, message: str) -> None:
-    """Show an error on the platform, after the error record is durable."""
-    session.queue_platform_call("reply_error", message)
+        live.report_error(f"{role} of state {state.name!r} raised", role, exc, state=state.name, shown=shown)
+        # Shown on the platform once the error record is durable.
+        live.queue_platform_call("reply_error", shown)

@@ -7,6 +7,8 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from baf.core.session import runtime_side
+
 if TYPE_CHECKING:
     from baf.core.events import Event
     from baf.core.session import Session
@@ -59,4 +61,4 @@ async def _guard(session: Session, call: Callable[[], object]) -> None:
         if inspect.isawaitable(result):
             await result
     except Exception as exc:
-        session.report_error("a step hook raised", "hook", exc)
+        runtime_side(session).report_error("a step hook raised", "hook", exc)

@@ -34,6 +34,7 @@ from baf.reasoning.effects import current_effect_source
 if TYPE_CHECKING:
     from baf.core.agent import Agent
     from baf.core.events import Event
+    from baf.core.live import LiveSession
     from baf.core.session import Session
     from baf.core.state import State
 
@@ -41,9 +42,12 @@ __all__ = [
     "DEFAULT_INTENT_THRESHOLD",
     "INTENT_PREDICTED",
     "THRESHOLD_PROPERTY",
+    "candidate_intents",
+    "entering_global",
     "global_component",
     "global_transitions",
     "intent_condition",
+    "intent_threshold",
     "no_intent_condition",
     "predict_intent",
     "return_transition",
@@ -113,17 +117,17 @@ def candidate_intents(state: State) -> list[Intent]:
     return list(found.values())
 
 
-async def predict_intent(session: Session, event: Event) -> None:
+async def predict_intent(live: LiveSession, event: Event) -> None:
     """Classify a text message for the current state and record it, if the state routes by intent."""
     if not isinstance(event, ReceiveTextEvent):
         return
-    state = session.current_state
-    agent = session.agent
+    state = live.session.current_state
+    agent = live.agent
     if not state.routes_by_intent and not agent.global_states:
         return  # the common case, kept cheap: no intents anywhere near this state
     candidates = candidate_intents(state)
     threshold = intent_threshold(agent)
-    answer, classifier = await _answer(session, event.message, candidates)
+    answer, classifier = await _answer(live, event.message, candidates)
     by_name = {intent.name: intent for intent in candidates}
     error = answer.error
     if error is None and answer.intent is not None and answer.intent not in by_name:
@@ -137,7 +141,7 @@ async def predict_intent(session: Session, event: Event) -> None:
     score = answer.score if isinstance(answer.score, int | float) and math.isfinite(answer.score) else 0.0
     matched = by_name.get(answer.intent or "") if error is None and score >= threshold else None
     data: dict[str, Any] = {
-        "event_seq": session.event_seq,
+        "event_seq": live.event_seq,
         "intent": matched.name if matched else None,
         "score": float(score),
         "parameters": parameters if matched else {},
@@ -151,12 +155,12 @@ async def predict_intent(session: Session, event: Event) -> None:
         data["error"] = error
     if answer.raw is not None:
         data["raw"] = answer.raw
-    session.record(INTENT_PREDICTED, data)
+    live.record(INTENT_PREDICTED, data)
     event.predicted_intent = IntentPrediction(matched, float(score), data["parameters"], classifier,
                                               data.get("best", data["intent"]), error)  # fmt: skip
 
 
-async def _answer(session: Session, text: str, candidates: list[Intent]) -> tuple[ClassifierAnswer, str]:
+async def _answer(live: LiveSession, text: str, candidates: list[Intent]) -> tuple[ClassifierAnswer, str]:
     """The classifier's answer and name: from the log in a re-run, else asked live. A classifier that
     raises is recorded and counts as no match: a classifier outage must not stop the conversation."""
     served = getattr(current_effect_source(), "intent_prediction", None)
@@ -165,13 +169,13 @@ async def _answer(session: Session, text: str, candidates: list[Intent]) -> tupl
         answer = ClassifierAnswer(data.get("best", data.get("intent")), float(data.get("score", 0.0)),
                                   dict(data.get("parameters") or {}), data.get("error"), data.get("raw"))  # fmt: skip
         return answer, str(data.get("classifier", ""))
-    classifier = session.agent.intent_classifier
+    classifier = live.agent.intent_classifier
     if not candidates:
         return ClassifierAnswer(None, 0.0), classifier.name
     try:
         return await classifier.classify(text, candidates), classifier.name
     except Exception as exc:
-        session.report_error("the intent classifier raised", "intent_classifier", exc)
+        live.report_error("the intent classifier raised", "intent_classifier", exc)
         return ClassifierAnswer(None, 0.0, error=f"the classifier raised {type(exc).__name__}: {exc}"), classifier.name
 
 
@@ -183,14 +187,14 @@ def intent_threshold(agent: Agent) -> float:
     return float(value)
 
 
-def entering_global(session: Session, transition: Transition) -> dict[str, Any]:
+def entering_global(live: LiveSession, transition: Transition) -> dict[str, Any]:
     """The fields a transition record carries for the return from global states.
 
     Entering a global state from outside its component remembers the source; a transition out of the
     component of the global state being visited forgets it; anything else leaves it as it is.
     """
-    agent = session.agent
-    projection = session.projection
+    agent = live.agent
+    projection = live.projection
     dest = transition.dest
     if dest.name in agent.global_state_names and transition.source is not dest:
         if projection.return_to is None or projection.visiting is None:
@@ -203,15 +207,15 @@ def entering_global(session: Session, transition: Transition) -> dict[str, Any]:
     return {}
 
 
-def return_transition(session: Session) -> Transition | None:
+def return_transition(live: LiveSession) -> Transition | None:
     """The move back from a finished global component, if the session has come to rest at its end."""
-    projection = session.projection
+    projection = live.projection
     if projection.return_to is None or projection.visiting is None:
         return None
-    state = session.current_state
+    state = live.session.current_state
     if state.transitions:
         return None  # the component goes on from here
-    agent = session.agent
+    agent = live.agent
     if projection.return_to not in agent.state_names:
         return None
     back = agent.get_state(projection.return_to)

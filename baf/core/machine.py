@@ -1,7 +1,8 @@
 """Compiles an agent's states and transitions into a ``transitions`` AsyncMachine.
 
-Each session is a model of the machine. Event transitions hang off one trigger and automatic ones off
-another; ``transitions`` tries them in declaration order and fires the first whose conditions hold.
+Each live session (:class:`~baf.core.live.LiveSession`) is a model of the machine. Event transitions
+hang off one trigger and automatic ones off another; ``transitions`` tries them in declaration order and
+fires the first whose conditions hold.
 Bodies are not machine callbacks: the engine runs them, so it can record before every effect.
 """
 
@@ -19,7 +20,7 @@ from baf.core.intent_routing import global_transitions
 if TYPE_CHECKING:
     from transitions.extensions.asyncio import AsyncEventData
 
-    from baf.core.session import Session
+    from baf.core.live import LiveSession
     from baf.core.state import State
     from baf.core.transition import Condition, Transition
 
@@ -76,38 +77,38 @@ def compile_machine(states: list[State], initial: State) -> AsyncMachine:
     return machine
 
 
-def _all_conditions(transition: Transition) -> Callable[[Session], Coroutine[Any, Any, bool]]:
+def _all_conditions(transition: Transition) -> Callable[[LiveSession], Coroutine[Any, Any, bool]]:
     """One condition for the machine: the event type first, then the user's conditions in order,
     stopping at the first false. (The machine would run separate conditions all at once.)"""
     pattern = transition.event
     conditions = transition.conditions
 
-    async def check(session: Session) -> bool:
-        if pattern is not None and (session.event is None or not session.event.matches(pattern)):
+    async def check(live: LiveSession) -> bool:
+        if pattern is not None and (live.event is None or not live.event.matches(pattern)):
             return False
         for condition in conditions:
-            if not await _holds(session, condition):
+            if not await _holds(live, condition):
                 return False
         return True
 
     return check
 
 
-async def _holds(session: Session, condition: Condition) -> bool:
+async def _holds(live: LiveSession, condition: Condition) -> bool:
     """A user condition that raises is recorded and counts as false, so the machine goes on."""
     try:
-        result: Any = condition(session)
+        result: Any = condition(live.session)
         if inspect.isawaitable(result):
             result = await result
         return bool(result)
     except Exception as exc:
         name = getattr(condition, "__name__", repr(condition))
-        session.report_error(f"transition condition {condition!r} raised", "condition", exc, condition=name)
+        live.report_error(f"transition condition {condition!r} raised", "condition", exc, condition=name)
         return False
 
 
-def _remember(transition: Transition) -> Callable[[Session], None]:
-    def remember(session: Session) -> None:
-        session.fired_transition = transition
+def _remember(transition: Transition) -> Callable[[LiveSession], None]:
+    def remember(live: LiveSession) -> None:
+        live.fired_transition = transition
 
     return remember

@@ -69,6 +69,11 @@ class SessionWriter:
         """Whether records are waiting for a flush."""
         return bool(self._pending)
 
+    def flushed_upto(self) -> int:
+        """The last seq handed to a flush (the records after it are waiting for the next one)."""
+        with self._lock:
+            return self.projection.last_seq - len(self._pending)
+
     async def flush(self) -> None:
         """Make every record recorded so far durable."""
         with self._lock:

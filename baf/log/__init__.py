@@ -32,7 +32,10 @@ __all__ = [
     "register_upcaster",
 ]
 
-_ACCEPTED = "sqlite:///relative/path.db, sqlite:////absolute/path.db, memory://"
+_ACCEPTED = (
+    "sqlite:///relative/path.db, sqlite:////absolute/path.db, memory://, postgresql://user@host:port/database"
+)
+_POSTGRES_OPTIONS = ("pool_size", "read_only", "connect_timeout")
 _SQLITE_OPTIONS = ("durability", "busy_timeout", "read_only")
 # How ``read_only`` may be spelled in a query string.
 _FLAGS = {"true": True, "1": True, "false": False, "0": False}
@@ -49,6 +52,10 @@ def open_log(url: str | SessionLog, **options: Any) -> SessionLog:
     (``sqlite:///a.db?durability=full``, ``sqlite:///a.db?read_only=true``) or as keyword arguments; a
     keyword argument wins over the same option in the URL. Anything else raises ``ValueError``.
     ``read_only`` opens an existing log without ever changing it: see ``SQLiteLog``.
+
+    - ``postgresql://user:password@host:port/database`` (or ``postgres://``): a ``PostgresLog`` (needs
+      ``baf[postgres]``). Its options (``pool_size``, ``read_only``, ``connect_timeout``) are keyword
+      arguments; the URL's query string goes to the server as asyncpg reads it (``sslmode``, settings).
     """
     if isinstance(url, SessionLog):
         if options:
@@ -92,4 +99,11 @@ def open_log(url: str | SessionLog, **options: Any) -> SessionLog:
                 raise ValueError(f"{url!r}: read_only must be true or false, got {merged['read_only']!r}")
             merged["read_only"] = flag
         return SQLiteLog(path, **merged)
+    if scheme in ("postgresql", "postgres"):
+        unknown = sorted(set(options) - set(_POSTGRES_OPTIONS))
+        if unknown:
+            raise ValueError(f"unknown option(s) {unknown}; PostgreSQL accepts {list(_POSTGRES_OPTIONS)}")
+        from baf.log.postgres import PostgresLog  # asyncpg is an extra: imported only when asked for
+
+        return PostgresLog(url, **options)
     raise ValueError(f"unsupported log URL {url!r}; accepted: {_ACCEPTED}")

@@ -1,8 +1,9 @@
 """Platforms: adapters between a wire format and an agent's events and replies.
 
-``WebSocketPlatform`` needs the ``web`` extra (``websockets``); it is imported lazily so that the core
-stays importable without it. Third-party adapters register under the ``baf.platforms`` entry-point
-group and are found with :func:`discover_platforms`::
+``WebSocketPlatform`` needs the ``web`` extra (``websockets``) and ``TelegramPlatform`` the ``telegram``
+extra (``aiogram``); both are imported lazily so that the core stays importable without them.
+Third-party adapters register under the ``baf.platforms`` entry-point group and are found with
+:func:`discover_platforms`::
 
     # pyproject.toml of an adapter package
     [project.entry-points."baf.platforms"]
@@ -15,12 +16,13 @@ import logging
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
-from baf.platforms.base import Platform
+from baf.core.platform import Platform
 
 if TYPE_CHECKING:
+    from baf.platforms.telegram import TelegramPlatform
     from baf.platforms.websocket import WebSocketPlatform
 
-__all__ = ["ENTRY_POINT_GROUP", "Platform", "WebSocketPlatform", "discover_platforms"]
+__all__ = ["ENTRY_POINT_GROUP", "Platform", "TelegramPlatform", "WebSocketPlatform", "discover_platforms"]
 
 logger = logging.getLogger("baf.platforms")
 
@@ -53,4 +55,8 @@ def __getattr__(name: str) -> Any:
         from baf.platforms.websocket import WebSocketPlatform
 
         return WebSocketPlatform
+    if name == "TelegramPlatform":
+        from baf.platforms.telegram import TelegramPlatform
+
+        return TelegramPlatform
     raise AttributeError(f"module 'baf.platforms' has no attribute {name!r}")

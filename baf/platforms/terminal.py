@@ -19,8 +19,9 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
+from baf.core.platform import Platform
+from baf.core.session import runtime_side
 from baf.errors import LogClosedError
-from baf.platforms.base import Platform
 
 if TYPE_CHECKING:
     from baf.core.session import Session
@@ -98,7 +99,7 @@ class TerminalPlatform(Platform):
         session = await agent.get_or_create_session(self.session_id, self)
         for entry in session.chat_history():
             self._print_line(entry.role, entry.text)
-        held = len(session.projection.held)
+        held = len(runtime_side(session).projection.held)
         if held and self.continue_fork:
             self._show(Text(f"(this fork holds {held} message{'s' if held > 1 else ''} not yet handled at its "
                             "cut: handling it now)", style="yellow"))

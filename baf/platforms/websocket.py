@@ -123,9 +123,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
 from baf.core.events import ReceiveTextEvent
+from baf.core.platform import Platform
+from baf.core.session import runtime_side
 from baf.errors import ConfigurationError
 from baf.log.record import Record, RecordKind
-from baf.platforms.base import Platform
+from baf.log.redaction import Redactor, log_exception
 from baf.platforms.limits import ClientLimits, ConnectionBudget, RateLimiter
 from baf.platforms.secret_file import load_or_create_secret, secret_path_beside
 
@@ -220,6 +222,10 @@ class WebSocketPlatform(Platform):
     """
 
     name = "websocket"
+
+    def _redactor(self) -> Redactor | None:
+        """The agent's redactor, for what is logged (None: the process-wide secrets alone)."""
+        return self.agent.redactor if self.agent is not None else None
 
     def __init__(
         self,
@@ -403,7 +409,7 @@ class WebSocketPlatform(Platform):
             try:
                 return bool(self.auth_token(token))
             except Exception:
-                logger.exception("auth_token callback failed; refusing the connection")
+                log_exception(logger, self._redactor(), "auth_token callback failed; refusing the connection")
                 return False
         return hmac.compare_digest(token.encode("utf-8"), self.auth_token.encode("utf-8"))
 
@@ -496,7 +502,7 @@ class WebSocketPlatform(Platform):
         except ConnectionClosed:
             pass
         except Exception as exc:  # the writer must not die silently and leave the client queueing forever
-            logger.exception("websocket client %s: sending failed", client.ws.id)
+            log_exception(logger, self._redactor(), "websocket client %s: sending failed", client.ws.id)
             self._drop(client, self._session_of(client), f"sending failed ({type(exc).__name__})")
 
     def _session_of(self, client: _Client) -> Session | None:
@@ -546,7 +552,7 @@ class WebSocketPlatform(Platform):
                 {"platform": self.name, "connection": str(client.ws.id), "reason": reason, "frames": pending + 1},
             )
             # Durable now: an idle session's next commit may be far off, and a crash meanwhile would lose it.
-            flush = asyncio.ensure_future(session.flush())
+            flush = asyncio.ensure_future(runtime_side(session).flush())
             self._flushes.add(flush)
             flush.add_done_callback(self._flushed)
 
@@ -611,7 +617,9 @@ class WebSocketPlatform(Platform):
         try:
             await handler(self, client, frame)
         except Exception as exc:  # a bug here must cost one frame, not the connection
-            logger.exception("websocket client %s: handling a %r frame failed", client.ws.id, kind)
+            log_exception(
+                logger, self._redactor(), "websocket client %s: handling a %r frame failed", client.ws.id, kind
+            )
             self._error(client, "internal", f"the server failed on this frame ({type(exc).__name__})")
 
     async def _on_hello(self, client: _Client, frame: dict[str, Any]) -> None:
@@ -672,7 +680,7 @@ class WebSocketPlatform(Platform):
             # Returns once the message is durably recorded; handling goes on in the session's mailbox.
             done = await agent.receive_event(ReceiveTextEvent(client.session_id, message=text), self)
         except Exception as exc:
-            logger.exception("session %s: the agent could not take a message", client.session_id)
+            log_exception(logger, self._redactor(), "session %s: the agent could not take a message", client.session_id)
             self._error(client, "unavailable", f"the message was not accepted ({type(exc).__name__}); try again")
             return
         if not done.done():
@@ -711,7 +719,7 @@ class WebSocketPlatform(Platform):
                 self._welcome(client, session.id, resumed=True)
             self._queue_history(client, after, records, last_seq=max(upto, after))
 
-        await session.read_delivered(read_and_bind)
+        await runtime_side(session).read_delivered(read_and_bind)
 
     _handlers: ClassVar[dict[str, Callable[[WebSocketPlatform, _Client, dict[str, Any]], Any]]] = {
         "hello": _on_hello,
@@ -809,7 +817,7 @@ class WebSocketPlatform(Platform):
         clients = self._routes.get(session.id)
         if not clients:
             return  # nobody is watching: the log keeps it for their history
-        seq = session.delivery_seq
+        seq = runtime_side(session).delivery_seq
         if seq is not None:  # the record this frame shows: a client resumes after the last one it saw
             frame["seq"] = seq
         encoded = json.dumps(frame, ensure_ascii=False)

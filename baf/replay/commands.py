@@ -22,6 +22,7 @@ from typing import Any, TextIO
 from rich.console import Console
 from rich.text import Text
 
+from baf.errors import SessionNotFoundError
 from baf.log.record import Record
 from baf.log.redaction import Redactor
 from baf.log.store import SessionLog
@@ -39,7 +40,7 @@ from baf.replay.render import (
 from baf.replay.state_at import state_at
 from baf.replay.timeline import ENGINE_KINDS, Entry, EntryFilter, TimelineBuilder, build_timeline, iter_timeline
 
-__all__ = ["ReplayOptions", "export_session", "replay", "run_export"]
+__all__ = ["ReplayOptions", "export_session", "replay", "report_unreadable", "run_export"]
 
 
 @dataclass(slots=True)
@@ -149,7 +150,7 @@ async def _page(console: Console, log: SessionLog, options: ReplayOptions, redac
         if to_seq is not None and record.seq > to_seq and builder.open_group is None:
             break  # past --to with no group open: nothing later can match
     if last_seq == 0:
-        raise LookupError(f"session {options.session!r} has no records in this log")
+        raise SessionNotFoundError(options.session)
     if not more:
         more = take(builder.finish())
     render_timeline(console, page, options.width, options.expand)

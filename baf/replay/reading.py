@@ -8,7 +8,7 @@ from typing import Any
 
 from rich.console import Console
 
-from baf.errors import CorruptRecordError, UnknownRecordVersionError
+from baf.errors import CorruptRecordError, SessionNotFoundError, UnknownRecordVersionError
 from baf.log.record import Record
 from baf.log.redaction import Redactor
 from baf.log.store import SessionLog
@@ -25,7 +25,7 @@ async def read_session(log: SessionLog, session_id: str, redactor: Redactor | No
     """
     records = await log.read(session_id)
     if not records:
-        raise LookupError(f"session {session_id!r} has no records in this log")
+        raise SessionNotFoundError(session_id)
     if redactor is not None and redactor.active:
         records = [redactor.redact_record(r) for r in records]
     return records

@@ -23,7 +23,7 @@ from baf.log.redaction import Redactor
 from baf.replay.state_at import SessionSnapshot
 from baf.replay.timeline import Entry, EntryKind
 
-__all__ = ["DEFAULT_WIDTH", "entry_line", "render_entry", "render_llm_request", "render_sessions",
+__all__ = ["DEFAULT_WIDTH", "entry_line", "render_entry", "render_group_end", "render_llm_request", "render_sessions",
            "render_snapshot", "render_timeline", "shorten", "visible", "visible_json"]  # fmt: skip
 
 #: Characters of a text shown before it is cut.

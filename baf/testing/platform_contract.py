@@ -40,8 +40,8 @@ from typing import TYPE_CHECKING, Any
 
 from baf.core.agent import Agent
 from baf.core.events import ReceiveTextEvent
+from baf.core.platform import Platform
 from baf.llm.base import LLMResponse, ToolCall
-from baf.platforms.base import Platform
 from baf.testing.llms import ScriptedLLM
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from baf.platforms.base import Platform
+from baf.core.platform import Platform
 
 if TYPE_CHECKING:
     from baf.core.session import Session

@@ -33,7 +33,7 @@ from baf.log.record import CURRENT_VERSION, Record, RecordKind
 from baf.log.snapshot import seal, snapshot_data
 from baf.log.store import SessionLog, load_projection
 
-__all__ = ["SessionLogContract"]
+__all__ = ["SessionLogContract", "message", "rec", "started", "turn"]
 
 #: A fixed timestamp with a fractional part, so a store that rounds ts is caught.
 TS = 1_712_345_678.123456

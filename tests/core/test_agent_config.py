@@ -90,8 +90,9 @@ def test_log_accepts_urls_and_instances(tmp_path: Path) -> None:
     assert Agent("a", log=store).log is store
     assert type(Agent("a", log="memory://").log).__name__ == "MemoryLog"
     assert type(Agent("a", log=f"sqlite:///{tmp_path / 'x.db'}").log).__name__ == "SQLiteLog"
+    assert type(Agent("a", log="postgresql://baf@db.example/agents").log).__name__ == "PostgresLog"
     with pytest.raises(ValueError, match="sqlite"):
-        Agent("a", log="postgres://nope")
+        Agent("a", log="mysql://nope")
 
 
 async def test_use_websocket_platform_serves_the_ui() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from baf import Agent, ReceiveFileEvent, ReceiveJSONEvent, ReceiveTextEvent, Session, StepHooks
+from baf.core.session import runtime_side
 from baf.core.state import DEFAULT_FALLBACK_MESSAGE
 from baf.errors import ConfigurationError, LogError, SessionVariableError
 from baf.log import open_log
@@ -520,15 +521,15 @@ async def test_a_commit_that_failed_lets_the_next_commit_fail_too_instead_of_han
         session.set("x", 1)
         if how == "append fails":
             with pytest.raises(LogError, match="disk full"):
-                await session.commit()
+                await runtime_side(session).commit()
         else:
-            first = asyncio.ensure_future(session.commit())
+            first = asyncio.ensure_future(runtime_side(session).commit())
             await asyncio.sleep(0.01)
             first.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await first
         with pytest.raises(LogError):
-            await asyncio.wait_for(session.commit(), 2)  # a TimeoutError here: the lock was kept
+            await asyncio.wait_for(runtime_side(session).commit(), 2)  # a TimeoutError here: the lock was kept
         outcome.append("released")
 
     agent = Agent("a", log=FailingLog())

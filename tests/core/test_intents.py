@@ -10,6 +10,7 @@ import pytest
 from baf import Agent, Session
 from baf.core.intent import Intent, IntentParameter
 from baf.core.intent_classifier import ClassifierAnswer, WordOverlapClassifier
+from baf.core.session import runtime_side
 from baf.errors import ConfigurationError
 from baf.replay.rerun import assert_replays
 from baf.testing import RecordingPlatform
@@ -100,7 +101,7 @@ async def test_a_global_state_is_reached_from_anywhere_and_returns_where_the_use
     async with agent:
         await agent.receive_message("u", "hi", platform)
         session = await agent.receive_message("u", "I need help", platform)
-        assert session.projection.current_state == "greet"  # back where the user was, its body not re-run
+        assert runtime_side(session).projection.current_state == "greet"  # back where the user was, its body not re-run
         assert platform.replies["u"] == ["Hello! Ask me about the weather.", "I know greetings and the weather."]
         assert await transitions(agent, "u") == [
             "start -> greet (intent hello)",
@@ -139,8 +140,8 @@ async def test_a_global_component_returns_at_its_end_and_survives_a_restart(db_u
     async with agent:
         session = await agent.receive_message("u", "sure", platform)
         assert platform.replies["u"] == ["Ticket opened."]
-        assert session.projection.current_state == "ordering"
-        assert session.projection.return_to is None and session.projection.visiting is None
+        assert runtime_side(session).projection.current_state == "ordering"
+        assert runtime_side(session).projection.return_to is None and runtime_side(session).projection.visiting is None
         assert (await transitions(agent, "u"))[-2:] == [
             "support -> confirmed (intent yes)",
             "confirmed -> ordering (return from global support)",

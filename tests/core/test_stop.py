@@ -15,6 +15,7 @@ import pytest
 
 from baf import Agent, ReceiveTextEvent, Session
 from baf.core import runtime as runtime_module
+from baf.core.session import runtime_side
 from baf.core.threadpool import DaemonThreadPool
 from baf.errors import LogClosedError
 from baf.log import open_log
@@ -62,7 +63,7 @@ async def test_interrupt_abandons_a_sync_body_whose_later_calls_fail_clearly(
     db_url: str, platform: RecordingPlatform
 ) -> None:
     agent, release = await started_in_blocked_body(db_url, platform)
-    runtime = agent._require_runtime()
+    runtime = agent.runtime
 
     stopping = asyncio.ensure_future(agent.stop())
     await asyncio.sleep(0.05)  # the stop is waiting out its grace period for the body
@@ -130,9 +131,7 @@ async def test_a_step_past_the_grace_period_is_recorded_as_cut_by_the_stop(
     db_url: str, platform: RecordingPlatform
 ) -> None:
     agent, release = await started_in_blocked_body(db_url, platform)
-    runtime = agent._require_runtime()
-    agent._runtime = None  # stop the runtime itself, with a short grace period
-    await runtime.stop(timeout=0.1)
+    await agent.runtime.stop(timeout=0.1)  # the runtime itself, with a short grace period
     release.set()
 
     async with open_log(db_url) as log:
@@ -172,8 +171,7 @@ def sleeping_agent(log: Any, platform: RecordingPlatform, seconds: float = 30) -
 
 async def wait_until_in_step(agent: Agent, session_id: str) -> None:
     for _ in range(500):
-        session = agent._require_runtime().sessions.get(session_id)
-        if session is not None and session._in_step:
+        if agent.runtime.control.in_step(session_id):
             await asyncio.sleep(0.02)  # into the body's sleep
             return
         await asyncio.sleep(0.01)
@@ -192,7 +190,7 @@ async def test_interrupt_without_a_stop_leaves_the_session_taking_later_events(
             await asyncio.wait_for(slow, 5)
         session = await agent.receive_message("s", "after")  # the session was not closed by the interrupt
         assert platform.replies["s"] == ["done after"]
-        assert session._interrupted_by is None and session._interrupted_how is None
+        assert agent.runtime.control.cut_of(session.id) is None  # the next step is a normal one
     async with open_log(db_url) as log:
         records = await log.read("s")
     finished = [r.data for r in records if r.kind == "step_finished"]
@@ -256,9 +254,9 @@ async def test_an_interrupt_while_a_step_commits_its_end_lets_it_finish_and_star
     await agent.wait_idle()
     await agent.receive_event(ReceiveTextEvent("s", message="hi"), platform)
     queued = await agent.receive_event(ReceiveTextEvent("s", message="slow"), platform)
-    session = agent._require_runtime().sessions["s"]
+    live = runtime_side(agent.sessions["s"])
     for _ in range(500):  # the body has replied; the step's final commit is under way
-        if not session._in_step and not session.has_unflushed_records and session.projection.last_seq > 5:
+        if not live.in_step and not live.has_unflushed_records and live.projection.last_seq > 5:
             break
         await asyncio.sleep(0.005)
     else:
@@ -324,7 +322,7 @@ async def test_stop_does_not_wait_forever_for_a_body_that_swallows_its_cancellat
     idle.when_event().go_to(idle)
     agent.add_platform(platform)
     await agent.start()
-    runtime = agent._require_runtime()
+    runtime = agent.runtime
     await agent.receive_event(ReceiveTextEvent("s", message="go"), platform)
     await wait_until_in_step(agent, "s")
     worker = runtime._workers["s"]

@@ -411,7 +411,7 @@ async def test_interrupt_abandons_a_sync_tool_whose_late_calls_fail_clearly(
     agent, _ = reasoning_agent(llm, log=db_url, enable_task_planning=False)
     agent.new_tool(slow)
     await agent.start()
-    runtime = agent._require_runtime()
+    runtime = agent.runtime
     await agent.receive_event(ReceiveTextEvent("s", message="go"), platform)
     assert await asyncio.to_thread(started.wait, 10)
     stopping = asyncio.ensure_future(agent.stop())

@@ -12,6 +12,7 @@ import pytest
 
 from baf import Agent, ReceiveTextEvent, Session
 from baf.cli import main
+from baf.core.session import runtime_side
 from baf.errors import CorruptRecordError
 from baf.log import open_log
 
@@ -119,7 +120,7 @@ async def test_a_str_subclass_is_text_to_the_fold() -> None:
     async with agent:
         session = await agent.receive_message("s", "hello")
         assert session.current_state.name == "idle" and session.get("count") == 1
-        assert session.projection.errors == 0
+        assert runtime_side(session).projection.errors == 0
 
 
 async def test_an_event_whose_text_is_not_a_string_is_refused_before_it_is_recorded() -> None:
@@ -156,10 +157,10 @@ async def test_a_record_the_fold_refuses_at_write_time_takes_no_seq() -> None:
     async with agent:
         session = await agent.get_or_create_session("s")
         await agent.wait_idle()
-        last = session.projection.last_seq
+        last = runtime_side(session).projection.last_seq
         with pytest.raises(CorruptRecordError, match="reply record: text should be text, found missing"):
             session.record("reply", {"format": "json"})
-        assert session.projection.last_seq == last
+        assert runtime_side(session).projection.last_seq == last
         assert session.record("note", {"ok": True}).seq == last + 1
-        await session.commit()
+        await runtime_side(session).commit()
         assert [r.seq for r in await agent.log.read("s")] == list(range(1, last + 2))

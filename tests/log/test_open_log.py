@@ -61,7 +61,8 @@ def test_an_instance_passes_through() -> None:
 @pytest.mark.parametrize(
     ("url", "message"),
     [
-        ("postgres://localhost/db", "accepted: sqlite:///relative/path.db, sqlite:////absolute/path.db, memory://"),
+        ("mysql://localhost/db", "accepted: sqlite:///relative/path.db, sqlite:////absolute/path.db, memory://, postgresql://"),
+        ("postgresql://localhost/db?x=1", None),
         ("agent.db", "accepted:"),
         ("", "accepted:"),
         ("sqlite://host/agent.db", "no host"),
@@ -75,9 +76,23 @@ def test_an_instance_passes_through() -> None:
         ("memory://?durability=full", "memory:// takes no path"),
     ],
 )
-def test_bad_urls_are_refused(url: str, message: str) -> None:
+def test_bad_urls_are_refused(url: str, message: str | None) -> None:
+    if message is None:  # a URL that is fine: only bad options are refused
+        with pytest.raises(ValueError, match=r"unknown option\(s\) \['durability'\]"):
+            open_log(url, durability="full")
+        return
     with pytest.raises(ValueError, match=message):
         open_log(url)
+
+
+def test_a_postgresql_url_opens_a_postgres_log() -> None:
+    from baf.log.postgres import PostgresLog
+
+    for url in ("postgresql://u:secret@db.example:5433/agents", "postgres://u@db/agents"):
+        log = open_log(url, pool_size=2)
+        assert isinstance(log, PostgresLog)
+        assert log.dsn == url
+        assert "secret" not in repr(log)  # the password never shows in messages
 
 
 def test_bad_types_are_refused() -> None:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from baf.log import MemoryLog, SessionLog, SQLiteLog
+from baf.log.postgres import PostgresLog
 from baf.testing.store_contract import SessionLogContract
 
 
@@ -21,6 +24,15 @@ class TestSQLiteLog(SessionLogContract):
 class TestSQLiteLogFullDurability(SessionLogContract):
     async def make_log(self, tmp_path: Path) -> SessionLog:
         return SQLiteLog(tmp_path / "nested" / "dirs" / "log.db", durability="full")
+
+
+class TestPostgresLog(SessionLogContract):
+    @pytest.fixture(autouse=True)
+    def _dsn(self, postgres_dsn: str) -> None:
+        self.dsn = postgres_dsn
+
+    async def make_log(self, tmp_path: Path) -> SessionLog:
+        return PostgresLog(self.dsn)
 
 
 class _ScanningDefaults(MemoryLog):

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from baf import Agent, Session
+from baf.core.session import runtime_side
+from baf.errors import SessionNotFoundError
 from baf.library.state.reasoning_state_library import new_reasoning_state
 from baf.llm.base import LLM
 from baf.log import open_log
@@ -96,7 +98,7 @@ async def test_fork_rejects_a_seq_outside_the_session(db_url: str) -> None:
         last = (await agent.log.read("s"))[-1].seq
     with pytest.raises(ValueError, match=f"records 1..{last}"):
         await fork(db_url, "s", last + 1)
-    with pytest.raises(ValueError, match="no session"):
+    with pytest.raises(SessionNotFoundError, match="session 'nobody' has no records"):
         await fork(db_url, "nobody", 1)
 
 
@@ -141,7 +143,7 @@ async def test_a_fork_holding_an_unhandled_message_waits_to_be_continued(db_url:
         session = await agent.get_or_create_session(new_id)
         await agent.wait_idle()
         assert llm.requests == [] and (await agent.log.read(new_id)) == forked
-        assert session.projection.held and session.current_state.name == "named"
+        assert runtime_side(session).projection.held and session.current_state.name == "named"
     async with build(db_url, llm) as agent:  # nor a second start
         await agent.wait_idle()
         assert llm.requests == [] and (await agent.log.read(new_id)) == forked

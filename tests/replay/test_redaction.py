@@ -224,6 +224,7 @@ async def test_an_error_a_closed_session_cannot_record_is_still_logged_without_t
 ) -> None:
     # A body thread abandoned at a stop fails after its session closed: the error is not lost from the
     # process's log, and the secret stays out of it.
+    from baf.core.session import runtime_side
     from baf.errors import LogClosedError
 
     secret = "log-canary-9a41c7"
@@ -231,10 +232,10 @@ async def test_an_error_a_closed_session_cannot_record_is_still_logged_without_t
     agent.mark_secret(secret)
     agent.new_state("idle", initial=True)
     async with agent:
-        session = await agent.get_or_create_session("s")
+        live = runtime_side(await agent.get_or_create_session("s"))
         await agent.wait_idle()
-        session._close()
+        live.close()
         with caplog.at_level(logging.ERROR, logger="baf"), pytest.raises(LogClosedError):
-            session.report_error("a body raised", "body", ValueError(f"password {secret} rejected"))
+            live.report_error("a body raised", "body", ValueError(f"password {secret} rejected"))
     assert "a body raised (not recorded: the session is closed)" in caplog.text
     assert "ValueError" in caplog.text and secret not in caplog.text and REDACTED in caplog.text

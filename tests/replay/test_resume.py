@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from baf import Agent, ReceiveTextEvent, Session
+from baf.core.session import runtime_side
 from baf.library.state.reasoning_state_library import INTERRUPTED_TOOL_MESSAGE, new_reasoning_state
 from baf.llm.base import LLMResponse, ToolCall
 from baf.log import MemoryLog, Record, open_log
@@ -193,7 +194,7 @@ async def test_plain_open_step_is_still_closed_as_interrupted() -> None:
         if session.event is None:
             return
         session.reply("working")
-        await session.commit()
+        await runtime_side(session).commit()
         await asyncio.sleep(10)
 
     state.set_body(slow)
@@ -205,7 +206,7 @@ async def test_plain_open_step_is_still_closed_as_interrupted() -> None:
                 break
             await asyncio.sleep(0.01)
         records = await log.read("s")
-        agent._runtime._workers["s"].cancel()  # type: ignore[union-attr]
+        agent.runtime._workers["s"].cancel()
     crashed = MemoryLog()
     await crashed.append([r for r in records])
     agent2 = Agent("plain", log=crashed)

@@ -15,7 +15,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from baf.core.session import runtime_side
 from baf.errors import LLMError, PatternError
+from baf.library.state.pattern_variables import reasoning_variables
 from baf.llm.base import LLM, LLMResponse
 from baf.log.record import RecordKind
 from baf.reasoning.patterns import LLMCallInfo, PatternStep, ReasoningPattern, ReasoningResult
@@ -40,6 +42,7 @@ class SessionObserver:
 
     def __init__(self, session: Session, stream_steps: bool = True) -> None:
         self.session = session
+        self._live = runtime_side(session)  # commits before each model call, streams steps
         self.stream_steps = stream_steps
 
     def redact(self, text: str) -> str:
@@ -51,7 +54,7 @@ class SessionObserver:
         reasoning_step = ReasoningStep(kind, step, summary, details)
         self.session.record(RecordKind.REASONING_STEP, reasoning_step.to_dict())
         if self.stream_steps:
-            self.session.queue_platform_call("reply_reasoning_step", reasoning_step)
+            self._live.queue_platform_call("reply_reasoning_step", reasoning_step)
 
     def on_step(self, step: PatternStep) -> None:
         """Record and stream a pattern step as a ``ReasoningStep``."""
@@ -60,7 +63,7 @@ class SessionObserver:
     async def before_llm_call(self, call: LLMCallInfo) -> None:
         """Record the request and commit: what the model is shown is durable before it is sent."""
         self.session.record(RecordKind.LLM_REQUEST, call.to_dict())
-        await self.session.commit()
+        await self._live.commit()
 
     def after_llm_call(self, call: LLMCallInfo, response: LLMResponse, latency_ms: float) -> None:
         """Record the model's answer."""
@@ -70,7 +73,7 @@ class SessionObserver:
     async def before_tool_call(self, call_id: str, name: str) -> None:
         """Commit before a tool runs: the ``llm_response`` that asked for the call is durable first, so a
         crash in the tool never leaves a side effect the log cannot explain."""
-        await self.session.commit()
+        await self._live.commit()
 
     def on_tool_result(self, call_id: str, name: str, content: str, is_error: bool) -> None:
         """Record a tool result."""
@@ -85,6 +88,9 @@ def pattern_body(
     tools: list[Tool] | None = None,
     stream_steps: bool = True,
     failure_message: str = DEFAULT_FAILURE_MESSAGE,
+    request: Callable[[Session], str | None] | None = None,
+    reply: bool = True,
+    export_variables: bool = False,
 ) -> Callable[[Session], Awaitable[None]]:
     """Build a state body that answers each user message by running ``pattern``.
 
@@ -95,29 +101,41 @@ def pattern_body(
         stream_steps: Send each step to the platform (steps are recorded either way).
         failure_message: The reply when the run ends without any output. A partial output is replied
             as is; the summary in the ``pattern_result`` variable says whether the run succeeded.
+        request: What to reason about, read from the session when the state is entered; default: the
+            text of the message being handled. ``None`` (no message) skips the run.
+        reply: Reply with the answer (or the failure message); ``False`` leaves replying to later states.
+        export_variables: Also set the variables of
+            :func:`~baf.library.state.pattern_variables.reasoning_variables` (``reasoning_answer``, ...).
     """
 
     async def body(session: Session) -> None:
-        event = session.event
-        request = event.text if event is not None else None
-        if request is None:
+        if request is not None:
+            problem = request(session)
+        else:
+            problem = session.event.text if session.event is not None else None
+        if problem is None:
             return  # entered without a user message: nothing to reason about
         observer = SessionObserver(session, stream_steps)
-        shown = session.agent.redactor.redact_text(request)[:80]  # redact before cutting a secret in half
+        shown = session.agent.redactor.redact_text(problem)[:80]  # redact before cutting a secret in half
         observer.emit(ReasoningStepKind.REASONING_STARTED, 0, f"{pattern.name}: {shown}",
-                      {"request": request, "pattern": pattern.name})  # fmt: skip
+                      {"request": problem, "pattern": pattern.name})  # fmt: skip
         offered = tools if tools is not None else _agent_tools(session)
         outcome, steps = "error", 0
         try:
             result: ReasoningResult[Any] = await pattern.execute(
-                llm, request, tools=offered, session=session, observer=observer
+                llm, problem, tools=offered, session=session, observer=observer
             )
             steps, outcome = result.steps_taken, result.stop_reason
             session.set(RESULT_VARIABLE, result.summary())
-            session.reply(result.text or failure_message)
+            if export_variables:
+                for name, value in reasoning_variables(result).items():
+                    session.set(name, value)
+            if reply:
+                session.reply(result.text or failure_message)
         except (PatternError, LLMError) as exc:  # bad model output or an outage: told, recorded, contained
             session.record_error("pattern", exc, pattern=pattern.name)
-            session.reply(f"{failure_message} ({type(exc).__name__}: {exc})")
+            if reply:
+                session.reply(f"{failure_message} ({type(exc).__name__}: {exc})")
         finally:
             observer.emit(ReasoningStepKind.REASONING_FINISHED, steps, f"finished: {outcome}",
                           {"outcome": outcome, "steps": steps, "pattern": pattern.name})  # fmt: skip

@@ -24,7 +24,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from baf.errors import ConfigurationError, ToolError, ToolExecutionError
+from baf.core.session import runtime_side
+from baf.errors import ConfigurationError, InvariantError, ToolError, ToolExecutionError
 from baf.library.state.planning_tools import PLANNING_TOOLS, PlanningCall, planning_call
 from baf.library.state.reasoning_prompt import (
     build_pushback_message,
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_FALLBACK_MESSAGE",
     "DEFAULT_SYSTEM_PROMPT",
+    "ReasoningConfig",
     "ReasoningStep",
     "ReasoningStepKind",
     "Task",
@@ -247,6 +249,8 @@ class _ReasoningRun:
         self, session: Session, config: ReasoningConfig, request: str, source: EffectSource | None = None
     ) -> None:
         self.session = session
+        # The runtime's side: the loop commits before each model call and tool run, and streams steps.
+        self.live = runtime_side(session)
         self.config = config
         self.request = request
         #: Answers model and tool calls instead of the live model and tools (resume, re-run), if set.
@@ -265,7 +269,8 @@ class _ReasoningRun:
         self._schemas: list[dict[str, Any]] = []
         self._prompt_key: tuple[Skill, ...] | None = None
         self._static_prompt = ""
-        before = session.event_seq if session.event_seq is not None else session.projection.last_seq + 1
+        live = self.live
+        before = live.event_seq if live.event_seq is not None else live.projection.last_seq + 1
         self.messages: list[dict[str, Any]] = memory_messages(session, before, config.memory)
         self.messages.append({"role": "user", "content": request})
         self.trace: list[dict[str, Any]] = []
@@ -301,7 +306,9 @@ class _ReasoningRun:
         last = requests[-1]
         after = [r for r in invocation if last.seq is not None and r.seq > last.seq and r.data.get("step") == last.step]
         if any(r.kind == RecordKind.TOOL_RESULT for r in after):
-            raise RuntimeError(f"cannot resume: tool results of step {last.step} were recorded before its next request")
+            raise InvariantError(
+                f"cannot resume: tool results of step {last.step} were recorded before its next request"
+            )
         response = next((r for r in after if r.kind == RecordKind.LLM_RESPONSE), None)
         run.source = _ResumeSource(last.step, LLMResponse.from_dict(response.data) if response else None, run.source)
         run._written.add((RecordKind.LLM_REQUEST, last.step))
@@ -349,7 +356,7 @@ class _ReasoningRun:
         """Record the request, commit, get the response (from the effect source if it has one, else from
         the model) and record it. ``None`` if the model failed (the user is told, an error is recorded)."""
         request = self.record_request(step)
-        await self.session.commit()  # tool results are durable before the model sees them
+        await self.live.commit()  # tool results are durable before the model sees them
         started = time.perf_counter()
         response = self.source.llm_response(request) if self.source is not None else None
         if response is None:
@@ -407,7 +414,7 @@ class _ReasoningRun:
         if (ReasoningStepKind.LLM_TOOL_CALLS, step) not in self._written:
             self.emit(ReasoningStepKind.LLM_TOOL_CALLS, step, "calling " + ", ".join(c.name for c in calls),
                       {"tool_calls": [c.to_dict() for c in calls], "text": response.text})  # fmt: skip
-        await self.session.commit()  # the response is durable before any tool runs
+        await self.live.commit()  # the response is durable before any tool runs
         tools = self.current_tools()
         if len(calls) == 1:  # the usual turn: one task of its own (context as with gather), no gather future
             outcomes = [await asyncio.create_task(self._run_call(calls[0], tools, step))]
@@ -520,7 +527,7 @@ class _ReasoningRun:
 
     def _stream(self, method: str, payload: Any) -> None:
         if self.config.stream_steps:  # queued, not awaited: delivered in order right after the next commit
-            self.session.queue_platform_call(method, payload)
+            self.live.queue_platform_call(method, payload)
 
 
 def _tool_set(agent: Agent, planning: bool) -> dict[str, Tool]:

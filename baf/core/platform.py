@@ -1,0 +1,78 @@
+"""The platform interface: how an agent talks to the outside world (adapters live in ``baf.platforms``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from baf.core.agent import Agent
+    from baf.core.session import Session
+
+__all__ = ["Platform"]
+
+
+class Platform:
+    """Translates between a wire format and baf events and replies. Holds no session state.
+
+    An adapter delivers inbound traffic with ``await agent.receive_message(...)`` or
+    ``await agent.receive_event(...)`` and implements :meth:`reply`. The streaming methods are
+    optional: their defaults do nothing, so a plain text channel needs only ``reply``. The richer
+    replies (:meth:`reply_markdown`, :meth:`reply_file`, :meth:`reply_image`, :meth:`reply_options`)
+    fall back to a plain :meth:`reply`; an adapter overrides those its channel can show natively.
+    """
+
+    #: A short name, recorded with each session so the log says where a conversation came from.
+    name: str = "platform"
+
+    def __init__(self) -> None:
+        self.agent: Agent | None = None
+
+    def bind(self, agent: Agent) -> None:
+        """Called by ``agent.add_platform``; gives the adapter its agent."""
+        self.agent = agent
+
+    async def start(self) -> None:
+        """Begin accepting traffic (open sockets, start readers). Called by ``agent.start()``."""
+
+    async def stop(self) -> None:
+        """Stop accepting traffic and release resources. Called by ``agent.stop()``."""
+
+    async def reply(self, session: Session, message: str) -> None:
+        """Send a text reply (Markdown allowed) to the session's user."""
+        raise NotImplementedError(f"{type(self).__name__} must implement reply()")
+
+    async def reply_reasoning_step(self, session: Session, step: Any) -> None:
+        """Show one reasoning step (``ReasoningStep``) as it happens. Optional."""
+
+    async def reply_task_list_update(self, session: Session, tasks: list[dict[str, Any]]) -> None:
+        """Show the current task list of a reasoning loop. Optional."""
+
+    async def reply_error(self, session: Session, message: str) -> None:
+        """Show an error to the user. Defaults to a plain reply."""
+        await self.reply(session, message)
+
+    # -- richer replies: each falls back to a plain text reply ----------------------------------
+
+    async def reply_markdown(self, session: Session, markdown: str) -> None:
+        """Send Markdown to be rendered. Defaults to :meth:`reply` (whose text may hold Markdown too)."""
+        await self.reply(session, markdown)
+
+    async def reply_file(
+        self, session: Session, name: str, content: bytes, mime_type: str = "", caption: str = ""
+    ) -> None:
+        """Send a file. Defaults to a text reply naming the file, for channels that cannot carry one."""
+        note = f"[file: {name}, {len(content)} bytes]"
+        await self.reply(session, f"{caption}\n\n{note}" if caption else note)
+
+    async def reply_image(
+        self, session: Session, content: bytes, mime_type: str = "image/png", caption: str = ""
+    ) -> None:
+        """Send an image. Defaults to a text reply with the caption, for channels that cannot show one."""
+        note = f"[image: {mime_type}, {len(content)} bytes]"
+        await self.reply(session, f"{caption}\n\n{note}" if caption else note)
+
+    async def reply_options(self, session: Session, message: str, options: Sequence[str]) -> None:
+        """Offer choices (buttons where the channel has them). Defaults to a reply listing them."""
+        listed = "\n".join(f"- {option}" for option in options)
+        await self.reply(session, f"{message}\n\n{listed}" if listed else message)

@@ -1,0 +1,107 @@
+"""The durable inbox: how a message reaches the worker that owns its session, exactly once, in order.
+
+A message may arrive at any worker (its client is connected there). That worker writes it to
+``baf_inbox`` and notifies the channel ``baf_inbox`` with the session id. The owner reads the session's
+waiting rows in arrival order (``pending``) and moves each into the session log with
+``PostgresLog.append_consuming``, which deletes the row in the same transaction as it appends the
+message's records. A crash before that commit leaves the row for the next owner; after it, the message is
+in the log and the row is gone: consumed once.
+
+Notifications only wake workers; a worker that missed one finds the rows on its next (slow) poll.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from baf.log.jsontext import decode_json, encode_json
+
+if TYPE_CHECKING:
+    import asyncpg
+
+    from baf.log.postgres import PostgresLog
+
+__all__ = ["INBOX_CHANNEL", "RECORDS_CHANNEL", "Inbox", "InboxMessage"]
+
+#: Notified with a session id when a message for it enters the inbox.
+INBOX_CHANNEL = "baf_inbox"
+#: Notified with a session id when records of it commit (``PostgresLog``), for workers following the log.
+RECORDS_CHANNEL = "baf_records"
+
+logger = logging.getLogger("baf.log.postgres")
+
+
+@dataclass(frozen=True, slots=True)
+class InboxMessage:
+    """One waiting message. ``payload`` is ``None`` when the row does not hold a JSON object; ``error``
+    then says what is wrong with it (the owner records that as an error and consumes the row)."""
+
+    id: int
+    session_id: str
+    payload: dict[str, Any] | None
+    error: str | None = None
+
+
+class Inbox:
+    """The inbox of a started ``PostgresLog``."""
+
+    def __init__(self, log: PostgresLog) -> None:
+        self._log = log
+
+    async def post(self, session_id: str, payload: dict[str, Any]) -> int:
+        """Store a message for ``session_id`` durably and wake its owner; return the row's id."""
+        encoded = encode_json(payload)
+        text = encoded.decode() if isinstance(encoded, bytes) else encoded
+        async with self._log.pool.acquire() as connection, connection.transaction():
+            row_id = await connection.fetchval(
+                "INSERT INTO baf_inbox (session_id, payload) VALUES ($1, $2) RETURNING id", session_id, text
+            )
+            await connection.execute("SELECT pg_notify($1, $2)", INBOX_CHANNEL, session_id)
+        return int(row_id)
+
+    async def pending(self, session_id: str, limit: int = 100) -> list[InboxMessage]:
+        """The messages waiting for ``session_id``, oldest first."""
+        async with self._log.pool.acquire() as connection:
+            rows = await connection.fetch(
+                "SELECT id, payload FROM baf_inbox WHERE session_id = $1 ORDER BY id LIMIT $2", session_id, limit
+            )
+        return [_message(session_id, int(row[0]), row[1]) for row in rows]
+
+    async def listen(self, on_session: Callable[[str, str], None]) -> Callable[[], Any]:
+        """Call ``on_session(channel, session_id)`` for every notification on the inbox and records
+        channels; return an async ``stop()``. One connection of its own, outside the pool."""
+        import asyncpg
+
+        connection: asyncpg.Connection = await asyncpg.connect(self._log.dsn)
+
+        def notified(_connection: Any, _pid: int, channel: str, payload: str) -> None:
+            try:
+                on_session(channel, payload)
+            except Exception:
+                logger.exception("an inbox listener failed")
+
+        for channel in (INBOX_CHANNEL, RECORDS_CHANNEL):
+            await connection.add_listener(channel, notified)
+
+        async def stop() -> None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(connection.close(), 5)
+
+        return stop
+
+
+def _message(session_id: str, row_id: int, text: str) -> InboxMessage:
+    try:
+        payload = decode_json(text)
+    except (ValueError, RecursionError) as exc:
+        return InboxMessage(row_id, session_id, None, f"inbox row {row_id} is not JSON: {exc}")
+    if not isinstance(payload, dict):
+        return InboxMessage(
+            row_id, session_id, None, f"inbox row {row_id} holds {type(payload).__name__}, not a JSON object"
+        )
+    return InboxMessage(row_id, session_id, payload)

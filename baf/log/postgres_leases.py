@@ -1,0 +1,138 @@
+"""Session ownership among many workers on one PostgreSQL log: a lease per session, a heartbeat per worker.
+
+A lease row says which worker owns a session, since which **epoch**, and until when (``expires_at``, on the
+database's clock, so workers' clocks do not matter). Taking a lease that is free or expired bumps the
+epoch; the new owner then ``fence``\\ s its ``PostgresLog`` with it, and every append checks the epoch in its
+own transaction. A worker that was paused past its lease (GC, SIGSTOP, a partition) therefore cannot write
+once another worker has taken the session over: its append fails with ``LeaseLostError``.
+
+A worker keeps its leases alive with :meth:`Leases.heartbeat` (one statement for all of them), which also
+says which sessions it has lost. Releasing a lease expires it but keeps its row, so epochs only grow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from baf.log.postgres import PostgresLog
+
+__all__ = ["LeaseInfo", "Leases"]
+
+_ACQUIRE = """
+INSERT INTO baf_leases AS l (session_id, owner, epoch, expires_at)
+VALUES ($1, $2, 1, now() + make_interval(secs => $3))
+ON CONFLICT (session_id) DO UPDATE
+    SET owner = EXCLUDED.owner,
+        epoch = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at >= now() THEN l.epoch ELSE l.epoch + 1 END,
+        expires_at = EXCLUDED.expires_at
+    WHERE l.owner = EXCLUDED.owner OR l.expires_at < now()
+RETURNING epoch
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseInfo:
+    """Who owns a session: ``owner``, ``epoch``, and whether the lease is still ``live``."""
+
+    owner: str
+    epoch: int
+    live: bool
+
+
+class Leases:
+    """The leases of the worker a ``PostgresLog`` was opened for (``PostgresLog(dsn, worker_id=...)``).
+
+    ``ttl`` is how many seconds a lease lasts without a heartbeat; heartbeat well within it (a third).
+    """
+
+    def __init__(self, log: PostgresLog, ttl: float = 10.0) -> None:
+        if log.worker_id is None:
+            raise ValueError("Leases need a worker's store: PostgresLog(dsn, worker_id=...)")
+        if ttl <= 0:
+            raise ValueError(f"ttl must be > 0 seconds, got {ttl!r}")
+        self._log = log
+        self.worker_id: str = log.worker_id
+        self.ttl = ttl
+
+    async def register(self) -> None:
+        """Write (or refresh) this worker's heartbeat row."""
+        async with self._log.pool.acquire() as connection:
+            await connection.execute(
+                "INSERT INTO baf_workers (worker_id) VALUES ($1) "
+                "ON CONFLICT (worker_id) DO UPDATE SET heartbeat_at = now()",
+                self.worker_id,
+            )
+
+    async def acquire(self, session_id: str) -> int | None:
+        """Take ``session_id``'s lease if it is free, expired or already ours; return its epoch, or ``None``
+        when another worker holds it. On success the store is fenced with the epoch."""
+        async with self._log.pool.acquire() as connection:
+            epoch = await connection.fetchval(_ACQUIRE, session_id, self.worker_id, self.ttl)
+        if epoch is None:
+            return None
+        self._log.fence(session_id, int(epoch))
+        return int(epoch)
+
+    async def release(self, session_id: str) -> None:
+        """Give ``session_id`` up: appends to it are refused from now on, and any worker may take it."""
+        epoch = self._log.fenced().get(session_id)
+        self._log.unfence(session_id)
+        if epoch is None:
+            return
+        async with self._log.pool.acquire() as connection:
+            await connection.execute(
+                "UPDATE baf_leases SET expires_at = now() - interval '1 second' "
+                "WHERE session_id = $1 AND owner = $2 AND epoch = $3",
+                session_id,
+                self.worker_id,
+                epoch,
+            )
+
+    async def heartbeat(self) -> list[str]:
+        """Renew this worker's row and every lease it still holds; return (and unfence) the sessions lost.
+
+        A lease counts as held only at the epoch the store is fenced with: a session another worker took
+        over meanwhile is lost even if it has expired again since.
+        """
+        fenced = self._log.fenced()
+        async with self._log.pool.acquire() as connection, connection.transaction():
+            await connection.execute(
+                "INSERT INTO baf_workers (worker_id) VALUES ($1) "
+                "ON CONFLICT (worker_id) DO UPDATE SET heartbeat_at = now()",
+                self.worker_id,
+            )
+            renewed = await connection.fetch(
+                "UPDATE baf_leases l SET expires_at = now() + make_interval(secs => $4) "
+                "FROM unnest($1::text[], $2::bigint[]) AS f(s, e) "
+                "WHERE l.session_id = f.s AND l.epoch = f.e AND l.owner = $3 RETURNING l.session_id",
+                list(fenced),
+                list(fenced.values()),
+                self.worker_id,
+                self.ttl,
+            )
+        kept = {row[0] for row in renewed}
+        lost = [session_id for session_id in fenced if session_id not in kept]
+        for session_id in lost:
+            self._log.unfence(session_id)
+        return lost
+
+    async def owner_of(self, session_id: str) -> LeaseInfo | None:
+        """The lease on ``session_id``, or ``None`` if no worker ever took it."""
+        async with self._log.pool.acquire() as connection:
+            row = await connection.fetchrow(
+                "SELECT owner, epoch, expires_at >= now() FROM baf_leases WHERE session_id = $1", session_id
+            )
+        return None if row is None else LeaseInfo(row[0], int(row[1]), bool(row[2]))
+
+    async def unowned_with_mail(self, limit: int = 100) -> list[str]:
+        """Sessions with inbox messages waiting and no live lease: any live worker may take them."""
+        async with self._log.pool.acquire() as connection:
+            rows = await connection.fetch(
+                "SELECT i.session_id FROM baf_inbox i LEFT JOIN baf_leases l ON l.session_id = i.session_id "
+                "WHERE l.session_id IS NULL OR l.expires_at < now() "
+                "GROUP BY i.session_id ORDER BY min(i.id) LIMIT $1",
+                limit,
+            )
+        return [row[0] for row in rows]

@@ -1,0 +1,142 @@
+"""The PostgreSQL log's tables, their version, and the upgrades from older versions.
+
+Version 1 holds the records and the session index. Version 2 adds the unfinished-work index (``baf_work``:
+a row per session whose ``baf.log.work`` status is not idle), a partial index that finds a session's latest
+snapshot, and what many workers share: a heartbeat row per worker, a lease per session (owner, epoch, expiry
+on the database clock) and the durable inbox through which a message reaches the worker that owns its
+session. Upgrading a version-1 log folds its records once to fill ``baf_work``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from baf.errors import LogError
+from baf.log.jsontext import decode_json
+from baf.log.work import IDLE, WORK_KINDS, WorkStatus, work_after
+
+if TYPE_CHECKING:
+    import asyncpg
+
+__all__ = ["SCHEMA_VERSION", "prepare_schema"]
+
+#: The schema this baf writes. A database at a higher version was written by a newer baf and is refused.
+SCHEMA_VERSION: Final = 2
+
+# One advisory lock id for schema changes, so two workers starting together do not both create tables.
+_SCHEMA_LOCK: Final = 0x62AF_0001
+
+_RECORDS: Final = """
+CREATE TABLE baf_meta (key text PRIMARY KEY, value text NOT NULL);
+CREATE TABLE baf_sessions (
+    session_id text PRIMARY KEY,
+    ordinal bigserial UNIQUE
+);
+CREATE TABLE baf_records (
+    session_id text NOT NULL,
+    seq bigint NOT NULL CHECK (seq >= 1),
+    kind text NOT NULL,
+    data text NOT NULL,
+    ts double precision NOT NULL,
+    version integer NOT NULL,
+    PRIMARY KEY (session_id, seq)
+);
+"""
+
+_WORKERS: Final = """
+CREATE TABLE baf_work (
+    session_id text PRIMARY KEY,
+    status text NOT NULL,
+    unfinished boolean NOT NULL
+);
+CREATE INDEX baf_records_snapshots ON baf_records (session_id, seq) WHERE kind = 'snapshot';
+CREATE TABLE baf_workers (
+    worker_id text PRIMARY KEY,
+    started_at timestamptz NOT NULL DEFAULT now(),
+    heartbeat_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE baf_leases (
+    session_id text PRIMARY KEY,
+    owner text NOT NULL,
+    epoch bigint NOT NULL,
+    expires_at timestamptz NOT NULL
+);
+CREATE INDEX baf_leases_owner ON baf_leases (owner);
+CREATE TABLE baf_inbox (
+    id bigserial PRIMARY KEY,
+    session_id text NOT NULL,
+    payload text NOT NULL,
+    received_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX baf_inbox_session ON baf_inbox (session_id, id);
+"""
+
+#: The statements that bring a version-N schema to version N + 1.
+UPGRADES: Final[dict[int, str]] = {1: _WORKERS}
+
+_CREATE: Final = _RECORDS + _WORKERS
+
+
+async def prepare_schema(connection: asyncpg.Connection, where: str, *, read_only: bool) -> None:
+    """Create the tables in an empty database, upgrade an older schema, refuse a newer one or a non-log.
+
+    Read-only: nothing is created or changed; a database without a baf log is refused.
+    """
+    async with connection.transaction():
+        if not read_only:
+            await connection.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
+        stored = await _stored_version(connection, where)
+        if stored is not None and stored > SCHEMA_VERSION:
+            raise LogError(
+                f"{where}: the log's schema is version {stored}, written by a newer baf; "
+                f"this baf reads up to version {SCHEMA_VERSION}. Upgrade baf."
+            )
+        if read_only:
+            if stored is None:
+                raise LogError(f"{where}: there is no baf log in this database")
+            return
+        if stored is None:
+            await connection.execute(_CREATE)
+            await connection.execute(
+                "INSERT INTO baf_meta (key, value) VALUES ('schema_version', $1)", str(SCHEMA_VERSION)
+            )
+            return
+        for version in range(stored, SCHEMA_VERSION):
+            await connection.execute(UPGRADES[version])
+            if version == 1:
+                await _fill_work_index(connection)
+        if stored != SCHEMA_VERSION:
+            await connection.execute("UPDATE baf_meta SET value = $1 WHERE key = 'schema_version'", str(SCHEMA_VERSION))
+
+
+async def _fill_work_index(connection: asyncpg.Connection) -> None:
+    """Fold the work kinds of every session into ``baf_work`` (upgrading from version 1)."""
+    statuses: dict[str, WorkStatus] = {}
+    kinds = sorted(WORK_KINDS)
+    async for row in connection.cursor(
+        "SELECT session_id, seq, kind, data FROM baf_records WHERE kind = ANY($1::text[]) ORDER BY session_id, seq",
+        kinds,
+    ):
+        try:
+            data = decode_json(row[3])
+        except ValueError:
+            data = {}  # a damaged record: the fold reports it when the session loads
+        session_id = row[0]
+        statuses[session_id] = work_after(
+            statuses.get(session_id, IDLE), row[2], row[1], data if isinstance(data, dict) else {}
+        )
+    await connection.executemany(
+        "INSERT INTO baf_work (session_id, status, unfinished) VALUES ($1, $2, $3)",
+        [(name, status.to_text(), status.unfinished) for name, status in statuses.items() if status != IDLE],
+    )
+
+
+async def _stored_version(connection: asyncpg.Connection, where: str) -> int | None:
+    if not await connection.fetchval("SELECT to_regclass('baf_meta') IS NOT NULL"):
+        if await connection.fetchval("SELECT to_regclass('baf_records') IS NOT NULL"):
+            raise LogError(f"{where}: baf_records exists without baf_meta; is this a baf log?")
+        return None
+    value = await connection.fetchval("SELECT value FROM baf_meta WHERE key = 'schema_version'")
+    if value is None or not str(value).isdigit():
+        raise LogError(f"{where}: baf_meta has no valid schema_version; is this a baf log?")
+    return int(value)

@@ -1,0 +1,316 @@
+"""What PostgresLog does beyond the store contract: schema versions, leases with fencing, the inbox,
+group commit and a server that goes away. Against a real PostgreSQL server (see tests/pg_cluster.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+from pg_cluster import SCRIPT
+
+from baf.errors import LeaseLostError, LogConflictError, LogError, LogReadOnlyError
+from baf.log import Record, open_log
+from baf.log.postgres import PostgresLog
+from baf.log.postgres_inbox import INBOX_CHANNEL, RECORDS_CHANNEL, Inbox
+from baf.log.postgres_leases import Leases
+from baf.log.postgres_schema import SCHEMA_VERSION
+
+
+def rec(session_id: str, seq: int, text: str = "hi") -> Record:
+    return Record(session_id, seq, "note", {"text": text}, 1.5, 1)
+
+
+@pytest.fixture
+async def worker_logs(postgres_dsn: str) -> AsyncIterator[tuple[PostgresLog, PostgresLog]]:
+    """Two workers' stores on one database."""
+    a = PostgresLog(postgres_dsn, worker_id="worker-a")
+    b = PostgresLog(postgres_dsn, worker_id="worker-b")
+    await a.start()
+    await b.start()
+    try:
+        yield a, b
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def query(dsn: str, sql: str, *args: object) -> list[asyncpg.Record]:
+    connection = await asyncpg.connect(dsn)
+    try:
+        return await connection.fetch(sql, *args)
+    finally:
+        await connection.close()
+
+
+# -- schema ---------------------------------------------------------------------------------------------
+
+
+async def test_a_new_database_gets_the_current_schema(postgres_dsn: str) -> None:
+    async with PostgresLog(postgres_dsn) as log:
+        await log.append([rec("s", 1)])
+    rows = await query(postgres_dsn, "SELECT value FROM baf_meta WHERE key = 'schema_version'")
+    assert rows[0][0] == str(SCHEMA_VERSION)
+
+
+async def test_a_version_1_schema_is_upgraded_with_its_records(postgres_dsn: str) -> None:
+    connection = await asyncpg.connect(postgres_dsn)
+    try:  # the tables as baf wrote them at version 1
+        await connection.execute(
+            """
+            CREATE TABLE baf_meta (key text PRIMARY KEY, value text NOT NULL);
+            CREATE TABLE baf_sessions (session_id text PRIMARY KEY, ordinal bigserial UNIQUE);
+            CREATE TABLE baf_records (session_id text NOT NULL, seq bigint NOT NULL CHECK (seq >= 1),
+                kind text NOT NULL, data text NOT NULL, ts double precision NOT NULL, version integer NOT NULL,
+                PRIMARY KEY (session_id, seq));
+            INSERT INTO baf_meta VALUES ('schema_version', '1');
+            INSERT INTO baf_sessions (session_id) VALUES ('old'), ('done');
+            INSERT INTO baf_records VALUES ('old', 1, 'note', '{"text":"from v1"}', 2.5, 1),
+                ('old', 2, 'session_started', '{}', 2.6, 1),
+                ('old', 3, 'message_received', '{"event":{}}', 2.7, 1),
+                ('done', 1, 'session_started', '{}', 2.8, 1),
+                ('done', 2, 'step_started', '{"event_seq":null}', 2.9, 1),
+                ('done', 3, 'step_finished', '{}', 3.0, 1);
+            """
+        )
+    finally:
+        await connection.close()
+    async with PostgresLog(postgres_dsn, worker_id="w") as log:
+        assert [r.kind for r in await log.read("old")] == ["note", "session_started", "message_received"]
+        assert await log.sessions() == ["old", "done"]
+        assert await log.unfinished_sessions() == ["old"]  # the work index was filled from the records
+        assert await Leases(log).acquire("old") == 1  # the version-2 tables exist now
+    rows = await query(postgres_dsn, "SELECT value FROM baf_meta WHERE key = 'schema_version'")
+    assert rows[0][0] == "2"
+
+
+async def test_a_newer_schema_is_refused(postgres_dsn: str) -> None:
+    async with PostgresLog(postgres_dsn):
+        pass
+    await query(postgres_dsn, "UPDATE baf_meta SET value = '99' WHERE key = 'schema_version'")
+    with pytest.raises(LogError, match="version 99, written by a newer baf"):
+        await PostgresLog(postgres_dsn).start()
+
+
+async def test_read_only_needs_an_existing_log_and_never_writes(postgres_dsn: str) -> None:
+    with pytest.raises(LogError, match="no baf log in this database"):
+        await PostgresLog(postgres_dsn, read_only=True).start()
+    assert await query(postgres_dsn, "SELECT to_regclass('baf_meta')") == [(None,)]
+    async with PostgresLog(postgres_dsn) as log:
+        await log.append([rec("s", 1)])
+    async with open_log(postgres_dsn, read_only=True) as reader:
+        assert len(await reader.read("s")) == 1
+        with pytest.raises(LogReadOnlyError):
+            await reader.append([rec("s", 2)])
+
+
+async def test_a_server_that_cannot_be_reached_is_a_log_error_without_the_password() -> None:
+    with socket_closed_port() as port:
+        log = PostgresLog(f"postgresql://baf:hunter2secret@127.0.0.1:{port}/db", connect_timeout=2)
+        with pytest.raises(LogError, match=f"127.0.0.1:{port}") as caught:
+            await log.start()
+    assert "hunter2secret" not in str(caught.value)
+
+
+class socket_closed_port:
+    """A loopback port nothing listens on (bound, then closed)."""
+
+    def __enter__(self) -> int:
+        import socket
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            return int(probe.getsockname()[1])
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+# -- group commit -----------------------------------------------------------------------------------------
+
+
+async def test_a_conflicting_append_fails_alone_in_a_group(postgres_dsn: str) -> None:
+    async with PostgresLog(postgres_dsn) as log:
+        await log.append([rec("busy", 1)])
+        results = await asyncio.gather(
+            *(log.append([rec(f"s{i}", 1), rec(f"s{i}", 2)]) for i in range(20)),
+            log.append([rec("busy", 2), rec("busy", 1)]),  # conflicts on seq 1: none of it lands
+            return_exceptions=True,
+        )
+        assert results[:20] == [None] * 20
+        assert isinstance(results[20], LogConflictError)
+        assert (results[20].session_id, results[20].seq) == ("busy", 1)
+        assert [r.seq for r in await log.read("busy")] == [1]
+        assert [len(await log.read(f"s{i}")) for i in range(20)] == [2] * 20
+
+
+async def test_commits_wake_listeners_of_the_records_channel(postgres_dsn: str) -> None:
+    async with PostgresLog(postgres_dsn) as log:
+        heard: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+        stop = await Inbox(log).listen(lambda channel, session: heard.put_nowait((channel, session)))
+        try:
+            await log.append([rec("followed", 1)])
+            assert await asyncio.wait_for(heard.get(), 5) == (RECORDS_CHANNEL, "followed")
+        finally:
+            await stop()
+
+
+# -- leases and fencing -----------------------------------------------------------------------------------
+
+
+async def test_two_workers_racing_for_a_session_one_wins(worker_logs: tuple[PostgresLog, PostgresLog]) -> None:
+    a, b = worker_logs
+    epochs = await asyncio.gather(Leases(a).acquire("s"), Leases(b).acquire("s"))
+    assert sorted(epochs, key=lambda e: e is None)[0] == 1 and epochs.count(None) == 1
+    winner, loser = (a, b) if epochs[0] is not None else (b, a)
+    info = await Leases(loser).owner_of("s")
+    assert info is not None and info.owner == winner.worker_id and info.live
+    await winner.append([rec("s", 1)])
+    with pytest.raises(LeaseLostError, match="holds no lease"):
+        await loser.append([rec("s", 2)])
+    assert [r.seq for r in await winner.read("s")] == [1]
+
+
+async def test_a_paused_owner_cannot_write_after_a_takeover(worker_logs: tuple[PostgresLog, PostgresLog]) -> None:
+    a, b = worker_logs
+    leases_a, leases_b = Leases(a, ttl=0.2), Leases(b, ttl=5)
+    assert await leases_a.acquire("s") == 1
+    await a.append([rec("s", 1, "a's first")])
+    assert await leases_b.acquire("s") is None  # a's lease is live
+    await asyncio.sleep(0.4)  # a is "paused": no heartbeat, its lease expires
+    assert await leases_b.acquire("s") == 2  # the takeover bumps the epoch
+    await b.append([rec("s", 2, "b's")])
+    with pytest.raises(LeaseLostError, match="lost its lease"):
+        await a.append([rec("s", 3, "a after the pause")])  # a still believes it owns s
+    assert await leases_a.heartbeat() == []  # already dropped by the refused append
+    assert [r.data["text"] for r in await b.read("s")] == ["a's first", "b's"]
+
+
+async def test_heartbeats_keep_a_lease_and_report_the_ones_lost(
+    worker_logs: tuple[PostgresLog, PostgresLog],
+) -> None:
+    a, b = worker_logs
+    leases_a, leases_b = Leases(a, ttl=0.3), Leases(b)
+    await leases_a.acquire("kept")
+    await leases_a.acquire("lost")
+    for _ in range(4):
+        await asyncio.sleep(0.1)
+        assert await leases_a.heartbeat() == []
+    assert await leases_b.acquire("kept") is None  # renewed: still a's
+    await query(a.dsn, "UPDATE baf_leases SET expires_at = now() - interval '1 second' WHERE session_id = 'lost'")
+    assert await leases_b.acquire("lost") == 2
+    assert await leases_a.heartbeat() == ["lost"]
+    assert a.fenced() == {"kept": 1}
+
+
+async def test_a_released_lease_is_taken_with_a_higher_epoch(worker_logs: tuple[PostgresLog, PostgresLog]) -> None:
+    a, b = worker_logs
+    await Leases(a).acquire("s")
+    await Leases(a).release("s")
+    with pytest.raises(LeaseLostError):
+        await a.append([rec("s", 1)])
+    assert await Leases(b).acquire("s") == 2  # epochs only grow: an old owner's epoch never comes back
+    assert await Leases(a).acquire("s") is None
+
+
+# -- the inbox --------------------------------------------------------------------------------------------
+
+
+async def test_inbox_messages_move_into_the_log_exactly_once_in_order(
+    worker_logs: tuple[PostgresLog, PostgresLog],
+) -> None:
+    a, b = worker_logs
+    inbox = Inbox(b)  # the client is connected to worker b; a owns the session
+    await Leases(a).acquire("s")
+    ids = [await inbox.post("s", {"text": f"m{i}"}) for i in range(3)]
+    waiting = await Inbox(a).pending("s")
+    assert [m.id for m in waiting] == ids and [m.payload for m in waiting] == [{"text": f"m{i}"} for i in range(3)]
+    for seq, message in enumerate(waiting, start=1):
+        assert message.payload is not None
+        await a.append_consuming([rec("s", seq, message.payload["text"])], "s", [message.id])
+    assert await Inbox(a).pending("s") == []
+    with pytest.raises(LogError, match="consumed already"):  # a second consumer writes nothing
+        await a.append_consuming([rec("s", 4, "again")], "s", [ids[0]])
+    assert [r.data["text"] for r in await a.read("s")] == ["m0", "m1", "m2"]
+
+
+async def test_a_non_owner_cannot_consume_the_inbox(worker_logs: tuple[PostgresLog, PostgresLog]) -> None:
+    a, b = worker_logs
+    await Leases(a).acquire("s")
+    row_id = await Inbox(b).post("s", {"text": "for a"})
+    with pytest.raises(LeaseLostError):
+        await b.append_consuming([rec("s", 1)], "s", [row_id])
+    assert [m.id for m in await Inbox(a).pending("s")] == [row_id]
+
+
+async def test_a_malformed_inbox_row_is_reported_not_fatal(postgres_dsn: str) -> None:
+    async with PostgresLog(postgres_dsn) as log:
+        await Inbox(log).post("s", {"text": "fine"})
+        await query(postgres_dsn, "INSERT INTO baf_inbox (session_id, payload) VALUES ('s', 'not json'), ('s', '[1]')")
+        fine, broken, listed = await Inbox(log).pending("s")
+        assert fine.payload == {"text": "fine"} and fine.error is None
+        assert broken.payload is None and broken.error is not None and "not JSON" in broken.error
+        assert listed.payload is None and listed.error is not None and "list, not a JSON object" in listed.error
+
+
+async def test_unowned_sessions_with_mail_are_found_and_notified(
+    worker_logs: tuple[PostgresLog, PostgresLog],
+) -> None:
+    a, b = worker_logs
+    heard: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+    stop = await Inbox(a).listen(lambda channel, session: heard.put_nowait((channel, session)))
+    try:
+        await Leases(b).acquire("owned")
+        await Inbox(b).post("owned", {"text": "x"})
+        await Inbox(b).post("orphan", {"text": "y"})
+        assert await asyncio.wait_for(heard.get(), 5) == (INBOX_CHANNEL, "owned")
+        assert await asyncio.wait_for(heard.get(), 5) == (INBOX_CHANNEL, "orphan")
+        assert await Leases(a).unowned_with_mail() == ["orphan"]
+    finally:
+        await stop()
+
+
+# -- the server goes away ---------------------------------------------------------------------------------
+
+
+def _pg_bindir() -> Path | None:
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
+    return found[-1].parent if found else None
+
+
+def _run(*command: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(command), capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.mark.slow
+async def test_a_server_restart_fails_unacknowledged_appends_loudly_then_recovers() -> None:
+    bindir = _pg_bindir()
+    if bindir is None:
+        if os.environ.get("CI"):
+            pytest.fail("PostgreSQL is not installed")
+        pytest.skip("PostgreSQL is not installed")
+    folder = tempfile.mkdtemp(prefix="baf-pg-restart-")
+    cluster = os.path.join(folder, "pg")
+    started = await asyncio.to_thread(_run, "bash", str(SCRIPT), "start", cluster)
+    assert started.returncode == 0, started.stderr
+    dsn = started.stdout.strip()
+    as_owner = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    pg_ctl = [*as_owner, str(bindir / "pg_ctl"), "-D", f"{cluster}/data", "-l", f"{cluster}/server.log", "-w"]
+    try:
+        async with PostgresLog(dsn) as log:
+            await log.append([rec("s", 1)])
+            restarted = await asyncio.to_thread(_run, *pg_ctl, "-m", "fast", "restart")
+            assert restarted.returncode == 0, restarted.stderr
+            with pytest.raises(LogError, match="not acknowledged"):
+                await log.append([rec("s", 2)])  # the writer's connection died with the server
+            await log.append([rec("s", 2)])  # the next group reconnects
+            assert [r.seq for r in await log.read("s")] == [1, 2]
+    finally:
+        await asyncio.to_thread(_run, "bash", str(SCRIPT), "stop", cluster)
+        shutil.rmtree(folder, ignore_errors=True)

@@ -1,0 +1,78 @@
+"""A PostgreSQL server for the tests: the one CI started (``BAF_TEST_POSTGRES_DSN``), or a throwaway one.
+
+Without ``BAF_TEST_POSTGRES_DSN`` the tests start their own cluster with ``.ci/postgres`` (the script CI
+uses) when PostgreSQL is installed. Under CI (``CI`` set) a missing server fails the run: the PostgreSQL
+tests never skip there.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import urlencode, urlsplit, urlunsplit
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / ".ci" / "postgres"
+
+
+@contextmanager
+def postgres_server() -> Iterator[str]:
+    """Yield the DSN of a running server, stopping it afterwards if this process started it."""
+    dsn = os.environ.get("BAF_TEST_POSTGRES_DSN")
+    if dsn:
+        yield dsn
+        return
+    if not list(Path("/usr/lib/postgresql").glob("*/bin/initdb")):
+        message = "PostgreSQL is not installed and BAF_TEST_POSTGRES_DSN is not set"
+        if os.environ.get("CI"):
+            pytest.fail(f"{message}: the PostgreSQL tests must run in CI", pytrace=False)
+        pytest.skip(message)
+    folder = tempfile.mkdtemp(prefix="baf-pg-")
+    cluster = os.path.join(folder, "pg")
+    try:
+        started = subprocess.run(
+            ["bash", str(SCRIPT), "start", cluster], capture_output=True, text=True, timeout=120, check=False
+        )
+        if started.returncode != 0:
+            pytest.fail(f"could not start PostgreSQL: {started.stderr[-2000:]}", pytrace=False)
+        yield started.stdout.strip()
+    finally:
+        subprocess.run(["bash", str(SCRIPT), "stop", cluster], capture_output=True, timeout=60, check=False)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def with_search_path(dsn: str, schema: str) -> str:
+    """``dsn`` with ``search_path`` set to ``schema`` (asyncpg passes unknown query keys as settings)."""
+    parts = urlsplit(dsn)
+    query = "&".join(q for q in (parts.query, urlencode({"search_path": schema})) if q)
+    return urlunsplit(parts._replace(query=query))
+
+
+async def fresh_schema(dsn: str) -> tuple[str, str]:
+    """Create an empty schema; return (its name, a DSN whose tables live in it)."""
+    import asyncpg
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    connection = await asyncpg.connect(dsn)
+    try:
+        await connection.execute(f'CREATE SCHEMA "{name}"')
+    finally:
+        await connection.close()
+    return name, with_search_path(dsn, name)
+
+
+async def drop_schema(dsn: str, name: str) -> None:
+    import asyncpg
+
+    connection = await asyncpg.connect(dsn)
+    try:
+        await connection.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+    finally:
+        await connection.close()
