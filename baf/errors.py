@@ -19,6 +19,8 @@
     │   │   └── CorruptSnapshotError  a snapshot record fails its checks or disagrees with the fold
     │   ├── UnknownRecordVersionError  a record written by a newer baf than this one
     │   ├── LogClosedError          append or read on a store that is not open
+    │   ├── LogStorageError         the store's file or database failed (damaged, unreadable, disk
+    │   │                           error); names the path, and the session and seq where known
     │   ├── LogReadOnlyError        append on a store opened read-only
     │   └── LeaseLostError          this worker no longer owns the session (another took it over)
     ├── LLMError                    the model could not be used
@@ -69,6 +71,7 @@ __all__ = [
     "LogConflictError",
     "LogError",
     "LogReadOnlyError",
+    "LogStorageError",
     "PathEscapeError",
     "PatternBudgetError",
     "PatternDepthLimitError",
@@ -154,13 +157,26 @@ class LogConflictError(LogError):
 
 
 class CorruptRecordError(LogError):
-    """A stored record cannot be decoded."""
+    """A stored record cannot be decoded, fails its checksum, or is missing (a gap in the seqs).
 
-    def __init__(self, session_id: str, seq: int, reason: str) -> None:
-        super().__init__(f"corrupt record in session {session_id!r} at seq {seq}: {reason}")
+    ``path`` names the store's file when the store that read it knows it (``located``).
+    """
+
+    def __init__(self, session_id: str, seq: int, reason: str, path: object = None) -> None:
+        where = "" if path is None else f" of {path}"
+        super().__init__(f"corrupt record in session {session_id!r} at seq {seq}{where}: {reason}")
         self.session_id = session_id
         self.seq = seq
         self.reason = reason
+        self.path = path
+
+    def located(self, path: object) -> CorruptRecordError:
+        """The same error naming ``path`` (itself if it already names one), its cause kept."""
+        if self.path is not None:
+            return self
+        located = type(self)(self.session_id, self.seq, self.reason, path)
+        located.__cause__ = self.__cause__
+        return located
 
 
 class CorruptSnapshotError(CorruptRecordError):
@@ -186,6 +202,21 @@ class UnknownRecordVersionError(LogError):
 
 class LogClosedError(LogError):
     """The store was used after ``close()`` and not started again."""
+
+
+class LogStorageError(LogError):
+    """The storage under a store failed: a damaged or unreadable file, a disk error, a lock held too long.
+
+    ``path`` is the store's file (or database); ``session_id`` and ``seq`` say where it happened when
+    that can be told (``None`` otherwise). The original error is ``__cause__``.
+    """
+
+    def __init__(self, path: object, what: str, session_id: str | None = None, seq: int | None = None) -> None:
+        where = "" if session_id is None else f" (session {session_id!r}" + ("" if seq is None else f" at seq {seq}")
+        super().__init__(f"{path}: {what}{where}{')' if where else ''}")
+        self.path = path
+        self.session_id = session_id
+        self.seq = seq
 
 
 class LogReadOnlyError(LogError):

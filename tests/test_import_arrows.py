@@ -76,6 +76,10 @@ EXCEPTIONS: dict[tuple[str, str], Allowed] = {
         "the platform contract kit drives the real reasoning body to check that a platform shows its "
         "steps and task lists; imported in that one test, so the kit loads without the library"
     ),
+    ("baf.serve.process", "baf.cli"): Allowed(
+        "a baf serve worker process loads the agent file exactly as baf run does (a Python file or a YAML "
+        "agent), through the one loader the CLI has; imported in the worker's entry function"
+    ),
     ("baf.core.intent_routing", "baf.reasoning.effects"): Allowed(
         "a re-run serves each intent prediction from the log through the current effect source, the one "
         "channel it serves model responses and tool results through (a context variable, no code of the "

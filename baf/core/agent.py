@@ -461,13 +461,16 @@ class Agent:
         """The sessions the agent's runtime holds in memory now, by id, read-only."""
         return self._require_runtime().sessions
 
-    async def start(self) -> None:
+    async def start(self, runtime: Runtime | None = None) -> None:
         """Start a runtime for the agent over its ``log`` (see :class:`~baf.core.runtime.Runtime`), then
-        the platforms."""
+        the platforms. ``runtime`` starts that one instead (built for this agent, not started yet): how
+        ``baf.serve`` runs the agent as one worker among many."""
         if self._runtime is not None:
             return
         _ = self.initial_state  # fail early with a clear message
-        runtime = Runtime(self, self.log, max_body_threads=self.max_body_threads)
+        if runtime is not None and runtime.agent is not self:
+            raise ConfigurationError(f"that runtime runs agent {runtime.agent.name!r}, not {self.name!r}")
+        runtime = runtime or Runtime(self, self.log, max_body_threads=self.max_body_threads)
         self._runtime = runtime
         try:
             await runtime.start()

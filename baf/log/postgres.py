@@ -44,7 +44,7 @@ from baf.log.jsontext import decode_json, encode_json
 from baf.log.postgres_inbox import RECORDS_CHANNEL
 from baf.log.postgres_schema import SCHEMA_VERSION, prepare_schema
 from baf.log.record import Record
-from baf.log.store import SessionLog, check_appendable
+from baf.log.store import SessionLog, check_appendable, missing_record
 from baf.log.work import IDLE, WORK_KINDS, WorkStatus, work_after
 
 if TYPE_CHECKING:
@@ -376,6 +376,9 @@ class PostgresLog(SessionLog):
         async with pool.acquire() as connection:
             rows = await connection.fetch(_SELECT, session_id, after_seq)
         upcasters = upcast_module.UPCASTERS  # looked up on each call: a test may swap the registry
+        for expected, row in enumerate(rows, after_seq + 1):
+            if row[0] != expected:  # seqs have no gaps (guarantee 3): a missing record is corruption
+                raise missing_record(session_id, expected, row[0])
         return [upcasters.upcast(decode_row(session_id, row)) for row in rows]
 
     async def sessions(self) -> list[str]:

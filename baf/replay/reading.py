@@ -12,7 +12,7 @@ from baf.errors import CorruptRecordError, SessionNotFoundError, UnknownRecordVe
 from baf.log.record import Record
 from baf.log.redaction import Redactor
 from baf.log.store import SessionLog
-from baf.replay.render import DEFAULT_WIDTH, entry_line, render_group_end, render_timeline
+from baf.replay.render import DEFAULT_WIDTH, entry_line, fit_columns, render_group_end, render_timeline
 from baf.replay.timeline import EntryFilter, TimelineBuilder
 
 __all__ = ["follow", "read_session", "session_rows"]
@@ -89,17 +89,18 @@ async def follow(
                     continue
                 for child in entry.children[max(done, 0):]:  # the rest of a group already under way
                     if keep.apply(child) is not None:
-                        console.print(entry_line(child, 1, width), soft_wrap=True)
+                        console.print(entry_line(child, 1, width, columns=fit_columns(console)), soft_wrap=True)
                 render_group_end(console, entry)
         group = builder.open_group
         if group is not None:
             done = printed.setdefault(group.seq, -1)
             if done < 0:
-                console.print(entry_line(group, 0, width), soft_wrap=True)
+                console.print(entry_line(group, 0, width, columns=fit_columns(console)), soft_wrap=True)
                 done = 0
             while done < len(group.children) and group.children[done].status != "open":
                 if keep.apply(group.children[done]) is not None:
-                    console.print(entry_line(group.children[done], 1, width), soft_wrap=True)
+                    child = group.children[done]
+                    console.print(entry_line(child, 1, width, columns=fit_columns(console)), soft_wrap=True)
                 done += 1
             printed[group.seq] = done
         if stop():
