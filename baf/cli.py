@@ -341,7 +341,7 @@ def _cmd_log(args: argparse.Namespace) -> int:
                     "data": r.data}
             print(visible_json(json.dumps(line, ensure_ascii=False)))
         return 0
-    table = Table(title=Text(visible(f"session {args.session}")))
+    table = Table(title=Text(visible(f"session {redactor.redact_text(args.session)}")))
     for column in ("seq", "time", "kind", "data"):
         table.add_column(column, overflow="fold")
     for r in records:

@@ -27,7 +27,7 @@ from baf.core.session import Session
 from baf.core.stopping import Cut, StopControl
 from baf.core.threadpool import DaemonThreadPool
 from baf.core.writer import SessionWriter
-from baf.errors import ConfigurationError, LogClosedError, LogError
+from baf.errors import ConfigurationError, LogClosedError, LogError, SessionIdError
 from baf.log import open_log
 from baf.log.jsontext import json_copy
 from baf.log.record import RecordKind
@@ -296,7 +296,14 @@ class Runtime:
 
     async def _get_live(self, session_id: str, platform: Platform | None) -> LiveSession:
         if not isinstance(session_id, str) or not session_id:
-            raise ValueError(f"session ids must be non-empty strings, got {session_id!r}")
+            raise SessionIdError(f"session ids must be non-empty strings, got {session_id!r}")
+        if self.agent.redactor.redact_text(session_id) != session_id:
+            # Ids are keys: they are stored and shown as they are (records, the CLI, exports, the store's
+            # own debug log), where redaction cannot reach. The message must not repeat the id.
+            raise SessionIdError(
+                "this session id contains one of the agent's secrets; session ids are stored and shown "
+                "unredacted, so it was refused and nothing was recorded"
+            )
         live = self._live.get(session_id)
         if live is None:
             loading = self._loading.get(session_id)

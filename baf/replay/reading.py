@@ -35,17 +35,20 @@ async def session_rows(log: SessionLog) -> list[dict[str, Any]]:
     """One summary per session (id, agent, first/last activity, records, state, errors), by projection.
 
     A session with a record that cannot be read is still listed: its row has ``unreadable``, the error
-    (naming the seq), and ``None`` for what could not be read."""
+    (naming the seq), and ``None`` for what could not be read. Ids are shown with the environment's
+    secrets redacted (a log written before a key was set may hold one in an id)."""
     rows: list[dict[str, Any]] = []
+    redactor = Redactor.from_environment()
     for session_id in await log.sessions():
+        shown = redactor.redact_text(session_id)
         try:
             p = await log.project(session_id)
         except (CorruptRecordError, UnknownRecordVersionError) as exc:
             # One unreadable session must not hide the others: it is listed with what is wrong with it.
-            rows.append({"session": session_id, "agent": None, "first": None, "last": None, "records": None,
+            rows.append({"session": shown, "agent": None, "first": None, "last": None, "records": None,
                          "state": None, "errors": None, "unreadable": exc})  # fmt: skip
             continue
-        rows.append({"session": session_id, "agent": p.agent, "first": p.first_ts, "last": p.last_ts,
+        rows.append({"session": shown, "agent": p.agent, "first": p.first_ts, "last": p.last_ts,
                      "records": p.last_seq, "state": p.current_state, "errors": p.errors})  # fmt: skip
     return rows
 
