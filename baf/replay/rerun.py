@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from baf.core.events import event_from_data
 from baf.core.intent_routing import INTENT_PREDICTED
 from baf.core.runtime import Runtime
-from baf.errors import LogClosedError
+from baf.errors import ConfigurationError, LogClosedError, SessionNotFoundError
 from baf.llm.base import LLMResponse, ToolCall
 from baf.log import MemoryLog, Record, RecordKind, SessionLog, open_log
 from baf.log.projection import project
@@ -195,7 +195,7 @@ async def read_session(log: str | SessionLog, session_id: str) -> list[Record]:
     A SQLite URL is opened read-only: checking a recorded session (a test fixture) must not change its file.
     """
     if isinstance(log, str):
-        read_only = {"read_only": True} if log.lower().startswith("sqlite:") else {}
+        read_only = {"read_only": True} if log.lower().startswith(("sqlite:", "postgres")) else {}
         async with open_log(log, **read_only) as store:
             records = await store.read(session_id)
     else:
@@ -205,7 +205,7 @@ async def read_session(log: str | SessionLog, session_id: str) -> list[Record]:
             async with log:
                 records = await log.read(session_id)
     if not records:
-        raise ValueError(f"the log has no session {session_id!r}")
+        raise SessionNotFoundError(session_id)
     return records
 
 
@@ -280,7 +280,7 @@ async def _run(agent: Agent, session_id: str, segment: _Segment, effects: LogEff
     """Feed a segment's inputs to a private runtime of ``agent`` over a log holding its seed; the
     records the runtime wrote."""
     if agent.running:
-        raise RuntimeError(f"agent {agent.name!r} is running; re-run it from a stopped agent")
+        raise ConfigurationError(f"agent {agent.name!r} is running; re-run it from a stopped agent")
     store = MemoryLog()
     if segment.seed:
         await store.start()

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from baf.errors import LLMError, PatternError
+from baf.library.state.pattern_variables import reasoning_variables
 from baf.library.state.recording import session_recorder
 from baf.llm.base import LLM, LLMResponse
 from baf.log.record import Record, RecordKind
@@ -85,6 +86,9 @@ def pattern_body(
     tools: list[Tool] | None = None,
     stream_steps: bool = True,
     failure_message: str = DEFAULT_FAILURE_MESSAGE,
+    request: Callable[[Session], str | None] | None = None,
+    reply: bool = True,
+    export_variables: bool = False,
 ) -> Callable[[Session], Awaitable[None]]:
     """Build a state body that answers each user message by running ``pattern``.
 
@@ -95,32 +99,44 @@ def pattern_body(
         stream_steps: Send each step to the platform (steps are recorded either way).
         failure_message: The reply when the run ends without any output. A partial output is replied
             as is; the summary in the ``pattern_result`` variable says whether the run succeeded.
+        request: What to reason about, read from the session when the state is entered; default: the
+            text of the message being handled. ``None`` (no message) skips the run.
+        reply: Reply with the answer (or the failure message); ``False`` leaves replying to later states.
+        export_variables: Also set the variables of
+            :func:`~baf.library.state.pattern_variables.reasoning_variables` (``reasoning_answer``, ...).
     """
 
     async def body(session: Session) -> None:
-        event = session.event
-        request = event.text if event is not None else None
-        if request is None:
+        if request is not None:
+            problem = request(session)
+        else:
+            problem = session.event.text if session.event is not None else None
+        if problem is None:
             return  # entered without a user message: nothing to reason about
-        await run(session, request, session_recorder(session))
+        await run(session, problem, session_recorder(session))
 
-    async def run(session: Session, request: str, recorder: Recorder) -> None:
+    async def run(session: Session, problem: str, recorder: Recorder) -> None:
         observer = SessionObserver(session, stream_steps, recorder)
-        shown = recorder.redact(request)[:80]  # redact before cutting a secret in half
+        shown = recorder.redact(problem)[:80]  # redact before cutting a secret in half
         observer.emit(ReasoningStepKind.REASONING_STARTED, 0, f"{pattern.name}: {shown}",
-                      {"request": request, "pattern": pattern.name})  # fmt: skip
+                      {"request": problem, "pattern": pattern.name})  # fmt: skip
         offered = tools if tools is not None else _agent_tools(session)
         outcome, steps = "error", 0
         try:
             result: ReasoningResult[Any] = await pattern.execute(
-                llm, request, tools=offered, session=session, observer=observer
+                llm, problem, tools=offered, session=session, observer=observer
             )
             steps, outcome = result.steps_taken, result.stop_reason
             recorder.set(RESULT_VARIABLE, result.summary())
-            recorder.reply(result.text or failure_message)
+            if export_variables:
+                for name, value in reasoning_variables(result).items():
+                    recorder.set(name, value)
+            if reply:
+                recorder.reply(result.text or failure_message)
         except (PatternError, LLMError) as exc:  # bad model output or an outage: told, recorded, contained
             recorder.record_error("pattern", exc, pattern=pattern.name)
-            recorder.reply(f"{failure_message} ({type(exc).__name__}: {exc})")
+            if reply:
+                recorder.reply(f"{failure_message} ({type(exc).__name__}: {exc})")
         finally:
             observer.emit(ReasoningStepKind.REASONING_FINISHED, steps, f"finished: {outcome}",
                           {"outcome": outcome, "steps": steps, "pattern": pattern.name})  # fmt: skip

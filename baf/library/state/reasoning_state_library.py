@@ -79,6 +79,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_FALLBACK_MESSAGE",
     "DEFAULT_SYSTEM_PROMPT",
+    "ReasoningConfig",
     "ReasoningStep",
     "ReasoningStepKind",
     "Task",
