@@ -49,8 +49,10 @@ class Recorder:
     ) -> None:
         self.session = session
         # The runtime's side of the session (``commit``, ``queue_platform_call``); see
-        # ``baf.library.state.recording.session_recorder``.
+        # ``baf.library.state.recording.session_recorder``. Records go straight to it when given: the
+        # session's own ``record`` only forwards there, a call a record saved on every record.
         self._live = live
+        self._writes = live if live is not None else session
         #: Answers model turns and tool calls instead of the model and the tools (resume, re-run), if set.
         self.source = source if source is not None else current_effect_source()
         self._prefix = deque(r for r in prefix if r.kind != RecordKind.STEP_RESUMED)
@@ -96,8 +98,8 @@ class Recorder:
         """Append a record (durable at the next commit), unless it was recorded before the restart."""
         if self._prefix and self._skip(kind, data) is not None:
             return
-        if self.session is not None:
-            self.session.record(kind, data)
+        if self._writes is not None:
+            self._writes.record(kind, data)
 
     def record_error(self, source: str, exc: BaseException, **details: Any) -> None:
         """Record an ``error`` (with the traceback), unless recorded before the restart."""

@@ -326,6 +326,7 @@ class _ReasoningRun:
         self.turns = ModelTurns(self.recorder, config.llm, loop="reasoning", prices=config.prices)
         # Usage and cost of this invocation, against the budget (the patterns' meter).
         self.meter = Meter(config.prices or PriceTable(), config.budget or Budget())
+        self._counting = config.budget is not None or config.prices is not None
         self.output: Any = None  # the typed answer, with output_type
         self._repairs = 0
         self._reviews = 0
@@ -400,7 +401,8 @@ class _ReasoningRun:
                 "Please try again in a moment."
             )
             return None
-        self.meter.add("reasoning", "turn", self.config.llm.name, turn.response.usage)
+        if self._counting:
+            self.meter.add("reasoning", "turn", self.config.llm.name, turn.response.usage)
         return turn.response
 
     async def compact(self, step: int) -> None:
