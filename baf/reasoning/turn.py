@@ -114,7 +114,8 @@ class ModelTurns:
         if response is None:
             response = await self._ask(model, messages, tools, parameters, system, time_limit)
         latency_ms = round((time.perf_counter() - started) * 1000, 3)
-        response = check_response(response, model)
+        if not _well_formed(response):  # the common case checked inline; anything else gets the full check
+            response = check_response(response, model)
         cost = self.prices.cost(model.name, response.usage) if self.prices is not None else None
         data: dict[str, Any] = {"loop": self.loop, "run": self.run, "turn": turn, "step": step, "model": model.name,
                                 "latency_ms": latency_ms, **response.to_dict()}  # fmt: skip
@@ -198,8 +199,6 @@ def check_response(response: Any, llm: LLM) -> LLMResponse:
     """``response`` if it has the shape of an :class:`~baf.llm.base.LLMResponse`; else
     :class:`~baf.errors.LLMResponseError` naming the adapter and what is wrong (every adapter's answer
     is checked here, so a wrong one is an error record and a clear message, never a crash later)."""
-    if _well_formed(response):
-        return response
     problems: list[str] = []
     if not isinstance(response, LLMResponse):
         problems.append(f"it returned {type(response).__name__}, not an LLMResponse")
