@@ -54,23 +54,29 @@ __all__ = ["SCHEMA_VERSION", "PostgresLog", "decode_row", "encode_row", "redact_
 
 # One statement writes a batch: registers new sessions (in order of first appearance), inserts the
 # records and notifies RECORDS_CHANNEL per session (delivered at commit). Alone it is its own transaction:
-# one round trip for the common append (no lease, no inbox row, no work-index change).
-_WRITE: Final = (
-    """
-WITH new_sessions AS (
+# one round trip for the common append. ``{fence}`` is empty, or (a worker's store) the lease check: the
+# rows are written only if every lease ($7 sessions, $8 epochs, owner $9) still has its epoch, read under
+# FOR KEY SHARE, which a takeover (SELECT ... FOR UPDATE first, see postgres_leases) waits for and which
+# heartbeats (updates of no key column) do not. No row back means no record was written: fenced off.
+_WRITE_TEMPLATE: Final = """
+WITH {fence_cte}new_sessions AS (
     INSERT INTO baf_sessions (session_id)
-    SELECT s FROM unnest($1::text[]) WITH ORDINALITY AS u(s, n) GROUP BY s ORDER BY min(n)
+    SELECT s FROM unnest($1::text[]) WITH ORDINALITY AS u(s, n) {fence_where}GROUP BY s ORDER BY min(n)
     ON CONFLICT DO NOTHING
 ), written AS (
     INSERT INTO baf_records (session_id, seq, kind, data, ts, version)
     SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::float8[], $6::int[])
-    RETURNING session_id
+    {fence_where}RETURNING session_id
 )
-SELECT pg_notify('"""
-    + RECORDS_CHANNEL
-    + """', s) FROM (SELECT DISTINCT session_id AS s FROM written) AS d
+SELECT pg_notify('{channel}', s) FROM (SELECT DISTINCT session_id AS s FROM written) AS d
 """
-)
+_FENCE_CTE: Final = """fence AS (
+    SELECT l.session_id FROM baf_leases l JOIN unnest($7::text[], $8::bigint[]) AS f(s, e)
+    ON l.session_id = f.s AND l.epoch = f.e WHERE l.owner = $9 FOR KEY SHARE OF l
+), """
+_FENCE_WHERE: Final = "WHERE (SELECT count(*) FROM fence) = cardinality($7::text[]) "
+_WRITE: Final = _WRITE_TEMPLATE.format(fence_cte="", fence_where="", channel=RECORDS_CHANNEL)
+_WRITE_FENCED: Final = _WRITE_TEMPLATE.format(fence_cte=_FENCE_CTE, fence_where=_FENCE_WHERE, channel=RECORDS_CHANNEL)
 _SELECT: Final = "SELECT seq, kind, data, ts, version FROM baf_records WHERE session_id = $1 AND seq > $2 ORDER BY seq"
 
 _MAX_INT64: Final = 2**63 - 1
@@ -122,7 +128,7 @@ class PostgresLog(SessionLog):
     ``LogReadOnlyError``.
 
     With ``worker_id`` the store is one worker's among many: it appends only to sessions whose lease it
-    holds (``fence``), and every append checks, inside its transaction and under a share lock on the lease
+    holds (``fence``), and every append checks, inside its transaction and under a key-share lock on the lease
     row, that the lease still has the epoch it was taken with. A takeover (which bumps the epoch) and such
     an append therefore serialise on that row: after a takeover the old owner's appends fail with
     ``LeaseLostError`` and write nothing, however long it was paused.
@@ -364,20 +370,30 @@ class PostgresLog(SessionLog):
 
     async def _write(self, connection: asyncpg.Connection, batch: _Batch) -> None:
         """One append's statements: the lease check, the inbox rows it consumes, the records, the index."""
-        if batch.fences:
-            await self._check_fences(connection, batch.fences)
+        fences = batch.fences
+        if fences and (batch.consumes or not batch.rows):
+            await self._check_fences(connection, fences)  # before the inbox rows are touched
+            fences = None
         if batch.consumes:
             await _consume(connection, *batch.consumes)
         if batch.rows:
-            await connection.execute(_WRITE, *(list(column) for column in zip(*batch.rows, strict=True)))
+            columns = [list(column) for column in zip(*batch.rows, strict=True)]
+            if fences:
+                names, epochs = [name for name, _ in fences], [epoch for _, epoch in fences]
+                if not await connection.fetch(_WRITE_FENCED, *columns, names, epochs, self._worker_id):
+                    await self._check_fences(connection, fences)  # names the lost session and raises
+                    raise LeaseLostError(names[0], "a lease changed while this append was written")
+            else:
+                await connection.execute(_WRITE, *columns)
             await _update_work(connection, batch.rows)
 
     async def _check_fences(self, connection: asyncpg.Connection, fences: list[tuple[str, int]]) -> None:
-        """Raise ``LeaseLostError`` unless this worker still holds every lease at its epoch. The share lock
-        on the lease rows holds off a takeover until this transaction ends."""
+        """Raise ``LeaseLostError`` unless this worker still holds every lease at its epoch. The key-share
+        lock on the lease rows holds off a takeover (which locks them FOR UPDATE) until this transaction
+        ends, and does not wait for heartbeats."""
         held = await connection.fetch(
             "SELECT l.session_id FROM baf_leases l JOIN unnest($1::text[], $2::bigint[]) AS f(s, e) "
-            "ON l.session_id = f.s AND l.epoch = f.e WHERE l.owner = $3 FOR SHARE OF l",
+            "ON l.session_id = f.s AND l.epoch = f.e WHERE l.owner = $3 FOR KEY SHARE OF l",
             [name for name, _ in fences],
             [epoch for _, epoch in fences],
             self._worker_id,
@@ -443,7 +459,7 @@ async def _refusal(connection: asyncpg.Connection, batch: _Batch, exc: BaseExcep
 
 def _needs_transaction(batch: _Batch) -> bool:
     """Whether an append needs more than its one write statement (fencing, the inbox, the work index)."""
-    return bool(batch.fences or batch.consumes or any(row[2] in WORK_KINDS for row in batch.rows))
+    return bool(batch.consumes or any(row[2] in WORK_KINDS for row in batch.rows))
 
 
 async def _update_work(connection: asyncpg.Connection, rows: list[Row]) -> None:
