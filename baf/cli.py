@@ -131,12 +131,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.set_defaults(handler=_cmd_serve)
 
     sessions = commands.add_parser("sessions", help="list the sessions of a log")
-    sessions.add_argument("log", help="a log file or URL")
+    sessions.add_argument("log", nargs="?", help=f"a log file or URL (default: {DEFAULT_LOG_FILE} in this folder)")
     sessions.set_defaults(handler=_cmd_sessions)
 
     log = commands.add_parser("log", help="print the records of a session")
-    log.add_argument("log", help="a log file or URL")
-    log.add_argument("session", help="the session id")
+    log.add_argument("log", nargs="?", help=f"a log file or URL (default: {DEFAULT_LOG_FILE} in this folder)")
+    log.add_argument("session", nargs="?", help="the session id (without it: the sessions to pick from)")
     log.add_argument("--json", action="store_true", help="one JSON object per line")
     log.set_defaults(handler=_cmd_log)
 
@@ -282,10 +282,32 @@ def _when(ts: float | None) -> str:
     return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S") if ts else "-"
 
 
+#: The log an agent writes by default (``Agent(name)`` without ``log=``): what ``baf sessions`` and
+#: ``baf log`` read when no log is given.
+DEFAULT_LOG_FILE = "baf.db"
+
+
+def _default_log(command: str, rest: str = "") -> str:
+    """``baf.db`` in the working folder, if it is there; otherwise a usage error saying what to pass."""
+    if Path(DEFAULT_LOG_FILE).is_file():
+        return DEFAULT_LOG_FILE
+    found = sorted(p.name for p in Path().glob("*.db"))[:5]
+    hint = f" (log files here: {', '.join(found)})" if found else ""
+    raise _UsageError(f"no log given, and there is no {DEFAULT_LOG_FILE} in this folder: pass a log file or URL, "
+                      f"e.g. baf {command} {found[0] if found else 'path/to/agent.db'}{rest}{hint}")
+
+
+class _UsageError(ValueError):
+    """A command line that cannot be run as given; :func:`main` prints it and exits with status 2."""
+
+
 def _cmd_sessions(args: argparse.Namespace) -> int:
     from baf.replay.commands import report_unreadable
     from baf.replay.reading import session_rows
     from baf.replay.render import render_sessions
+
+    if args.log is None:
+        args.log = _default_log("sessions")
 
     async def collect() -> list[dict[str, Any]]:
         async with open_existing_log(args.log) as log:
@@ -297,6 +319,11 @@ def _cmd_sessions(args: argparse.Namespace) -> int:
 
 
 def _cmd_log(args: argparse.Namespace) -> int:
+    if args.log is None:
+        args.log = _default_log("log", " SESSION")
+    if args.session is None:
+        return _pick_a_session(args.log)
+
     async def collect() -> list[Any]:
         async with open_existing_log(args.log) as log:
             return await log.read(args.session)
@@ -314,7 +341,7 @@ def _cmd_log(args: argparse.Namespace) -> int:
                     "data": r.data}
             print(visible_json(json.dumps(line, ensure_ascii=False)))
         return 0
-    table = Table(title=Text(visible(f"session {args.session}")))
+    table = Table(title=Text(visible(f"session {redactor.redact_text(args.session)}")))
     for column in ("seq", "time", "kind", "data"):
         table.add_column(column, overflow="fold")
     for r in records:
@@ -323,6 +350,23 @@ def _cmd_log(args: argparse.Namespace) -> int:
         table.add_row(str(r.seq), _when(r.ts), Text(visible(r.kind)), Text(shown))
     console.print(table)
     return 0
+
+
+def _pick_a_session(target: str) -> int:
+    """``baf log LOG`` without a session: say how to ask for one, with the sessions there are."""
+    from baf.replay.reading import session_rows
+    from baf.replay.render import render_sessions
+
+    async def collect() -> list[dict[str, Any]]:
+        async with open_existing_log(target) as log:
+            return await session_rows(log)
+
+    rows = asyncio.run(collect())
+    stderr = Console(stderr=True, highlight=False)
+    stderr.print(Text(visible(f"baf log: which session? baf log {target} SESSION"), style="red"), soft_wrap=True)
+    if rows:
+        render_sessions(stderr, rows, f"sessions in {target}")
+    return 2
 
 
 def _cmd_check(args: argparse.Namespace) -> int:

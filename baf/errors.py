@@ -9,6 +9,7 @@
     ├── TemplateError               a YAML agent's template could not be rendered (a missing variable, an
     │                               attribute the sandbox refuses)
     ├── SessionVariableError        a session variable that cannot be stored (not JSON-serialisable)
+    ├── SessionIdError              a session id that cannot be used (empty, not text, holds a secret)
     ├── SessionNotFoundError        the log has no session by that id (also a ``LookupError``)
     ├── InvariantError              baf found its own rules broken: a bug, or a log edited by hand
     │                               (also a ``RuntimeError``)
@@ -36,6 +37,8 @@
     │   └── ToolServerError         the server running the tool (MCP) is not reachable or stopped mid-call
     ├── WorkspaceError              a workspace operation was refused
     │   └── PathEscapeError         a path that would leave the workspace root
+    ├── ResumeError                 a loop killed mid-run cannot go on from its records: its code now
+    │                               does something other than what the records say it did
     └── PatternError                a reasoning pattern could not finish (``baf.reasoning.patterns``)
         ├── StructuredOutputError   the model's answer does not parse into the expected model
         ├── PatternNotFoundError    no pattern registered under that name
@@ -79,6 +82,8 @@ __all__ = [
     "PatternNotFoundError",
     "PatternStepLimitError",
     "PatternStepTimeoutError",
+    "ResumeError",
+    "SessionIdError",
     "SessionNotFoundError",
     "SessionVariableError",
     "StructuredOutputError",
@@ -121,6 +126,11 @@ class TemplateError(BafError):
 
 class SessionVariableError(BafError, TypeError):
     """A session variable value that cannot be recorded (it must be JSON-serialisable)."""
+
+
+class SessionIdError(BafError, ValueError):
+    """A session id that cannot be used: empty, not a string, or holding one of the agent's secrets
+    (ids are stored and shown as they are, in every record, so an id must never carry a secret)."""
 
 
 class SessionNotFoundError(BafError, LookupError):
@@ -286,6 +296,12 @@ class WorkspaceError(BafError):
 
 class PathEscapeError(WorkspaceError):
     """A path that would reach outside the workspace root."""
+
+
+class ResumeError(BafError):
+    """A reasoning loop interrupted by a crash could not be resumed from its records: run again over
+    them, it wrote something other than what it had written before (its code or configuration changed).
+    The step is closed with this error, and the user is told something went wrong."""
 
 
 class PatternError(BafError):

@@ -27,7 +27,7 @@ from baf.core.session import Session
 from baf.core.stopping import Cut, StopControl
 from baf.core.threadpool import DaemonThreadPool
 from baf.core.writer import SessionWriter
-from baf.errors import ConfigurationError, LogClosedError, LogError
+from baf.errors import ConfigurationError, LogClosedError, LogError, SessionIdError
 from baf.log import open_log
 from baf.log.jsontext import json_copy
 from baf.log.record import RecordKind
@@ -41,7 +41,14 @@ if TYPE_CHECKING:
     from baf.core.agent import Agent
     from baf.core.platform import Platform
 
-__all__ = ["STOP_CANCEL_WAIT", "STOP_GRACE_PERIOD", "Runtime", "is_running"]
+__all__ = ["INTERRUPTED_BY_RESTART_REPLY", "STOP_CANCEL_WAIT", "STOP_GRACE_PERIOD", "Runtime", "is_running"]
+
+#: What the user is told when a restart finds their request's step cut off by a crash and its body
+#: cannot resume (it has no ``resume`` hook, see ``baf.core.engine``).
+INTERRUPTED_BY_RESTART_REPLY = (
+    "Your last request was interrupted by a restart of the agent and could not be finished. "
+    "Please send it again."
+)
 
 #: Seconds :meth:`Runtime.stop` lets running steps finish before it interrupts them.
 STOP_GRACE_PERIOD = 10.0
@@ -296,7 +303,14 @@ class Runtime:
 
     async def _get_live(self, session_id: str, platform: Platform | None) -> LiveSession:
         if not isinstance(session_id, str) or not session_id:
-            raise ValueError(f"session ids must be non-empty strings, got {session_id!r}")
+            raise SessionIdError(f"session ids must be non-empty strings, got {session_id!r}")
+        if self.agent.redactor.redact_text(session_id) != session_id:
+            # Ids are keys: they are stored and shown as they are (records, the CLI, exports, the store's
+            # own debug log), where redaction cannot reach. The message must not repeat the id.
+            raise SessionIdError(
+                "this session id contains one of the agent's secrets; session ids are stored and shown "
+                "unredacted, so it was refused and nothing was recorded"
+            )
         live = self._live.get(session_id)
         if live is None:
             loading = self._loading.get(session_id)
@@ -339,9 +353,11 @@ class Runtime:
         elif projection.open_step is not None:
             # A crash interrupted this step. Its effects up to the crash are in the log; it is not
             # re-run, because the body may already have acted outside baf.
+            # Whoever sent the event is told, so the request does not end in silence.
             _close_interrupted_step(
                 live, projection.open_step or None, "crash",  # 0: a step without an event (see projection)
                 "the process stopped while this step was running; the step was not resumed",
+                tell_user=bool(projection.open_step),
             )  # fmt: skip
         if not projection.started:
             self._schedule(live, _Item("start"))
@@ -536,10 +552,15 @@ class _SessionsView(Mapping[str, Session]):
         return len(self._live)
 
 
-def _close_interrupted_step(live: LiveSession, event_seq: int | None, interrupted_by: str, reason: str) -> None:
-    """Record the end of a step the engine could not close itself: an ``error`` saying why, then its
-    ``step_finished``, marked interrupted (``interrupted_by``: see ``baf.core.engine``)."""
+def _close_interrupted_step(
+    live: LiveSession, event_seq: int | None, interrupted_by: str, reason: str, tell_user: bool = False
+) -> None:
+    """Record the end of a step the engine could not close itself: an ``error`` saying why, with
+    ``tell_user`` a reply saying the request was not finished, then its ``step_finished``, marked
+    interrupted (``interrupted_by``: see ``baf.core.engine``)."""
     live.record_error("runtime", RuntimeError(reason), event_seq=event_seq, interrupted_by=interrupted_by)
+    if tell_user:
+        live.session.reply(INTERRUPTED_BY_RESTART_REPLY)
     live.record(
         RecordKind.STEP_FINISHED, {"event_seq": event_seq, "interrupted": True, "interrupted_by": interrupted_by}
     )
