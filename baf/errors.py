@@ -9,6 +9,7 @@
     ├── TemplateError               a YAML agent's template could not be rendered (a missing variable, an
     │                               attribute the sandbox refuses)
     ├── SessionVariableError        a session variable that cannot be stored (not JSON-serialisable)
+    ├── SessionIdError              a session id that cannot be used (empty, not text, holds a secret)
     ├── SessionNotFoundError        the log has no session by that id (also a ``LookupError``)
     ├── InvariantError              baf found its own rules broken: a bug, or a log edited by hand
     │                               (also a ``RuntimeError``)
@@ -79,6 +80,7 @@ __all__ = [
     "PatternNotFoundError",
     "PatternStepLimitError",
     "PatternStepTimeoutError",
+    "SessionIdError",
     "SessionNotFoundError",
     "SessionVariableError",
     "StructuredOutputError",
@@ -121,6 +123,11 @@ class TemplateError(BafError):
 
 class SessionVariableError(BafError, TypeError):
     """A session variable value that cannot be recorded (it must be JSON-serialisable)."""
+
+
+class SessionIdError(BafError, ValueError):
+    """A session id that cannot be used: empty, not a string, or holding one of the agent's secrets
+    (ids are stored and shown as they are, in every record, so an id must never carry a secret)."""
 
 
 class SessionNotFoundError(BafError, LookupError):

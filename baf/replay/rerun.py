@@ -191,7 +191,7 @@ async def read_session(log: str | SessionLog, session_id: str) -> list[Record]:
     A SQLite URL is opened read-only: checking a recorded session (a test fixture) must not change its file.
     """
     if isinstance(log, str):
-        read_only = {"read_only": True} if log.lower().startswith("sqlite:") else {}
+        read_only = {"read_only": True} if log.lower().startswith(("sqlite:", "postgres")) else {}
         async with open_log(log, **read_only) as store:
             records = await store.read(session_id)
     else:
