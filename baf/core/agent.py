@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, overload
 import yaml
 
 from baf.core.cache import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSIONS
-from baf.core.events import Event, ReceiveTextEvent
+from baf.core.events import Event
 from baf.core.hooks import HookChain, StepHooks
 from baf.core.intent import Intent, IntentParameter
 from baf.core.intent_classifier import IntentClassifier, WordOverlapClassifier
@@ -579,9 +579,7 @@ class Agent:
 
     async def receive_message(self, session_id: str, text: str, platform: Platform | None = None) -> Session:
         """Deliver a text message and wait until it, and everything it caused, has been processed."""
-        done = await self.receive_event(ReceiveTextEvent(session_id, message=text), platform)
-        await done
-        return await self._require_runtime().get_or_create(session_id)
+        return await self._require_runtime().receive_message(session_id, text, platform)
 
     async def continue_session(self, session_id: str) -> Session:
         """Continue a fork: handle the messages it holds, and wait until they are handled.

@@ -113,7 +113,10 @@ class SessionCache:
             self._drop(live)
 
     def _arm(self) -> None:
-        """Fire :meth:`_expire` when the least recently used session would expire."""
+        """Fire :meth:`_expire` when the least recently used session would expire (one timer at most)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         oldest = next(iter(self._last_used.values()), None)
         if oldest is None:
             return

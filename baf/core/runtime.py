@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from baf.core.cache import SessionCache
 from baf.core.engine import Resumption, find_resumption, run_step
-from baf.core.events import Event, event_from_data
+from baf.core.events import Event, ReceiveTextEvent, event_from_data
 from baf.core.intent_routing import intent_threshold
 from baf.core.live import LiveSession
 from baf.core.machine import MachineModel, compile_machine
@@ -141,6 +141,7 @@ class Runtime:
         # (Python cannot stop it), and enough of those must not leave sync bodies without threads.
         self._tool_executor = DaemonThreadPool(max_workers=threads, thread_name_prefix="baf-tool")
         self._loading: dict[str, asyncio.Future[LiveSession]] = {}
+        self._wanted: dict[str, int] = {}  # callers waiting for a session's load, by session id
         self._stopped = False
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -307,15 +308,23 @@ class Runtime:
         if not isinstance(session_id, str) or not session_id:
             raise ValueError(f"session ids must be non-empty strings, got {session_id!r}")
         live = self._live.get(session_id)
-        if live is None:
-            loading = self._loading.get(session_id)
-            if loading is None:
-                loading = asyncio.ensure_future(self._load(session_id, platform))
-                self._loading[session_id] = loading
-                loading.add_done_callback(lambda _: self._loading.pop(session_id, None))
-            live = await asyncio.shield(loading)
-        else:
+        if live is not None:
             self._live.touch(live)
+        else:
+            # Wanted: the cache must not drop it between its load and this caller's use of it.
+            self._wanted[session_id] = self._wanted.get(session_id, 0) + 1
+            try:
+                loading = self._loading.get(session_id)
+                if loading is None:
+                    loading = asyncio.ensure_future(self._load(session_id, platform))
+                    self._loading[session_id] = loading
+                    loading.add_done_callback(lambda _: self._loading.pop(session_id, None))
+                live = await asyncio.shield(loading)
+            finally:
+                if self._wanted[session_id] == 1:
+                    del self._wanted[session_id]
+                else:
+                    self._wanted[session_id] -= 1
         if platform is not None and live.platform is None:
             live.platform = platform
         return live
@@ -380,6 +389,7 @@ class Runtime:
             not self._mailboxes.get(live.id)
             and (worker is None or worker.done() or worker is asyncio.current_task())
             and live.id not in self._loading
+            and live.id not in self._wanted
             and not live.in_step
             and live.settled
         )
@@ -454,6 +464,11 @@ class Runtime:
         for index, (seq, data) in enumerate(held):
             last = index == len(held) - 1
             self._schedule(live, _Item("event", event_from_data(live.id, data), seq, done if last else None))
+
+    async def receive_message(self, session_id: str, text: str, platform: Platform | None = None) -> Session:
+        """Deliver a text message and wait until it, and everything it caused, has been handled."""
+        await (await self.receive(ReceiveTextEvent(session_id, message=text), platform))
+        return await self.get_or_create(session_id)
 
     async def wait_idle(self, session_id: str | None = None) -> None:
         """Return once the session (or every session) has nothing queued or running."""
