@@ -415,6 +415,9 @@ class Runtime:
 
     async def receive(self, event: Event, platform: Platform | None = None) -> asyncio.Future[None]:
         """Record ``event`` durably, queue it, and return a future that resolves once it is handled."""
+        return (await self._receive(event, platform))[1]
+
+    async def _receive(self, event: Event, platform: Platform | None) -> tuple[LiveSession, asyncio.Future[None]]:
         data = {"event": event.to_data(), "text": event.text}
         if data["text"] is not None and not isinstance(data["text"], str):
             # The fold reads it as the conversation's text: refused here, not found corrupt on a restart.
@@ -437,7 +440,7 @@ class Runtime:
             done.cancel()  # the caller gets the error here, not through the future
             self._evict(live, exc)
             raise
-        return done
+        return live, done
 
     async def continue_session(self, session_id: str) -> asyncio.Future[None]:
         """Handle the messages a fork holds (recorded before its cut, not handled there): record that the
@@ -466,9 +469,13 @@ class Runtime:
             self._schedule(live, _Item("event", event_from_data(live.id, data), seq, done if last else None))
 
     async def receive_message(self, session_id: str, text: str, platform: Platform | None = None) -> Session:
-        """Deliver a text message and wait until it, and everything it caused, has been handled."""
-        await (await self.receive(ReceiveTextEvent(session_id, message=text), platform))
-        return await self.get_or_create(session_id)
+        """Deliver a text message and wait until it, and everything it caused, has been handled.
+
+        The session returned is the one that handled it; it reads as it was even if it was dropped from
+        memory meanwhile (a write to it then raises ``LogClosedError``; get it again)."""
+        live, done = await self._receive(ReceiveTextEvent(session_id, message=text), platform)
+        await done
+        return live.session
 
     async def wait_idle(self, session_id: str | None = None) -> None:
         """Return once the session (or every session) has nothing queued or running."""
