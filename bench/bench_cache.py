@@ -107,6 +107,11 @@ async def startup(sizes: list[int], directory: Path, repeats: int) -> None:
         print(f"{size:>10,} {built:>8.1f} {statistics.median(times):>23.1f} {min(times):>8.1f}", flush=True)
 
 
+async def send(agent: Agent, session_id: str, text: str) -> None:
+    """``receive_message`` keeping nothing: the memory counted is the runtime's, not the caller's."""
+    await agent.receive_message(session_id, text)
+
+
 async def retained(sessions: int, turns: int, directory: Path) -> None:
     print(f"\n2. memory kept per finished session ({sessions:,} sessions x {turns} turns, SQLite, tracemalloc)")
     for label, cache in (("dropped when at rest (max_sessions=0)", {"max_sessions": 0}), ("default bound", {})):
@@ -117,11 +122,8 @@ async def retained(sessions: int, turns: int, directory: Path) -> None:
             gc.collect()
             tracemalloc.start()
             before = tracemalloc.get_traced_memory()[0]
-            async def send(session_id: str, text: str) -> None:  # keeps no session: the count is the runtime's
-                await agent.receive_message(session_id, text)
-
             for turn in range(turns):
-                await asyncio.gather(*(send(f"s{n}", f"turn {turn}") for n in range(sessions)))
+                await asyncio.gather(*(send(agent, f"s{n}", f"turn {turn}") for n in range(sessions)))
             await agent.wait_idle()
             gc.collect()
             after = tracemalloc.get_traced_memory()[0]
