@@ -30,3 +30,19 @@ def test_the_reasoning_state_testing_example_passes_as_written(tmp_path: Path) -
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1 passed" in result.stdout
+
+
+async def test_the_intents_page_example_routes_as_described(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from baf.testing import RecordingPlatform
+
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {}
+    exec(compile(python_block("intents.md", "set_global"), "intents.md", "exec"), namespace)
+    agent = namespace["agent"]
+    platform = RecordingPlatform()
+    agent.add_platform(platform)  # type: ignore[attr-defined]
+    async with agent:  # type: ignore[attr-defined]
+        for text in ("hi", "do you deliver to Porto", "what can you do", "blue"):
+            await agent.receive_message("u", text, platform)  # type: ignore[attr-defined]
+    assert platform.replies["u"] == ["Hello!", "Yes, we deliver to Porto.", "I know about greetings and deliveries.",
+                                     "Sorry, say 'help' to see what I can do."]  # fmt: skip

@@ -3,7 +3,8 @@
 The table below is DESIGN.md's, read as layers: a package may import the packages it depends on and,
 through them, theirs (``library`` depends on ``core``, which depends on ``log``, so a library body may
 name a record kind). Two arrows are narrower than their layer: ``core`` uses only the reasoning
-primitives (Tool, Skill, Workspace), and ``llm`` only the log's redaction. ``baf/__init__.py`` (the public
+primitives (Tool, Skill, Workspace, and the Toolset protocol the runtime starts and stops), and ``llm``
+only the log's redaction. ``baf/__init__.py`` (the public
 names) and ``cli.py`` (the ``baf`` command) may import anything. Every ``.py`` file under baf/ is read,
 at any depth, with every import in it: module level, inside functions, and under ``TYPE_CHECKING``.
 An arrow against the table is allowed only if :data:`EXCEPTIONS` lists it with its reason, and only as a
@@ -38,7 +39,8 @@ DEPENDS_ON: dict[str, set[str]] = {
 
 #: Arrows narrower than their layer: (from package, to package) -> the modules allowed.
 ONLY: dict[tuple[str, str], set[str]] = {
-    ("core", "reasoning"): {"baf.reasoning.tool", "baf.reasoning.skill", "baf.reasoning.workspace"},
+    ("core", "reasoning"): {"baf.reasoning.tool", "baf.reasoning.skill", "baf.reasoning.workspace",
+                            "baf.reasoning.toolset"},
     ("llm", "log"): {"baf.log.redaction"},
 }
 
@@ -66,9 +68,17 @@ EXCEPTIONS: dict[tuple[str, str], Allowed] = {
     ("baf.core.agent", "baf.platforms.telegram"): Allowed(
         "Agent.use_telegram_platform: the same convenience for the Telegram platform (the 'telegram' extra)"
     ),
+    ("baf.core.agent", "baf.reasoning.mcp"): Allowed(
+        "Agent.add_mcp_server: a convenience that builds the MCP toolset and attaches it as any toolset; "
+        "imported in the method (and for its return type)"
+    ),
     ("baf.testing.platform_contract", "baf.library.state.reasoning_state_library"): Allowed(
         "the platform contract kit drives the real reasoning body to check that a platform shows its "
         "steps and task lists; imported in that one test, so the kit loads without the library"
+    ),
+    ("baf.serve.process", "baf.cli"): Allowed(
+        "a baf serve worker process loads the agent file exactly as baf run does (a Python file or a YAML "
+        "agent), through the one loader the CLI has; imported in the worker's entry function"
     ),
     ("baf.core.intent_routing", "baf.reasoning.effects"): Allowed(
         "a re-run serves each intent prediction from the log through the current effect source, the one "
@@ -205,6 +215,7 @@ def test_the_check_sees_wrong_arrows(tmp_path: Path) -> None:
         ("baf.replay", True): "core does not depend on replay",
         ("baf.library.demo", True): "core does not depend on library",
         ("baf.reasoning.effects", False): (
-            "core uses only ['baf.reasoning.skill', 'baf.reasoning.tool', 'baf.reasoning.workspace'] of reasoning"
+            "core uses only ['baf.reasoning.skill', 'baf.reasoning.tool', 'baf.reasoning.toolset', "
+            "'baf.reasoning.workspace'] of reasoning"
         ),
     }

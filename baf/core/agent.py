@@ -14,7 +14,7 @@ import inspect
 import logging
 import signal
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType, TracebackType
 from typing import TYPE_CHECKING, Any, overload
@@ -31,9 +31,10 @@ from baf.core.session import Session
 from baf.core.state import State
 from baf.errors import ConfigurationError
 from baf.log import SessionLog, open_log
-from baf.log.redaction import Redactor
+from baf.log.redaction import Redactor, log_exception
 from baf.reasoning.skill import Skill
 from baf.reasoning.tool import Tool
+from baf.reasoning.toolset import Toolset
 from baf.reasoning.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from baf.platforms.telegram import TelegramPlatform
     from baf.platforms.terminal import TerminalPlatform
     from baf.platforms.websocket import WebSocketPlatform
+    from baf.reasoning.mcp import MCPToolset
 
 __all__ = ["Agent"]
 
@@ -88,6 +90,7 @@ class Agent:
         self._tools: dict[str, Tool] = {}
         self._skills: dict[str, Skill] = {}
         self._workspaces: dict[str, Workspace] = {}
+        self._toolsets: dict[str, Toolset] = {}
         self._intents: dict[str, Intent] = {}
         self._global_states: dict[str, State] = {}
         self._intent_classifier: IntentClassifier = WordOverlapClassifier()
@@ -159,8 +162,8 @@ class Agent:
     def new_intent(
         self,
         name: str,
-        training_sentences: list[str] | tuple[str, ...],
-        parameters: list[IntentParameter | str | Mapping[str, Any]] | None = None,
+        training_sentences: Sequence[str],
+        parameters: Sequence[IntentParameter | str | Mapping[str, Any]] | None = None,
         description: str | None = None,
     ) -> Intent:
         """Declare an intent: what a user may mean, shown by example sentences.
@@ -320,8 +323,41 @@ class Agent:
             tool = Tool(tool)
         if tool.name in self._tools:
             raise ConfigurationError(f"agent {self.name!r} already has a tool named {tool.name!r}")
+        owner = next((t for t in self._toolsets.values() if tool.name.startswith(t.prefix)), None)
+        if owner is not None:
+            raise ConfigurationError(f"agent {self.name!r}: tool name {tool.name!r} is in the namespace of "
+                                     f"toolset {owner.name!r}; rename the tool")  # fmt: skip
         self._tools[tool.name] = tool
         return tool
+
+    def add_mcp_server(self, name: str, command: list[str] | None = None, **options: Any) -> MCPToolset:
+        """Offer the tools of an MCP server (the ``mcp`` extra): a stdio server started with ``command``
+        (``["python", "server.py"]``), or a streamable-HTTP one at ``url="http://.../mcp"`` (with
+        ``headers=``). ``tools=[...]`` picks tools, ``prefix=`` renames their namespace (``name__`` by
+        default); see :class:`~baf.reasoning.mcp.MCPToolset` for every option and ``docs/mcp.md``."""
+        from baf.reasoning.mcp import MCPToolset
+
+        toolset = MCPToolset(name, command, **options)
+        self.add_toolset(toolset)
+        return toolset
+
+    def add_toolset(self, toolset: Toolset) -> Toolset:
+        """Attach a :class:`~baf.reasoning.toolset.Toolset`: started and stopped with each runtime, its
+        tools offered next to the agent's own while it is started."""
+        self._check_mutable("add a toolset")
+        if toolset.name in self._toolsets:
+            raise ConfigurationError(f"agent {self.name!r} already has a toolset named {toolset.name!r}")
+        prefix = toolset.prefix
+        taken = [repr(n) for n in self._tools if n.startswith(prefix)]
+        taken += [f"toolset {t.name!r}" for t in self._toolsets.values()
+                  if t.prefix.startswith(prefix) or prefix.startswith(t.prefix)]  # fmt: skip
+        if taken:
+            raise ConfigurationError(
+                f"agent {self.name!r}: toolset {toolset.name!r} would share its tool-name namespace ({prefix!r}) "
+                f"with {', '.join(taken)}; give it another prefix"
+            )
+        self._toolsets[toolset.name] = toolset
+        return toolset
 
     def new_tool(
         self, fn: Callable[..., Any], name: str | None = None, description: str | None = None, **options: Any
@@ -404,8 +440,18 @@ class Agent:
 
     @property
     def tools(self) -> Mapping[str, Tool]:
-        """Registered tools by name, read-only."""
-        return MappingProxyType(self._tools)
+        """The tools by name, read-only: the registered ones, then those of the started toolsets."""
+        if not self._toolsets:
+            return MappingProxyType(self._tools)
+        merged = dict(self._tools)
+        for toolset in self._toolsets.values():
+            merged.update(toolset.tools)
+        return MappingProxyType(merged)
+
+    @property
+    def toolsets(self) -> tuple[Toolset, ...]:
+        """The attached toolsets (MCP servers), in the order added."""
+        return tuple(self._toolsets.values())
 
     @property
     def skills(self) -> Mapping[str, Skill]:
@@ -434,13 +480,16 @@ class Agent:
         """The sessions the agent's runtime holds in memory now, by id, read-only."""
         return self._require_runtime().sessions
 
-    async def start(self) -> None:
+    async def start(self, runtime: Runtime | None = None) -> None:
         """Start a runtime for the agent over its ``log`` (see :class:`~baf.core.runtime.Runtime`), then
-        the platforms."""
+        the platforms. ``runtime`` starts that one instead (built for this agent, not started yet): how
+        ``baf.serve`` runs the agent as one worker among many."""
         if self._runtime is not None:
             return
         _ = self.initial_state  # fail early with a clear message
-        runtime = Runtime(self, self.log, max_body_threads=self.max_body_threads)
+        if runtime is not None and runtime.agent is not self:
+            raise ConfigurationError(f"that runtime runs agent {runtime.agent.name!r}, not {self.name!r}")
+        runtime = runtime or Runtime(self, self.log, max_body_threads=self.max_body_threads)
         self._runtime = runtime
         try:
             await runtime.start()
@@ -465,7 +514,7 @@ class Agent:
                 try:
                     await platform.stop()
                 except Exception:
-                    logger.exception("platform %s failed to stop", platform.name)
+                    log_exception(logger, self.redactor, "platform %s failed to stop", platform.name)
             await runtime.stop()
         finally:
             self._stopping = None
@@ -634,3 +683,4 @@ def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[name] = value
     return flat
+

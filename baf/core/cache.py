@@ -55,6 +55,9 @@ class SessionCache:
     def __iter__(self) -> Iterator[str]:
         return iter(self._sessions)
 
+    def __contains__(self, session_id: object) -> bool:
+        return session_id in self._sessions
+
     def get(self, session_id: str) -> LiveSession | None:
         """The session ``session_id`` if it is held (without counting this as a use)."""
         return self._sessions.get(session_id)

@@ -15,7 +15,7 @@ import weakref
 from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from baf.core.cache import SessionCache
 from baf.core.engine import Resumption, find_resumption, run_step
@@ -23,16 +23,26 @@ from baf.core.events import Event, ReceiveTextEvent, event_from_data
 from baf.core.intent_routing import intent_threshold
 from baf.core.live import LiveSession
 from baf.core.machine import MachineModel, compile_machine
+from baf.core.routing import SessionRouter
 from baf.core.session import Session
 from baf.core.stopping import Cut, StopControl
 from baf.core.threadpool import DaemonThreadPool
 from baf.core.writer import SessionWriter
-from baf.errors import ConfigurationError, CorruptSnapshotError, LogClosedError, LogError
+from baf.errors import (
+    ConfigurationError,
+    CorruptSnapshotError,
+    LogClosedError,
+    LogError,
+    SessionIdError,
+    SessionNotFoundError,
+)
 from baf.log import open_log
 from baf.log.jsontext import json_copy
 from baf.log.projection import SessionProjection, project
 from baf.log.record import RecordKind
+from baf.log.redaction import log_exception
 from baf.log.store import SessionLog, load_projection
+from baf.reasoning.toolset import start_toolsets, stop_toolsets
 
 if TYPE_CHECKING:
     from transitions.extensions.asyncio import AsyncMachine
@@ -98,9 +108,11 @@ class Runtime:
       snapshot, a ``snapshot`` record is written, so the session loads from it and the records after
       (``None``: never).
 
-    Start-up loads only the sessions with unfinished work (``log.unfinished_sessions()``). The
-    engine-step hooks are the agent's (:meth:`Agent.add_hook`). Platforms are started by the agent's
-    own runtime (``agent.start()``), which is where they deliver.
+    Start-up loads only the sessions with unfinished work (``log.unfinished_sessions()``). With a
+    ``router`` (:mod:`baf.core.routing`) the runtime is one worker among many: it loads only the sessions
+    the router lets it claim, forwards messages for the others to their owners, and takes forwarded ones
+    with :meth:`receive_forwarded`. The engine-step hooks are the agent's (:meth:`Agent.add_hook`).
+    Platforms are started by the agent's own runtime (``agent.start()``), which is where they deliver.
     """
 
     def __init__(
@@ -112,8 +124,11 @@ class Runtime:
         max_sessions: int | None = None,
         idle_seconds: float | None = None,
         snapshot_every: int | _Default | None = DEFAULT,
+        router: SessionRouter | None = None,
     ) -> None:
         self.agent = agent
+        #: Set when this runtime is one worker among many (``baf.serve``): see :mod:`baf.core.routing`.
+        self.router = router
         self.log: SessionLog = open_log(log) if log is not None else agent.log
         self.hooks = agent.hooks
         threads = max_body_threads if max_body_threads is not None else agent.max_body_threads
@@ -143,6 +158,7 @@ class Runtime:
         self._loading: dict[str, asyncio.Future[LiveSession]] = {}
         self._wanted: dict[str, int] = {}  # callers waiting for a session's load, by session id
         self._stopped = False
+        self._toolsets_started = False
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -157,16 +173,27 @@ class Runtime:
             intent_threshold(self.agent)  # a threshold out of range is a wiring error, not a per-message one
         self.loop_thread_id = threading.get_ident()
         self._machine = compile_machine(self.agent.states, self.agent.initial_state)
-        for state in self.agent.states:
-            for body in (state.body, state.fallback_body):
-                check = getattr(body, "check_agent", None)
-                if check is not None:  # a body's own start-up check (e.g. reasoning_body's tool names)
-                    check(self.agent)
+        # Toolsets (MCP servers) first: the checks below see their tools, and a resumed session may call them.
+        await start_toolsets(self.agent.toolsets)
+        self._toolsets_started = True
+        try:
+            for state in self.agent.states:
+                for body in (state.body, state.fallback_body):
+                    check = getattr(body, "check_agent", None)
+                    if check is not None:  # a body's own start-up check (e.g. reasoning_body's tool names)
+                        check(self.agent)
+        except BaseException:
+            self._toolsets_started = False
+            await stop_toolsets(self.agent.toolsets)
+            raise
         _RUNNING.setdefault(self.agent, weakref.WeakSet()).add(self)
         try:
             await self.log.start()
+            # Only the sessions with unfinished work; a worker among many, only those no live worker holds
+            # (the rest wait for their owners).
             for session_id in await self.log.unfinished_sessions():
-                await self._load(session_id)
+                if self.router is None or await self.router.claim(session_id):
+                    await self._get_live(session_id, None)
         except BaseException:
             await self.stop()
             raise
@@ -274,8 +301,13 @@ class Runtime:
             try:
                 await live.flush()
             except LogError:
-                logger.exception("session %s: final flush failed", live.id)
-        await self.log.close()
+                log_exception(logger, self.agent.redactor, "session %s: final flush failed", live.id)
+        try:
+            await self.log.close()
+        finally:
+            if self._toolsets_started:  # after the last step: nothing can call their tools any more
+                self._toolsets_started = False
+                await stop_toolsets(self.agent.toolsets)
         # Threads of abandoned bodies are daemons: they do not keep the process alive.
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._tool_executor.shutdown(wait=False, cancel_futures=True)
@@ -306,7 +338,14 @@ class Runtime:
 
     async def _get_live(self, session_id: str, platform: Platform | None) -> LiveSession:
         if not isinstance(session_id, str) or not session_id:
-            raise ValueError(f"session ids must be non-empty strings, got {session_id!r}")
+            raise SessionIdError(f"session ids must be non-empty strings, got {session_id!r}")
+        if self.agent.redactor.redact_text(session_id) != session_id:
+            # Ids are keys: they are stored and shown as they are (records, the CLI, exports, the store's
+            # own debug log), where redaction cannot reach. The message must not repeat the id.
+            raise SessionIdError(
+                "this session id contains one of the agent's secrets; session ids are stored and shown "
+                "unredacted, so it was refused and nothing was recorded"
+            )
         live = self._live.get(session_id)
         if live is not None:
             self._live.touch(live)
@@ -326,7 +365,7 @@ class Runtime:
                 else:
                     self._wanted[session_id] -= 1
         if platform is not None and live.platform is None:
-            live.platform = platform
+            live.attach_platform(platform)
         return live
 
     async def _load(self, session_id: str, platform: Platform | None = None) -> LiveSession:
@@ -417,7 +456,10 @@ class Runtime:
         """Record ``event`` durably, queue it, and return a future that resolves once it is handled."""
         return (await self._receive(event, platform))[1]
 
-    async def _receive(self, event: Event, platform: Platform | None) -> tuple[LiveSession, asyncio.Future[None]]:
+    async def _receive(
+        self, event: Event, platform: Platform | None
+    ) -> tuple[LiveSession | None, asyncio.Future[None]]:
+        """:meth:`receive`, and the session that took the event (``None``: forwarded to its owner)."""
         data = {"event": event.to_data(), "text": event.text}
         if data["text"] is not None and not isinstance(data["text"], str):
             # The fold reads it as the conversation's text: refused here, not found corrupt on a restart.
@@ -426,6 +468,12 @@ class Runtime:
             json_copy(data)  # json.dumps(allow_nan=False)'s verdict, at orjson's speed
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{type(event).__name__} cannot be recorded: its fields must be JSON ({exc})") from exc
+        if self.router is not None and event.session_id not in self._live:
+            if not await self.router.claim(event.session_id):  # another worker owns it: its inbox takes it
+                await self.router.forward(event.session_id, data, platform)
+                forwarded: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                forwarded.set_result(None)
+                return None, forwarded
         live = await self._get_live(event.session_id, platform)
         if live.projection.held:
             # A new message to a fork is the user continuing it: what it held comes first, in order.
@@ -441,6 +489,44 @@ class Runtime:
             self._evict(live, exc)
             raise
         return live, done
+
+    async def receive_forwarded(
+        self, session_id: str, inbox_id: int, data: dict[str, Any] | None, error: str | None = None
+    ) -> None:
+        """Take a message another worker forwarded (inbox row ``inbox_id``) into the session this runtime
+        owns: its ``message_received`` record and the row's deletion commit together, so it is handled
+        exactly once. A row that is not a readable message (``data`` None, ``error`` says why) becomes an
+        ``error`` record instead, consumed the same way: the session goes on."""
+        live = await self._get_live(session_id, None)
+        if data is None or not isinstance(data.get("event"), dict):
+            live.record(RecordKind.ERROR, {"message": f"a malformed message was dropped: {error or 'no event'}",
+                                           "error": "MalformedInboxMessage"})  # fmt: skip
+            live.writer.consume_inbox(inbox_id)
+            await live.flush()
+            return
+        event = event_from_data(session_id, data["event"])
+        if live.projection.held:
+            self._release_held(live)
+        record = live.record(RecordKind.MESSAGE_RECEIVED, data)
+        live.writer.consume_inbox(inbox_id)
+        self._schedule(live, _Item("event", event, record.seq, None))
+        try:
+            await live.flush()
+        except LogError as exc:
+            self._evict(live, exc)
+            raise
+
+    def drop(self, session_id: str) -> None:
+        """Forget ``session_id`` without writing to it again (a worker lost its lease): its running step is
+        cancelled and what it had queued is failed. The new owner resumes it from the log."""
+        live = self._live.get(session_id)
+        if live is None:
+            return
+        live.close()
+        worker = self._workers.get(session_id)
+        if worker is not None and not worker.done():
+            worker.cancel()
+        self._evict(live, LogError(f"session {session_id!r}: this worker lost its lease"))
 
     async def continue_session(self, session_id: str) -> asyncio.Future[None]:
         """Handle the messages a fork holds (recorded before its cut, not handled there): record that the
@@ -472,9 +558,13 @@ class Runtime:
         """Deliver a text message and wait until it, and everything it caused, has been handled.
 
         The session returned is the one that handled it; it reads as it was even if it was dropped from
-        memory meanwhile (a write to it then raises ``LogClosedError``; get it again)."""
+        memory meanwhile (a write to it then raises ``LogClosedError``; get it again). Under a router, a
+        message for a session another worker owns is forwarded to it: ``SessionNotFoundError`` (it is
+        not here)."""
         live, done = await self._receive(ReceiveTextEvent(session_id, message=text), platform)
         await done
+        if live is None:
+            raise SessionNotFoundError(session_id, "this worker (another owns it; the message was forwarded there)")
         return live.session
 
     async def wait_idle(self, session_id: str | None = None) -> None:
@@ -526,7 +616,7 @@ class Runtime:
                     continue  # interrupt() on a runtime that goes on: the queued events still run
                 if not isinstance(exc, Exception):
                     raise
-                logger.exception("session %s: step failed", live.id)
+                log_exception(logger, self.agent.redactor, "session %s: step failed", live.id)
                 continue
             _discard(mailbox, item)
             _settle(item, None)

@@ -44,12 +44,13 @@ from baf.log.jsontext import decode_json, encode_json
 from baf.log.postgres_inbox import RECORDS_CHANNEL
 from baf.log.postgres_schema import SCHEMA_VERSION, prepare_schema
 from baf.log.record import Record
-from baf.log.store import SessionLog, check_appendable
+from baf.log.store import SessionLog, check_appendable, missing_record
+from baf.log.work import IDLE, WORK_KINDS, WorkStatus, work_after
 
 if TYPE_CHECKING:
     import asyncpg
 
-__all__ = ["SCHEMA_VERSION", "PostgresLog"]
+__all__ = ["SCHEMA_VERSION", "PostgresLog", "decode_row", "encode_row", "redact_dsn"]
 
 _INSERT_SESSIONS: Final = (
     "INSERT INTO baf_sessions (session_id) SELECT DISTINCT s FROM unnest($1::text[]) AS s ON CONFLICT DO NOTHING"
@@ -328,6 +329,7 @@ class PostgresLog(SessionLog):
                             await _consume(connection, *batch.consumes)
                         if batch.rows:
                             await _insert(connection, batch.rows)
+                            await _update_work(connection, batch.rows)
                 except LogError as exc:  # a lost lease, an inbox row consumed already
                     outcomes.append(exc)
                 except asyncpg.UniqueViolationError:
@@ -374,6 +376,9 @@ class PostgresLog(SessionLog):
         async with pool.acquire() as connection:
             rows = await connection.fetch(_SELECT, session_id, after_seq)
         upcasters = upcast_module.UPCASTERS  # looked up on each call: a test may swap the registry
+        for expected, row in enumerate(rows, after_seq + 1):
+            if row[0] != expected:  # seqs have no gaps (guarantee 3): a missing record is corruption
+                raise missing_record(session_id, expected, row[0])
         return [upcasters.upcast(decode_row(session_id, row)) for row in rows]
 
     async def sessions(self) -> list[str]:
@@ -382,11 +387,58 @@ class PostgresLog(SessionLog):
             rows = await connection.fetch("SELECT session_id FROM baf_sessions ORDER BY ordinal")
         return [row[0] for row in rows]
 
+    async def unfinished_sessions(self) -> list[str]:
+        """The sessions with unfinished work, from ``baf_work`` (kept by every append's transaction)."""
+        pool = await self._ready_pool()
+        async with pool.acquire() as connection:
+            rows = await connection.fetch(
+                "SELECT w.session_id FROM baf_work w JOIN baf_sessions s USING (session_id) "
+                "WHERE w.unfinished ORDER BY s.ordinal"
+            )
+        return [row[0] for row in rows]
+
+    async def read_for_load(self, session_id: str) -> list[Record]:
+        """The records from the latest snapshot (found through a partial index) to the end."""
+        pool = await self._ready_pool()
+        async with pool.acquire() as connection:
+            latest = await connection.fetchval(
+                "SELECT max(seq) FROM baf_records WHERE session_id = $1 AND kind = 'snapshot'", session_id
+            )
+        return await self.read(session_id, after_seq=(latest or 1) - 1)
+
 
 async def _insert(connection: asyncpg.Connection, rows: list[Row]) -> None:
     columns = list(zip(*rows, strict=True))
     await connection.execute(_INSERT_SESSIONS, list(dict.fromkeys(columns[0])))
     await connection.execute(_INSERT_RECORDS, *(list(column) for column in columns))
+
+
+async def _update_work(connection: asyncpg.Connection, rows: list[Row]) -> None:
+    """Fold the work kinds among ``rows`` into ``baf_work`` (in the append's transaction)."""
+    work_rows = [row for row in rows if row[2] in WORK_KINDS]
+    if not work_rows:
+        return
+    sessions = list(dict.fromkeys(row[0] for row in work_rows))
+    stored = await connection.fetch(
+        "SELECT session_id, status FROM baf_work WHERE session_id = ANY($1::text[]) FOR UPDATE", sessions
+    )
+    before = {row[0]: WorkStatus.from_text(row[1]) for row in stored}
+    after = dict(before)
+    for session_id, seq, kind, text, _ts, _version in sorted(work_rows, key=lambda row: (row[0], row[1])):
+        after[session_id] = work_after(after.get(session_id, IDLE), kind, seq, decode_json(text))
+    idle = [name for name, status in after.items() if status == IDLE and name in before]
+    busy = [(name, status) for name, status in after.items() if status != IDLE and status != before.get(name)]
+    if idle:
+        await connection.execute("DELETE FROM baf_work WHERE session_id = ANY($1::text[])", idle)
+    if busy:
+        await connection.execute(
+            "INSERT INTO baf_work (session_id, status, unfinished) "
+            "SELECT * FROM unnest($1::text[], $2::text[], $3::bool[]) "
+            "ON CONFLICT (session_id) DO UPDATE SET status = EXCLUDED.status, unfinished = EXCLUDED.unfinished",
+            [name for name, _ in busy],
+            [status.to_text() for _, status in busy],
+            [status.unfinished for _, status in busy],
+        )
 
 
 async def _consume(connection: asyncpg.Connection, session_id: str, ids: list[int]) -> None:

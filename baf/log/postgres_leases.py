@@ -90,6 +90,27 @@ class Leases:
                 epoch,
             )
 
+    async def release_all(self, held: dict[str, int]) -> None:
+        """Give up every lease in ``held`` (session -> epoch) and remove this worker's row, on a connection
+        of its own: the store may be closed already (a worker stopping after its runtime)."""
+        import asyncpg
+
+        for session_id in held:
+            self._log.unfence(session_id)
+        connection = await asyncpg.connect(self._log.dsn)
+        try:
+            await connection.execute(
+                "UPDATE baf_leases l SET expires_at = now() - interval '1 second' "
+                "FROM unnest($1::text[], $2::bigint[]) AS f(s, e) "
+                "WHERE l.session_id = f.s AND l.epoch = f.e AND l.owner = $3",
+                list(held),
+                list(held.values()),
+                self.worker_id,
+            )
+            await connection.execute("DELETE FROM baf_workers WHERE worker_id = $1", self.worker_id)
+        finally:
+            await connection.close()
+
     async def heartbeat(self) -> list[str]:
         """Renew this worker's row and every lease it still holds; return (and unfence) the sessions lost.
 

@@ -11,6 +11,10 @@ Both hand the loop an :class:`EffectSource`. The loop asks it before each model 
 ``None`` means "do it live". The re-run installs its source for a whole run with :func:`use_effect_source`
 (a context variable, so every session step started inside inherits it); a resumed loop gets its own.
 
+Tools that exist only while connected (an MCP server's, see :mod:`baf.reasoning.toolset`) are not
+connected during a re-run: they take their definitions from the log instead, through
+:func:`offline_tool_schemas` (a source that can answer has a ``tool_schemas()`` method).
+
 :func:`rebuild_requests` turns ``llm_request`` records (which carry only what changed since the previous
 request of the same invocation) back into complete requests.
 """
@@ -34,6 +38,7 @@ __all__ = [
     "RecordedToolResult",
     "ReplayGuardError",
     "current_effect_source",
+    "offline_tool_schemas",
     "rebuild_requests",
     "use_effect_source",
 ]
@@ -90,6 +95,16 @@ _SOURCE: contextvars.ContextVar[EffectSource | None] = contextvars.ContextVar("b
 def current_effect_source() -> EffectSource | None:
     """The source installed by :func:`use_effect_source` in this context, if any."""
     return _SOURCE.get()
+
+
+def offline_tool_schemas() -> list[dict[str, Any]] | None:
+    """While a source answering from a log is installed (a re-run): the tool schemas that log offered
+    the model, one per name, in the order first offered. ``None`` when tools run live."""
+    source = _SOURCE.get()
+    if source is None:
+        return None
+    schemas = getattr(source, "tool_schemas", None)
+    return list(schemas()) if callable(schemas) else []
 
 
 @contextlib.contextmanager

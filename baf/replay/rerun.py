@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from baf.core.events import event_from_data
 from baf.core.intent_routing import INTENT_PREDICTED
 from baf.core.runtime import Runtime
-from baf.errors import LogClosedError
+from baf.errors import ConfigurationError, LogClosedError, SessionNotFoundError
 from baf.llm.base import LLMResponse, ToolCall
 from baf.log import MemoryLog, Record, RecordKind, SessionLog, open_log
 from baf.log.projection import project
@@ -143,6 +143,18 @@ class LogEffects:
         self.tools_served = 0
         self.intents_served = 0
         self.failures: list[str] = []
+        self._tool_schemas: dict[str, dict[str, Any]] = {}
+        for record in records:
+            if record.kind == RecordKind.LLM_REQUEST:
+                for schema in record.data.get("tools") or []:
+                    name = schema.get("function", {}).get("name") if isinstance(schema, dict) else None
+                    if isinstance(name, str):
+                        self._tool_schemas.setdefault(name, schema)
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        """Every tool schema the recorded requests offered, one per name, in the order first offered:
+        what tools that exist only while connected (MCP) are rebuilt from, since a re-run connects nothing."""
+        return list(self._tool_schemas.values())
 
     def intent_prediction(self) -> dict[str, Any]:
         """The next recorded ``intent_predicted`` data (read by ``baf.core.intent_routing``)."""
@@ -179,7 +191,7 @@ async def read_session(log: str | SessionLog, session_id: str) -> list[Record]:
     A SQLite URL is opened read-only: checking a recorded session (a test fixture) must not change its file.
     """
     if isinstance(log, str):
-        read_only = {"read_only": True} if log.lower().startswith("sqlite:") else {}
+        read_only = {"read_only": True} if log.lower().startswith(("sqlite:", "postgres")) else {}
         async with open_log(log, **read_only) as store:
             records = await store.read(session_id)
     else:
@@ -189,7 +201,7 @@ async def read_session(log: str | SessionLog, session_id: str) -> list[Record]:
             async with log:
                 records = await log.read(session_id)
     if not records:
-        raise ValueError(f"the log has no session {session_id!r}")
+        raise SessionNotFoundError(session_id)
     return records
 
 
@@ -264,7 +276,7 @@ async def _run(agent: Agent, session_id: str, segment: _Segment, effects: LogEff
     """Feed a segment's inputs to a private runtime of ``agent`` over a log holding its seed; the
     records the runtime wrote."""
     if agent.running:
-        raise RuntimeError(f"agent {agent.name!r} is running; re-run it from a stopped agent")
+        raise ConfigurationError(f"agent {agent.name!r} is running; re-run it from a stopped agent")
     store = MemoryLog()
     if segment.seed:
         await store.start()

@@ -231,8 +231,13 @@ class TimelineBuilder:
     def _transition(self, record: Record) -> list[Entry]:
         d = record.data
         title = f"{d.get('source')} → {d.get('dest')}"
-        if d.get("label"):
-            title += f"  ({d['label']})"
+        label = str(d.get("label") or "")
+        # The recorded label is "source -> dest (trigger)" (Transition.describe): say the move once.
+        said = f"{d.get('source')} -> {d.get('dest')} ("
+        if label.startswith(said) and label.endswith(")"):
+            label = label[len(said) : -1]
+        if label:
+            title += f"  ({label})"
         label = str(d.get("label") or "")
         if self._prediction is not None and any(m in label for m in ("(intent ", "(global intent ", "(no intent")):
             title += f"  ← prediction #{self._prediction.seq}"

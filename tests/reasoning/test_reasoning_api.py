@@ -7,7 +7,7 @@ import baf.reasoning
 
 def test_all_lists_exactly_the_public_names() -> None:
     public = {name for name in vars(baf.reasoning) if not name.startswith("_")}
-    submodules = {"skill", "tool", "workspace", "patterns", "effects", "step"}
+    submodules = {"skill", "tool", "workspace", "patterns", "effects", "step", "toolset", "mcp"}
     assert set(baf.reasoning.__all__) == public - submodules
     assert set(baf.reasoning.__all__) == {"Skill", "Tool", "Workspace", "WorkspaceEntry", "workspace_tools"}
 
@@ -25,7 +25,7 @@ def test_reasoning_does_not_depend_on_core_or_library() -> None:
     import ast
     from pathlib import Path
 
-    for path in Path(baf.reasoning.__file__).parent.glob("*.py"):
+    for path in Path(baf.reasoning.__file__).parent.rglob("*.py"):
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from baf.core.session import runtime_side
 from baf.errors import LLMError, PatternError
+from baf.library.state.pattern_variables import reasoning_variables
 from baf.llm.base import LLM, LLMResponse
 from baf.log.record import RecordKind
 from baf.reasoning.patterns import LLMCallInfo, PatternStep, ReasoningPattern, ReasoningResult
@@ -87,6 +88,9 @@ def pattern_body(
     tools: list[Tool] | None = None,
     stream_steps: bool = True,
     failure_message: str = DEFAULT_FAILURE_MESSAGE,
+    request: Callable[[Session], str | None] | None = None,
+    reply: bool = True,
+    export_variables: bool = False,
 ) -> Callable[[Session], Awaitable[None]]:
     """Build a state body that answers each user message by running ``pattern``.
 
@@ -97,29 +101,41 @@ def pattern_body(
         stream_steps: Send each step to the platform (steps are recorded either way).
         failure_message: The reply when the run ends without any output. A partial output is replied
             as is; the summary in the ``pattern_result`` variable says whether the run succeeded.
+        request: What to reason about, read from the session when the state is entered; default: the
+            text of the message being handled. ``None`` (no message) skips the run.
+        reply: Reply with the answer (or the failure message); ``False`` leaves replying to later states.
+        export_variables: Also set the variables of
+            :func:`~baf.library.state.pattern_variables.reasoning_variables` (``reasoning_answer``, ...).
     """
 
     async def body(session: Session) -> None:
-        event = session.event
-        request = event.text if event is not None else None
-        if request is None:
+        if request is not None:
+            problem = request(session)
+        else:
+            problem = session.event.text if session.event is not None else None
+        if problem is None:
             return  # entered without a user message: nothing to reason about
         observer = SessionObserver(session, stream_steps)
-        shown = session.agent.redactor.redact_text(request)[:80]  # redact before cutting a secret in half
+        shown = session.agent.redactor.redact_text(problem)[:80]  # redact before cutting a secret in half
         observer.emit(ReasoningStepKind.REASONING_STARTED, 0, f"{pattern.name}: {shown}",
-                      {"request": request, "pattern": pattern.name})  # fmt: skip
+                      {"request": problem, "pattern": pattern.name})  # fmt: skip
         offered = tools if tools is not None else _agent_tools(session)
         outcome, steps = "error", 0
         try:
             result: ReasoningResult[Any] = await pattern.execute(
-                llm, request, tools=offered, session=session, observer=observer
+                llm, problem, tools=offered, session=session, observer=observer
             )
             steps, outcome = result.steps_taken, result.stop_reason
             session.set(RESULT_VARIABLE, result.summary())
-            session.reply(result.text or failure_message)
+            if export_variables:
+                for name, value in reasoning_variables(result).items():
+                    session.set(name, value)
+            if reply:
+                session.reply(result.text or failure_message)
         except (PatternError, LLMError) as exc:  # bad model output or an outage: told, recorded, contained
             session.record_error("pattern", exc, pattern=pattern.name)
-            session.reply(f"{failure_message} ({type(exc).__name__}: {exc})")
+            if reply:
+                session.reply(f"{failure_message} ({type(exc).__name__}: {exc})")
         finally:
             observer.emit(ReasoningStepKind.REASONING_FINISHED, steps, f"finished: {outcome}",
                           {"outcome": outcome, "steps": steps, "pattern": pattern.name})  # fmt: skip

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from baf.core.session import runtime_side
-from baf.errors import ConfigurationError, ToolError, ToolExecutionError
+from baf.errors import ConfigurationError, InvariantError, ToolError, ToolExecutionError
 from baf.library.state.planning_tools import PLANNING_TOOLS, PlanningCall, planning_call
 from baf.library.state.reasoning_prompt import (
     build_pushback_message,
@@ -58,6 +58,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_FALLBACK_MESSAGE",
     "DEFAULT_SYSTEM_PROMPT",
+    "ReasoningConfig",
     "ReasoningStep",
     "ReasoningStepKind",
     "Task",
@@ -305,7 +306,9 @@ class _ReasoningRun:
         last = requests[-1]
         after = [r for r in invocation if last.seq is not None and r.seq > last.seq and r.data.get("step") == last.step]
         if any(r.kind == RecordKind.TOOL_RESULT for r in after):
-            raise RuntimeError(f"cannot resume: tool results of step {last.step} were recorded before its next request")
+            raise InvariantError(
+                f"cannot resume: tool results of step {last.step} were recorded before its next request"
+            )
         response = next((r for r in after if r.kind == RecordKind.LLM_RESPONSE), None)
         run.source = _ResumeSource(last.step, LLMResponse.from_dict(response.data) if response else None, run.source)
         run._written.add((RecordKind.LLM_REQUEST, last.step))

@@ -13,7 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 from baf.llm.base import LLMResponse
 from baf.reasoning.step import ReasoningStep, ReasoningStepKind
 
-__all__ = ["LLMCallInfo", "PatternObserver", "PatternStep", "PatternStepKind"]
+__all__ = ["LLMCallInfo", "PatternObserver", "PatternStep", "PatternStepKind", "before_tool_call"]
 
 
 class PatternStepKind:

@@ -1,0 +1,121 @@
+"""One tool of an MCP server, as a baf :class:`~baf.reasoning.tool.Tool`.
+
+It is called like any tool, through the same tool-call runner: the arguments are checked against the
+server's own input schema (the schema the model was shown), the call is recorded ahead, a resumed or
+re-run session is served from the log, and the runner's timeout and output cap apply. A result the
+server marks ``isError`` is a :class:`~baf.errors.ToolError`: the model reads it as a failed call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from baf.errors import ToolArgumentError, ToolTimeoutError
+from baf.reasoning.mcp.names import ListedTool
+from baf.reasoning.tool import Tool
+
+__all__ = ["MCPTool"]
+
+#: Calls the server: ``(mcp_name, arguments) -> text``; raises ``ToolError`` for an error result.
+Caller = Callable[[str, dict[str, Any]], Awaitable[str]]
+
+_MAX_PROBLEMS = 5
+
+
+class MCPTool(Tool):
+    """A tool the model calls by :attr:`name`, run by MCP server :attr:`server` as :attr:`mcp_name`.
+
+    Args:
+        listed: The tool as the server listed it (names, description, input schema).
+        server: The name the server was added under (``agent.add_mcp_server(name, ...)``).
+        caller: What runs a call (the server connection, or the re-run guard).
+        timeout: Seconds a call may take; ``None`` leaves it to the reasoning state's ``tool_timeout``.
+    """
+
+    def __init__(self, listed: ListedTool, server: str, caller: Caller, timeout: float | None = None) -> None:
+        # Not Tool.__init__: that derives the schema from a Python signature; here the server gives it.
+        self.fn = caller
+        self.name = listed.name
+        self.description = listed.description
+        self.timeout = timeout
+        self.idempotent = False  # nothing says a remote tool is; a crash mid-call is reported, not repeated
+        self.server = server
+        self.mcp_name = listed.mcp_name
+        self._is_async = True
+        self._session_param = None
+        self._params = {}
+        self._schema = {
+            "type": "function",
+            "function": {"name": listed.name, "description": listed.description,
+                         "parameters": listed.input_schema},
+        }  # fmt: skip
+        self._validator: Any = None
+
+    def __repr__(self) -> str:
+        return f"MCPTool(name={self.name!r}, server={self.server!r}, mcp_name={self.mcp_name!r})"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the tool on the server with keyword arguments (a coroutine): ``await tool(a=1)``."""
+        if args:
+            raise TypeError(f"MCP tool {self.name!r} takes keyword arguments only")
+        return self.fn(self.mcp_name, dict(kwargs))
+
+    def validate_args(self, raw: str | bytes | Mapping[str, Any]) -> dict[str, Any]:
+        """Parse the model's arguments and check them against the server's input schema.
+
+        Raises:
+            ToolArgumentError: not JSON, not an object, or not valid under the schema (the first
+                problems listed, worded for the model to fix its call).
+        """
+        args = self._parse(raw) if isinstance(raw, str | bytes | bytearray) else raw
+        if not isinstance(args, Mapping):
+            raise ToolArgumentError(
+                f"The arguments for tool '{self.name}' must be a JSON object, got {type(args).__name__}."
+            )
+        args = dict(args)
+        problems = [self._describe(error) for error in self._schema_validator().iter_errors(args)]
+        if problems:
+            raise self._fail(sorted(problems)[:_MAX_PROBLEMS])
+        return args
+
+    def _schema_validator(self) -> Any:
+        if self._validator is None:
+            import jsonschema  # a dependency of the mcp package
+
+            schema = self._schema["function"]["parameters"]
+            self._validator = jsonschema.validators.validator_for(schema)(schema)
+        return self._validator
+
+    @staticmethod
+    def _describe(error: Any) -> str:
+        where = "/".join(str(part) for part in error.absolute_path)
+        message = error.message if len(error.message) <= 300 else error.message[:300] + "…"
+        return f"{where}: {message}" if where else message
+
+    async def call(self, args: Mapping[str, Any], session: Any = None) -> Any:
+        """Run the call on the server and return the text the model reads.
+
+        Raises:
+            ToolError: the server answered with an error result, an MCP error, or is not reachable
+                (:class:`~baf.errors.ToolServerError`).
+            ToolTimeoutError: the call ran past ``timeout`` (the request is cancelled on the server).
+        """
+        call = self.fn(self.mcp_name, copy.deepcopy(dict(args)))
+        if self.timeout is None:
+            return await call
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await call
+        except TimeoutError:
+            raise ToolTimeoutError(
+                f"tool '{self.name}' did not finish within {self.timeout:g} seconds and was abandoned"
+            ) from None
+
+    @staticmethod
+    def render_result(value: Any) -> str:
+        """The text of a call (already text), or JSON for anything else."""
+        return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)

@@ -1,0 +1,136 @@
+"""Bridges benchmark (issue 14): what an MCP tool call costs.
+
+Part 1, MCP over stdio. A trivial local MCP server (``examples/mcp/calculator_server.py``, tool ``add``)
+against a plain async Python tool doing the same sum, in the same run, alternating in blocks:
+
+- *direct*: ``await tool.call({"a": 1, "b": 2})``, µs per call (median of blocks); the MCP figure is a
+  JSON-RPC round trip to the server process and back;
+- *in a turn*: a reasoning state answering one message with N tool-call turns (a zero-latency model asks
+  for the tool N times, then answers), µs per turn, memory log; overhead = MCP - plain.
+
+    python bench/bench_bridges.py            # about a minute
+    python bench/bench_bridges.py --quick    # smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import console
+
+from baf import Agent
+from baf.library.state.reasoning_state_library import new_reasoning_state
+from baf.llm.base import LLMResponse
+from baf.reasoning.tool import Tool
+from baf.testing import FunctionLLM
+from baf.testing.llms import tool_call_response
+
+ROOT = Path(__file__).resolve().parents[1]
+SERVER = ROOT / "examples" / "mcp" / "calculator_server.py"
+
+
+async def add(a: float, b: float) -> float:
+    """Add two numbers."""
+    return a + b
+
+
+def looping_model(tool_name: str, turns: int) -> FunctionLLM:
+    """A zero-latency model: ``turns`` calls of ``tool_name``, then an answer."""
+
+    def answer(messages: list[dict[str, Any]], tools: list[dict[str, Any]], **_: Any) -> LLMResponse | str:
+        done = sum(1 for m in messages[-2 * turns - 1 :] if m["role"] == "tool")
+        if done >= turns:
+            return "done"
+        from baf.llm.base import ToolCall
+
+        return tool_call_response([ToolCall(id="", name=tool_name, arguments='{"a": 1, "b": 2}')])
+
+    return FunctionLLM(answer)
+
+
+def reasoning_agent(name: str, model: FunctionLLM) -> Agent:
+    agent = Agent(name, log="memory://")
+    state = new_reasoning_state(agent, model, enable_task_planning=False, stream_steps=False, memory=0)
+    state.when_event().go_to(state)
+    return agent
+
+
+async def per_turn(agent: Agent, session: str, turns: int) -> float:
+    """µs per model turn for one message of ``turns`` tool-call turns plus the answer."""
+    started = time.perf_counter()
+    await agent.receive_message(session, "go")
+    return (time.perf_counter() - started) / (turns + 1) * 1e6
+
+
+# -- part 1: MCP ------------------------------------------------------------------------------
+
+
+async def bench_mcp(calls: int, block: int, turns: int, messages: int) -> Table:
+    from baf.reasoning.mcp import MCPToolset
+
+    toolset = MCPToolset("calc", [sys.executable, str(SERVER)])
+    plain = Tool(add)
+    await toolset.start()
+    try:
+        remote = toolset.tools["calc__add"]
+        direct: dict[str, list[float]] = {"plain": [], "mcp": []}
+        for tool in (plain, remote):  # warm up
+            for _ in range(20):
+                await tool.call({"a": 1, "b": 2})
+        for _ in range(max(1, calls // block)):
+            for label, tool in (("plain", plain), ("mcp", remote)):
+                started = time.perf_counter()
+                for _ in range(block):
+                    await tool.call({"a": 1, "b": 2})
+                direct[label].append((time.perf_counter() - started) / block * 1e6)
+    finally:
+        await toolset.stop()
+
+    plain_agent = reasoning_agent("plain", looping_model("add", turns))
+    plain_agent.add_tool(plain)
+    mcp_agent = reasoning_agent("mcp", looping_model("calc__add", turns))
+    mcp_agent.add_mcp_server("calc", command=[sys.executable, str(SERVER)])
+    loop: dict[str, list[float]] = {"plain": [], "mcp": []}
+    async with plain_agent, mcp_agent:
+        for index in range(messages + 2):
+            for label, agent in (("plain", plain_agent), ("mcp", mcp_agent)):
+                value = await per_turn(agent, f"s{index}", turns)
+                if index >= 2:  # two warm-up messages
+                    loop[label].append(value)
+
+    table = Table(title=f"MCP tool call over stdio vs a plain Python tool (µs; load {_load()})")
+    for column in ("measure", "plain tool", "MCP tool", "MCP overhead"):
+        table.add_column(column, justify="right")
+    for label, values in ((f"direct call (median of {len(direct['mcp'])} blocks of {block})", direct),
+                          (f"per turn, {turns} tool turns + answer, {messages} messages", loop)):  # fmt: skip
+        p, m = statistics.median(values["plain"]), statistics.median(values["mcp"])
+        table.add_row(label, f"{p:,.0f}", f"{m:,.0f}", f"{m - p:,.0f}")
+    return table
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run with few repetitions")
+    args = parser.parse_args()
+    out = console()
+    calls, messages = (200, 5) if args.quick else (3000, 40)
+    out.print(await bench_mcp(calls=calls, block=50, turns=10, messages=messages))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

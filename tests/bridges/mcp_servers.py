@@ -1,0 +1,142 @@
+"""MCP servers the MCP tests run as subprocesses, written with the mcp SDK's server side.
+
+``python mcp_servers.py KIND [PORT]`` serves one of them over stdio, or over streamable HTTP on
+loopback when a port is given:
+
+- ``calc``: ``add``, ``fail`` (an ``isError`` result), ``die`` (exits mid-call), ``hang`` (never
+  answers), ``big`` (a 10 MB result), ``grow`` (adds a tool and announces the changed list), ``whoami`` (the
+  Authorization header it received); with
+  ``BAF_TEST_STARTS`` set, each process start appends its pid to that file;
+- ``not_object``: ``ok`` and ``bad``, whose input schema is not an object schema;
+- ``bad_schema``: ``ok`` and ``bad``, whose object schema is not a valid JSON Schema;
+- ``duplicate``: two tools named ``twin``, and ``single``;
+- ``silent``: exits at once, writing a reason to stderr;
+- ``mute``: never answers the handshake.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from typing import Any
+
+import mcp_types as types
+from mcp.server import Server
+from mcp.server.mcpserver import Context, MCPServer
+
+
+def calc() -> MCPServer:
+    app = MCPServer("calc")
+    starts = os.environ.get("BAF_TEST_STARTS")
+    if starts:
+        with open(starts, "a", encoding="utf-8") as file:
+            file.write(f"{os.getpid()}\n")
+
+    @app.tool()
+    def add(a: int, b: int) -> int:
+        """Add two whole numbers."""
+        return a + b
+
+    @app.tool()
+    def fail(reason: str) -> str:
+        """Fail with the given reason."""
+        raise ValueError(reason)
+
+    @app.tool()
+    def die() -> str:
+        """Exit the server process in the middle of the call."""
+        print("dying on purpose", file=sys.stderr, flush=True)
+        os._exit(3)
+
+    @app.tool()
+    async def hang() -> str:
+        """Never answer."""
+        await asyncio.sleep(3600)
+        return "late"
+
+    @app.tool()
+    def big() -> str:
+        """Return 10 MB of text."""
+        return "x" * (10 * 1024 * 1024)
+
+    @app.tool()
+    async def grow(ctx: Context) -> str:
+        """Add a tool named 'extra' and tell the client the list changed."""
+
+        def extra() -> str:
+            """A tool that appeared later."""
+            return "extra!"
+
+        app.add_tool(extra)
+        await ctx.notify_tools_changed()
+        return "grown"
+
+    @app.tool()
+    def whoami(ctx: Context) -> str:
+        """The Authorization header of the HTTP request ('stdio' over stdio)."""
+        request = ctx.request_context.request
+        return "stdio" if request is None else str(request.headers.get("authorization"))
+
+    return app
+
+
+def listing_server(name: str, tools: list[types.Tool]) -> Server[Any]:
+    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=tools)
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        return types.CallToolResult(content=[types.TextContent(text=f"{params.name} ran")])
+
+    return Server(name, on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+OBJECT = {"type": "object", "properties": {}}
+
+
+def main() -> None:
+    kind = sys.argv[1]
+    if kind == "silent":
+        print("cannot start: no configuration found", file=sys.stderr, flush=True)
+        sys.exit(2)
+    if kind == "mute":
+        time.sleep(3600)
+        return
+    if kind == "calc":
+        app = calc()
+        if len(sys.argv) > 2:
+            app.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+        else:
+            app.run("stdio")
+        return
+    if kind == "not_object":
+        tools = [types.Tool(name="ok", input_schema=OBJECT),
+                 types.Tool.model_construct(name="bad", input_schema={"type": "string"})]  # fmt: skip
+    elif kind == "bad_schema":
+        broken = {"type": "object", "properties": {"a": {"type": "whole number"}}}
+        tools = [types.Tool(name="ok", input_schema=OBJECT), types.Tool(name="bad", input_schema=broken)]
+    elif kind == "duplicate":
+        tools = [types.Tool(name="twin", input_schema=OBJECT), types.Tool(name="twin", description="other",
+                 input_schema=OBJECT), types.Tool(name="single", input_schema=OBJECT)]  # fmt: skip
+    else:
+        raise SystemExit(f"unknown server kind {kind!r}")
+    if kind == "not_object":
+        # The SDK checks a result against the protocol's schema before sending it, so its servers cannot
+        # list a non-object input schema; servers built otherwise can. This one skips the check.
+        from mcp.server import runner
+
+        runner._methods.serialize_server_result = lambda method, version, data, **_: dict(data)  # type: ignore[assignment]
+    server = listing_server(kind, tools)
+
+    async def serve() -> None:
+        from mcp.server.stdio import stdio_server
+
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+
+    asyncio.run(serve())
+
+
+if __name__ == "__main__":
+    main()
