@@ -317,7 +317,7 @@ async def test_every_session_of_a_real_run_folds_the_same_with_and_without_snaps
         assert session.get("count") == 5 and session.current_state.name == "idle"  # its 10th message: back
 
 
-async def test_a_session_whose_snapshot_disagrees_is_loaded_from_its_records(
+async def test_a_session_whose_latest_snapshot_is_refused_is_loaded_from_its_records(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = tmp_path / "bad.db"
@@ -325,20 +325,18 @@ async def test_a_session_whose_snapshot_disagrees_is_loaded_from_its_records(
     async with agent:
         for turn in range(6):
             await agent.receive_message("s", f"t{turn}")
-    async with SQLiteLog(path) as log:
+    async with SQLiteLog(path) as log:  # a snapshot that does not hold what its digest says, appended last
         records = await log.read("s")
-        last = [r for r in records if r.kind == RecordKind.SNAPSHOT][-1]
-    import sqlite3
-
-    with sqlite3.connect(path) as conn:  # a hand edit: the count no longer what the records say
-        conn.execute("UPDATE baf_records SET data = replace(data, '\"count\":', '\"count\":1') WHERE seq = ?",
-                     (last.seq,))  # fmt: skip
+        state = project("s", records).to_state()
+        wrong = {**state, "variables": {"count": 99}}
+        data = {"format": 1, "state": wrong, "digest": "0" * 64}
+        await log.append([Record("s", records[-1].seq + 1, RecordKind.SNAPSHOT, data, time.time())])
     again = branching_agent(f"sqlite:///{path}")
     with caplog.at_level(logging.ERROR, logger="baf"):
         async with again:
             session = await again.get_or_create_session("s")
-            assert session.get("count") == 3  # busy after messages 1, 3 and 5
-    assert f"at seq {last.seq}" in caplog.text and "rebuilding session 's'" in caplog.text
+            assert session.get("count") == 3  # busy after messages 1, 3 and 5: from the records
+    assert f"at seq {records[-1].seq + 1}" in caplog.text and "rebuilding session 's'" in caplog.text
 
 
 async def test_a_snapshot_is_written_only_between_steps_and_only_when_due() -> None:
