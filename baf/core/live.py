@@ -61,6 +61,13 @@ class LiveSession:
         self.writer = writer
         #: The platform the session's replies go to (``None``: replies are recorded, not sent).
         self.platform = platform
+        #: The session's last seq in the log when this runtime loaded it (0: it started here), and whether
+        #: it then had work a restart takes up (a step to resume or close, messages not yet handled).
+        self.loaded_upto = writer.projection.last_seq
+        projection = writer.projection
+        self.loaded_with_work = bool(self.loaded_upto) and (
+            projection.open_step is not None or bool(projection.unstarted)
+        )
         #: The event being handled, or ``None`` while a state is entered without one.
         self.event: Event | None = None
         #: The seq of the ``message_received`` record of :attr:`event`.

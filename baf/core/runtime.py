@@ -50,7 +50,21 @@ if TYPE_CHECKING:
     from baf.core.agent import Agent
     from baf.core.platform import Platform
 
-__all__ = ["DEFAULT_SNAPSHOT_EVERY", "STOP_CANCEL_WAIT", "STOP_GRACE_PERIOD", "Runtime", "is_running"]
+__all__ = [
+    "DEFAULT_SNAPSHOT_EVERY",
+    "INTERRUPTED_BY_RESTART_REPLY",
+    "STOP_CANCEL_WAIT",
+    "STOP_GRACE_PERIOD",
+    "Runtime",
+    "is_running",
+]
+
+#: What the user is told when a restart finds their request's step cut off by a crash and its body
+#: cannot resume (it has no ``resume`` hook, see ``baf.core.engine``).
+INTERRUPTED_BY_RESTART_REPLY = (
+    "Your last request was interrupted by a restart of the agent and could not be finished. "
+    "Please send it again."
+)
 
 #: Seconds :meth:`Runtime.stop` lets running steps finish before it interrupts them.
 STOP_GRACE_PERIOD = 10.0
@@ -398,9 +412,11 @@ class Runtime:
         elif projection.open_step is not None:
             # A crash interrupted this step. Its effects up to the crash are in the log; it is not
             # re-run, because the body may already have acted outside baf.
+            # Whoever sent the event is told, so the request does not end in silence.
             _close_interrupted_step(
                 live, projection.open_step or None, "crash",  # 0: a step without an event (see projection)
                 "the process stopped while this step was running; the step was not resumed",
+                tell_user=bool(projection.open_step),
             )  # fmt: skip
         if not projection.started:
             self._schedule(live, _Item("start"))
@@ -665,10 +681,15 @@ class _SessionsView(Mapping[str, Session]):
         return len(self._live)
 
 
-def _close_interrupted_step(live: LiveSession, event_seq: int | None, interrupted_by: str, reason: str) -> None:
-    """Record the end of a step the engine could not close itself: an ``error`` saying why, then its
-    ``step_finished``, marked interrupted (``interrupted_by``: see ``baf.core.engine``)."""
+def _close_interrupted_step(
+    live: LiveSession, event_seq: int | None, interrupted_by: str, reason: str, tell_user: bool = False
+) -> None:
+    """Record the end of a step the engine could not close itself: an ``error`` saying why, with
+    ``tell_user`` a reply saying the request was not finished, then its ``step_finished``, marked
+    interrupted (``interrupted_by``: see ``baf.core.engine``)."""
     live.record_error("runtime", RuntimeError(reason), event_seq=event_seq, interrupted_by=interrupted_by)
+    if tell_user:
+        live.session.reply(INTERRUPTED_BY_RESTART_REPLY)
     live.record(
         RecordKind.STEP_FINISHED, {"event_seq": event_seq, "interrupted": True, "interrupted_by": interrupted_by}
     )
