@@ -153,7 +153,7 @@ async def test_a_schema_3_file_gets_checksums_for_new_records_and_reads_old_ones
 
 @pytest.mark.parametrize(
     # (A changed seq is a gap or a conflict, which the reader reports before any checksum.)
-    "assignment", ["kind = 'reply'", "ts = ts + 1", "version = 2", "session_id = 't'", "data = '{}'"]
+    "assignment", ["kind = 'reply'", "ts = ts + 1", "version = version - 1", "session_id = 't'", "data = '{}'"]
 )
 async def test_the_checksum_covers_every_field(tmp_path: Path, assignment: str) -> None:
     db = tmp_path / "log.db"
