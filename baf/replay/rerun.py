@@ -51,7 +51,7 @@ __all__ = ["Divergence", "LogEffects", "RerunReport", "assert_replays", "read_se
 IGNORED_FIELDS: dict[str, tuple[str, ...]] = {
     RecordKind.SESSION_STARTED: ("platform",),
     RecordKind.LLM_REQUEST: ("model",),
-    RecordKind.LLM_RESPONSE: ("model", "latency_ms"),
+    RecordKind.LLM_RESPONSE: ("model", "provider", "latency_ms"),
     RecordKind.ERROR: ("traceback",),
 }
 

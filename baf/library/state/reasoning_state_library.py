@@ -375,7 +375,8 @@ class _ReasoningRun:
         if (RecordKind.LLM_RESPONSE, step) not in self._written:
             self.session.record(
                 RecordKind.LLM_RESPONSE,
-                {"step": step, "model": self.config.llm.name, "latency_ms": latency_ms, **response.to_dict()},
+                {"step": step, "model": self.config.llm.name, "provider": self.config.llm.provider,
+                 "latency_ms": latency_ms, **response.to_dict()},
             )
         return response
 

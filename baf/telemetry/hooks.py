@@ -1,0 +1,148 @@
+"""Live OpenTelemetry spans: ``agent.add_hook(OpenTelemetryHooks())``.
+
+The hook sees every record as it is written (``StepHooks.on_record``) and hands it to a thread of its
+own, which folds it through the one mapping (:mod:`baf.telemetry.mapping`) and starts, annotates and
+ends spans on the tracer, at the times the records carry. Nothing of OpenTelemetry runs on the agent's
+path: writing a record costs one queue put, so a slow or unreachable collector can never slow a step or
+fail it (a span processor that exports synchronously blocks that thread, not the agent). If the thread
+falls behind by ``max_queue`` records, further records are dropped, with one warning.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from baf.core.hooks import StepHooks
+from baf.errors import ConfigurationError
+from baf.telemetry.mapping import SCOPE_NAME, SpanAction, SpanMapper
+
+if TYPE_CHECKING:
+    from baf.core.agent import Agent
+    from baf.core.session import Session
+    from baf.log.record import Record
+
+__all__ = ["OpenTelemetryHooks"]
+
+logger = logging.getLogger("baf.telemetry")
+
+
+class OpenTelemetryHooks(StepHooks):
+    """Emit OpenTelemetry spans while sessions run: one per engine step, model call and tool call.
+
+    Args:
+        tracer_provider: Where spans go; ``None`` for the global one (``opentelemetry.trace``). To send
+            them to an OTLP/HTTP collector, see :func:`~baf.telemetry.otlp.otlp_tracer_provider`.
+        capture_content: Add prompts, completions, tool arguments and results, and message texts, after
+            the agent's secret redactor. Off by default: spans then carry no conversation content.
+        max_queue: Records the span thread may fall behind by before records are dropped.
+
+    Raises:
+        ConfigurationError: the ``otel`` extra is not installed (``pip install 'baf[otel]'``).
+    """
+
+    def __init__(self, tracer_provider: Any = None, capture_content: bool = False, max_queue: int = 100_000) -> None:
+        try:
+            from opentelemetry import trace
+        except ImportError as exc:  # pragma: no cover - the extra is part of dev
+            raise ConfigurationError("OpenTelemetryHooks need the otel extra: pip install 'baf[otel]'") from exc
+        self.tracer_provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
+        self.capture_content = capture_content
+        self._tracer = self.tracer_provider.get_tracer(SCOPE_NAME)
+        self._queue: queue.Queue[tuple[Agent, Record] | None] = queue.Queue(max_queue)
+        self._thread: threading.Thread | None = None
+        self._start_lock = threading.Lock()
+        self._dropped = 0
+
+    def __repr__(self) -> str:
+        return f"OpenTelemetryHooks(capture_content={self.capture_content})"
+
+    @property
+    def dropped(self) -> int:
+        """Records dropped because the span thread fell behind by ``max_queue``."""
+        return self._dropped
+
+    def on_record(self, session: Session, record: Record) -> None:
+        """Queue the record for the span thread (never blocks)."""
+        if self._thread is None:
+            self._start()
+        try:
+            self._queue.put_nowait((session.agent, record))
+        except queue.Full:
+            self._dropped += 1
+            if self._dropped == 1:
+                logger.warning("OpenTelemetry: the span thread is %d records behind; dropping records, so some "
+                               "spans will be missing or unfinished", self._queue.maxsize)  # fmt: skip
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until every queued record is turned into spans, then flush the tracer provider; whether
+        both finished within ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while self._queue.unfinished_tasks:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+        force_flush = getattr(self.tracer_provider, "force_flush", None)
+        if force_flush is None:
+            return True
+        return bool(force_flush(max(1, int((deadline - time.monotonic()) * 1000))))
+
+    def _start(self) -> None:
+        with self._start_lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="baf-otel", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        mappers: dict[str, SpanMapper] = {}
+        spans: dict[tuple[str, str], Any] = {}
+        while True:
+            item = self._queue.get()
+            try:
+                if item is None:
+                    return
+                agent, record = item
+                mapper = mappers.get(record.session_id)
+                if mapper is None:
+                    mapper = mappers[record.session_id] = SpanMapper(
+                        record.session_id, agent.name, self.capture_content, agent.redactor.redact_text
+                    )
+                for action in mapper.feed(record):
+                    self._apply(record.session_id, action, spans)
+                if mapper.idle and not mapper.waiting:
+                    del mappers[record.session_id]  # nothing open: a later record starts afresh
+            except Exception:  # a bug here must not stop the thread: later steps still get spans
+                logger.exception("OpenTelemetry: could not turn a record into spans")
+            finally:
+                self._queue.task_done()
+
+    def _apply(self, session_id: str, action: SpanAction, spans: dict[tuple[str, str], Any]) -> None:
+        from opentelemetry import context, trace
+        from opentelemetry.trace import SpanKind, Status, StatusCode
+
+        if action.op == "start":
+            parent = spans.get((session_id, action.parent)) if action.parent is not None else None
+            # A step is the root of its own trace: never the parent of whatever is current in this thread.
+            parent_context = trace.set_span_in_context(parent) if parent is not None else context.Context()
+            kind = SpanKind.CLIENT if action.kind == "client" else SpanKind.INTERNAL
+            spans[(session_id, action.key)] = self._tracer.start_span(
+                action.name, context=parent_context, kind=kind, attributes=action.attributes,
+                start_time=action.time_ns,
+            )  # fmt: skip
+            return
+        span = spans.get((session_id, action.key))
+        if span is None:
+            return
+        if action.op == "event":
+            span.add_event(action.name, action.attributes, action.time_ns)
+            return
+        if action.attributes:
+            span.set_attributes(action.attributes)
+        if action.error is not None:
+            span.set_status(Status(StatusCode.ERROR, action.error))
+        if action.op == "end":
+            del spans[(session_id, action.key)]
+            span.end(end_time=action.time_ns)
