@@ -79,7 +79,8 @@ class OpenTelemetryHooks(StepHooks):
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until every queued record is turned into spans, then flush the tracer provider; whether
-        both finished within ``timeout`` seconds."""
+        both finished within ``timeout`` seconds. It blocks (a batch processor exports in the calling
+        thread when flushed): for tests and shutdown, not for the event loop of a running agent."""
         deadline = time.monotonic() + timeout
         while self._queue.unfinished_tasks:
             if time.monotonic() >= deadline:

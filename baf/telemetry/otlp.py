@@ -44,6 +44,7 @@ def otlp_tracer_provider(
     service_name: str = "baf",
     timeout: float = 5.0,
     retry_after: float = 30.0,
+    batch_delay: float = 5.0,
 ) -> Any:
     """A ``TracerProvider`` exporting to the OTLP/HTTP traces endpoint ``endpoint``
     (``http://host:4318/v1/traces``), batched, for :class:`~baf.telemetry.hooks.OpenTelemetryHooks`.
@@ -54,6 +55,7 @@ def otlp_tracer_provider(
         service_name: The ``service.name`` resource attribute.
         timeout: Seconds one export may take, retries included.
         retry_after: Seconds batches are dropped without trying after the collector failed.
+        batch_delay: Seconds spans wait to be sent with others (the batch processor's schedule delay).
 
     Raises:
         ConfigurationError: the ``otel`` extra is not installed (``pip install 'baf[otel]'``).
@@ -69,7 +71,8 @@ def otlp_tracer_provider(
         OTLPSpanExporter(endpoint=endpoint, headers=dict(headers or {}), timeout=timeout), endpoint, retry_after
     )
     provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
-    provider.add_span_processor(BatchSpanProcessor(cast(Any, exporter)))  # a SpanExporter by its methods
+    processor = BatchSpanProcessor(cast(Any, exporter), schedule_delay_millis=batch_delay * 1000)  # duck-typed exporter
+    provider.add_span_processor(processor)
     return provider
 
 

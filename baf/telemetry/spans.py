@@ -103,14 +103,19 @@ def spans_from_records(
         spans.append(ReadableSpan(
             name=draft.name, context=context,
             parent=contexts[draft.parent] if draft.parent is not None else None,
-            resource=resource, attributes=draft.attributes,
-            events=[Event(name, attributes, timestamp) for name, timestamp, attributes in draft.events],
+            resource=resource, attributes=_attributes(draft.attributes),
+            events=[Event(name, _attributes(attributes), timestamp) for name, timestamp, attributes in draft.events],
             kind=SpanKind.CLIENT if draft.kind == "client" else SpanKind.INTERNAL,
             status=status, start_time=draft.start,
             end_time=draft.end if draft.end is not None else max(draft.start, nanos(records[-1].ts)),
             instrumentation_scope=scope,
         ))  # fmt: skip
     return spans
+
+
+def _attributes(values: dict[str, Any]) -> dict[str, Any]:
+    """Sequences as tuples, as a live span stores them (so live and exported spans compare equal)."""
+    return {key: tuple(value) if isinstance(value, list) else value for key, value in values.items()}
 
 
 def _id(text: str, size: int) -> int:
