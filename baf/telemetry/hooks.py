@@ -3,21 +3,23 @@
 The hook sees every record as it is written (``StepHooks.on_record``) and hands it to a thread of its
 own, which folds it through the one mapping (:mod:`baf.telemetry.mapping`) and starts, annotates and
 ends spans on the tracer, at the times the records carry. Nothing of OpenTelemetry runs on the agent's
-path: writing a record costs one queue put, so a slow or unreachable collector can never slow a step or
-fail it (a span processor that exports synchronously blocks that thread, not the agent). If the thread
-falls behind by ``max_queue`` records, further records are dropped, with one warning.
+path: writing a record costs one append to a deque, so a slow or unreachable collector can never slow a
+step or fail it (a span processor that exports synchronously blocks that thread, not the agent). The
+thread works in batches: when a step ends, and every 50 ms meanwhile. If it falls behind by
+``max_queue`` records, further records are dropped, with one warning.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
-import queue
 import threading
 import time
 from typing import TYPE_CHECKING, Any
 
 from baf.core.hooks import StepHooks
 from baf.errors import ConfigurationError
+from baf.log.record import RecordKind
 from baf.telemetry.mapping import SCOPE_NAME, SpanAction, SpanMapper
 
 if TYPE_CHECKING:
@@ -28,6 +30,9 @@ if TYPE_CHECKING:
 __all__ = ["OpenTelemetryHooks"]
 
 logger = logging.getLogger("baf.telemetry")
+
+#: Seconds between two drains of the record queue while no step ends (how late a span may start).
+_DRAIN_INTERVAL = 0.05
 
 
 class OpenTelemetryHooks(StepHooks):
@@ -51,8 +56,14 @@ class OpenTelemetryHooks(StepHooks):
             raise ConfigurationError("OpenTelemetryHooks need the otel extra: pip install 'baf[otel]'") from exc
         self.tracer_provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
         self.capture_content = capture_content
+        self.max_queue = max_queue
         self._tracer = self.tracer_provider.get_tracer(SCOPE_NAME)
-        self._queue: queue.Queue[tuple[Agent, Record] | None] = queue.Queue(max_queue)
+        self._otel = _Otel()
+        # A deque, not a queue.Queue: appending takes no lock and wakes no thread. The span thread drains
+        # it every few milliseconds, and at once when a step ends (one wake-up per step, not per record).
+        self._pending: collections.deque[tuple[Agent, Record]] = collections.deque()
+        self._wake = threading.Event()
+        self._busy = False
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self._dropped = 0
@@ -69,23 +80,26 @@ class OpenTelemetryHooks(StepHooks):
         """Queue the record for the span thread (never blocks)."""
         if self._thread is None:
             self._start()
-        try:
-            self._queue.put_nowait((session.agent, record))
-        except queue.Full:
+        if len(self._pending) >= self.max_queue:
             self._dropped += 1
             if self._dropped == 1:
                 logger.warning("OpenTelemetry: the span thread is %d records behind; dropping records, so some "
-                               "spans will be missing or unfinished", self._queue.maxsize)  # fmt: skip
+                               "spans will be missing or unfinished", self.max_queue)  # fmt: skip
+            return
+        self._pending.append((session.agent, record))
+        if record.kind == RecordKind.STEP_FINISHED:
+            self._wake.set()
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until every queued record is turned into spans, then flush the tracer provider; whether
         both finished within ``timeout`` seconds. It blocks (a batch processor exports in the calling
         thread when flushed): for tests and shutdown, not for the event loop of a running agent."""
         deadline = time.monotonic() + timeout
-        while self._queue.unfinished_tasks:
+        self._wake.set()
+        while self._pending or self._busy:
             if time.monotonic() >= deadline:
                 return False
-            time.sleep(0.005)
+            time.sleep(0.002)
         force_flush = getattr(self.tracer_provider, "force_flush", None)
         if force_flush is None:
             return True
@@ -100,42 +114,60 @@ class OpenTelemetryHooks(StepHooks):
     def _run(self) -> None:
         mappers: dict[str, SpanMapper] = {}
         spans: dict[tuple[str, str], Any] = {}
+        pending = self._pending
         while True:
-            item = self._queue.get()
+            self._wake.wait(_DRAIN_INTERVAL)
+            self._wake.clear()
+            self._busy = True
             try:
-                if item is None:
-                    return
-                agent, record = item
-                mapper = mappers.get(record.session_id)
-                if mapper is None:
-                    mapper = mappers[record.session_id] = SpanMapper(
-                        record.session_id, agent.name, self.capture_content, agent.redactor.redact_text
-                    )
-                for action in mapper.feed(record):
-                    self._apply(record.session_id, action, spans)
-                if mapper.idle and not mapper.waiting:
-                    del mappers[record.session_id]  # nothing open: a later record starts afresh
-            except Exception:  # a bug here must not stop the thread: later steps still get spans
-                logger.exception("OpenTelemetry: could not turn a record into spans")
+                while pending:
+                    agent, record = pending.popleft()
+                    try:
+                        self._feed(agent, record, mappers, spans)
+                    except Exception:  # a bug here must not stop the thread: later steps still get spans
+                        logger.exception("OpenTelemetry: could not turn a record into spans")
             finally:
-                self._queue.task_done()
+                self._busy = False
+
+    def _feed(
+        self, agent: Agent, record: Record, mappers: dict[str, SpanMapper], spans: dict[tuple[str, str], Any]
+    ) -> None:
+        mapper = mappers.get(record.session_id)
+        if mapper is None:
+            mapper = mappers[record.session_id] = SpanMapper(
+                record.session_id, agent.name, self.capture_content, agent.redactor.redact_text
+            )
+        for action in mapper.feed(record):
+            self._apply(record.session_id, action, spans)
+        if mapper.idle and not mapper.waiting:
+            del mappers[record.session_id]  # nothing open: a later record starts afresh
 
     def _apply(self, session_id: str, action: SpanAction, spans: dict[tuple[str, str], Any]) -> None:
-        from opentelemetry import context, trace
-        from opentelemetry.trace import SpanKind, Status, StatusCode
-
+        key = (session_id, action.key)
         if action.op == "start":
-            parent = spans.get((session_id, action.parent)) if action.parent is not None else None
-            # A step is the root of its own trace: never the parent of whatever is current in this thread.
-            parent_context = trace.set_span_in_context(parent) if parent is not None else context.Context()
-            kind = SpanKind.CLIENT if action.kind == "client" else SpanKind.INTERNAL
-            spans[(session_id, action.key)] = self._tracer.start_span(
-                action.name, context=parent_context, kind=kind, attributes=action.attributes,
-                start_time=action.time_ns,
-            )  # fmt: skip
+            if action.leaf:  # made at its end, with every attribute at once: half the SDK's work per span
+                spans[key] = _Leaf(action)
+            else:
+                spans[key] = self._start_span(session_id, action, spans, action.attributes)
             return
-        span = spans.get((session_id, action.key))
+        span = spans.get(key)
         if span is None:
+            return
+        if isinstance(span, _Leaf):
+            if action.op == "event":
+                span.events.append(action)
+            else:
+                span.start.attributes.update(action.attributes)
+                span.error = action.error if action.error is not None else span.error
+            if action.op != "end":
+                return
+            del spans[key]
+            made = self._start_span(session_id, span.start, spans, span.start.attributes)
+            for event in span.events:
+                made.add_event(event.name, event.attributes, event.time_ns)
+            if span.error is not None:
+                made.set_status(self._status_error(span.error))
+            made.end(end_time=action.time_ns)
             return
         if action.op == "event":
             span.add_event(action.name, action.attributes, action.time_ns)
@@ -143,7 +175,44 @@ class OpenTelemetryHooks(StepHooks):
         if action.attributes:
             span.set_attributes(action.attributes)
         if action.error is not None:
-            span.set_status(Status(StatusCode.ERROR, action.error))
+            span.set_status(self._status_error(action.error))
         if action.op == "end":
-            del spans[(session_id, action.key)]
+            del spans[key]
             span.end(end_time=action.time_ns)
+
+    def _start_span(
+        self, session_id: str, action: SpanAction, spans: dict[tuple[str, str], Any], attributes: dict[str, Any]
+    ) -> Any:
+        parent = spans.get((session_id, action.parent)) if action.parent is not None else None
+        # A step is the root of its own trace: never the parent of whatever is current in this thread.
+        parent_context = self._otel.set_span_in_context(parent) if parent is not None else self._otel.root_context()
+        kind = self._otel.client if action.kind == "client" else self._otel.internal
+        return self._tracer.start_span(action.name, context=parent_context, kind=kind, attributes=attributes,
+                                       start_time=action.time_ns)  # fmt: skip
+
+    def _status_error(self, description: str) -> Any:
+        return self._otel.status(self._otel.error, description)
+
+
+class _Leaf:
+    """A model or tool call span waiting for its end (see :meth:`OpenTelemetryHooks._apply`)."""
+
+    __slots__ = ("error", "events", "start")
+
+    def __init__(self, start: SpanAction) -> None:
+        self.start = start
+        self.events: list[SpanAction] = []
+        self.error: str | None = None
+
+
+class _Otel:
+    """The OpenTelemetry names the span thread uses, imported once."""
+
+    def __init__(self) -> None:
+        from opentelemetry import context, trace
+        from opentelemetry.trace import SpanKind, Status, StatusCode
+
+        self.set_span_in_context = trace.set_span_in_context
+        self.root_context = context.Context
+        self.client, self.internal = SpanKind.CLIENT, SpanKind.INTERNAL
+        self.status, self.error = Status, StatusCode.ERROR

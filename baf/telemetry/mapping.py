@@ -63,6 +63,9 @@ class SpanAction:
     kind: SpanKindName = "internal"
     attributes: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    #: On ``start``: the span never has children (a model or tool call), so an applier may wait for its
+    #: ``end`` and make it in one go.
+    leaf: bool = False
 
 
 def nanos(ts: float) -> int:
@@ -302,7 +305,8 @@ class SpanMapper:
     def _start(self, key: str, parent: str | None, name: str, record: Record, attributes: dict[str, Any],
                kind: SpanKindName = "internal") -> SpanAction:  # fmt: skip
         self._open.append(key)
-        return SpanAction("start", key, nanos(record.ts), name, parent, kind, _present(attributes))
+        leaf = key.startswith(("chat/", "tool/"))
+        return SpanAction("start", key, nanos(record.ts), name, parent, kind, _present(attributes), leaf=leaf)
 
     def _end(self, key: str, record: Record, error: str | None) -> SpanAction:
         return self._end_at(key, nanos(record.ts), error)
