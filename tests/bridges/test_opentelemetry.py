@@ -259,3 +259,32 @@ def test_an_exporter_result_is_what_the_guard_reports() -> None:
     guard = _GuardedExporter(Flaky(), "http://example.invalid/v1/traces", retry_after=0)
     assert guard.export([1, 2]) == SpanExportResult.FAILURE and guard.dropped == 2
     assert guard.export([3]) == SpanExportResult.SUCCESS and guard.dropped == 0
+
+
+async def test_on_record_sees_every_record_in_order_and_a_failing_one_is_contained(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from baf.core.hooks import StepHooks
+
+    seen: list[tuple[str, int]] = []
+
+    class Watch(StepHooks):
+        def on_record(self, session: Any, record: Record) -> None:
+            seen.append((record.session_id, record.seq))
+
+    class Broken(StepHooks):
+        def on_record(self, session: Any, record: Record) -> None:
+            raise RuntimeError("hook bug")
+
+    agent = Agent("watched", log="memory://")
+    state = new_reasoning_state(agent, ScriptedLLM(["hello"]), enable_task_planning=False)
+    state.when_event().go_to(state)
+    agent.add_hook(Broken())
+    agent.add_hook(Watch())
+    with caplog.at_level(logging.ERROR, logger="baf.hooks"):
+        async with agent:
+            await asyncio.wait_for(agent.receive_message("s", "hi"), 30)
+            records = await agent.log.read("s")
+    assert seen == [("s", r.seq) for r in records]  # every record, in seq order, the broken hook notwithstanding
+    assert any(r.kind == "reply" for r in records)
+    assert "hook bug" in caplog.text
