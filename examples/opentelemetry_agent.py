@@ -22,8 +22,10 @@ from baf.library.state.reasoning_state_library import new_reasoning_state
 from baf.telemetry import OpenTelemetryHooks, otlp_tracer_provider
 from baf.testing import ScriptedLLM
 
-SHOWN = ("gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.request.model", "gen_ai.usage.input_tokens",
-         "gen_ai.usage.output_tokens", "gen_ai.tool.name", "baf.reasoning.outcome", "gen_ai.input.messages")  # fmt: skip
+SHOWN = (
+    "gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.request.model", "gen_ai.usage.input_tokens",
+    "gen_ai.usage.output_tokens", "gen_ai.tool.name", "baf.reasoning.outcome", "gen_ai.input.messages",
+)  # fmt: skip
 
 
 def build(tracer_provider: Any, capture_content: bool) -> Agent:

@@ -32,5 +32,7 @@ def test_the_opentelemetry_example_prints_nested_spans() -> None:
     lines = result.stdout.splitlines()
     assert any(line.startswith("baf.step") for line in lines)
     assert any(line.startswith("  invoke_agent traced_agent") for line in lines)
-    assert any(line.startswith("    execute_tool convert") and "'gen_ai.tool.name': 'convert'" in line for line in lines)
+    assert any(
+        line.startswith("    execute_tool convert") and "'gen_ai.tool.name': 'convert'" in line for line in lines
+    )
     assert sum(line.startswith("    chat scripted") for line in lines) == 2
