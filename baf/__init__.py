@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         WildcardEvent,
     )
     from baf.core.platform import Platform
+    from baf.declarative import load_agent
 
 __version__ = "0.1.0"
 
@@ -41,6 +42,7 @@ __all__ = [
     "Transition",
     "WildcardEvent",
     "__version__",
+    "load_agent",
 ]
 
 
@@ -49,6 +51,8 @@ def __getattr__(name: str) -> Any:
     # runtime and its dependencies.
     if name == "Platform":
         return importlib.import_module("baf.core.platform").Platform
+    if name == "load_agent":
+        return importlib.import_module("baf.declarative").load_agent
     if name in __all__:
         return getattr(importlib.import_module("baf.core"), name)
     raise AttributeError(f"module 'baf' has no attribute {name!r}")

@@ -14,7 +14,7 @@ import inspect
 import logging
 import signal
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType, TracebackType
 from typing import TYPE_CHECKING, Any, overload
@@ -30,7 +30,7 @@ from baf.core.session import Session
 from baf.core.state import State
 from baf.errors import ConfigurationError
 from baf.log import SessionLog, open_log
-from baf.log.redaction import Redactor
+from baf.log.redaction import Redactor, log_exception
 from baf.reasoning.skill import Skill
 from baf.reasoning.tool import Tool
 from baf.reasoning.toolset import Toolset
@@ -38,6 +38,7 @@ from baf.reasoning.workspace import Workspace
 
 if TYPE_CHECKING:
     from baf.core.platform import Platform
+    from baf.platforms.a2a import A2APlatform
     from baf.platforms.telegram import TelegramPlatform
     from baf.platforms.terminal import TerminalPlatform
     from baf.platforms.websocket import WebSocketPlatform
@@ -143,8 +144,8 @@ class Agent:
     def new_intent(
         self,
         name: str,
-        training_sentences: list[str] | tuple[str, ...],
-        parameters: list[IntentParameter | str | Mapping[str, Any]] | None = None,
+        training_sentences: Sequence[str],
+        parameters: Sequence[IntentParameter | str | Mapping[str, Any]] | None = None,
         description: str | None = None,
     ) -> Intent:
         """Declare an intent: what a user may mean, shown by example sentences.
@@ -246,6 +247,15 @@ class Agent:
         self.add_platform(platform)
         return platform
 
+    def use_a2a_platform(self, host: str = "127.0.0.1", port: int = 9000, **options: Any) -> A2APlatform:
+        """Serve the agent over A2A (the ``a2a`` extra: ``pip install 'baf[a2a]'``); options as for
+        :class:`~baf.platforms.a2a.A2APlatform`."""
+        from baf.platforms.a2a import A2APlatform
+
+        platform = A2APlatform(host, port, **options)
+        self.add_platform(platform)
+        return platform
+
     @property
     def platforms(self) -> tuple[Platform, ...]:
         """The attached platforms."""
@@ -310,6 +320,13 @@ class Agent:
                                      f"toolset {owner.name!r}; rename the tool")  # fmt: skip
         self._tools[tool.name] = tool
         return tool
+
+    def add_a2a_agent(self, url: str, name: str, **options: Any) -> Tool:
+        """Make the A2A agent served at ``url`` a tool called ``name`` (the ``a2a`` extra); options
+        (``description``, ``timeout``, ``headers``) as for :func:`~baf.reasoning.a2a.a2a_agent_tool`."""
+        from baf.reasoning.a2a import a2a_agent_tool
+
+        return self.add_tool(a2a_agent_tool(url, name, **options))
 
     def add_mcp_server(self, name: str, command: list[str] | None = None, **options: Any) -> MCPToolset:
         """Offer the tools of an MCP server (the ``mcp`` extra): a stdio server started with ``command``
@@ -461,13 +478,16 @@ class Agent:
         """The sessions the agent's runtime holds in memory now, by id, read-only."""
         return self._require_runtime().sessions
 
-    async def start(self) -> None:
+    async def start(self, runtime: Runtime | None = None) -> None:
         """Start a runtime for the agent over its ``log`` (see :class:`~baf.core.runtime.Runtime`), then
-        the platforms."""
+        the platforms. ``runtime`` starts that one instead (built for this agent, not started yet): how
+        ``baf.serve`` runs the agent as one worker among many."""
         if self._runtime is not None:
             return
         _ = self.initial_state  # fail early with a clear message
-        runtime = Runtime(self, self.log, max_body_threads=self.max_body_threads)
+        if runtime is not None and runtime.agent is not self:
+            raise ConfigurationError(f"that runtime runs agent {runtime.agent.name!r}, not {self.name!r}")
+        runtime = runtime or Runtime(self, self.log, max_body_threads=self.max_body_threads)
         self._runtime = runtime
         try:
             await runtime.start()
@@ -492,7 +512,7 @@ class Agent:
                 try:
                     await platform.stop()
                 except Exception:
-                    logger.exception("platform %s failed to stop", platform.name)
+                    log_exception(logger, self.redactor, "platform %s failed to stop", platform.name)
             await runtime.stop()
         finally:
             self._stopping = None

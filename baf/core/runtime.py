@@ -15,21 +15,23 @@ import weakref
 from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from baf.core.engine import Resumption, find_resumption, run_step
 from baf.core.events import Event, event_from_data
 from baf.core.intent_routing import intent_threshold
 from baf.core.live import LiveSession
 from baf.core.machine import MachineModel, compile_machine
+from baf.core.routing import SessionRouter
 from baf.core.session import Session
 from baf.core.stopping import Cut, StopControl
 from baf.core.threadpool import DaemonThreadPool
 from baf.core.writer import SessionWriter
-from baf.errors import ConfigurationError, LogClosedError, LogError
+from baf.errors import ConfigurationError, LogClosedError, LogError, SessionIdError
 from baf.log import open_log
 from baf.log.jsontext import json_copy
 from baf.log.record import RecordKind
+from baf.log.redaction import log_exception
 from baf.log.store import SessionLog
 from baf.reasoning.toolset import start_toolsets, stop_toolsets
 
@@ -39,7 +41,14 @@ if TYPE_CHECKING:
     from baf.core.agent import Agent
     from baf.core.platform import Platform
 
-__all__ = ["STOP_CANCEL_WAIT", "STOP_GRACE_PERIOD", "Runtime", "is_running"]
+__all__ = ["INTERRUPTED_BY_RESTART_REPLY", "STOP_CANCEL_WAIT", "STOP_GRACE_PERIOD", "Runtime", "is_running"]
+
+#: What the user is told when a restart finds their request's step cut off by a crash and its body
+#: cannot resume (it has no ``resume`` hook, see ``baf.core.engine``).
+INTERRUPTED_BY_RESTART_REPLY = (
+    "Your last request was interrupted by a restart of the agent and could not be finished. "
+    "Please send it again."
+)
 
 #: Seconds :meth:`Runtime.stop` lets running steps finish before it interrupts them.
 STOP_GRACE_PERIOD = 10.0
@@ -77,14 +86,24 @@ class Runtime:
 
     ``log`` is a URL or a :class:`~baf.log.SessionLog` (default: the agent's ``log``);
     ``max_body_threads`` bounds how many sync bodies (and as many sync tools) run at once in worker
-    threads (default: the agent's). The engine-step hooks are the agent's (:meth:`Agent.add_hook`).
-    Platforms are started by the agent's own runtime (``agent.start()``), which is where they deliver.
+    threads (default: the agent's). With a ``router`` (:mod:`baf.core.routing`) the runtime is one worker
+    among many: it loads only the sessions the router lets it claim, forwards messages for the others to
+    their owners, and takes forwarded ones with :meth:`receive_forwarded`. The engine-step hooks are the
+    agent's (:meth:`Agent.add_hook`). Platforms are started by the agent's own runtime
+    (``agent.start()``), which is where they deliver.
     """
 
     def __init__(
-        self, agent: Agent, log: str | SessionLog | None = None, *, max_body_threads: int | None = None
+        self,
+        agent: Agent,
+        log: str | SessionLog | None = None,
+        *,
+        max_body_threads: int | None = None,
+        router: SessionRouter | None = None,
     ) -> None:
         self.agent = agent
+        #: Set when this runtime is one worker among many (``baf.serve``): see :mod:`baf.core.routing`.
+        self.router = router
         self.log: SessionLog = open_log(log) if log is not None else agent.log
         self.hooks = agent.hooks
         threads = max_body_threads if max_body_threads is not None else agent.max_body_threads
@@ -134,8 +153,13 @@ class Runtime:
         _RUNNING.setdefault(self.agent, weakref.WeakSet()).add(self)
         try:
             await self.log.start()
-            for session_id in await self.log.sessions():
-                await self._load(session_id)
+            if self.router is None:
+                for session_id in await self.log.sessions():
+                    await self._load(session_id)
+            else:  # a worker: only the unfinished sessions no live worker holds (the rest wait for their owners)
+                for session_id in await self.log.unfinished_sessions():
+                    if await self.router.claim(session_id):
+                        await self._get_live(session_id, None)
         except BaseException:
             await self.stop()
             raise
@@ -242,7 +266,7 @@ class Runtime:
             try:
                 await live.flush()
             except LogError:
-                logger.exception("session %s: final flush failed", live.id)
+                log_exception(logger, self.agent.redactor, "session %s: final flush failed", live.id)
         try:
             await self.log.close()
         finally:
@@ -279,7 +303,14 @@ class Runtime:
 
     async def _get_live(self, session_id: str, platform: Platform | None) -> LiveSession:
         if not isinstance(session_id, str) or not session_id:
-            raise ValueError(f"session ids must be non-empty strings, got {session_id!r}")
+            raise SessionIdError(f"session ids must be non-empty strings, got {session_id!r}")
+        if self.agent.redactor.redact_text(session_id) != session_id:
+            # Ids are keys: they are stored and shown as they are (records, the CLI, exports, the store's
+            # own debug log), where redaction cannot reach. The message must not repeat the id.
+            raise SessionIdError(
+                "this session id contains one of the agent's secrets; session ids are stored and shown "
+                "unredacted, so it was refused and nothing was recorded"
+            )
         live = self._live.get(session_id)
         if live is None:
             loading = self._loading.get(session_id)
@@ -289,7 +320,7 @@ class Runtime:
                 loading.add_done_callback(lambda _: self._loading.pop(session_id, None))
             live = await asyncio.shield(loading)
         if platform is not None and live.platform is None:
-            live.platform = platform
+            live.attach_platform(platform)
         return live
 
     async def _load(self, session_id: str, platform: Platform | None = None) -> LiveSession:
@@ -323,9 +354,11 @@ class Runtime:
         elif projection.open_step is not None:
             # A crash interrupted this step. Its effects up to the crash are in the log; it is not
             # re-run, because the body may already have acted outside baf.
+            # Whoever sent the event is told, so the request does not end in silence.
             _close_interrupted_step(
                 live, projection.open_step or None, "crash",  # 0: a step without an event (see projection)
                 "the process stopped while this step was running; the step was not resumed",
+                tell_user=bool(projection.open_step),
             )  # fmt: skip
         if not projection.started:
             self._schedule(live, _Item("start"))
@@ -346,6 +379,12 @@ class Runtime:
             json_copy(data)  # json.dumps(allow_nan=False)'s verdict, at orjson's speed
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{type(event).__name__} cannot be recorded: its fields must be JSON ({exc})") from exc
+        if self.router is not None and event.session_id not in self._live:
+            if not await self.router.claim(event.session_id):  # another worker owns it: its inbox takes it
+                await self.router.forward(event.session_id, data, platform)
+                forwarded: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                forwarded.set_result(None)
+                return forwarded
         live = await self._get_live(event.session_id, platform)
         if live.projection.held:
             # A new message to a fork is the user continuing it: what it held comes first, in order.
@@ -361,6 +400,44 @@ class Runtime:
             self._evict(live, exc)
             raise
         return done
+
+    async def receive_forwarded(
+        self, session_id: str, inbox_id: int, data: dict[str, Any] | None, error: str | None = None
+    ) -> None:
+        """Take a message another worker forwarded (inbox row ``inbox_id``) into the session this runtime
+        owns: its ``message_received`` record and the row's deletion commit together, so it is handled
+        exactly once. A row that is not a readable message (``data`` None, ``error`` says why) becomes an
+        ``error`` record instead, consumed the same way: the session goes on."""
+        live = await self._get_live(session_id, None)
+        if data is None or not isinstance(data.get("event"), dict):
+            live.record(RecordKind.ERROR, {"message": f"a malformed message was dropped: {error or 'no event'}",
+                                           "error": "MalformedInboxMessage"})  # fmt: skip
+            live.writer.consume_inbox(inbox_id)
+            await live.flush()
+            return
+        event = event_from_data(session_id, data["event"])
+        if live.projection.held:
+            self._release_held(live)
+        record = live.record(RecordKind.MESSAGE_RECEIVED, data)
+        live.writer.consume_inbox(inbox_id)
+        self._schedule(live, _Item("event", event, record.seq, None))
+        try:
+            await live.flush()
+        except LogError as exc:
+            self._evict(live, exc)
+            raise
+
+    def drop(self, session_id: str) -> None:
+        """Forget ``session_id`` without writing to it again (a worker lost its lease): its running step is
+        cancelled and what it had queued is failed. The new owner resumes it from the log."""
+        live = self._live.get(session_id)
+        if live is None:
+            return
+        live.close()
+        worker = self._workers.get(session_id)
+        if worker is not None and not worker.done():
+            worker.cancel()
+        self._evict(live, LogError(f"session {session_id!r}: this worker lost its lease"))
 
     async def continue_session(self, session_id: str) -> asyncio.Future[None]:
         """Handle the messages a fork holds (recorded before its cut, not handled there): record that the
@@ -437,7 +514,7 @@ class Runtime:
                     continue  # interrupt() on a runtime that goes on: the queued events still run
                 if not isinstance(exc, Exception):
                     raise
-                logger.exception("session %s: step failed", live.id)
+                log_exception(logger, self.agent.redactor, "session %s: step failed", live.id)
                 continue
             _discard(mailbox, item)
             _settle(item, None)
@@ -476,10 +553,15 @@ class _SessionsView(Mapping[str, Session]):
         return len(self._live)
 
 
-def _close_interrupted_step(live: LiveSession, event_seq: int | None, interrupted_by: str, reason: str) -> None:
-    """Record the end of a step the engine could not close itself: an ``error`` saying why, then its
-    ``step_finished``, marked interrupted (``interrupted_by``: see ``baf.core.engine``)."""
+def _close_interrupted_step(
+    live: LiveSession, event_seq: int | None, interrupted_by: str, reason: str, tell_user: bool = False
+) -> None:
+    """Record the end of a step the engine could not close itself: an ``error`` saying why, with
+    ``tell_user`` a reply saying the request was not finished, then its ``step_finished``, marked
+    interrupted (``interrupted_by``: see ``baf.core.engine``)."""
     live.record_error("runtime", RuntimeError(reason), event_seq=event_seq, interrupted_by=interrupted_by)
+    if tell_user:
+        live.session.reply(INTERRUPTED_BY_RESTART_REPLY)
     live.record(
         RecordKind.STEP_FINISHED, {"event_seq": event_seq, "interrupted": True, "interrupted_by": interrupted_by}
     )

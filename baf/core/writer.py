@@ -31,6 +31,8 @@ class SessionWriter:
         self.projection = projection
         self._redactor = redactor
         self._pending: list[Record] = []
+        # Inbox rows (a worker's store, see baf.log.postgres_inbox) the next flush consumes atomically.
+        self._consumes: list[int] = []
         # Sync bodies run in worker threads and record from there, racing the event loop.
         self._lock = threading.Lock()
         self._tail: asyncio.Future[None] | None = None
@@ -69,6 +71,15 @@ class SessionWriter:
         """Whether :meth:`close` was called."""
         return self._closed
 
+    def consume_inbox(self, inbox_id: int) -> None:
+        """Delete inbox row ``inbox_id`` in the same transaction as the next flush's records (the
+        message that row carried, recorded just before): it moves into the log exactly once. Only for a
+        store with an inbox (``PostgresLog.append_consuming``)."""
+        if not hasattr(self.log, "append_consuming"):
+            raise TypeError(f"{type(self.log).__name__} has no inbox to consume from")
+        with self._lock:
+            self._consumes.append(inbox_id)
+
     @property
     def has_pending(self) -> bool:
         """Whether records are waiting for a flush."""
@@ -83,6 +94,11 @@ class SessionWriter:
         """Make every record recorded so far durable."""
         with self._lock:
             batch, self._pending = self._pending, []
+            consumes, self._consumes = self._consumes, []
+        if consumes:
+            # Rare (a worker taking a message from its inbox): the plain chained path, with the row ids.
+            await self._chain(self._append_consuming(self._tail, batch, consumes))
+            return
         previous = self._tail
         if batch and (previous is None or previous.done()):
             await self._append_inline(previous, batch)
@@ -93,6 +109,23 @@ class SessionWriter:
         if tail is not None:
             # Shielded: a cancelled caller must not cancel an append other callers wait on.
             await asyncio.shield(tail)
+
+    async def _chain(self, append: Any) -> None:
+        self._tail = asyncio.ensure_future(append)
+        await asyncio.shield(self._tail)
+
+    async def _append_consuming(
+        self, previous: asyncio.Future[None] | None, batch: list[Record], consumes: list[int]
+    ) -> None:
+        if previous is not None:
+            await asyncio.shield(previous)  # never leave a gap behind a failed append
+        try:
+            await self.log.append_consuming(batch, self.projection.session_id, consumes)  # type: ignore[attr-defined]
+        except Exception as exc:
+            failure = _log_error(batch, exc) if batch else exc
+            if failure is exc:
+                raise
+            raise failure from exc
 
     async def _append_inline(self, previous: asyncio.Future[None] | None, batch: list[Record]) -> None:
         """Nothing in flight: append in the caller's task (a task and a shield per flush cost a sixth
@@ -141,8 +174,7 @@ def _log_error(batch: list[Record], exc: BaseException) -> LogError:
     first, last = batch[0], batch[-1]
     if isinstance(exc, Exception):
         return LogError(
-            f"session {first.session_id!r}: appending seq {first.seq}..{last.seq} failed: "
-            f"{type(exc).__name__}: {exc}"
+            f"session {first.session_id!r}: appending seq {first.seq}..{last.seq} failed: {type(exc).__name__}: {exc}"
         )
     return LogError(
         f"session {first.session_id!r}: the append of seq {first.seq}..{last.seq} was "

@@ -1,8 +1,10 @@
 """The PostgreSQL log's tables, their version, and the upgrades from older versions.
 
-Version 1 holds the records and the session index. Version 2 adds what many workers share: a heartbeat row
-per worker, a lease per session (owner, epoch, expiry on the database clock) and the durable inbox through
-which a message reaches the worker that owns its session.
+Version 1 holds the records and the session index. Version 2 adds the unfinished-work index (``baf_work``:
+a row per session whose ``baf.log.work`` status is not idle), a partial index that finds a session's latest
+snapshot, and what many workers share: a heartbeat row per worker, a lease per session (owner, epoch, expiry
+on the database clock) and the durable inbox through which a message reaches the worker that owns its
+session. Upgrading a version-1 log folds its records once to fill ``baf_work``.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 from baf.errors import LogError
+from baf.log.jsontext import decode_json
+from baf.log.work import IDLE, WORK_KINDS, WorkStatus, work_after
 
 if TYPE_CHECKING:
     import asyncpg
@@ -40,6 +44,12 @@ CREATE TABLE baf_records (
 """
 
 _WORKERS: Final = """
+CREATE TABLE baf_work (
+    session_id text PRIMARY KEY,
+    status text NOT NULL,
+    unfinished boolean NOT NULL
+);
+CREATE INDEX baf_records_snapshots ON baf_records (session_id, seq) WHERE kind = 'snapshot';
 CREATE TABLE baf_workers (
     worker_id text PRIMARY KEY,
     started_at timestamptz NOT NULL DEFAULT now(),
@@ -93,8 +103,32 @@ async def prepare_schema(connection: asyncpg.Connection, where: str, *, read_onl
             return
         for version in range(stored, SCHEMA_VERSION):
             await connection.execute(UPGRADES[version])
+            if version == 1:
+                await _fill_work_index(connection)
         if stored != SCHEMA_VERSION:
             await connection.execute("UPDATE baf_meta SET value = $1 WHERE key = 'schema_version'", str(SCHEMA_VERSION))
+
+
+async def _fill_work_index(connection: asyncpg.Connection) -> None:
+    """Fold the work kinds of every session into ``baf_work`` (upgrading from version 1)."""
+    statuses: dict[str, WorkStatus] = {}
+    kinds = sorted(WORK_KINDS)
+    async for row in connection.cursor(
+        "SELECT session_id, seq, kind, data FROM baf_records WHERE kind = ANY($1::text[]) ORDER BY session_id, seq",
+        kinds,
+    ):
+        try:
+            data = decode_json(row[3])
+        except ValueError:
+            data = {}  # a damaged record: the fold reports it when the session loads
+        session_id = row[0]
+        statuses[session_id] = work_after(
+            statuses.get(session_id, IDLE), row[2], row[1], data if isinstance(data, dict) else {}
+        )
+    await connection.executemany(
+        "INSERT INTO baf_work (session_id, status, unfinished) VALUES ($1, $2, $3)",
+        [(name, status.to_text(), status.unfinished) for name, status in statuses.items() if status != IDLE],
+    )
 
 
 async def _stored_version(connection: asyncpg.Connection, where: str) -> int | None:

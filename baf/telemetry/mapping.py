@@ -232,7 +232,8 @@ class SpanMapper:
         key = f"chat/{record.seq}"
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "chat", "gen_ai.request.model": model, "gen_ai.conversation.id": self.session_id,
-            "baf.seq": record.seq, "baf.reasoning.step": data.get("step"), "baf.pattern": data.get("pattern"),
+            "baf.seq": record.seq, "baf.reasoning.step": data.get("step"),
+            "baf.loop": data.get("loop") or data.get("pattern"),
         }  # fmt: skip
         if self.capture_content:
             self._requests.append(record)

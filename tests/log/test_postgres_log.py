@@ -70,15 +70,21 @@ async def test_a_version_1_schema_is_upgraded_with_its_records(postgres_dsn: str
                 kind text NOT NULL, data text NOT NULL, ts double precision NOT NULL, version integer NOT NULL,
                 PRIMARY KEY (session_id, seq));
             INSERT INTO baf_meta VALUES ('schema_version', '1');
-            INSERT INTO baf_sessions (session_id) VALUES ('old');
-            INSERT INTO baf_records VALUES ('old', 1, 'note', '{"text":"from v1"}', 2.5, 1);
+            INSERT INTO baf_sessions (session_id) VALUES ('old'), ('done');
+            INSERT INTO baf_records VALUES ('old', 1, 'note', '{"text":"from v1"}', 2.5, 1),
+                ('old', 2, 'session_started', '{}', 2.6, 1),
+                ('old', 3, 'message_received', '{"event":{}}', 2.7, 1),
+                ('done', 1, 'session_started', '{}', 2.8, 1),
+                ('done', 2, 'step_started', '{"event_seq":null}', 2.9, 1),
+                ('done', 3, 'step_finished', '{}', 3.0, 1);
             """
         )
     finally:
         await connection.close()
     async with PostgresLog(postgres_dsn, worker_id="w") as log:
-        assert [r.data for r in await log.read("old")] == [{"text": "from v1"}]
-        assert await log.sessions() == ["old"]
+        assert [r.kind for r in await log.read("old")] == ["note", "session_started", "message_received"]
+        assert await log.sessions() == ["old", "done"]
+        assert await log.unfinished_sessions() == ["old"]  # the work index was filled from the records
         assert await Leases(log).acquire("old") == 1  # the version-2 tables exist now
     rows = await query(postgres_dsn, "SELECT value FROM baf_meta WHERE key = 'schema_version'")
     assert rows[0][0] == "2"
