@@ -167,7 +167,9 @@ class ModelTurns:
             if tools is not self._tools and not _same(tools, self._tools):
                 data["tools"] = tools
         else:
-            data["messages"] = messages
+            # A copy: the loop goes on appending to its list, and a record must not change once recorded
+            # (hooks see records before the commit serialises them).
+            data["messages"] = list(messages)
             if system is not None:
                 data["system"] = system
             data["tools"] = tools

@@ -206,7 +206,8 @@ async def test_an_otlp_endpoint_that_is_down_drops_spans_with_one_warning_and_th
             except TimeoutError:
                 continue
 
-    threading.Thread(target=accept, daemon=True).start()
+    acceptor = threading.Thread(target=accept, daemon=True)
+    acceptor.start()
     endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}/v1/traces"
     provider = otlp_tracer_provider(endpoint, timeout=2, retry_after=60, batch_delay=0.05)
     exported_from: set[str] = set()
@@ -234,6 +235,7 @@ async def test_an_otlp_endpoint_that_is_down_drops_spans_with_one_warning_and_th
             provider.shutdown()
     finally:
         stop.set()
+        acceptor.join(5)
         silent.close()
         for connection in held:
             connection.close()
