@@ -60,7 +60,7 @@ __all__ = ["Divergence", "LogEffects", "RerunReport", "assert_replays", "read_se
 IGNORED_FIELDS: dict[str, tuple[str, ...]] = {
     RecordKind.SESSION_STARTED: ("platform",),
     RecordKind.LLM_REQUEST: ("model",),
-    RecordKind.LLM_RESPONSE: ("model", "latency_ms", "run", "step", "cost"),
+    RecordKind.LLM_RESPONSE: ("model", "provider", "latency_ms", "run", "step", "cost"),
     RecordKind.TOOL_RESULT: ("step",),
     RecordKind.ERROR: ("traceback",),
 }
