@@ -198,6 +198,8 @@ class _Builder:
                         if not token:
                             raise ConfigurationError(f"auth_token_env names {token_env!r}, which is not set")
                         options["auth_token"] = token
+                        if len(token) >= 6:
+                            agent.mark_secret(token)
                     agent.use_websocket_platform(**options)
 
     def _llm(self, name: str, spec: Any) -> LLM:

@@ -264,3 +264,42 @@ async def test_an_mcp_server_of_the_file_offers_its_tools_to_the_reasoning_state
     assert platform.replies["u"][-1] == "12.5 × 8 = 100."
     assert llm.requests[0].tool_names == ["calc__multiply"]
     assert "100" in llm.requests[1].messages[-1]["content"]
+
+
+def test_workspaces_skills_platforms_and_properties_map_onto_the_python_api(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from baf.platforms.terminal import TerminalPlatform
+    from baf.platforms.websocket import WebSocketPlatform
+
+    (tmp_path / "files").mkdir()
+    skills = tmp_path / "skills" / "tone"
+    skills.mkdir(parents=True)
+    (skills / "SKILL.md").write_text("---\nname: tone\ndescription: how to speak\n---\nBe brief.\n")
+    monkeypatch.setenv("DESK_TOKEN", "secret-token-123")
+    (tmp_path / "agent.yaml").write_text(textwrap.dedent("""\
+        name: desk
+        log: memory://
+        properties:
+          nlp: {intent_threshold: 0.7}
+          shop: {city: Porto}
+        workspaces:
+          - {path: files, name: docs, writable: true}
+        skills:
+          - {name: style, content: "Answer in English.", description: language}
+          - {folder: skills}
+        platforms:
+          - {type: terminal, session_id: desk}
+          - {type: websocket, port: 0, ui: false, auth_token_env: DESK_TOKEN}
+        states:
+          - {name: start, initial: true}
+    """))  # fmt: skip
+    agent = load_agent(tmp_path / "agent.yaml")
+    assert agent.get_property("nlp.intent_threshold") == 0.7 and agent.get_property("shop.city") == "Porto"
+    workspace = agent.workspaces["docs"]
+    assert workspace.root == (tmp_path / "files").resolve() and workspace.writable
+    assert set(agent.skills) == {"style", "tone"} and agent.skills["tone"].description == "how to speak"
+    terminal, websocket = agent.platforms
+    assert isinstance(terminal, TerminalPlatform) and terminal.session_id == "desk"
+    assert isinstance(websocket, WebSocketPlatform)
+    assert agent.redactor.redact_text("token secret-token-123") == "token [REDACTED]"
