@@ -1,4 +1,4 @@
-"""The ``baf`` command: run an agent, run the demo, and read session logs."""
+"""The ``baf`` command: run an agent, run the demo, and read and check session logs."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from baf.errors import ConfigurationError, LogError
+from baf.errors import ConfigurationError, LogError, SessionNotFoundError
 from baf.log import SessionLog, SQLiteLog, open_log
 from baf.log.redaction import Redactor
 from baf.replay.render import visible, visible_json
@@ -27,7 +27,7 @@ from baf.replay.render import visible, visible_json
 if TYPE_CHECKING:
     from baf.core.agent import Agent
 
-__all__ = ["find_agent", "load_agent_module", "main", "open_existing_log"]
+__all__ = ["find_agent", "load_agent_file", "load_agent_module", "main", "open_existing_log"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,13 +118,25 @@ def _parser() -> argparse.ArgumentParser:
                       help="log file or URL (default: reasoning_demo.db in the working folder)")
     demo.set_defaults(handler=_cmd_demo)
 
+    serve = commands.add_parser(
+        "serve", help="run the agent in a Python file as N worker processes over one PostgreSQL log"
+    )
+    serve.add_argument("path", help="a Python file that defines an Agent, or a YAML agent")
+    serve.add_argument("--log", required=True, help="the PostgreSQL log: postgresql://user@host:port/database")
+    serve.add_argument("--workers", type=_count(1), default=1, help="worker processes on this host (default 1)")
+    serve.add_argument("--lease-ttl", type=float, default=10.0,
+                       help="seconds a dead worker's sessions wait before others take them over (default 10)")
+    serve.add_argument("--poll-interval", type=float, default=2.0,
+                       help="seconds between safety polls for missed notifications (default 2, at least 1)")
+    serve.set_defaults(handler=_cmd_serve)
+
     sessions = commands.add_parser("sessions", help="list the sessions of a log")
-    sessions.add_argument("log", help="a log file or URL")
+    sessions.add_argument("log", nargs="?", help=f"a log file or URL (default: {DEFAULT_LOG_FILE} in this folder)")
     sessions.set_defaults(handler=_cmd_sessions)
 
     log = commands.add_parser("log", help="print the records of a session")
-    log.add_argument("log", help="a log file or URL")
-    log.add_argument("session", help="the session id")
+    log.add_argument("log", nargs="?", help=f"a log file or URL (default: {DEFAULT_LOG_FILE} in this folder)")
+    log.add_argument("session", nargs="?", help="the session id (without it: the sessions to pick from)")
     log.add_argument("--json", action="store_true", help="one JSON object per line")
     log.set_defaults(handler=_cmd_log)
 
@@ -133,6 +145,12 @@ def _parser() -> argparse.ArgumentParser:
 
     _add_replay_parser(commands)
     _add_export_parser(commands)
+
+    check = commands.add_parser(
+        "check", help="read a whole log and report what is damaged (exit status 1 if anything is)"
+    )
+    check.add_argument("log", help="a log file or URL (opened read-only)")
+    check.set_defaults(handler=_cmd_check)
     return parser
 
 
@@ -163,24 +181,26 @@ def find_agent(module: Any) -> Agent:
         return candidate
     agents = [value for value in vars(module).values() if isinstance(value, Agent)]
     if len(agents) != 1:
-        raise LookupError(
-            f"{module.__name__} must define one Agent (or name it 'agent'); found {len(agents)}"
-        )
+        raise ConfigurationError(f"{module.__name__} must define one Agent (or name it 'agent'); found {len(agents)}")
     return agents[0]
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
-    if not Path(args.path).is_file():
-        raise FileNotFoundError(f"no such file: {args.path}")
-    if Path(args.path).suffix.lower() in (".yaml", ".yml"):
+def load_agent_file(path: str | Path) -> Agent:
+    """The agent a file defines: a YAML agent (``.yaml``/``.yml``) or a Python file (see :func:`find_agent`)."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"no such file: {path}")
+    if Path(path).suffix.lower() in (".yaml", ".yml"):
         from baf.declarative import load_agent
 
         with _user_code():  # a tool or body module of the file may fail to import: its traceback helps
-            agent = load_agent(args.path)
-    else:
-        with _user_code():
-            module = load_agent_module(args.path)
-        agent = find_agent(module)
+            return load_agent(path)
+    with _user_code():
+        module = load_agent_module(path)
+    return find_agent(module)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    agent = load_agent_file(args.path)
     from baf.platforms.terminal import TerminalPlatform  # here: markdown rendering is slow to import
 
     terminals = [platform for platform in agent.platforms if isinstance(platform, TerminalPlatform)]
@@ -198,6 +218,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if any(isinstance(platform, TerminalPlatform) and platform.output_closed for platform in agent.platforms):
         return _stdout_closed()  # ended as any command whose reader went away (`| head`)
     return 0
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    if not Path(args.path).is_file():
+        raise FileNotFoundError(f"no such file: {args.path}")
+    if not args.log.lower().startswith(("postgresql://", "postgres://")):
+        raise ConfigurationError("baf serve runs many workers over one PostgreSQL log: --log postgresql://...; "
+                                 "for one process on SQLite use baf run")
+    if args.poll_interval < 1:
+        raise ConfigurationError(f"--poll-interval must be at least 1 second, got {args.poll_interval}")
+    if args.lease_ttl <= 0:
+        raise ConfigurationError(f"--lease-ttl must be positive, got {args.lease_ttl}")
+    from baf.serve.process import serve
+
+    return serve(args.path, args.log, args.workers, args.lease_ttl, args.poll_interval)
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
@@ -227,14 +262,14 @@ def _log_url(target: str) -> str:
 def open_existing_log(target: str, *, read_only: bool = True) -> SessionLog:
     """Open a log by URL or file path, refusing to create a new empty file by mistake.
 
-    A SQLite log is opened read-only unless ``read_only=False`` (``--fork-at``, which appends): reading
-    it must not change the file (no WAL switch, no tables added to a foreign database).
+    A SQLite or PostgreSQL log is opened read-only unless ``read_only=False`` (``--fork-at``, which
+    appends): reading it must not change it (no WAL switch, no tables added to a foreign database).
     A plain path names the file as it is: it is not parsed as a URL, so ``?``, ``#`` and ``%`` are
     part of the name.
     """
     if "://" not in target:
         log: SessionLog = SQLiteLog(target, read_only=read_only)
-    elif target.lower().startswith("sqlite:"):
+    elif target.lower().startswith(("sqlite:", "postgresql:", "postgres:")):
         log = open_log(target, read_only=read_only)
     else:
         log = open_log(target)
@@ -247,10 +282,32 @@ def _when(ts: float | None) -> str:
     return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S") if ts else "-"
 
 
+#: The log an agent writes by default (``Agent(name)`` without ``log=``): what ``baf sessions`` and
+#: ``baf log`` read when no log is given.
+DEFAULT_LOG_FILE = "baf.db"
+
+
+def _default_log(command: str, rest: str = "") -> str:
+    """``baf.db`` in the working folder, if it is there; otherwise a usage error saying what to pass."""
+    if Path(DEFAULT_LOG_FILE).is_file():
+        return DEFAULT_LOG_FILE
+    found = sorted(p.name for p in Path().glob("*.db"))[:5]
+    hint = f" (log files here: {', '.join(found)})" if found else ""
+    raise _UsageError(f"no log given, and there is no {DEFAULT_LOG_FILE} in this folder: pass a log file or URL, "
+                      f"e.g. baf {command} {found[0] if found else 'path/to/agent.db'}{rest}{hint}")
+
+
+class _UsageError(ValueError):
+    """A command line that cannot be run as given; :func:`main` prints it and exits with status 2."""
+
+
 def _cmd_sessions(args: argparse.Namespace) -> int:
     from baf.replay.commands import report_unreadable
     from baf.replay.reading import session_rows
     from baf.replay.render import render_sessions
+
+    if args.log is None:
+        args.log = _default_log("sessions")
 
     async def collect() -> list[dict[str, Any]]:
         async with open_existing_log(args.log) as log:
@@ -262,13 +319,18 @@ def _cmd_sessions(args: argparse.Namespace) -> int:
 
 
 def _cmd_log(args: argparse.Namespace) -> int:
+    if args.log is None:
+        args.log = _default_log("log", " SESSION")
+    if args.session is None:
+        return _pick_a_session(args.log)
+
     async def collect() -> list[Any]:
         async with open_existing_log(args.log) as log:
             return await log.read(args.session)
 
     records = asyncio.run(collect())
     if not records:
-        raise LookupError(f"session {args.session!r} has no records in {args.log}")
+        raise SessionNotFoundError(args.session, args.log)
     redactor = Redactor.from_environment()  # as replay and export: a log written before a key was set
     if redactor.active:
         records = [redactor.redact_record(r) for r in records]
@@ -279,7 +341,7 @@ def _cmd_log(args: argparse.Namespace) -> int:
                     "data": r.data}
             print(visible_json(json.dumps(line, ensure_ascii=False)))
         return 0
-    table = Table(title=Text(visible(f"session {args.session}")))
+    table = Table(title=Text(visible(f"session {redactor.redact_text(args.session)}")))
     for column in ("seq", "time", "kind", "data"):
         table.add_column(column, overflow="fold")
     for r in records:
@@ -287,6 +349,61 @@ def _cmd_log(args: argparse.Namespace) -> int:
         shown = visible_json(data if len(data) < 300 else data[:297] + "...")
         table.add_row(str(r.seq), _when(r.ts), Text(visible(r.kind)), Text(shown))
     console.print(table)
+    return 0
+
+
+def _pick_a_session(target: str) -> int:
+    """``baf log LOG`` without a session: say how to ask for one, with the sessions there are."""
+    from baf.replay.reading import session_rows
+    from baf.replay.render import render_sessions
+
+    async def collect() -> list[dict[str, Any]]:
+        async with open_existing_log(target) as log:
+            return await session_rows(log)
+
+    rows = asyncio.run(collect())
+    stderr = Console(stderr=True, highlight=False)
+    stderr.print(Text(visible(f"baf log: which session? baf log {target} SESSION"), style="red"), soft_wrap=True)
+    if rows:
+        render_sessions(stderr, rows, f"sessions in {target}")
+    return 2
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    """``baf check LOG``: the store's checks and baf's own (``baf.log.check``); 0 sound, 1 damaged."""
+    from baf.log.check import CheckReport, Finding, check_log
+    from baf.log.sqlite_check import check_storage
+
+    async def collect() -> Any:
+        log = open_existing_log(args.log)
+        try:
+            await log.start()
+        except LogError as exc:
+            if not isinstance(log, SQLiteLog):
+                raise
+            # Too damaged to open as a log: what SQLite itself can still say about the file.
+            report = CheckReport(findings=[Finding(f"it cannot be opened as a log: {exc}")])
+            for damage, message in await check_storage(log.path, has_checksums=False):
+                report.findings.append(Finding(message, damage=damage))
+            return report
+        try:
+            return await check_log(log)
+        finally:
+            await log.close()
+
+    report = asyncio.run(collect())
+    console = _Stdout(highlight=False)
+    console.print(Text(visible(f"{args.log}: {report.sessions:,} sessions, {report.records:,} records read")),
+                  soft_wrap=True)  # fmt: skip
+    for finding in report.findings:
+        style = "red" if finding.damage else "yellow"
+        label = "damaged" if finding.damage else "note"
+        console.print(Text(visible(f"{label}: {finding}"), style=style), soft_wrap=True)
+    damage = sum(finding.damage for finding in report.findings)
+    if damage:
+        console.print(Text(visible(f"{args.log} is damaged: {damage} problem(s) found"), style="red"), soft_wrap=True)
+        return 1
+    console.print(Text(visible(f"{args.log}: no damage found"), style="green"), soft_wrap=True)
     return 0
 
 

@@ -9,12 +9,18 @@
     ├── TemplateError               a YAML agent's template could not be rendered (a missing variable, an
     │                               attribute the sandbox refuses)
     ├── SessionVariableError        a session variable that cannot be stored (not JSON-serialisable)
+    ├── SessionIdError              a session id that cannot be used (empty, not text, holds a secret)
+    ├── SessionNotFoundError        the log has no session by that id (also a ``LookupError``)
+    ├── InvariantError              baf found its own rules broken: a bug, or a log edited by hand
+    │                               (also a ``RuntimeError``)
     ├── LogError                    the session log broke one of its guarantees
     │   ├── LogConflictError        (session_id, seq) already exists: an append never overwrites
     │   ├── CorruptRecordError      a stored record cannot be decoded; names session and seq
     │   │   └── CorruptSnapshotError  a snapshot record fails its checks or disagrees with the fold
     │   ├── UnknownRecordVersionError  a record written by a newer baf than this one
     │   ├── LogClosedError          append or read on a store that is not open
+    │   ├── LogStorageError         the store's file or database failed (damaged, unreadable, disk
+    │   │                           error); names the path, and the session and seq where known
     │   ├── LogReadOnlyError        append on a store opened read-only
     │   └── LeaseLostError          this worker no longer owns the session (another took it over)
     ├── LLMError                    the model could not be used
@@ -31,6 +37,8 @@
     │   └── ToolServerError         the server running the tool (MCP) is not reachable or stopped mid-call
     ├── WorkspaceError              a workspace operation was refused
     │   └── PathEscapeError         a path that would leave the workspace root
+    ├── ResumeError                 a loop killed mid-run cannot go on from its records: its code now
+    │                               does something other than what the records say it did
     └── PatternError                a reasoning pattern could not finish (``baf.reasoning.patterns``)
         ├── StructuredOutputError   the model's answer does not parse into the expected model
         ├── PatternNotFoundError    no pattern registered under that name
@@ -53,6 +61,7 @@ __all__ = [
     "ConfigurationError",
     "CorruptRecordError",
     "CorruptSnapshotError",
+    "InvariantError",
     "LLMConnectionError",
     "LLMError",
     "LLMRateLimitError",
@@ -64,6 +73,7 @@ __all__ = [
     "LogConflictError",
     "LogError",
     "LogReadOnlyError",
+    "LogStorageError",
     "PathEscapeError",
     "PatternBudgetError",
     "PatternDepthLimitError",
@@ -72,6 +82,9 @@ __all__ = [
     "PatternNotFoundError",
     "PatternStepLimitError",
     "PatternStepTimeoutError",
+    "ResumeError",
+    "SessionIdError",
+    "SessionNotFoundError",
     "SessionVariableError",
     "StructuredOutputError",
     "TemplateError",
@@ -115,6 +128,24 @@ class SessionVariableError(BafError, TypeError):
     """A session variable value that cannot be recorded (it must be JSON-serialisable)."""
 
 
+class SessionIdError(BafError, ValueError):
+    """A session id that cannot be used: empty, not a string, or holding one of the agent's secrets
+    (ids are stored and shown as they are, in every record, so an id must never carry a secret)."""
+
+
+class SessionNotFoundError(BafError, LookupError):
+    """The log holds no session with this id (``baf replay``, ``baf log``, re-run, fork)."""
+
+    def __init__(self, session_id: str, where: str = "this log") -> None:
+        super().__init__(f"session {session_id!r} has no records in {where}")
+        self.session_id = session_id
+
+
+class InvariantError(BafError, RuntimeError):
+    """A rule baf keeps for itself was found broken, e.g. a resumed reasoning loop whose records are in an
+    order baf never writes. It means a bug in baf or a log changed by hand; it is raised, never contained."""
+
+
 class LogError(BafError):
     """The session log could not keep one of its guarantees."""
 
@@ -129,13 +160,26 @@ class LogConflictError(LogError):
 
 
 class CorruptRecordError(LogError):
-    """A stored record cannot be decoded."""
+    """A stored record cannot be decoded, fails its checksum, or is missing (a gap in the seqs).
 
-    def __init__(self, session_id: str, seq: int, reason: str) -> None:
-        super().__init__(f"corrupt record in session {session_id!r} at seq {seq}: {reason}")
+    ``path`` names the store's file when the store that read it knows it (``located``).
+    """
+
+    def __init__(self, session_id: str, seq: int, reason: str, path: object = None) -> None:
+        where = "" if path is None else f" of {path}"
+        super().__init__(f"corrupt record in session {session_id!r} at seq {seq}{where}: {reason}")
         self.session_id = session_id
         self.seq = seq
         self.reason = reason
+        self.path = path
+
+    def located(self, path: object) -> CorruptRecordError:
+        """The same error naming ``path`` (itself if it already names one), its cause kept."""
+        if self.path is not None:
+            return self
+        located = type(self)(self.session_id, self.seq, self.reason, path)
+        located.__cause__ = self.__cause__
+        return located
 
 
 class CorruptSnapshotError(CorruptRecordError):
@@ -161,6 +205,21 @@ class UnknownRecordVersionError(LogError):
 
 class LogClosedError(LogError):
     """The store was used after ``close()`` and not started again."""
+
+
+class LogStorageError(LogError):
+    """The storage under a store failed: a damaged or unreadable file, a disk error, a lock held too long.
+
+    ``path`` is the store's file (or database); ``session_id`` and ``seq`` say where it happened when
+    that can be told (``None`` otherwise). The original error is ``__cause__``.
+    """
+
+    def __init__(self, path: object, what: str, session_id: str | None = None, seq: int | None = None) -> None:
+        where = "" if session_id is None else f" (session {session_id!r}" + ("" if seq is None else f" at seq {seq}")
+        super().__init__(f"{path}: {what}{where}{')' if where else ''}")
+        self.path = path
+        self.session_id = session_id
+        self.seq = seq
 
 
 class LogReadOnlyError(LogError):
@@ -237,6 +296,12 @@ class WorkspaceError(BafError):
 
 class PathEscapeError(WorkspaceError):
     """A path that would reach outside the workspace root."""
+
+
+class ResumeError(BafError):
+    """A reasoning loop interrupted by a crash could not be resumed from its records: run again over
+    them, it wrote something other than what it had written before (its code or configuration changed).
+    The step is closed with this error, and the user is told something went wrong."""
 
 
 class PatternError(BafError):

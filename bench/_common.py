@@ -30,7 +30,7 @@ from baf.log.record import Record
 from baf.log.sqlite import DURABILITY_MODES, INSERT_SQL, SCHEMA, SQLiteLog
 from baf.platforms.base import Platform
 
-Row = tuple[str, int, float, str, int, str]
+Row = tuple[str, int, float, str, int, str, int]  # as baf_records keeps it, checksum last
 
 
 def console() -> Console:
@@ -91,7 +91,8 @@ def rows_after(db: Path, position: int) -> list[Row]:
     conn = sqlite3.connect(db)
     try:
         rows = conn.execute(
-            "SELECT session_id, seq, ts, kind, version, data FROM baf_records WHERE position > ? ORDER BY position",
+            "SELECT session_id, seq, ts, kind, version, data, checksum FROM baf_records WHERE position > ? "
+            "ORDER BY position",
             (position,),
         ).fetchall()
     finally:
@@ -147,7 +148,7 @@ async def raw_insert_seconds(
         started = time.perf_counter()
         for chunk in chunks:
             if one_statement and len(chunk) <= _ROWS_PER_STATEMENT:
-                sql = INSERT_SQL + ", (?, ?, ?, ?, ?, ?)" * (len(chunk) - 1)
+                sql = INSERT_SQL + ", (?, ?, ?, ?, ?, ?, ?)" * (len(chunk) - 1)
                 await conn.execute(sql, [value for row in chunk for value in row])
             elif one_statement:
                 await conn.execute("BEGIN IMMEDIATE")
@@ -174,7 +175,7 @@ async def store_replay_seconds(rows: Sequence[Row], commits: int, durability: st
         batches: list[list[list[Record]]] = []
         for chunk in split(rows, commits):
             per_session: dict[str, list[Record]] = {}
-            for session_id, seq, ts, kind, version, data in chunk:
+            for session_id, seq, ts, kind, version, data, _ in chunk:
                 record = Record(session_id, seq, kind, json.loads(data), ts, version)
                 per_session.setdefault(session_id, []).append(record)
             batches.append(list(per_session.values()))

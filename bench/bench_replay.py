@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rich.console import Console
 
+from baf.log.checksum import record_checksum
 from baf.log.projection import project
 from baf.log.sqlite import INSERT_SQL, SCHEMA, SQLiteLog
 from baf.replay.commands import ReplayOptions, replay
@@ -103,7 +104,7 @@ def build_log(path: Path, records: int) -> list[str]:
                 yield (session, seq, now + seq * 1e-4, kind, 1, data)
 
         with db:
-            db.executemany(INSERT_SQL, ((s, q, t, k, v, d) for s, q, t, k, v, d in rows()))
+            db.executemany(INSERT_SQL, ((*row, record_checksum(*row)) for row in rows()))
         written += size
     db.close()
     return sessions

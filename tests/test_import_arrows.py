@@ -68,6 +68,13 @@ EXCEPTIONS: dict[tuple[str, str], Allowed] = {
     ("baf.core.agent", "baf.platforms.telegram"): Allowed(
         "Agent.use_telegram_platform: the same convenience for the Telegram platform (the 'telegram' extra)"
     ),
+    ("baf.core.agent", "baf.platforms.a2a"): Allowed(
+        "Agent.use_a2a_platform: the same convenience for the A2A server platform (the 'a2a' extra)"
+    ),
+    ("baf.core.agent", "baf.reasoning.a2a"): Allowed(
+        "Agent.add_a2a_agent: a convenience that builds the A2A client tool (a plain Tool) and registers it "
+        "as any tool; imported in the method, so the core loads without the 'a2a' extra"
+    ),
     ("baf.core.agent", "baf.reasoning.mcp"): Allowed(
         "Agent.add_mcp_server: a convenience that builds the MCP toolset and attaches it as any toolset; "
         "imported in the method (and for its return type)"
@@ -75,6 +82,10 @@ EXCEPTIONS: dict[tuple[str, str], Allowed] = {
     ("baf.testing.platform_contract", "baf.library.state.reasoning_state_library"): Allowed(
         "the platform contract kit drives the real reasoning body to check that a platform shows its "
         "steps and task lists; imported in that one test, so the kit loads without the library"
+    ),
+    ("baf.serve.process", "baf.cli"): Allowed(
+        "a baf serve worker process loads the agent file exactly as baf run does (a Python file or a YAML "
+        "agent), through the one loader the CLI has; imported in the worker's entry function"
     ),
     ("baf.core.intent_routing", "baf.reasoning.effects"): Allowed(
         "a re-run serves each intent prediction from the log through the current effect source, the one "

@@ -43,3 +43,42 @@ def test_error_tree_is_drawn_with_every_error() -> None:
     for name in errors.__all__:
         assert name in (errors.__doc__ or ""), f"{name} missing from the drawing"
         assert issubclass(getattr(errors, name), errors.BafError)
+
+
+def _all_modules() -> list[str]:
+    import pkgutil
+
+    return ["baf", *(m.name for m in pkgutil.walk_packages(baf.__path__, "baf."))]
+
+
+@pytest.mark.parametrize("module_name", _all_modules())
+def test_all_lists_exactly_the_public_names(module_name: str) -> None:
+    """Both directions, as httpx checks its own: every name in ``__all__`` resolves (with a docstring if
+    it is a function or class), and every public function or class a module defines is in ``__all__``."""
+    import inspect
+
+    module = importlib.import_module(module_name)
+    listed = getattr(module, "__all__", None)
+    defined = sorted(
+        name for name, value in vars(module).items()
+        if not name.startswith("_") and (inspect.isfunction(value) or inspect.isclass(value))
+        and value.__module__ == module_name
+    )  # fmt: skip
+    if listed is None:
+        assert not defined, f"{module_name} defines {defined} but has no __all__"
+        return
+    for name in listed:
+        value = getattr(module, name)  # AttributeError: listed but not there
+        if inspect.isfunction(value) or inspect.isclass(value):
+            assert value.__doc__, f"{module_name}.{name} has no docstring"
+    assert not set(defined) - set(listed), f"{module_name}: public but not in __all__: {set(defined) - set(listed)}"
+    assert len(set(listed)) == len(listed), f"{module_name}: __all__ repeats a name"
+
+
+def test_missing_sessions_and_broken_invariants_have_their_own_errors() -> None:
+    from baf import errors
+
+    assert issubclass(errors.SessionNotFoundError, errors.BafError) and issubclass(errors.SessionNotFoundError,
+                                                                                   LookupError)  # fmt: skip
+    assert issubclass(errors.InvariantError, errors.BafError) and issubclass(errors.InvariantError, RuntimeError)
+    assert str(errors.SessionNotFoundError("s9")) == "session 's9' has no records in this log"

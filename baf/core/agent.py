@@ -21,16 +21,17 @@ from typing import TYPE_CHECKING, Any, overload
 
 import yaml
 
-from baf.core.events import Event, ReceiveTextEvent
+from baf.core.cache import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSIONS
+from baf.core.events import Event
 from baf.core.hooks import HookChain, StepHooks
 from baf.core.intent import Intent, IntentParameter
 from baf.core.intent_classifier import IntentClassifier, WordOverlapClassifier
-from baf.core.runtime import STOP_GRACE_PERIOD, Runtime, is_running
+from baf.core.runtime import DEFAULT_SNAPSHOT_EVERY, STOP_GRACE_PERIOD, Runtime, is_running
 from baf.core.session import Session
 from baf.core.state import State
 from baf.errors import ConfigurationError
 from baf.log import SessionLog, open_log
-from baf.log.redaction import Redactor
+from baf.log.redaction import Redactor, log_exception
 from baf.reasoning.skill import Skill
 from baf.reasoning.tool import Tool
 from baf.reasoning.toolset import Toolset
@@ -38,6 +39,7 @@ from baf.reasoning.workspace import Workspace
 
 if TYPE_CHECKING:
     from baf.core.platform import Platform
+    from baf.platforms.a2a import A2APlatform
     from baf.platforms.telegram import TelegramPlatform
     from baf.platforms.terminal import TerminalPlatform
     from baf.platforms.websocket import WebSocketPlatform
@@ -53,11 +55,23 @@ class Agent:
 
     ``log`` is a URL (``sqlite:///baf.db``, ``sqlite:///baf.db?durability=full``, ``memory://``) or a
     :class:`~baf.log.SessionLog`. ``max_body_threads`` bounds how many synchronous bodies and tools run
-    at once in worker threads. Both configure the runtime the agent starts for itself (:meth:`start`);
-    a :class:`~baf.core.runtime.Runtime` built directly may be given others.
+    at once in worker threads. Idle sessions are dropped from memory beyond ``max_sessions``, or after
+    ``session_idle_seconds`` unused, and loaded again from the log on their next use; a session gets a
+    snapshot record every ``snapshot_every`` records (``None``: never) so it loads in bounded time.
+    These configure the runtime the agent starts for itself (:meth:`start`); a
+    :class:`~baf.core.runtime.Runtime` built directly defaults to them and may be given others.
     """
 
-    def __init__(self, name: str, log: str | SessionLog = "sqlite:///baf.db", *, max_body_threads: int = 64) -> None:
+    def __init__(
+        self,
+        name: str,
+        log: str | SessionLog = "sqlite:///baf.db",
+        *,
+        max_body_threads: int = 64,
+        max_sessions: int = DEFAULT_MAX_SESSIONS,
+        session_idle_seconds: float = DEFAULT_IDLE_SECONDS,
+        snapshot_every: int | None = DEFAULT_SNAPSHOT_EVERY,
+    ) -> None:
         if not name:
             raise ConfigurationError("an agent needs a name")
         self.name = name
@@ -65,6 +79,12 @@ class Agent:
         self.log: SessionLog = open_log(log)
         #: How many sync bodies (and, apart, sync tools) the agent's own runtime runs at once.
         self.max_body_threads = max_body_threads
+        #: Idle sessions a runtime keeps in memory (least recently used dropped first).
+        self.max_sessions = max_sessions
+        #: Seconds an unused session stays in memory.
+        self.session_idle_seconds = session_idle_seconds
+        #: Records between a session's snapshots (``None``: no snapshots).
+        self.snapshot_every = snapshot_every
         self._states: dict[str, State] = {}
         self._platforms: list[Platform] = []
         self._properties: dict[str, Any] = {}
@@ -246,6 +266,15 @@ class Agent:
         self.add_platform(platform)
         return platform
 
+    def use_a2a_platform(self, host: str = "127.0.0.1", port: int = 9000, **options: Any) -> A2APlatform:
+        """Serve the agent over A2A (the ``a2a`` extra: ``pip install 'baf[a2a]'``); options as for
+        :class:`~baf.platforms.a2a.A2APlatform`."""
+        from baf.platforms.a2a import A2APlatform
+
+        platform = A2APlatform(host, port, **options)
+        self.add_platform(platform)
+        return platform
+
     @property
     def platforms(self) -> tuple[Platform, ...]:
         """The attached platforms."""
@@ -310,6 +339,13 @@ class Agent:
                                      f"toolset {owner.name!r}; rename the tool")  # fmt: skip
         self._tools[tool.name] = tool
         return tool
+
+    def add_a2a_agent(self, url: str, name: str, **options: Any) -> Tool:
+        """Make the A2A agent served at ``url`` a tool called ``name`` (the ``a2a`` extra); options
+        (``description``, ``timeout``, ``headers``) as for :func:`~baf.reasoning.a2a.a2a_agent_tool`."""
+        from baf.reasoning.a2a import a2a_agent_tool
+
+        return self.add_tool(a2a_agent_tool(url, name, **options))
 
     def add_mcp_server(self, name: str, command: list[str] | None = None, **options: Any) -> MCPToolset:
         """Offer the tools of an MCP server (the ``mcp`` extra): a stdio server started with ``command``
@@ -461,13 +497,16 @@ class Agent:
         """The sessions the agent's runtime holds in memory now, by id, read-only."""
         return self._require_runtime().sessions
 
-    async def start(self) -> None:
+    async def start(self, runtime: Runtime | None = None) -> None:
         """Start a runtime for the agent over its ``log`` (see :class:`~baf.core.runtime.Runtime`), then
-        the platforms."""
+        the platforms. ``runtime`` starts that one instead (built for this agent, not started yet): how
+        ``baf.serve`` runs the agent as one worker among many."""
         if self._runtime is not None:
             return
         _ = self.initial_state  # fail early with a clear message
-        runtime = Runtime(self, self.log, max_body_threads=self.max_body_threads)
+        if runtime is not None and runtime.agent is not self:
+            raise ConfigurationError(f"that runtime runs agent {runtime.agent.name!r}, not {self.name!r}")
+        runtime = runtime or Runtime(self, self.log, max_body_threads=self.max_body_threads)
         self._runtime = runtime
         try:
             await runtime.start()
@@ -492,7 +531,7 @@ class Agent:
                 try:
                     await platform.stop()
                 except Exception:
-                    logger.exception("platform %s failed to stop", platform.name)
+                    log_exception(logger, self.redactor, "platform %s failed to stop", platform.name)
             await runtime.stop()
         finally:
             self._stopping = None
@@ -606,9 +645,7 @@ class Agent:
 
     async def receive_message(self, session_id: str, text: str, platform: Platform | None = None) -> Session:
         """Deliver a text message and wait until it, and everything it caused, has been processed."""
-        done = await self.receive_event(ReceiveTextEvent(session_id, message=text), platform)
-        await done
-        return self._require_runtime().sessions[session_id]
+        return await self._require_runtime().receive_message(session_id, text, platform)
 
     async def continue_session(self, session_id: str) -> Session:
         """Continue a fork: handle the messages it holds, and wait until they are handled.
@@ -620,7 +657,7 @@ class Agent:
         """
         done = await self._require_runtime().continue_session(session_id)
         await done
-        return self._require_runtime().sessions[session_id]
+        return await self._require_runtime().get_or_create(session_id)
 
     async def wait_idle(self, session_id: str | None = None) -> None:
         """Wait until a session (or every session) has handled everything queued for it."""

@@ -42,6 +42,10 @@ logger = logging.getLogger("baf.session")
 _T = TypeVar("_T")
 
 
+#: At most this many replies wait for a platform to attach (see ``LiveSession.attach_platform``).
+_PARKED_LIMIT = 1000
+
+
 def _retrieve_exception(future: asyncio.Future[None]) -> None:
     if not future.cancelled():
         future.exception()
@@ -57,6 +61,13 @@ class LiveSession:
         self.writer = writer
         #: The platform the session's replies go to (``None``: replies are recorded, not sent).
         self.platform = platform
+        #: The session's last seq in the log when this runtime loaded it (0: it started here), and whether
+        #: it then had work a restart takes up (a step to resume or close, messages not yet handled).
+        self.loaded_upto = writer.projection.last_seq
+        projection = writer.projection
+        self.loaded_with_work = bool(self.loaded_upto) and (
+            projection.open_step is not None or bool(projection.unstarted)
+        )
         #: The event being handled, or ``None`` while a state is entered without one.
         self.event: Event | None = None
         #: The seq of the ``message_received`` record of :attr:`event`.
@@ -65,9 +76,18 @@ class LiveSession:
         self.fired_transition: Transition | None = None
         #: The model object the ``transitions`` machine moves between states.
         self.machine_model: Any = None
+        #: The seq of the session's latest snapshot record (0: none) as far as this runtime knows.
+        self.snapshot_seq = 0
         self._loop = asyncio.get_running_loop()
-        self._outbox: deque[Callable[[], Awaitable[None]]] = deque()
+        # Sends waiting for the next commit, each with the seq of the record it delivers: the newest one
+        # when it was queued (a send is queued right after its record).
+        self._outbox: deque[tuple[Callable[[], Awaitable[None]], int | None]] = deque()
+        self._delivery_seq: int | None = None
         self._commit_lock = asyncio.Lock()
+        # Replies and error messages for this session's platform made while none was attached (a restart
+        # handles recorded messages before the platform that serves the session asks for it): sent, in
+        # order, once one is (see attach_platform). Bounded: the log keeps them all anyway.
+        self._parked: deque[tuple[str, tuple[Any, ...], int | None]] = deque(maxlen=_PARKED_LIMIT)
         #: What bodies, conditions, hooks and platforms are given.
         self.session = Session(self)
 
@@ -133,12 +153,12 @@ class LiveSession:
         A failing ``send`` is recorded as an error and does not stop the session.
         """
         if self.in_loop_thread():
-            self._outbox.append(send)
+            self._outbox.append((send, self.projection.last_seq))
             task = asyncio.ensure_future(self.commit())
             # The engine's own commit at the end of the step re-raises a failure; this one may go unawaited.
             task.add_done_callback(_retrieve_exception)
             return Delivery(task)
-        self.run_in_loop(functools.partial(self._enqueue_and_commit, send))
+        self.run_in_loop(functools.partial(self._enqueue_and_commit, send, self.projection.last_seq))
         return Delivery(None)
 
     def record_and_send(self, kind: str, data: dict[str, Any], send: Callable[[], Awaitable[None]]) -> Delivery:
@@ -160,15 +180,47 @@ class LiveSession:
 
     def queue_after_commit(self, send: Callable[[], Awaitable[None]]) -> None:
         """Like :meth:`after_commit`, without starting a commit: ``send`` runs at the next one."""
-        self._outbox.append(send)
+        self._outbox.append((send, self.projection.last_seq))
 
     def queue_platform_call(self, method: str, *args: Any) -> None:
         """Queue ``platform.<method>(session, *args)`` for the next commit, as :meth:`queue_after_commit`
         does; nothing if the platform has no such method (streaming is optional for a platform). The
         agent's secrets are redacted from ``args``, as from the records."""
+        if self.platform is None and method == "reply_error" and self.projection.platform is not None:
+            shown = self.redacted(args)
+
+            async def deliver_or_park() -> None:
+                if self.platform is not None:
+                    await self.platform.reply_error(self.session, *shown)
+                else:
+                    self.park(method, shown)
+
+            self._outbox.append((deliver_or_park, self.projection.last_seq))
+            return
         send = getattr(self.platform, method, None)
         if send is not None:
-            self._outbox.append(functools.partial(send, self.session, *self.redacted(args)))
+            self._outbox.append((functools.partial(send, self.session, *self.redacted(args)), self.projection.last_seq))
+
+    def park(self, method: str, args: tuple[Any, ...]) -> None:
+        """Keep ``platform.<method>(session, *args)`` (a reply, an error message; redacted) for the
+        platform this session has but that is not attached yet: :meth:`attach_platform` sends it."""
+        self._parked.append((method, args, self._delivery_seq))
+
+    def attach_platform(self, platform: Platform) -> None:
+        """Serve this session on ``platform`` from now on. Replies and error messages made while it had
+        no platform (a restart handling recorded messages before the platform asked for the session)
+        are sent to it first, in order, before what is queued for delivery now (that came later)."""
+        self.platform = platform
+        if not self._parked:
+            return
+        parked = [(getattr(platform, method, None), args, seq) for method, args, seq in self._parked]
+        self._parked.clear()
+        self._outbox.extendleft(
+            (functools.partial(send, self.session, *args), seq)
+            for send, args, seq in reversed(parked)
+            if send is not None
+        )
+        asyncio.ensure_future(self.commit()).add_done_callback(_retrieve_exception)
 
     def redacted(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
         """``args`` with the agent's secrets replaced in strings, containers and dataclasses (a
@@ -178,9 +230,16 @@ class LiveSession:
             return args
         return tuple(arg if isinstance(arg, bytes | bytearray) else redactor.redact(arg) for arg in args)
 
-    async def _enqueue_and_commit(self, send: Callable[[], Awaitable[None]]) -> None:
-        self._outbox.append(send)
+    async def _enqueue_and_commit(self, send: Callable[[], Awaitable[None]], seq: int | None = None) -> None:
+        self._outbox.append((send, self.projection.last_seq if seq is None else seq))
         await self.commit()
+
+    @property
+    def delivery_seq(self) -> int | None:
+        """While a send queued for after a commit runs (a reply, a streamed reasoning step, a task list, an
+        error shown to the user): the seq of the record it delivers; ``None`` otherwise. Platforms put it on
+        the wire, so a client that reconnects can ask for what came after the last seq it saw."""
+        return self._delivery_seq
 
     async def commit(self) -> None:
         """Make all records durable, then run the sends waiting for that, in order."""
@@ -193,12 +252,14 @@ class LiveSession:
             ready = len(self._outbox)
             await self.writer.flush()
             for _ in range(ready):
-                send = self._outbox.popleft()
+                send, self._delivery_seq = self._outbox.popleft()
                 try:
                     await send()
                 except Exception as exc:
                     self.report_error("delivery to the platform failed", "platform", exc)
                     await self.writer.flush()
+                finally:
+                    self._delivery_seq = None
         finally:
             lock.release()
 
@@ -225,9 +286,9 @@ class LiveSession:
         return self.writer.has_pending
 
     @property
-    def idle(self) -> bool:
-        """Nothing recorded and not yet durable, and no send waiting: dropping it loses nothing."""
-        return not self.writer.has_pending and not self._outbox and not self._commit_lock.locked()
+    def settled(self) -> bool:
+        """Every record durable, no append under way, no send waiting: dropping it loses nothing."""
+        return self.writer.settled and not self._outbox and not self._commit_lock.locked()
 
     # -- threads --------------------------------------------------------------------------------
 
@@ -283,9 +344,10 @@ class LiveSession:
     def _closed_error(self) -> LogClosedError:
         return LogClosedError(f"session {self.id!r} is closed: the agent stopped; this was not recorded nor sent")
 
-    def close(self) -> None:
-        """The runtime stopped: refuse new records (from a body thread it abandoned); flushing goes on."""
-        self.writer.close()
+    def close(self, because: str = "the agent stopped") -> None:
+        """Refuse new records (from a body thread the runtime abandoned, or a caller still holding the
+        session after it was dropped from memory); flushing goes on."""
+        self.writer.close(because)
 
 
 def _copy_outcome(target: concurrent.futures.Future[None], task: asyncio.Future[None]) -> None:

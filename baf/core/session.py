@@ -181,6 +181,8 @@ class Session:
         async def deliver() -> None:
             if live.platform is not None:
                 await getattr(live.platform, method)(self, *shown)
+            elif live.projection.platform is not None:
+                live.park(method, shown)  # the session has a platform, not attached yet
 
         return live.record_and_send(RecordKind.REPLY, data, deliver)
 

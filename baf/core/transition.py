@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from baf.core.session import Session
     from baf.core.state import State
 
-__all__ = ["Condition", "Transition", "TransitionBuilder", "variable_condition"]
+__all__ = ["Condition", "Transition", "TransitionBuilder", "file_condition", "variable_condition"]
 
 #: A condition receives the session and returns a bool (or an awaitable of one).
 Condition = Callable[["Session"], "bool | Awaitable[bool]"]

@@ -9,8 +9,9 @@ from typing import Any
 
 from baf.errors import LogClosedError, LogError
 from baf.log.projection import SessionProjection
-from baf.log.record import CURRENT_VERSION, Record, build_record
+from baf.log.record import CURRENT_VERSION, Record, RecordKind, build_record
 from baf.log.redaction import Redactor
+from baf.log.snapshot import snapshot_data
 from baf.log.store import SessionLog
 
 __all__ = ["SessionWriter"]
@@ -30,10 +31,13 @@ class SessionWriter:
         self.projection = projection
         self._redactor = redactor
         self._pending: list[Record] = []
+        # Inbox rows (a worker's store, see baf.log.postgres_inbox) the next flush consumes atomically.
+        self._consumes: list[int] = []
         # Sync bodies run in worker threads and record from there, racing the event loop.
         self._lock = threading.Lock()
         self._tail: asyncio.Future[None] | None = None
         self._closed = False
+        self._closed_because = "the agent stopped"
 
     def record(self, kind: str, data: dict[str, Any]) -> Record:
         """Buffer a new record and fold it into the projection. Not durable until :meth:`flush`.
@@ -43,7 +47,7 @@ class SessionWriter:
         with self._lock:
             if self._closed:
                 raise LogClosedError(
-                    f"session {self.projection.session_id!r} is closed: the agent stopped, so this "
+                    f"session {self.projection.session_id!r} is closed: {self._closed_because}, so this "
                     f"{kind} record was not written"
                 )
             projection = self.projection
@@ -54,15 +58,47 @@ class SessionWriter:
             self._pending.append(record)
         return record
 
-    def close(self) -> None:
-        """Refuse new records from now on; :meth:`flush` still writes those recorded before."""
+    def record_snapshot(self) -> Record:
+        """Buffer a ``snapshot`` record of the projection as it is now (see ``baf.log.snapshot``).
+
+        Made under the lock, so no record from a body thread can slip between the state it holds and
+        its seq. Not redacted again: the state is made of records that were.
+        """
+        with self._lock:
+            projection = self.projection
+            data = snapshot_data(projection)
+            seq = projection.last_seq + 1
+            ts = time.time()
+            record = build_record(projection.session_id, seq, RecordKind.SNAPSHOT, data, ts, CURRENT_VERSION)
+            projection.apply_fields(seq, ts, RecordKind.SNAPSHOT, data)
+            self._pending.append(record)
+        return record
+
+    def close(self, because: str = "the agent stopped") -> None:
+        """Refuse new records from now on (``because`` says why, in the error); :meth:`flush` still
+        writes those recorded before."""
         with self._lock:
             self._closed = True
+            self._closed_because = because
 
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""
         return self._closed
+
+    def consume_inbox(self, inbox_id: int) -> None:
+        """Delete inbox row ``inbox_id`` in the same transaction as the next flush's records (the
+        message that row carried, recorded just before): it moves into the log exactly once. Only for a
+        store with an inbox (``PostgresLog.append_consuming``)."""
+        if not hasattr(self.log, "append_consuming"):
+            raise TypeError(f"{type(self.log).__name__} has no inbox to consume from")
+        with self._lock:
+            self._consumes.append(inbox_id)
+
+    @property
+    def settled(self) -> bool:
+        """Whether every record is durable: none waiting for a flush, no append under way."""
+        return not self._pending and (self._tail is None or self._tail.done())
 
     @property
     def has_pending(self) -> bool:
@@ -78,6 +114,11 @@ class SessionWriter:
         """Make every record recorded so far durable."""
         with self._lock:
             batch, self._pending = self._pending, []
+            consumes, self._consumes = self._consumes, []
+        if consumes:
+            # Rare (a worker taking a message from its inbox): the plain chained path, with the row ids.
+            await self._chain(self._append_consuming(self._tail, batch, consumes))
+            return
         previous = self._tail
         if batch and (previous is None or previous.done()):
             await self._append_inline(previous, batch)
@@ -88,6 +129,23 @@ class SessionWriter:
         if tail is not None:
             # Shielded: a cancelled caller must not cancel an append other callers wait on.
             await asyncio.shield(tail)
+
+    async def _chain(self, append: Any) -> None:
+        self._tail = asyncio.ensure_future(append)
+        await asyncio.shield(self._tail)
+
+    async def _append_consuming(
+        self, previous: asyncio.Future[None] | None, batch: list[Record], consumes: list[int]
+    ) -> None:
+        if previous is not None:
+            await asyncio.shield(previous)  # never leave a gap behind a failed append
+        try:
+            await self.log.append_consuming(batch, self.projection.session_id, consumes)  # type: ignore[attr-defined]
+        except Exception as exc:
+            failure = _log_error(batch, exc) if batch else exc
+            if failure is exc:
+                raise
+            raise failure from exc
 
     async def _append_inline(self, previous: asyncio.Future[None] | None, batch: list[Record]) -> None:
         """Nothing in flight: append in the caller's task (a task and a shield per flush cost a sixth
@@ -136,8 +194,7 @@ def _log_error(batch: list[Record], exc: BaseException) -> LogError:
     first, last = batch[0], batch[-1]
     if isinstance(exc, Exception):
         return LogError(
-            f"session {first.session_id!r}: appending seq {first.seq}..{last.seq} failed: "
-            f"{type(exc).__name__}: {exc}"
+            f"session {first.session_id!r}: appending seq {first.seq}..{last.seq} failed: {type(exc).__name__}: {exc}"
         )
     return LogError(
         f"session {first.session_id!r}: the append of seq {first.seq}..{last.seq} was "

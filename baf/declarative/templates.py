@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from baf.core.session import Session
 
-__all__ = ["CompiledTemplate", "compile_expression", "compile_template", "template_context"]
+__all__ = ["CompiledTemplate", "compile_expression", "compile_template", "environment", "template_context"]
 
 
 def _environment() -> Any:

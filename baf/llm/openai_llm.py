@@ -50,7 +50,7 @@ from baf.errors import (
     LLMTimeoutError,
 )
 from baf.llm.base import LLM, LLMResponse, ToolCall, Usage
-from baf.log.redaction import register_secret
+from baf.log.redaction import MIN_SECRET_LENGTH, register_secret
 
 __all__ = ["LLMOpenAI"]
 
@@ -373,8 +373,9 @@ class LLMOpenAI(LLM):
         )
 
     def _redact(self, text: str) -> str:
-        # The placeholder is no secret, and very short keys would garble unrelated text.
-        if self._api_key != PLACEHOLDER_API_KEY and len(self._api_key) >= 4:
+        # The placeholder is no secret, and short keys would garble unrelated text: one rule with the
+        # redaction of records (register_secret), so what one masks the other does too.
+        if self._api_key != PLACEHOLDER_API_KEY and len(self._api_key) >= MIN_SECRET_LENGTH:
             return text.replace(self._api_key, _REDACTED)
         return text
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from baf.errors import LogClosedError, LogConflictError
 from baf.log.jsontext import decode_json, encode_json
 from baf.log.record import Record, RecordKind
-from baf.log.store import SessionLog, check_appendable
+from baf.log.store import SessionLog, check_appendable, missing_record
 from baf.log.upcast import upcast
 from baf.log.work import IDLE, WORK_KINDS, WorkStatus, work_after
 
@@ -76,10 +76,12 @@ class MemoryLog(SessionLog):
         self._check_open()
         bucket = self._records.get(session_id, [])
         start = bisect.bisect_right(bucket, after_seq, key=lambda e: e[0])
-        return [
-            upcast(Record(session_id, seq, kind, decode_json(text), ts, version))
-            for seq, kind, ts, version, text in bucket[start:]
-        ]
+        records = []
+        for expected, (seq, kind, ts, version, text) in enumerate(bucket[start:], after_seq + 1):
+            if seq != expected:
+                raise missing_record(session_id, expected, seq)
+            records.append(upcast(Record(session_id, seq, kind, decode_json(text), ts, version)))
+        return records
 
     async def sessions(self) -> list[str]:
         self._check_open()

@@ -72,6 +72,18 @@ class Inbox:
             )
         return [_message(session_id, int(row[0]), row[1]) for row in rows]
 
+    async def sessions_with_mail(self, session_ids: list[str]) -> list[str]:
+        """Which of ``session_ids`` have messages waiting (oldest first)."""
+        if not session_ids:
+            return []
+        async with self._log.pool.acquire() as connection:
+            rows = await connection.fetch(
+                "SELECT session_id FROM baf_inbox WHERE session_id = ANY($1::text[]) "
+                "GROUP BY session_id ORDER BY min(id)",
+                session_ids,
+            )
+        return [row[0] for row in rows]
+
     async def listen(self, on_session: Callable[[str, str], None]) -> Callable[[], Any]:
         """Call ``on_session(channel, session_id)`` for every notification on the inbox and records
         channels; return an async ``stop()``. One connection of its own, outside the pool."""

@@ -68,7 +68,10 @@ class Leases:
     async def acquire(self, session_id: str) -> int | None:
         """Take ``session_id``'s lease if it is free, expired or already ours; return its epoch, or ``None``
         when another worker holds it. On success the store is fenced with the epoch."""
-        async with self._log.pool.acquire() as connection:
+        async with self._log.pool.acquire() as connection, connection.transaction():
+            # FOR UPDATE first: a takeover waits for the appends checking the old epoch (FOR KEY SHARE),
+            # so none of them can commit after the epoch changed.
+            await connection.execute("SELECT 1 FROM baf_leases WHERE session_id = $1 FOR UPDATE", session_id)
             epoch = await connection.fetchval(_ACQUIRE, session_id, self.worker_id, self.ttl)
         if epoch is None:
             return None
@@ -89,6 +92,27 @@ class Leases:
                 self.worker_id,
                 epoch,
             )
+
+    async def release_all(self, held: dict[str, int]) -> None:
+        """Give up every lease in ``held`` (session -> epoch) and remove this worker's row, on a connection
+        of its own: the store may be closed already (a worker stopping after its runtime)."""
+        import asyncpg
+
+        for session_id in held:
+            self._log.unfence(session_id)
+        connection = await asyncpg.connect(self._log.dsn)
+        try:
+            await connection.execute(
+                "UPDATE baf_leases l SET expires_at = now() - interval '1 second' "
+                "FROM unnest($1::text[], $2::bigint[]) AS f(s, e) "
+                "WHERE l.session_id = f.s AND l.epoch = f.e AND l.owner = $3",
+                list(held),
+                list(held.values()),
+                self.worker_id,
+            )
+            await connection.execute("DELETE FROM baf_workers WHERE worker_id = $1", self.worker_id)
+        finally:
+            await connection.close()
 
     async def heartbeat(self) -> list[str]:
         """Renew this worker's row and every lease it still holds; return (and unfence) the sessions lost.

@@ -29,9 +29,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import logging
 import os
 import re
+import sys
 import threading
+import traceback
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
@@ -44,6 +47,7 @@ __all__ = [
     "REDACTED",
     "SECRET_ENV_SUFFIXES",
     "Redactor",
+    "log_exception",
     "register_secret",
     "registered_secrets",
 ]
@@ -76,6 +80,18 @@ def register_secret(value: str | None) -> None:
         if value not in _registry:
             _registry.add(value)
             _registry_version += 1
+
+
+def log_exception(logger: logging.Logger, redactor: Redactor | None, message: str, *args: object) -> None:
+    """``logger.exception(message, *args)`` with the exception's text and traceback redacted.
+
+    Call it in an ``except`` block, as ``logger.exception``. An exception's message often quotes what
+    was being handled (a request, a URL with a token): what it logs goes through ``redactor`` (the
+    agent's, or the process-wide secrets alone when ``None``), as the records do.
+    """
+    exc = sys.exc_info()[1]
+    shown = (redactor or Redactor()).redact_text("".join(traceback.format_exception(exc)) if exc else "")
+    logger.error(f"{message}\n%s", *args, shown.rstrip("\n"))
 
 
 def registered_secrets() -> frozenset[str]:

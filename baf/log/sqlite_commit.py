@@ -23,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 from baf.errors import LogConflictError, LogError
+from baf.log.sqlite_codec import Row
 from baf.log.work import IDLE, WORK_KINDS, WorkStatus, work_after
 
 __all__ = [
@@ -38,8 +39,6 @@ __all__ = [
     "update_work",
 ]
 
-#: One encoded row of ``baf_records``: (session_id, seq, ts, kind, version, data as JSON text).
-Row = tuple[str, int, float, str, int, str]
 #: A record that may change its session's work status (``baf.log.work``): (session_id, kind, seq, data).
 Mark = tuple[str, str, int, dict[str, Any]]
 
@@ -48,14 +47,16 @@ _WORK_SQL: Final = "SELECT status FROM baf_work WHERE session_id = ?"
 SET_WORK_SQL: Final = "INSERT OR REPLACE INTO baf_work (session_id, status, unfinished) VALUES (?, ?, ?)"
 _CLEAR_WORK_SQL: Final = "DELETE FROM baf_work WHERE session_id = ?"
 
-INSERT_SQL: Final = "INSERT INTO baf_records (session_id, seq, ts, kind, version, data) VALUES (?, ?, ?, ?, ?, ?)"
+INSERT_SQL: Final = (
+    "INSERT INTO baf_records (session_id, seq, ts, kind, version, data, checksum) VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
 #: Registers a session in ``baf_sessions``; a no-op for a session already there (another writer's).
 REGISTER_SQL: Final = "INSERT OR IGNORE INTO baf_sessions (session_id) VALUES (?)"
 
 #: Rows per multi-row ``INSERT``: a larger group is inserted in statements of at most this many rows.
 #: Compiling a statement costs about as much as running it, and SQLite compiles each distinct row count
 #: once per connection, so the counts are kept few (each stays in the connection's statement cache);
-#: 64 rows take 384 parameters, under the limit of any SQLite (999 before 3.32).
+#: 64 rows take 448 parameters, under the limit of any SQLite (999 before 3.32).
 ROWS_PER_STATEMENT: Final = 64
 
 # Keys per conflict lookup: 2 parameters each, under SQLite's oldest default limit of 999.
@@ -67,7 +68,7 @@ _SQLITE_LOCKED: Final = 6
 @functools.lru_cache(maxsize=ROWS_PER_STATEMENT)
 def _insert_many_sql(rows: int) -> str:
     """``INSERT`` of ``rows`` rows in one statement (cached: the common sizes repeat)."""
-    return INSERT_SQL + ", (?, ?, ?, ?, ?, ?)" * (rows - 1)
+    return INSERT_SQL + ", (?, ?, ?, ?, ?, ?, ?)" * (rows - 1)
 
 
 def is_busy(error: BaseException) -> bool:

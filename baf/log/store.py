@@ -6,8 +6,12 @@ A store keeps these guarantees (the contract suite in ``baf.testing.store_contra
 2. ``(session_id, seq)`` is unique. An append that reuses one (also twice within one call) raises
    ``LogConflictError`` and writes nothing; an existing record is never overwritten. ``seq`` is >= 1.
 3. ``read`` returns a session's records in ``seq`` order, exactly as appended (kind, data, ts, version).
-4. A record that cannot be decoded raises ``CorruptRecordError`` naming its session and seq; nothing is
-   skipped silently.
+   A session's seqs have no gaps: a read that finds one (``read(s, after_seq=k)`` must start at
+   ``k + 1``, and go on one by one) raises ``CorruptRecordError`` naming the session and the missing seq.
+4. A record that cannot be decoded, or (in a store that keeps checksums) no longer matches its
+   checksum, raises ``CorruptRecordError`` naming its session and seq; nothing is skipped silently. A
+   failure of the storage itself (a damaged file, a disk error) raises a ``LogError`` naming the
+   store's file or database, and the session and seq where known (``LogStorageError``).
 5. ``sessions`` lists every session id that has at least one record, in order of first append.
 6. ``unfinished_sessions`` lists exactly the sessions with unfinished work by the rule of
    ``baf.log.work`` (one pure function every store uses), as of the last append; a store keeps it as
@@ -25,12 +29,12 @@ from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
 from typing import Self
 
-from baf.errors import CorruptSnapshotError, LogConflictError
+from baf.errors import CorruptRecordError, CorruptSnapshotError, LogConflictError
 from baf.log.projection import SessionProjection, project
 from baf.log.record import Record, RecordKind
 from baf.log.work import IDLE, WORK_KINDS, work_after
 
-__all__ = ["SessionLog", "check_appendable", "load_projection"]
+__all__ = ["SessionLog", "check_appendable", "load_projection", "missing_record"]
 
 logger = logging.getLogger("baf.log")
 
@@ -49,6 +53,14 @@ def check_appendable(records: Sequence[Record]) -> None:
         if key in seen:
             raise LogConflictError(record.session_id, record.seq)
         seen.add(key)
+
+
+def missing_record(session_id: str, expected: int, found: int) -> CorruptRecordError:
+    """The error for a read that expected seq ``expected`` next and found ``found``: a record is missing
+    from the middle of the session (seqs have no gaps, guarantee 3)."""
+    return CorruptRecordError(
+        session_id, expected, f"the record is missing: the session's records go from seq {expected - 1} to {found}"
+    )
 
 
 class SessionLog(abc.ABC):
@@ -118,6 +130,11 @@ class SessionLog(abc.ABC):
         records = await self.read(session_id, after_seq)
         for start in range(0, len(records), size):
             yield records[start : start + size]
+
+    async def check_storage(self) -> list[tuple[bool, str]]:
+        """The store's own checks of its storage, for ``baf check`` (``baf.log.check``): a list of
+        ``(is_damage, text)``, damage found or notes worth knowing. The default has none to make."""
+        return []
 
     async def start(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Open the store. Idempotent."""

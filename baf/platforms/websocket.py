@@ -30,9 +30,13 @@ Client → server:
     The session's history after seq ``N``, read from the log: answered with ``history``. As for a resume,
     it is read between the session's sends, so a view redrawn from it shows each record once.
 
-Server → client:
+Server → client (every live ``reply``, ``reasoning_step``, ``task_list`` and agent ``error`` frame carries
+``seq``, the seq of the log record it shows: a client that reconnects sends the last seq it saw as
+``after_seq`` and gets exactly what came after, nothing twice and nothing missed):
 
-``{"type": "welcome", "protocol": 1, "agent": NAME, "session_id": ID, "resume_token": TOKEN, "resumed": BOOL}``
+``{"type": "welcome", "protocol": 1, "agent": NAME, "session_id": ID, "resume_token": TOKEN, "resumed": BOOL,
+"examples": [...]}``
+    ``examples``: what the platform suggests asking (``examples=``); the UI shows them in an empty chat.
 ``{"type": "reply", "text": "...", "format": "markdown"}``
     Also ``{"type": "reply", "format": "file" | "image", "name", "mime_type", "data" (base64), "text"}`` and
     ``{"type": "reply", "format": "options", "text", "options": [...]}``.
@@ -59,8 +63,10 @@ Security
 
 - Session ids are made by the server. The resume token is the id and the time it was issued, with an
   HMAC-SHA256 of both under the platform's ``secret`` (compared in constant time), so a client can only
-  act on sessions it was given. Without a ``secret`` one is generated per process: tokens then do not
-  survive a restart.
+  act on sessions it was given. Without a ``secret``, one is made once and kept beside a file-backed log
+  (``baf.db.websocket-secret``, mode 0600; see :mod:`baf.platforms.secret_file`), so tokens, and with
+  them the browsers' conversations, survive a restart; with a log that has no file (memory) it lives as
+  long as the process. Whoever can read that file can resume any conversation of the log.
 - A token expires ``resume_token_ttl`` seconds after it was issued (default 7 days; ``None``: never).
   Every ``welcome`` carries a fresh token, so a client that keeps coming back keeps its session, and a
   token copied once stops working. Tokens cannot be revoked one by one: rotate the ``secret`` to
@@ -121,7 +127,9 @@ from baf.core.platform import Platform
 from baf.core.session import runtime_side
 from baf.errors import ConfigurationError
 from baf.log.record import Record, RecordKind
+from baf.log.redaction import Redactor, log_exception
 from baf.platforms.limits import ClientLimits, ConnectionBudget, RateLimiter
+from baf.platforms.secret_file import load_or_create_secret, secret_path_beside
 
 try:
     from websockets.asyncio.server import Server, ServerConnection, serve
@@ -157,6 +165,9 @@ _STATIC = {
     "/index.html": ("index.html", "text/html; charset=utf-8"),
     "/app.js": ("app.js", "text/javascript; charset=utf-8"),
     "/app.css": ("app.css", "text/css; charset=utf-8"),
+    # Vendored at pinned versions, with their licences beside them (web/vendor/README.md).
+    "/vendor/marked.umd.js": ("vendor/marked.umd.js", "text/javascript; charset=utf-8"),
+    "/vendor/purify.min.js": ("vendor/purify.min.js", "text/javascript; charset=utf-8"),
 }
 
 
@@ -188,7 +199,8 @@ class WebSocketPlatform(Platform):
         host: Interface to listen on. The default, loopback, is reachable only from this machine.
         port: TCP port; ``0`` picks a free one (read it from :attr:`port` after start).
         ui: Serve the browser UI (static files shipped in ``baf/platforms/web``).
-        secret: Key for signing resume tokens; give one (32+ random bytes) for tokens that survive restarts.
+        secret: Key for signing resume tokens. Default: one kept beside the agent's log file (made once,
+            mode 0600), so tokens survive restarts; per process when the log has no file.
         resume_token_ttl: Seconds a resume token stays valid after it was issued (``None``: forever).
         auth_token: A bearer token every WebSocket client must present, or a function deciding on a token.
         allowed_origins: Browser origins allowed to connect (``["*"]`` for any); default: the server's own.
@@ -206,9 +218,14 @@ class WebSocketPlatform(Platform):
             ``history`` frame is also cut to half of it.
         limits: Connections, new sessions and frames per second a client may use (see
             :class:`~baf.platforms.limits.ClientLimits` for the defaults).
+        examples: Questions to suggest; the browser UI shows them as buttons while the chat is empty.
     """
 
     name = "websocket"
+
+    def _redactor(self) -> Redactor | None:
+        """The agent's redactor, for what is logged (None: the process-wide secrets alone)."""
+        return self.agent.redactor if self.agent is not None else None
 
     def __init__(
         self,
@@ -230,6 +247,7 @@ class WebSocketPlatform(Platform):
         max_pending_messages: int = 4,
         max_queued_bytes: int = 8 * 1024 * 1024,
         limits: ClientLimits | None = None,
+        examples: Sequence[str] = (),
     ) -> None:
         super().__init__()
         if min(max_message_size, send_queue_size, history_limit, max_pending_messages, max_queued_bytes) < 1:
@@ -242,7 +260,9 @@ class WebSocketPlatform(Platform):
         self.ui = ui
         if isinstance(secret, str):
             secret = secret.encode("utf-8")
+        # Replaced at start by the secret kept beside the log, when there is a log file and no secret given.
         self._secret: bytes = secret if secret is not None else secrets.token_bytes(32)
+        self._secret_given = secret is not None
         if resume_token_ttl is not None and (isinstance(resume_token_ttl, bool) or not resume_token_ttl > 0):
             raise ValueError(f"resume_token_ttl must be a positive number of seconds or None, got {resume_token_ttl!r}")
         self.resume_token_ttl = resume_token_ttl
@@ -258,6 +278,7 @@ class WebSocketPlatform(Platform):
         self.max_pending_messages = max_pending_messages
         self.max_queued_bytes = max_queued_bytes
         self.limits = limits if limits is not None else ClientLimits()
+        self.examples = [str(example) for example in examples]
         self._limiter = RateLimiter(self.limits)
         self._server: Server | None = None
         # The only per-session state: which connections show which session.
@@ -296,6 +317,8 @@ class WebSocketPlatform(Platform):
         """Listen on ``host:port``."""
         if self._server is not None:
             return
+        if not self._secret_given:
+            self._secret = await asyncio.to_thread(self._kept_secret)
         try:
             self._server = await serve(
                 self._handle,
@@ -316,6 +339,13 @@ class WebSocketPlatform(Platform):
                                      f"{reason}; stop whatever uses it or pick another port") from exc  # fmt: skip
         where = f"{self.ws_url} (browser UI: {self.url})" if self.ui else self.ws_url
         logger.info("websocket platform listening on %s", where)  # agent.run() shows baf's INFO lines
+
+    def _kept_secret(self) -> bytes:
+        """The secret kept beside the agent's log file, or this process's own if the log has no file."""
+        log_path = getattr(self.agent.log, "path", None) if self.agent is not None else None
+        if not isinstance(log_path, os.PathLike | str):
+            return self._secret
+        return load_or_create_secret(secret_path_beside(log_path, "websocket"))
 
     async def stop(self) -> None:
         """Close every connection and stop listening."""
@@ -379,7 +409,7 @@ class WebSocketPlatform(Platform):
             try:
                 return bool(self.auth_token(token))
             except Exception:
-                logger.exception("auth_token callback failed; refusing the connection")
+                log_exception(logger, self._redactor(), "auth_token callback failed; refusing the connection")
                 return False
         return hmac.compare_digest(token.encode("utf-8"), self.auth_token.encode("utf-8"))
 
@@ -423,8 +453,8 @@ class WebSocketPlatform(Platform):
                 ("Cache-Control", "no-store"),
                 ("X-Content-Type-Options", "nosniff"),
                 ("Referrer-Policy", "no-referrer"),
-                # The UI builds DOM nodes from text and never evaluates or injects markup; the policy makes
-                # sure a mistake there still cannot load or run anything from elsewhere.
+                # The UI shows replies through a Markdown renderer and a sanitizer and never evaluates code;
+                # the policy makes sure a mistake there still cannot load or run anything from elsewhere.
                 (
                     "Content-Security-Policy",
                     f"default-src 'self'; connect-src 'self' ws://{host} wss://{host}; img-src 'self' data:; "
@@ -472,7 +502,7 @@ class WebSocketPlatform(Platform):
         except ConnectionClosed:
             pass
         except Exception as exc:  # the writer must not die silently and leave the client queueing forever
-            logger.exception("websocket client %s: sending failed", client.ws.id)
+            log_exception(logger, self._redactor(), "websocket client %s: sending failed", client.ws.id)
             self._drop(client, self._session_of(client), f"sending failed ({type(exc).__name__})")
 
     def _session_of(self, client: _Client) -> Session | None:
@@ -587,7 +617,9 @@ class WebSocketPlatform(Platform):
         try:
             await handler(self, client, frame)
         except Exception as exc:  # a bug here must cost one frame, not the connection
-            logger.exception("websocket client %s: handling a %r frame failed", client.ws.id, kind)
+            log_exception(
+                logger, self._redactor(), "websocket client %s: handling a %r frame failed", client.ws.id, kind
+            )
             self._error(client, "internal", f"the server failed on this frame ({type(exc).__name__})")
 
     async def _on_hello(self, client: _Client, frame: dict[str, Any]) -> None:
@@ -648,7 +680,7 @@ class WebSocketPlatform(Platform):
             # Returns once the message is durably recorded; handling goes on in the session's mailbox.
             done = await agent.receive_event(ReceiveTextEvent(client.session_id, message=text), self)
         except Exception as exc:
-            logger.exception("session %s: the agent could not take a message", client.session_id)
+            log_exception(logger, self._redactor(), "session %s: the agent could not take a message", client.session_id)
             self._error(client, "unavailable", f"the message was not accepted ({type(exc).__name__}); try again")
             return
         if not done.done():
@@ -709,6 +741,7 @@ class WebSocketPlatform(Platform):
                 "session_id": session_id,
                 "resume_token": self.resume_token(session_id),
                 "resumed": resumed,
+                "examples": self.examples,
             },
         )
 
@@ -784,6 +817,9 @@ class WebSocketPlatform(Platform):
         clients = self._routes.get(session.id)
         if not clients:
             return  # nobody is watching: the log keeps it for their history
+        seq = runtime_side(session).delivery_seq
+        if seq is not None:  # the record this frame shows: a client resumes after the last one it saw
+            frame["seq"] = seq
         encoded = json.dumps(frame, ensure_ascii=False)
         for client in list(clients):
             self._enqueue(client, encoded, session)
@@ -793,7 +829,7 @@ class WebSocketPlatform(Platform):
         self._broadcast(session, {"type": "reply", "text": message, "format": "markdown"})
 
     async def reply_markdown(self, session: Session, markdown: str) -> None:
-        """Send Markdown; the UI renders it (safely: text nodes only)."""
+        """Send Markdown; the UI renders it (with marked, then sanitized by DOMPurify: no raw HTML, web links only)."""
         await self.reply(session, markdown)
 
     async def reply_error(self, session: Session, message: str) -> None:

@@ -65,7 +65,7 @@ from baf.errors import (
     ToolTimeoutError,
 )
 
-__all__ = ["Tool", "tool"]
+__all__ = ["Tool", "parse_docstring", "tool"]
 
 _NoneType = type(None)
 _EMPTY = inspect.Parameter.empty

@@ -22,7 +22,8 @@ from typing import Any, TextIO
 from rich.console import Console
 from rich.text import Text
 
-from baf.log.record import Record
+from baf.errors import SessionNotFoundError
+from baf.log.record import Record, RecordKind
 from baf.log.redaction import Redactor
 from baf.log.store import SessionLog
 from baf.replay.export import export_jsonl, export_otel, record_to_json
@@ -37,9 +38,17 @@ from baf.replay.render import (
     visible_json,
 )
 from baf.replay.state_at import state_at
-from baf.replay.timeline import ENGINE_KINDS, Entry, EntryFilter, TimelineBuilder, build_timeline, iter_timeline
+from baf.replay.timeline import (
+    ENGINE_KINDS,
+    Entry,
+    EntryFilter,
+    EntryKind,
+    TimelineBuilder,
+    build_timeline,
+    iter_timeline,
+)
 
-__all__ = ["ReplayOptions", "export_session", "replay", "run_export"]
+__all__ = ["ReplayOptions", "export_session", "replay", "report_unreadable", "run_export"]
 
 
 @dataclass(slots=True)
@@ -101,13 +110,19 @@ async def replay(log: SessionLog, options: ReplayOptions, console: Console, labe
         except KeyboardInterrupt:  # pragma: no cover - interactive only
             pass
         return 0
+    if options.kinds and not await _kinds_known(log, options.session, options.kinds):
+        return 2
     if options.at is None and not options.json and not options.interactive:
         return await _page(console, log, options, redactor)
     records = await read_session(log, options.session)
     if redactor.active:
         records = [redactor.redact_record(r) for r in records]
     if options.at is not None:
-        render_snapshot(console, state_at(options.session, records, options.at), options.width)
+        snapshot = state_at(options.session, records, options.at)
+        if options.json:
+            console.file.write(visible_json(json.dumps(snapshot.to_dict(), ensure_ascii=False, default=str)) + "\n")
+        else:
+            render_snapshot(console, snapshot, options.width)
         return 0
     if options.json:
         keep = options.entry_filter
@@ -118,6 +133,33 @@ async def replay(log: SessionLog, options: ReplayOptions, console: Console, labe
     entries = _filtered(iter_timeline(records, bool(options.kinds & ENGINE_KINDS)), options.entry_filter)
     run_interactive(records, list(entries), options.stdin, console, redactor, options.width)
     return 0
+
+
+#: What ``--kind`` accepts besides the kinds a session's records have: every kind baf writes, and the
+#: timeline's entry kinds.
+_KNOWN_KINDS: frozenset[str] = frozenset(
+    {value for name, value in vars(RecordKind).items() if name.isupper() and isinstance(value, str)}
+    | {value for name, value in vars(EntryKind).items() if name.isupper() and isinstance(value, str)}
+    | ENGINE_KINDS
+)
+
+
+async def _kinds_known(log: SessionLog, session_id: str, kinds: frozenset[str]) -> bool:
+    """Whether every ``--kind`` names a kind baf knows or one the session has (your own kinds); if not,
+    say which are unknown and what the valid ones are, on stderr."""
+    unknown = kinds - _KNOWN_KINDS
+    if not unknown:
+        return True
+    present = {record.kind for record in await log.read(session_id)}
+    unknown -= present
+    if not unknown:
+        return True
+    names = ", ".join(repr(kind) for kind in sorted(unknown))
+    valid = ", ".join(sorted(_KNOWN_KINDS | present))
+    stderr = Console(stderr=True, highlight=False)
+    stderr.print(Text(visible(f"baf replay: unknown --kind {names}; valid kinds: {valid}"), style="red"),
+                 soft_wrap=True)  # fmt: skip
+    return False
 
 
 async def _page(console: Console, log: SessionLog, options: ReplayOptions, redactor: Redactor) -> int:
@@ -149,10 +191,10 @@ async def _page(console: Console, log: SessionLog, options: ReplayOptions, redac
         if to_seq is not None and record.seq > to_seq and builder.open_group is None:
             break  # past --to with no group open: nothing later can match
     if last_seq == 0:
-        raise LookupError(f"session {options.session!r} has no records in this log")
+        raise SessionNotFoundError(options.session)
     if not more:
         more = take(builder.finish())
-    render_timeline(console, page, options.width, options.expand)
+    render_timeline(console, page, options.width, options.expand, options.grep)
     if more:
         console.print(Text(f"… more after #{page[-1].last_seq}: --from {page[-1].last_seq + 1} for the next page, "
                            "--limit 0 for all", style="dim"))  # fmt: skip

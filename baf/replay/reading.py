@@ -8,11 +8,11 @@ from typing import Any
 
 from rich.console import Console
 
-from baf.errors import CorruptRecordError, UnknownRecordVersionError
+from baf.errors import CorruptRecordError, SessionNotFoundError, UnknownRecordVersionError
 from baf.log.record import Record
 from baf.log.redaction import Redactor
 from baf.log.store import SessionLog
-from baf.replay.render import DEFAULT_WIDTH, entry_line, render_group_end, render_timeline
+from baf.replay.render import DEFAULT_WIDTH, entry_line, fit_columns, render_group_end, render_timeline
 from baf.replay.timeline import EntryFilter, TimelineBuilder
 
 __all__ = ["follow", "read_session", "session_rows"]
@@ -25,7 +25,7 @@ async def read_session(log: SessionLog, session_id: str, redactor: Redactor | No
     """
     records = await log.read(session_id)
     if not records:
-        raise LookupError(f"session {session_id!r} has no records in this log")
+        raise SessionNotFoundError(session_id)
     if redactor is not None and redactor.active:
         records = [redactor.redact_record(r) for r in records]
     return records
@@ -35,17 +35,20 @@ async def session_rows(log: SessionLog) -> list[dict[str, Any]]:
     """One summary per session (id, agent, first/last activity, records, state, errors), by projection.
 
     A session with a record that cannot be read is still listed: its row has ``unreadable``, the error
-    (naming the seq), and ``None`` for what could not be read."""
+    (naming the seq), and ``None`` for what could not be read. Ids are shown with the environment's
+    secrets redacted (a log written before a key was set may hold one in an id)."""
     rows: list[dict[str, Any]] = []
+    redactor = Redactor.from_environment()
     for session_id in await log.sessions():
+        shown = redactor.redact_text(session_id)
         try:
             p = await log.project(session_id)
         except (CorruptRecordError, UnknownRecordVersionError) as exc:
             # One unreadable session must not hide the others: it is listed with what is wrong with it.
-            rows.append({"session": session_id, "agent": None, "first": None, "last": None, "records": None,
+            rows.append({"session": shown, "agent": None, "first": None, "last": None, "records": None,
                          "state": None, "errors": None, "unreadable": exc})  # fmt: skip
             continue
-        rows.append({"session": session_id, "agent": p.agent, "first": p.first_ts, "last": p.last_ts,
+        rows.append({"session": shown, "agent": p.agent, "first": p.first_ts, "last": p.last_ts,
                      "records": p.last_seq, "state": p.current_state, "errors": p.errors})  # fmt: skip
     return rows
 
@@ -86,17 +89,18 @@ async def follow(
                     continue
                 for child in entry.children[max(done, 0):]:  # the rest of a group already under way
                     if keep.apply(child) is not None:
-                        console.print(entry_line(child, 1, width), soft_wrap=True)
+                        console.print(entry_line(child, 1, width, columns=fit_columns(console)), soft_wrap=True)
                 render_group_end(console, entry)
         group = builder.open_group
         if group is not None:
             done = printed.setdefault(group.seq, -1)
             if done < 0:
-                console.print(entry_line(group, 0, width), soft_wrap=True)
+                console.print(entry_line(group, 0, width, columns=fit_columns(console)), soft_wrap=True)
                 done = 0
             while done < len(group.children) and group.children[done].status != "open":
                 if keep.apply(group.children[done]) is not None:
-                    console.print(entry_line(group.children[done], 1, width), soft_wrap=True)
+                    child = group.children[done]
+                    console.print(entry_line(child, 1, width, columns=fit_columns(console)), soft_wrap=True)
                 done += 1
             printed[group.seq] = done
         if stop():

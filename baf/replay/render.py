@@ -11,10 +11,12 @@ terminal shows must be what the log holds.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Final
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -23,8 +25,9 @@ from baf.log.redaction import Redactor
 from baf.replay.state_at import SessionSnapshot
 from baf.replay.timeline import Entry, EntryKind
 
-__all__ = ["DEFAULT_WIDTH", "entry_line", "render_entry", "render_llm_request", "render_sessions",
-           "render_snapshot", "render_timeline", "shorten", "visible", "visible_json"]  # fmt: skip
+__all__ = ["DEFAULT_WIDTH", "entry_line", "fit_columns", "grep_context", "render_entry", "render_group_end",
+           "render_llm_request", "render_sessions", "render_snapshot", "render_timeline", "shorten", "visible",
+           "visible_json"]  # fmt: skip
 
 #: Characters of a text shown before it is cut.
 DEFAULT_WIDTH: Final = 160
@@ -81,8 +84,33 @@ def shorten(text: str, width: int) -> str:
     return f"{flat[: width - 1]}… [{len(text)} chars]"
 
 
-def _time(ts: float | None) -> str:
-    return datetime.fromtimestamp(ts).strftime("%H:%M:%S.%f")[:-3] if ts else "-"
+def _time(ts: float | None, narrow: bool = False) -> str:
+    if not ts:
+        return "-"
+    return datetime.fromtimestamp(ts).strftime("%H:%M:%S" if narrow else "%H:%M:%S.%f")[: 8 if narrow else -3]
+
+
+#: Below this many columns the timeline drops the milliseconds and the session list its first activity.
+NARROW = 100
+
+
+def fit_columns(console: Console) -> int | None:
+    """The width every line must fit in: the terminal's (or ``COLUMNS``'), so that nothing wraps mid-word;
+    ``None`` when the output goes to a file or a pipe, where long lines are what a reader greps."""
+    if console.is_terminal or os.environ.get("COLUMNS"):
+        return console.width
+    return None
+
+
+def grep_context(entry: Entry, grep: str, around: int = 30) -> str | None:
+    """Where ``grep`` occurs in what ``--grep`` searches (the title and the full data), with ``around``
+    characters either side, on one line; ``None`` if it does not occur."""
+    text = " ".join(entry.search_text().split())
+    at = text.lower().find(grep.lower())
+    if at < 0:
+        return None
+    start, end = max(0, at - around), min(len(text), at + len(grep) + around)
+    return ("…" if start else "") + text[start:end] + ("…" if end < len(text) else "")
 
 
 def _detail(entry: Entry, width: int) -> str:
@@ -118,37 +146,56 @@ def _tokens(entry: Entry) -> int:
     return int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0))
 
 
-def entry_line(entry: Entry, depth: int = 0, width: int = DEFAULT_WIDTH, marker: str = "") -> Text:
-    """One entry as a line of text."""
+def entry_line(
+    entry: Entry, depth: int = 0, width: int = DEFAULT_WIDTH, marker: str = "", columns: int | None = None
+) -> Text:
+    """One entry as a line of text; with ``columns`` (see :func:`fit_columns`) cut to fit, with ``…``."""
     label, style = _LABELS.get(entry.kind, ("· " + visible(entry.kind), "dim"))
     if depth:
         label = "│ " + label.lstrip("┌ ")
-    line = Text(f"{marker:1}#{entry.seq:<6} {_time(entry.ts)}  ", style="dim")
+    line = Text(f"{marker:1}#{entry.seq:<6} {_time(entry.ts, columns is not None and columns < NARROW)}  ",
+                style="dim")  # fmt: skip
     status_style = "red" if entry.status == "error" else style
     line.append(f"{label:<14}", style=status_style)
     line.append(" ")
     line.append(visible(_detail(entry, width)), style="red" if entry.status == "error" else "")
+    if columns is not None and line.cell_len > columns:
+        line.truncate(columns, overflow="ellipsis")
     return line
 
 
 def render_entry(console: Console, entry: Entry, depth: int = 0, width: int = DEFAULT_WIDTH,
-                 expand: bool = False) -> None:  # fmt: skip
-    """Print one entry (and, expanded, its full data)."""
-    console.print(entry_line(entry, depth, width), soft_wrap=True)
+                 expand: bool = False, grep: str | None = None) -> None:  # fmt: skip
+    """Print one entry (and, expanded, its full data). With ``grep``, an entry whose line does not show
+    the match gets a second line showing where it is."""
+    columns = fit_columns(console)
+    line = entry_line(entry, depth, width, columns=columns)
+    console.print(line, soft_wrap=True)
+    if grep and grep.lower() not in line.plain.lower():
+        shown = Text(f" {'':7} {'':12}  {'│ ' if depth else ''}  ↳ matches: ", style="dim")
+        room = (columns if columns is not None else 120) - shown.cell_len - len(grep)
+        context = grep_context(entry, grep, max(10, room // 2 - 1))
+        if context is not None:
+            shown.append(visible(context), style="yellow")
+            if columns is not None and shown.cell_len > columns:
+                shown.truncate(columns, overflow="ellipsis")
+            console.print(shown, soft_wrap=True)
     if expand:
         text = visible_json(json.dumps(entry.data, ensure_ascii=False, indent=2, default=str))
         console.print(Text(_indent(text, depth + 2)), soft_wrap=True)
 
 
 def render_timeline(
-    console: Console, entries: Iterable[Entry], width: int = DEFAULT_WIDTH, expand: bool = False
+    console: Console, entries: Iterable[Entry], width: int = DEFAULT_WIDTH, expand: bool = False,
+    grep: str | None = None,
 ) -> int:
-    """Print entries with their children; return how many top-level entries were printed."""
+    """Print entries with their children; return how many top-level entries were printed. With ``grep``
+    (``--grep``), each entry that matches but does not show it says where the match is."""
     count = 0
     for entry in entries:
-        render_entry(console, entry, 0, width, expand)
+        render_entry(console, entry, 0, width, expand, grep)
         for child in entry.children:
-            render_entry(console, child, 1, width, expand)
+            render_entry(console, child, 1, width, expand, grep)
         if entry.kind == EntryKind.REASONING and entry.data.get("finished"):
             render_group_end(console, entry)
         count += 1
@@ -158,29 +205,48 @@ def render_timeline(
 def render_group_end(console: Console, entry: Entry) -> None:
     """Print the closing line of a finished reasoning group: its final summary."""
     finished = entry.data.get("finished") or {}
-    console.print(_shown(f" {'':7} {'':12}  └ {finished.get('summary', '')}", "dim"), soft_wrap=True)
+    line = _shown(f" {'':7} {'':12}  └ {finished.get('summary', '')}", "dim")
+    columns = fit_columns(console)
+    if columns is not None and line.cell_len > columns:
+        line.truncate(columns, overflow="ellipsis")
+    console.print(line, soft_wrap=True)
 
 
 def render_sessions(console: Console, rows: Iterable[dict[str, Any]], title: str) -> None:
-    """The session list (``baf sessions LOG``, ``baf replay LOG``); ``title`` is text, not markup."""
-    table = Table(title=_shown(title))
-    for column in ("session", "agent", "first activity", "last activity", "records", "state", "errors"):
-        table.add_column(column, overflow="fold")
+    """The session list (``baf sessions LOG``, ``baf replay LOG``); ``title`` is text, not markup.
+
+    Narrower than :data:`NARROW` columns (a terminal of 80), the list leaves out the first activity and
+    shows the last one without seconds, so that ids and dates stay on one line each."""
+    rows = list(rows)
+    narrow = console.width < NARROW
+    longest = max((len(visible(str(row["session"]))) for row in rows), default=7)
+    table = Table(title=_shown(title), box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD,
+                  padding=(0, 1) if not narrow else (0, 0, 0, 1))  # fmt: skip
+    # An id is what one copies into the next command: it keeps its line while it can (up to 40 characters).
+    table.add_column("session", overflow="fold", min_width=min(40, max(7, longest)))
+    table.add_column("agent", overflow="fold")
+    if not narrow:
+        table.add_column("first activity", no_wrap=True)
+    table.add_column("last activity", no_wrap=True)
+    for column in ("records", "state", "errors"):
+        table.add_column(column, overflow="fold", no_wrap=column != "state")
     for row in rows:
         if row.get("unreadable") is not None:
             seq = getattr(row["unreadable"], "seq", "?")
-            table.add_row(_shown(row["session"]), "-", "-", "-", "?", Text(f"unreadable at #{seq}", style="red"), "?")
+            dates = ["-"] if narrow else ["-", "-"]
+            table.add_row(_shown(row["session"]), "-", *dates, "?", Text(f"unreadable at #{seq}", style="red"), "?")
             continue
+        dates = [_date(row["last"], narrow)] if narrow else [_date(row["first"]), _date(row["last"])]
         table.add_row(
-            _shown(row["session"]), _shown(row["agent"] or "-"), _date(row["first"]), _date(row["last"]),
+            _shown(row["session"]), _shown(row["agent"] or "-"), *dates,
             str(row["records"]), _shown(row["state"] or "-"),
             Text(str(row["errors"]), style="red" if row["errors"] else ""),
         )  # fmt: skip
     console.print(table)
 
 
-def _date(ts: float | None) -> str:
-    return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S") if ts else "-"
+def _date(ts: float | None, narrow: bool = False) -> str:
+    return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M" if narrow else "%Y-%m-%d %H:%M:%S") if ts else "-"
 
 
 def render_snapshot(console: Console, snapshot: SessionSnapshot, width: int = DEFAULT_WIDTH) -> None:

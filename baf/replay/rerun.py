@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from baf.core.events import event_from_data
 from baf.core.intent_routing import INTENT_PREDICTED
 from baf.core.runtime import Runtime
-from baf.errors import LogClosedError
+from baf.errors import ConfigurationError, LogClosedError, SessionNotFoundError
 from baf.llm.base import LLMResponse, ToolCall
 from baf.log import MemoryLog, Record, RecordKind, SessionLog, open_log
 from baf.log.projection import project
@@ -47,11 +47,15 @@ if TYPE_CHECKING:
 
 __all__ = ["Divergence", "LogEffects", "RerunReport", "assert_replays", "read_session", "rerun"]
 
-#: Fields left out of the comparison, by record kind: they change from run to run by nature.
+#: Fields left out of the comparison, by record kind: they change from run to run by nature, or are
+#: bookkeeping a version-1 record did not have (a loop run's number, a pattern's step, the cost).
+#: ``llm_request`` records are compared as the full requests they stand for (one may hold only what
+#: changed since the previous request, a version-1 pattern record the whole request).
 IGNORED_FIELDS: dict[str, tuple[str, ...]] = {
     RecordKind.SESSION_STARTED: ("platform",),
     RecordKind.LLM_REQUEST: ("model",),
-    RecordKind.LLM_RESPONSE: ("model", "latency_ms"),
+    RecordKind.LLM_RESPONSE: ("model", "latency_ms", "run", "step", "cost"),
+    RecordKind.TOOL_RESULT: ("step",),
     RecordKind.ERROR: ("traceback",),
 }
 
@@ -191,7 +195,7 @@ async def read_session(log: str | SessionLog, session_id: str) -> list[Record]:
     A SQLite URL is opened read-only: checking a recorded session (a test fixture) must not change its file.
     """
     if isinstance(log, str):
-        read_only = {"read_only": True} if log.lower().startswith("sqlite:") else {}
+        read_only = {"read_only": True} if log.lower().startswith(("sqlite:", "postgres")) else {}
         async with open_log(log, **read_only) as store:
             records = await store.read(session_id)
     else:
@@ -201,7 +205,7 @@ async def read_session(log: str | SessionLog, session_id: str) -> list[Record]:
             async with log:
                 records = await log.read(session_id)
     if not records:
-        raise ValueError(f"the log has no session {session_id!r}")
+        raise SessionNotFoundError(session_id)
     return records
 
 
@@ -276,7 +280,7 @@ async def _run(agent: Agent, session_id: str, segment: _Segment, effects: LogEff
     """Feed a segment's inputs to a private runtime of ``agent`` over a log holding its seed; the
     records the runtime wrote."""
     if agent.running:
-        raise RuntimeError(f"agent {agent.name!r} is running; re-run it from a stopped agent")
+        raise ConfigurationError(f"agent {agent.name!r} is running; re-run it from a stopped agent")
     store = MemoryLog()
     if segment.seed:
         await store.start()
@@ -337,12 +341,15 @@ def _compare(
         new = new[: len(old)]
     everything_now = [*segment.seed, *produced]
     old_inputs, new_inputs = _message_numbers(recorded), _message_numbers(everything_now)
+    old_requests, new_requests = _full_requests(recorded), _full_requests(everything_now)
     for index, (a, b) in enumerate(zip(old, new, strict=False)):
+        if a.kind == b.kind == RecordKind.LLM_REQUEST:
+            before, now = old_requests[a.seq], new_requests[b.seq]
+            if before == now:
+                continue
+            return Divergence(a.seq, "a different LLM request", before, now), index + 1
         if a.kind == b.kind and _comparable(a, old_inputs) == _comparable(b, new_inputs):
             continue
-        if a.kind == b.kind == RecordKind.LLM_REQUEST:
-            before, now = _full_request(recorded, a.seq), _full_request(everything_now, b.seq)
-            return Divergence(a.seq, "a different LLM request", before, now), index + 1
         what = _WHAT.get(a.kind, f"a different {a.kind} record") if a.kind == b.kind else (
             f"a {b.kind} record where the log has a {a.kind} record"
         )  # fmt: skip
@@ -375,9 +382,10 @@ def _shown(record: Record) -> dict[str, Any]:
     return {"kind": record.kind, **_comparable(record)}
 
 
-def _full_request(records: Sequence[Record], seq: int) -> dict[str, Any]:
-    request = next(r for r in rebuild_requests(records) if r.seq == seq)
-    return {"step": request.step, **request.comparable()}
+def _full_requests(records: Sequence[Record]) -> dict[int, dict[str, Any]]:
+    """Each ``llm_request`` record's full request, by seq."""
+    return {r.seq: {"loop": r.loop, "turn": r.turn, **r.comparable()}
+            for r in rebuild_requests(records) if r.seq is not None}  # fmt: skip
 
 
 def _show(value: Any, limit: int = 2000) -> str:

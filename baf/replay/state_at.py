@@ -37,6 +37,27 @@ class SessionSnapshot:
     #: The record at ``seq`` itself.
     record: Record | None = None
 
+    def to_dict(self) -> dict[str, Any]:
+        """The snapshot as JSON-ready data (``baf replay --at SEQ --json``)."""
+        p, record = self.projection, self.record
+        return {
+            "session_id": p.session_id,
+            "seq": self.seq,
+            "record": None if record is None else {"kind": record.kind, "ts": record.ts},
+            "agent": p.agent,
+            "state": p.current_state,
+            "errors": p.errors,
+            "step_running": p.open_step is not None,
+            "events_waiting": sorted(p.unstarted),
+            "events_held": sorted(p.held),
+            "variables": p.variables,
+            "tasks": self.tasks,
+            "tasks_seq": self.tasks_seq,
+            "reasoning_in_flight": self.reasoning_in_flight,
+            "reasoning_request": self.reasoning_request,
+            "conversation": [{"seq": c.seq, "role": c.role, "text": c.text} for c in p.history],
+        }
+
 
 def state_at(session_id: str, records: Iterable[Record], seq: int | None = None) -> SessionSnapshot:
     """Fold ``records`` up to and including ``seq`` (all of them when ``None``).

@@ -26,14 +26,20 @@ from typing import Any
 
 import pytest
 
-from baf.errors import CorruptSnapshotError, LogClosedError, LogConflictError, UnknownRecordVersionError
+from baf.errors import (
+    CorruptRecordError,
+    CorruptSnapshotError,
+    LogClosedError,
+    LogConflictError,
+    UnknownRecordVersionError,
+)
 from baf.log import upcast as upcast_module
 from baf.log.projection import project
 from baf.log.record import CURRENT_VERSION, Record, RecordKind
 from baf.log.snapshot import seal, snapshot_data
 from baf.log.store import SessionLog, load_projection
 
-__all__ = ["SessionLogContract"]
+__all__ = ["SessionLogContract", "message", "rec", "started", "turn"]
 
 #: A fixed timestamp with a fractional part, so a store that rounds ts is caught.
 TS = 1_712_345_678.123456
@@ -116,6 +122,20 @@ class SessionLogContract(abc.ABC):
         assert [r.seq for r in await log.read("s", after_seq=0)] == [1, 2, 3, 4, 5]
         assert await log.read("s", after_seq=5) == []
         assert await log.read("s", after_seq=99) == []
+
+    async def test_a_missing_seq_is_corruption_naming_session_and_seq(self, log: SessionLog) -> None:
+        await log.append([rec("s", 1), rec("s", 2), rec("s", 4), rec("s", 5), rec("t", 1)])
+        for reading in (log.read("s"), log.read("s", after_seq=2), log.project("s"), log.read_for_load("s")):
+            with pytest.raises(CorruptRecordError) as caught:
+                await reading
+            assert (caught.value.session_id, caught.value.seq) == ("s", 3)
+            assert "missing" in caught.value.reason
+        with pytest.raises(CorruptRecordError):
+            [chunk async for chunk in log.read_chunks("s", size=2)]
+        assert [r.seq for r in await log.read("s", after_seq=3)] == [4, 5]  # a read past the gap is whole
+        assert await log.read("t") == [rec("t", 1)]
+        await log.append([rec("s", 3)])
+        assert [r.seq for r in await log.read("s")] == [1, 2, 3, 4, 5]
 
     async def test_sessions_are_kept_apart(self, log: SessionLog) -> None:
         await log.append([rec("a", 1), rec("b", 1), rec("a", 2)])

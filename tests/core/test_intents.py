@@ -254,6 +254,6 @@ async def test_the_timeline_shows_each_prediction_and_the_transition_it_caused(p
     ]
     moves = [e.title for e in entries if e.kind == EntryKind.TRANSITION]
     assert moves == [
-        f"start → greet  (start -> greet (intent hello))  ← prediction #{intents[0].seq}",
-        f"greet → forecast  (greet -> forecast (intent weather))  ← prediction #{intents[1].seq}",
+        f"start → greet  (intent hello)  ← prediction #{intents[0].seq}",
+        f"greet → forecast  (intent weather)  ← prediction #{intents[1].seq}",
     ]

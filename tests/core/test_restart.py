@@ -12,8 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-from baf import Agent, Session
-from baf.log import open_log
+from baf import Agent, ReceiveTextEvent, Session
+from baf.core.session import runtime_side
+from baf.log import Record, open_log
 from baf.log.projection import project
 from baf.testing import RecordingPlatform
 
@@ -44,7 +45,7 @@ async def test_state_variables_and_history_survive_a_restart(db_url: str) -> Non
     agent2 = build_agent(db_url)
     agent2.add_platform(platform2)
     async with agent2:
-        session = agent2.sessions["s"]
+        session = await agent2.get_or_create_session("s")  # loaded from the log on first use
         assert session.current_state.name == "answered"
         assert session["name"] == "Ada"
         assert [e.text for e in session.chat_history()] == ["Ada", "nice to meet you, Ada"]
@@ -200,3 +201,36 @@ async def test_kill_9_in_the_initial_body_closes_that_step_without_inventing_an_
     render_snapshot(console, snapshot)
     shown = console.file.getvalue()  # type: ignore[attr-defined]
     assert "a step is running (no event: the session start or a check)" in shown and "#0" not in shown
+
+
+async def test_replies_a_restart_makes_reach_a_platform_attached_later(db_url: str) -> None:
+    """The platform is passed to get_or_create_session, not registered: what the restart handled in the
+    background before that call is delivered to it then, in order, errors included."""
+    async with build_agent(db_url) as agent:
+        await agent.receive_message("s", "Ada", RecordingPlatform())
+        last = (await agent.log.read("s"))[-1].seq
+    # Two messages recorded by a process that died before handling them.
+    async with open_log(db_url) as log:
+        for offset, text in enumerate(["who am I?", "boom"]):
+            event = ReceiveTextEvent("s", message=text).to_data()
+            await log.append([Record("s", last + 1 + offset, "message_received", {"event": event, "text": text})])
+    agent2 = build_agent(db_url)
+    answered = agent2.get_state("answered")
+
+    def fallback(session: Session) -> None:
+        if session.event is not None and session.event.text == "boom":
+            raise RuntimeError("boom")
+        session.reply(f"still {session.get('name')}")
+
+    answered.set_fallback_body(fallback)
+    platform = RecordingPlatform()
+    async with agent2:
+        await agent2.wait_idle()  # handled in the background, with no platform to send to
+        assert platform.events == []
+        await agent2.get_or_create_session("s", platform)
+        await agent2.wait_idle()
+        await runtime_side(agent2.sessions["s"]).commit()  # the delivery attaching started
+        assert [kind for _, kind, _ in platform.events] == ["reply", "error"]
+        assert platform.replies["s"] == ["still Ada"]
+        await agent2.receive_message("s", "and now?", platform)
+    assert platform.replies["s"] == ["still Ada", "still Ada"]

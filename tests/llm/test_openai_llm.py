@@ -470,3 +470,17 @@ def test_a_password_in_the_base_url_is_redacted_like_the_key() -> None:
     llm = LLMOpenAI("m", base_url="http://proxy-user:pw-canary%405e1d09@127.0.0.1:9/v1")
     assert {"pw-canary@5e1d09", "pw-canary%405e1d09"} <= set(registered_secrets())  # as sent, and as written
     assert "5e1d09" not in repr(llm)
+
+
+@pytest.mark.parametrize("key", ["k9x4", "k9x4z", "k9x4z7", "k9x4z7q"])
+async def test_one_rule_for_what_the_client_masks_and_the_log_redacts(
+    server: FakeOpenAIServer, make_llm: Callable[..., LLMOpenAI], key: str
+) -> None:
+    from baf.log.redaction import MIN_SECRET_LENGTH, registered_secrets
+
+    server.script(error_reply(401, f"Incorrect API key provided: {key}"))
+    llm = make_llm(api_key=key, max_retries=0)
+    with pytest.raises(LLMStatusError) as caught:
+        await llm.predict_with_tools(USER, [])
+    masked = key not in str(caught.value)
+    assert masked == (key in registered_secrets()) == (len(key) >= MIN_SECRET_LENGTH)

@@ -14,6 +14,7 @@ from baf.log import Record, RecordKind, SQLiteLog
 from baf.log.projection import project
 from baf.log.snapshot import snapshot_data
 from baf.log.sqlite import SCHEMA_VERSION
+from baf.log.sqlite_reader import LATEST_SNAPSHOT_SQL, UNFINISHED_SQL
 from baf.log.store import SessionLog
 from baf.testing.store_contract import message, started, turn
 
@@ -104,11 +105,9 @@ async def test_the_queries_use_the_indexes(tmp_path: Path) -> None:
         finally:
             connection.close()
 
-    from baf.log import sqlite as sqlite_module
-
-    snapshot_plan = plan(sqlite_module._LATEST_SNAPSHOT_SQL, "s")
+    snapshot_plan = plan(LATEST_SNAPSHOT_SQL, "s")
     assert "baf_records_snapshots" in snapshot_plan, snapshot_plan
-    unfinished_plan = plan(sqlite_module._UNFINISHED_SQL)
+    unfinished_plan = plan(UNFINISHED_SQL)
     # One pass over the index table; each session's position found by its key, never a scan of it.
     assert "SCAN w" in unfinished_plan and "SCAN s" not in unfinished_plan, unfinished_plan
     assert "baf_records" not in unfinished_plan

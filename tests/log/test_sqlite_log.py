@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from baf.errors import CorruptRecordError, LogClosedError, LogConflictError, LogError
+from baf.errors import CorruptRecordError, LogClosedError, LogConflictError, LogError, LogStorageError
 from baf.log import Record, SQLiteLog
 from baf.log.record import CURRENT_VERSION
 from baf.log.sqlite import SCHEMA
@@ -26,7 +26,7 @@ def rec(session_id: str, seq: int, **data: Any) -> Record:
 async def pragma(log: SQLiteLog, name: str) -> Any:
     """Read a PRAGMA on the store's writer connection (on the loop, where the writer task uses it)."""
     await log.start()
-    writer = log._writer
+    writer = log._writer.connection if log._writer is not None else None
     assert writer is not None
     row = writer.execute(f"PRAGMA {name}").fetchone()
     assert row is not None
@@ -137,7 +137,7 @@ def test_bad_arguments_are_refused(db: Path) -> None:
 
 @pytest.mark.parametrize("durability", ["normal", "full"])  # on the event loop / on the worker thread
 async def test_group_commit_shares_transactions(db: Path, durability: str) -> None:
-    from baf.log.sqlite import _INLINE_COMMITS_PER_ROUND
+    from baf.log.sqlite_writer import _INLINE_COMMITS_PER_ROUND
 
     async with SQLiteLog(db, durability=durability) as log:  # type: ignore[arg-type]
         await asyncio.gather(*(log.append([rec(f"s{n}", 1), rec(f"s{n}", 2)]) for n in range(300)))
@@ -202,7 +202,11 @@ async def test_a_failed_transaction_fails_its_appends_and_the_store_goes_on(db: 
             results = await asyncio.gather(
                 log.append([rec("a", 1)]), log.append([rec("b", 1)]), return_exceptions=True
             )
-            assert all(isinstance(result, sqlite3.OperationalError) for result in results), results
+            # A baf error naming the file and the append's record, SQLite's own words kept as the cause.
+            assert all(isinstance(result, LogStorageError) for result in results), results
+            assert [(r.session_id, r.seq) for r in results] == [("a", 1), ("b", 1)]  # type: ignore[union-attr]
+            assert all(str(db) in str(r) and "locked" in str(r) for r in results)
+            assert all(isinstance(r.__cause__, sqlite3.OperationalError) for r in results)  # type: ignore[union-attr]
             other.execute("COMMIT")
         finally:
             other.close()
@@ -228,7 +232,8 @@ async def test_a_failed_transaction_fails_its_appends_and_the_store_goes_on(db: 
 async def test_corrupt_row_names_session_and_seq(db: Path, assignment: str, reason: str) -> None:
     async with SQLiteLog(db) as log:
         await log.append([rec("s", 1), rec("s", 2), rec("s", 3), rec("t", 1)])
-    raw_execute(db, f"UPDATE baf_records SET {assignment} WHERE session_id = 's' AND seq = 2")
+    # Without its checksum, as a row written before schema 4: the checks below the checksum are what is tested.
+    raw_execute(db, f"UPDATE baf_records SET {assignment}, checksum = NULL WHERE session_id = 's' AND seq = 2")
     async with SQLiteLog(db) as log:
         with pytest.raises(CorruptRecordError) as caught:
             await log.read("s")
@@ -251,7 +256,7 @@ async def test_a_corrupt_row_far_into_a_long_session_is_named(db: Path, assignme
     """``project`` fetches a long session in chunks: a bad row in a later chunk still fails by name."""
     async with SQLiteLog(db) as log:
         await log.append([rec("s", seq) for seq in range(1, 6001)])
-    raw_execute(db, f"UPDATE baf_records SET {assignment} WHERE session_id = 's' AND seq = 5500")
+    raw_execute(db, f"UPDATE baf_records SET {assignment}, checksum = NULL WHERE session_id = 's' AND seq = 5500")
     async with SQLiteLog(db) as log:
         for reading in (log.read("s"), log.project("s")):
             with pytest.raises(CorruptRecordError) as caught:
@@ -263,7 +268,7 @@ async def test_rows_off_the_fast_path_read_as_before(db: Path) -> None:
     """An integer ts and JSON only the standard parser reads (NaN) are valid rows, not corrupt ones."""
     async with SQLiteLog(db) as log:
         await log.append([rec("s", 1), Record("s", 2, "reply", {"text": "x", "score": float("inf")}, ts=5.0)])
-    raw_execute(db, "UPDATE baf_records SET ts = 7 WHERE seq = 1")
+    raw_execute(db, "UPDATE baf_records SET ts = 7, checksum = NULL WHERE seq = 1")  # as a tool may write
     async with SQLiteLog(db) as log:
         first, second = await log.read("s")
         assert (first.ts, type(first.ts)) == (7.0, float)
@@ -292,7 +297,7 @@ async def test_records_that_sqlite_would_refuse_fail_alone(db: Path) -> None:
 async def test_an_append_cancelled_before_the_writer_took_it_is_dropped(
     db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import baf.log.sqlite as sqlite_module
+    import baf.log.sqlite_writer as sqlite_module
 
     monkeypatch.setattr(sqlite_module, "_INLINE_COMMITS_PER_ROUND", 1)  # the second append of a round queues
     async with SQLiteLog(db) as log:
@@ -309,7 +314,7 @@ async def test_an_append_cancelled_before_the_writer_took_it_is_dropped(
 
 
 async def test_a_lone_append_commits_at_once_and_appends_arriving_together_share_a_commit(db: Path) -> None:
-    from baf.log.sqlite import _INLINE_COMMITS_PER_ROUND
+    from baf.log.sqlite_writer import _INLINE_COMMITS_PER_ROUND
 
     async with SQLiteLog(db) as log:
         before = log.commits
@@ -355,7 +360,7 @@ async def test_appends_wait_while_the_worker_holds_the_connection(db: Path) -> N
 
 async def test_a_stopped_writer_fails_appends_instead_of_hanging(db: Path) -> None:
     async with SQLiteLog(db) as log:
-        writer_task = log._writer_task
+        writer_task = log._writer._task
         assert writer_task is not None
         writer_task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -496,7 +501,7 @@ async def test_a_normal_store_keeps_its_wal_bounded_under_sustained_appends(
     # are always overtaken and the WAL never restarts by itself: only the blocking checkpoint that
     # follows a too-large report keeps it bounded (without it the WAL reaches ~44 MB, without any
     # checkpoint more). Limits scaled down so that a short run crosses them many times.
-    import baf.log.sqlite as sqlite_module
+    import baf.log.sqlite_writer as sqlite_module
 
     monkeypatch.setattr(sqlite_module, "_CHECKPOINT_PAGES", 100)
     monkeypatch.setattr(sqlite_module, "_WAL_LIMIT_PAGES", 200)
@@ -513,7 +518,7 @@ async def test_a_normal_store_keeps_its_wal_bounded_under_sustained_appends(
 def held_checkpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[threading.Event, threading.Event]]:
     """Background checkpoints every 5 pages, each held until ``release`` is set (a slow fsync);
     ``started`` is set when the first begins. Yields ``(started, release)``."""
-    import baf.log.sqlite as sqlite_module
+    import baf.log.sqlite_writer as sqlite_module
 
     monkeypatch.setattr(sqlite_module, "_CHECKPOINT_PAGES", 5)
     started, release = threading.Event(), threading.Event()
@@ -535,7 +540,7 @@ async def append_until_a_checkpoint_starts(log: SQLiteLog, started: threading.Ev
     """Append ``s`` records up to the commit that starts a background checkpoint; the last seq.
     Waits until the worker runs it (on a loaded machine it may start late)."""
     seq = 0
-    while not log._checkpointing and seq < 100:
+    while log._writer is not None and not log._writer._checkpointing and seq < 100:
         seq += 1
         await log.append([rec("s", seq)])
         await asyncio.sleep(0)  # a new round: each append may commit on the loop
@@ -564,7 +569,7 @@ async def test_commits_wait_for_a_background_checkpoint_too_many_pages_overtook(
 ) -> None:
     # A checkpoint held up (a slow fsync) while commits go on would let the WAL grow without bound:
     # once the pages committed since it began reach the WAL limit, appends wait for it.
-    import baf.log.sqlite as sqlite_module
+    import baf.log.sqlite_writer as sqlite_module
 
     monkeypatch.setattr(sqlite_module, "_WAL_LIMIT_PAGES", 40)
     started, release = held_checkpoint
@@ -593,7 +598,7 @@ async def test_a_failed_background_checkpoint_is_logged_and_the_next_one_blocks(
 ) -> None:
     # Background checkpoints that keep failing must not let the WAL grow unseen: the failure is logged
     # and the next checkpoint runs between commits on the writer's connection, which copies the WAL.
-    import baf.log.sqlite as sqlite_module
+    import baf.log.sqlite_writer as sqlite_module
 
     monkeypatch.setattr(sqlite_module, "_CHECKPOINT_PAGES", 20)
 
@@ -602,13 +607,13 @@ async def test_a_failed_background_checkpoint_is_logged_and_the_next_one_blocks(
 
     monkeypatch.setattr(sqlite_module._Checkpointer, "checkpoint", broken)
     blocking: list[int] = []
-    checkpoint = SQLiteLog._checkpoint
+    checkpoint = sqlite_module.SQLiteWriter._checkpoint
 
-    async def counted(self: SQLiteLog) -> None:
+    async def counted(self: sqlite_module.SQLiteWriter) -> None:
         blocking.append(1)
         await checkpoint(self)
 
-    monkeypatch.setattr(SQLiteLog, "_checkpoint", counted)
+    monkeypatch.setattr(sqlite_module.SQLiteWriter, "_checkpoint", counted)
     payload = "x" * 8_000
     with caplog.at_level("WARNING", logger="baf.log.sqlite"):
         async with SQLiteLog(db) as log:
@@ -621,7 +626,7 @@ async def test_a_failed_background_checkpoint_is_logged_and_the_next_one_blocks(
 
 
 async def test_a_large_group_commits_on_the_worker_thread(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import baf.log.sqlite as sqlite_module
+    import baf.log.sqlite_writer as sqlite_module
 
     threads: list[tuple[int, int]] = []  # (rows, thread) of each commit
     commit_group = sqlite_module.commit_group

@@ -118,7 +118,7 @@ async def test_a_newer_schema_is_refused_untouched(tmp_path: Path) -> None:
     await write_log(db, ("s", 1))
     execute(db, "UPDATE baf_meta SET value = '99' WHERE key = 'schema_version'; PRAGMA journal_mode = DELETE;")
     before = digest(db)
-    with pytest.raises(LogError, match="schema version '99'; this baf reads versions 1, 2, 3: upgrade baf"):
+    with pytest.raises(LogError, match="schema version '99'; this baf reads versions 1, 2, 3, 4: upgrade baf"):
         await SQLiteLog(db, read_only=True).start()
     assert digest(db) == before
 

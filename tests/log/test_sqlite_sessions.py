@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from baf.errors import LogConflictError
+from baf.errors import LogConflictError, LogStorageError
 from baf.log import Record, SQLiteLog
 from baf.log.sqlite import SCHEMA, SCHEMA_VERSION, encode_record
 from baf.log.sqlite_commit import Row, commit_group
@@ -49,9 +49,9 @@ def listed(connection: sqlite3.Connection) -> list[str]:
 
 def statements_of(log: SQLiteLog) -> list[str]:
     """Start recording the SQL the store's writer connection runs; the list fills as it runs."""
-    assert log._writer is not None
+    assert log._writer is not None and log._writer.connection is not None
     seen: list[str] = []
-    log._writer.set_trace_callback(lambda sql: seen.append(sql.split(" (", 1)[0]))
+    log._writer.connection.set_trace_callback(lambda sql: seen.append(sql.split(" (", 1)[0]))
     return seen
 
 
@@ -85,8 +85,8 @@ async def test_a_large_group_is_inserted_in_statements_of_bounded_size_in_one_tr
     async with SQLiteLog(db) as log:
         await log.append([rec("s", 1)])
         full: list[str] = []
-        assert log._writer is not None
-        log._writer.set_trace_callback(full.append)
+        assert log._writer is not None and log._writer.connection is not None
+        log._writer.connection.set_trace_callback(full.append)
         count = 2 * ROWS_PER_STATEMENT + 5
         await log.append([rec("s", seq) for seq in range(2, count + 2)])
         inserts = [sql for sql in full if sql.startswith("INSERT INTO baf_records")]
@@ -156,7 +156,7 @@ async def test_a_rolled_back_commit_leaves_its_sessions_to_be_registered_later(d
             """CREATE TRIGGER boom AFTER INSERT ON baf_records WHEN NEW.kind = 'boom'
             BEGIN SELECT abs(-9223372036854775807 - 1); END""",
         )
-        with pytest.raises(sqlite3.OperationalError, match="integer overflow"):
+        with pytest.raises(LogStorageError, match="integer overflow"):
             await log.append([rec("s", 1), Record("s", 2, "boom", {})])
         assert await log.sessions() == ["before"]
         assert await log.read("s") == []
@@ -201,7 +201,7 @@ def write_schema_1_file(path: Path, keys: list[tuple[str, int]]) -> None:
         with connection:
             for statement in _SCHEMA_1:
                 connection.execute(statement)
-            connection.executemany(_INSERT, rows(*keys))
+            connection.executemany(_INSERT, [row[:6] for row in rows(*keys)])  # version 1 kept no checksum
     finally:
         connection.close()
 
@@ -246,4 +246,4 @@ async def test_a_new_file_has_the_current_version_and_no_trigger(db: Path) -> No
         await log.append([rec("a", 1)])
     assert raw_query(db, "SELECT name FROM sqlite_master WHERE type = 'trigger'") == []
     assert raw_query(db, "SELECT value FROM baf_meta WHERE key = 'schema_version'") == [(str(SCHEMA_VERSION),)]
-    assert SCHEMA_VERSION == 3
+    assert SCHEMA_VERSION == 4

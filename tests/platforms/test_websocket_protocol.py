@@ -62,7 +62,7 @@ async def test_conversation_with_a_reasoning_agent() -> None:
         assert welcome["session_id"].startswith("ws-") and welcome["resume_token"].startswith(welcome["session_id"])
         await client.send({"type": "message", "text": "What is the total?"})
         reply, frames = await client.until("reply")
-        assert reply == {"type": "reply", "text": FINAL_ANSWER, "format": "markdown"}
+        assert reply == {"type": "reply", "text": FINAL_ANSWER, "format": "markdown", "seq": reply["seq"]}
         kinds = [f["step"]["kind"] for f in frames if f["type"] == "reasoning_step"]
         assert kinds[0] == "reasoning_started"
         assert {"llm_tool_calls", "task_added", "tool_result", "task_completed", "llm_text"} <= set(kinds)
@@ -356,6 +356,7 @@ async def test_rich_replies_and_agent_errors() -> None:
         await client.hello()
         await client.send({"type": "message", "text": "show me"})
         options = await client.recv()
+        assert options.pop("seq") > 0
         assert options == {"type": "reply", "format": "options", "text": "Pick one", "options": ["red", "blue"]}
         image = await client.recv()
         assert image["format"] == "image" and image["data"] == "iVBORw==" and image["text"] == "a picture"

@@ -9,6 +9,7 @@ import pytest
 
 from baf import Agent, Session
 from baf.core.session import runtime_side
+from baf.errors import SessionNotFoundError
 from baf.library.state.reasoning_state_library import new_reasoning_state
 from baf.llm.base import LLM
 from baf.log import open_log
@@ -97,7 +98,7 @@ async def test_fork_rejects_a_seq_outside_the_session(db_url: str) -> None:
         last = (await agent.log.read("s"))[-1].seq
     with pytest.raises(ValueError, match=f"records 1..{last}"):
         await fork(db_url, "s", last + 1)
-    with pytest.raises(ValueError, match="no session"):
+    with pytest.raises(SessionNotFoundError, match="session 'nobody' has no records"):
         await fork(db_url, "nobody", 1)
 
 

@@ -133,3 +133,57 @@ def test_canaries_never_reach_files_output_or_exports(
         assert_clean(label, text)
     assert REDACTED in outputs["timeline"] and REDACTED in outputs["otel"]
     assert "LLM request #" in outputs["interactive"]
+
+
+async def test_framework_failures_are_logged_redacted(caplog: pytest.LogCaptureFixture,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """What reaches logging.exception-style lines (a step failing outside the engine's containment, a
+    websocket handler failing) is redacted as the records are."""
+    import logging
+
+    import baf.core.runtime as runtime_module
+    from baf.log import MemoryLog
+
+    canary = "canary-step-4f1e2d"
+
+    async def broken_step(*args: object, **kwargs: object) -> None:
+        raise RuntimeError(f"framework bug while holding {canary}")
+
+    agent = Agent("leaky", log=MemoryLog())
+    agent.new_state("only", initial=True)
+    agent.mark_secret(canary)
+    monkeypatch.setattr(runtime_module, "run_step", broken_step)
+    with caplog.at_level(logging.ERROR):
+        async with agent:
+            await agent.get_or_create_session("s")
+            await agent.wait_idle()
+    assert "step failed" in caplog.text and "framework bug while holding [REDACTED]" in caplog.text
+    assert canary not in caplog.text
+
+
+async def test_websocket_handler_failures_are_logged_redacted(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import InvalidStatus
+
+    from baf.log import MemoryLog
+    from baf.platforms.websocket import WebSocketPlatform
+
+    canary = "canary-ws-9a8b7c"
+
+    def check(token: str) -> bool:
+        raise ValueError(f"token store unreachable at https://u:{canary}@tokens.internal")
+
+    agent = Agent("leaky", log=MemoryLog())
+    agent.new_state("only", initial=True)
+    agent.mark_secret(canary)
+    platform = agent.add_platform(WebSocketPlatform("127.0.0.1", 0, auth_token=check))
+    assert isinstance(platform, WebSocketPlatform)
+    with caplog.at_level(logging.ERROR):
+        async with agent:
+            with pytest.raises(InvalidStatus):
+                async with connect(platform.ws_url, additional_headers={"Authorization": "Bearer x"}):
+                    pass
+    assert "auth_token callback failed" in caplog.text and "https://u:[REDACTED]@tokens.internal" in caplog.text
+    assert canary not in caplog.text

@@ -16,7 +16,7 @@ from baf.library.state.tasks import Task, TaskList
 from baf.reasoning.step import ReasoningStepKind
 from baf.reasoning.tool import Tool
 
-__all__ = ["PLANNING_TOOLS", "PlanningCall", "planning_call"]
+__all__ = ["PLANNING_TOOLS", "PlanningCall", "add_tasks", "complete_task", "planning_call", "skip_task"]
 
 
 @dataclass(slots=True)

@@ -1,7 +1,8 @@
 // The baf browser UI: a client of the WebSocket protocol documented in baf/platforms/websocket.py.
-// No build step, no dependencies. Text from the model, tools or users only ever reaches the page
-// through textContent / createTextNode: the Markdown renderer builds DOM nodes and never assigns
-// innerHTML, so markup in a reply is shown as text, not interpreted.
+// No build step: marked and DOMPurify are vendored files (vendor/README.md). Replies are Markdown: marked
+// renders them with raw HTML escaped and unsafe links left as text, and DOMPurify sanitizes the result
+// before it reaches the page. Everything else (user messages, tool calls and results, task lists) only
+// ever reaches the page through textContent / createTextNode.
 "use strict";
 
 (function () {
@@ -54,115 +55,71 @@
     return JSON.stringify(value, null, 2);
   }
 
-  // -- Markdown (a small, safe subset) --------------------------------------------------------------
+  // -- Markdown: marked renders, DOMPurify sanitizes (both vendored, see vendor/README.md) --------------
 
-  const INLINE = /(`[^`\n]+`)|(\*\*[^*\n]+\*\*)|(__[^_\n]+__)|(\*[^*\s][^*\n]*\*)|(\[[^\]\n]+\]\([^)\s]+\))/;
+  // Only web and mail links become links: a javascript:, data: or vbscript: URL stays text.
+  const SAFE_URL = /^(https?:\/\/|mailto:)/i;
 
-  function renderInline(parent, text) {
-    let rest = text;
-    while (rest) {
-      const m = INLINE.exec(rest);
-      if (!m) { parent.appendChild(document.createTextNode(rest)); return; }
-      if (m.index > 0) parent.appendChild(document.createTextNode(rest.slice(0, m.index)));
-      const token = m[0];
-      if (m[1]) {
-        parent.appendChild(el("code", null, token.slice(1, -1)));
-      } else if (m[2] || m[3]) {
-        const strong = el("strong");
-        renderInline(strong, token.slice(2, -2));
-        parent.appendChild(strong);
-      } else if (m[4]) {
-        const em = el("em");
-        renderInline(em, token.slice(1, -1));
-        parent.appendChild(em);
-      } else {
-        const link = /^\[([^\]]+)\]\(([^)\s]+)\)$/.exec(token);
-        // Only plain web links: a javascript: or data: URL stays text.
-        if (link && /^(https?:\/\/|mailto:)/i.test(link[2])) {
-          const a = el("a", null, link[1]);
-          a.href = link[2];
-          a.target = "_blank";
-          a.rel = "noopener noreferrer";
-          parent.appendChild(a);
-        } else {
-          parent.appendChild(document.createTextNode(token));
-        }
+  function escapeHtml(text) {
+    return String(text).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
+  }
+
+  const markdown = new marked.Marked({
+    gfm: true,
+    breaks: true, // a line break in a reply is a line break, as in a chat
+    renderer: {
+      // Raw HTML in a reply is shown as the text it is, never interpreted.
+      html(token) { return escapeHtml(token.text); },
+      link(token) {
+        if (!SAFE_URL.test(token.href)) return escapeHtml(token.raw);
+        const title = token.title ? ' title="' + escapeHtml(token.title) + '"' : "";
+        return '<a href="' + escapeHtml(token.href) + '"' + title + ">" + this.parser.parseInline(token.tokens) + "</a>";
+      },
+      // No images from Markdown: they would load from anywhere (the page's policy blocks them anyway).
+      image(token) { return escapeHtml(token.raw); },
+    },
+  });
+
+  const PURIFY = {
+    RETURN_DOM_FRAGMENT: true,
+    FORBID_TAGS: ["style", "form", "input", "button", "textarea", "select", "img", "svg", "math"],
+    FORBID_ATTR: ["style", "class", "id"],
+  };
+
+  // The sanitizer is the second line: whatever marked lets through, no script, handler or unsafe link
+  // survives it; links then open in a new tab without access to this page.
+  function sanitized(html, links) {
+    const fragment = DOMPurify.sanitize(html, PURIFY);
+    fragment.querySelectorAll("a").forEach((a) => {
+      if (!links || !SAFE_URL.test(a.getAttribute("href") || "")) {
+        a.replaceWith(document.createTextNode(a.textContent));
+        return;
       }
-      rest = rest.slice(m.index + token.length);
-    }
+      a.target = "_blank";
+      a.rel = "noopener noreferrer";
+    });
+    return fragment;
   }
 
   function renderMarkdown(text) {
-    const root = document.createDocumentFragment();
-    const lines = String(text).replace(/\r\n?/g, "\n").split("\n");
-    let i = 0;
-    let paragraph = [];
-    const flush = () => {
-      if (!paragraph.length) return;
-      const p = el("p");
-      paragraph.forEach((line, n) => {
-        if (n) p.appendChild(el("br"));
-        renderInline(p, line);
-      });
-      root.appendChild(p);
-      paragraph = [];
-    };
-    while (i < lines.length) {
-      const line = lines[i];
-      if (/^```/.test(line)) {
-        flush();
-        const code = [];
-        i += 1;
-        while (i < lines.length && !/^```/.test(lines[i])) { code.push(lines[i]); i += 1; }
-        i += 1; // the closing fence (or the end)
-        const pre = el("pre");
-        pre.appendChild(el("code", null, code.join("\n")));
-        root.appendChild(pre);
-        continue;
-      }
-      const heading = /^(#{1,6})\s+(.*)$/.exec(line);
-      if (heading) {
-        flush();
-        const h = el("h" + Math.min(6, heading[1].length + 2));
-        renderInline(h, heading[2]);
-        root.appendChild(h);
-        i += 1;
-        continue;
-      }
-      const listItem = /^\s*([-*+]|\d+[.)])\s+/;
-      if (listItem.test(line)) {
-        flush();
-        const ordered = /^\s*\d/.test(line);
-        const list = el(ordered ? "ol" : "ul");
-        while (i < lines.length && listItem.test(lines[i]) && /^\s*\d/.test(lines[i]) === ordered) {
-          const li = el("li");
-          renderInline(li, lines[i].replace(listItem, ""));
-          list.appendChild(li);
-          i += 1;
-        }
-        root.appendChild(list);
-        continue;
-      }
-      if (/^>\s?/.test(line)) {
-        flush();
-        const quote = el("blockquote");
-        const quoted = [];
-        while (i < lines.length && /^>\s?/.test(lines[i])) { quoted.push(lines[i].replace(/^>\s?/, "")); i += 1; }
-        renderInline(quote, quoted.join(" "));
-        root.appendChild(quote);
-        continue;
-      }
-      if (!line.trim()) flush(); else paragraph.push(line);
-      i += 1;
-    }
-    flush();
-    return root;
+    return sanitized(markdown.parse(String(text)), true);
+  }
+
+  // For one-line summaries in the trace: emphasis and code, but links stay text (the answer has them).
+  function renderInline(text) {
+    return sanitized(markdown.parseInline(String(text)), false);
   }
 
   // -- chat -----------------------------------------------------------------------------------------
 
-  function addUser(text) {
-    messages.appendChild(el("div", "msg user", text));
+  // Messages this page sent and showed at once, not yet seen in a history: a history after the last seq
+  // seen may hold them (they were recorded after it), and they must not be shown twice.
+  let echoes = [];
+
+  function addUser(text, local) {
+    const bubble = el("div", "msg user", text);
+    messages.appendChild(bubble);
+    if (local) echoes.push(text);
     scrollDown();
   }
 
@@ -260,7 +217,7 @@
         "↳ " + step.summary, String(details.result === undefined ? "" : details.result));
       row.appendChild(box);
     } else if (step.kind === "llm_text") {
-      row.textContent = details.final ? "✎ answer: " + step.summary : "✎ " + step.summary;
+      row.append(details.final ? "✎ answer: " : "✎ ", renderInline(step.summary || ""));
     } else {
       row.textContent = "• " + step.summary;
     }
@@ -291,34 +248,59 @@
   function clearView() {
     messages.replaceChildren();
     currentTrace = null;
+    echoes = [];
     showTasks([]);
   }
 
-  // The seq the last history frame covered: a live frame that carries a seq at or below it is already shown.
-  let historySeq = 0;
+  // The newest record seq this view shows (live frames and histories carry seqs): a live frame at or
+  // below it is already shown, and a reconnect asks only for what came after it.
+  let lastSeq = 0;
+  let viewSession = null; // the session this view shows
   function fresh(frame) {
-    return typeof frame.seq !== "number" || frame.seq > historySeq;
+    if (typeof frame.seq !== "number") return true;
+    if (frame.seq <= lastSeq) return false;
+    lastSeq = frame.seq;
+    return true;
   }
 
   function handleHistory(frame) {
-    clearView();
-    historySeq = typeof frame.last_seq === "number" ? frame.last_seq : 0;
+    const after = typeof frame.after_seq === "number" ? frame.after_seq : 0;
+    if (after === 0) clearView(); // a whole history: redraw; otherwise it continues this view
+    if (typeof frame.last_seq === "number") lastSeq = Math.max(lastSeq, frame.last_seq);
     (frame.items || []).forEach((item) => {
-      if (item.type === "user") addUser(item.text);
-      else if (item.type === "reply") addReply(item);
+      if (item.type === "user") {
+        const echoed = echoes.indexOf(item.text);
+        if (echoed >= 0) echoes.splice(echoed, 1); // already shown when it was sent
+        else addUser(item.text);
+      } else if (item.type === "reply") addReply(item);
       else if (item.type === "reasoning_step") addStep(item.step);
       else if (item.type === "task_list") showTasks(item.tasks || []);
       else if (item.type === "error") addError(item.message);
     });
-    if (frame.truncated) messages.prepend(el("p", "muted", "Older history is not shown."));
+    echoes = [];
+    if (frame.truncated && after === 0) messages.prepend(el("p", "muted", "Older history is not shown."));
+  }
+
+  function showExamples(examples) {
+    const row = $("examples");
+    row.replaceChildren();
+    (Array.isArray(examples) ? examples : []).forEach((example) => {
+      const button = el("button", null, example);
+      button.type = "button";
+      button.addEventListener("click", () => sendMessage(String(example)));
+      row.appendChild(button);
+    });
   }
 
   const handlers = {
     welcome(frame) {
       sessionStorage.setItem(TOKEN_KEY, frame.resume_token);
       $("agent-name").textContent = frame.agent || "baf agent";
+      $("hint-agent").textContent = frame.agent || "the agent";
       document.title = (frame.agent || "baf") + " · baf";
-      if (!frame.resumed) { clearView(); historySeq = 0; }
+      showExamples(frame.examples);
+      if (!frame.resumed || frame.session_id !== viewSession) { clearView(); lastSeq = 0; }
+      viewSession = frame.session_id;
       setStatus("connected", "connected");
     },
     history: handleHistory,
@@ -327,13 +309,13 @@
     task_list(frame) { if (fresh(frame)) showTasks(frame.tasks || []); },
     error(frame) {
       if (frame.code === "bad_token") {
-        // The server no longer knows this token (e.g. it restarted without a fixed secret): start afresh.
+        // The server no longer knows this token (it expired, or the server's secret changed): start afresh.
         sessionStorage.removeItem(TOKEN_KEY);
         showBanner("Your previous conversation could not be resumed; a new one was started.");
         send({ type: "hello" });
         return;
       }
-      if (frame.code === "agent") addError(frame.message);
+      if (frame.code === "agent") { if (fresh(frame)) addError(frame.message); }
       else showBanner("Error (" + frame.code + "): " + frame.message);
     },
   };
@@ -351,7 +333,7 @@
     if (!text.trim()) return;
     if (send({ type: "message", text })) {
       hideBanner();
-      addUser(text);
+      addUser(text, true);
     }
   }
 
@@ -366,7 +348,9 @@
       everConnected = true;
       hideBanner();
       const resume = sessionStorage.getItem(TOKEN_KEY);
-      ws.send(JSON.stringify(resume ? { type: "hello", resume } : { type: "hello" }));
+      // Back after a lost connection: only what came after the last record shown (a reload starts at 0).
+      const hello = resume ? { type: "hello", resume, after_seq: viewSession ? lastSeq : 0 } : { type: "hello" };
+      ws.send(JSON.stringify(hello));
     });
     ws.addEventListener("message", (event) => {
       let frame;
@@ -397,6 +381,11 @@
     }
   });
   $("new-chat").addEventListener("click", () => send({ type: "reset" }));
+
+  // The hint shows while the conversation is empty.
+  const hint = $("empty-hint");
+  new MutationObserver(() => { hint.hidden = messages.childElementCount > 0; })
+    .observe(messages, { childList: true });
 
   window.bafRenderMarkdown = renderMarkdown; // exposed for tests
   connect();

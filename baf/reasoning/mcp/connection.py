@@ -29,7 +29,7 @@ from typing import Any
 from baf.errors import ConfigurationError, ToolError, ToolServerError
 from baf.reasoning.mcp.content import render_content
 
-__all__ = ["MCPConnection", "ServerSpec"]
+__all__ = ["ListingError", "MCPConnection", "ServerSpec"]
 
 #: Listing pages read before a listing is taken as complete: a server that pages forever cannot hang us.
 _MAX_PAGES = 100

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ListedTool", "Refusal", "default_prefix", "model_name", "select_tools"]
+__all__ = ["ListedTool", "Refusal", "Selection", "default_prefix", "model_name", "schema_problem", "select_tools"]
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _BAD_CHARS = re.compile(r"[^A-Za-z0-9_-]")

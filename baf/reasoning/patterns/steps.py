@@ -13,7 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 from baf.llm.base import LLMResponse
 from baf.reasoning.step import ReasoningStep, ReasoningStepKind
 
-__all__ = ["LLMCallInfo", "PatternObserver", "PatternStep", "PatternStepKind"]
+__all__ = ["LLMCallInfo", "PatternObserver", "PatternStep", "PatternStepKind", "before_tool_call"]
 
 
 class PatternStepKind:
@@ -27,7 +27,7 @@ class PatternStepKind:
     REFLECTION = ReasoningStepKind.REFLECTION
     PLAN = ReasoningStepKind.PLAN
     ANSWER = ReasoningStepKind.LLM_TEXT
-    COMPACTION = "compaction"
+    COMPACTION = ReasoningStepKind.COMPACTION
 
 
 #: A pattern's steps are reasoning steps: the same envelope, streamed and recorded the same way. For a

@@ -1,0 +1,33 @@
+"""Which process handles a session: the hook a runtime that is one worker among many consults.
+
+A plain runtime handles every session it is given. A worker (``baf.serve``) runs its runtime with a
+:class:`SessionRouter`: before a session is loaded the runtime asks ``claim`` (take the session's lease);
+a message for a session another worker owns is ``forward``\\ ed to that owner (through the durable inbox),
+and a session whose lease was lost is dropped without another write (``Runtime.drop``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from baf.core.platform import Platform
+
+__all__ = ["SessionRouter"]
+
+
+class SessionRouter(Protocol):
+    """Decides, per session, whether this runtime handles it."""
+
+    async def claim(self, session_id: str) -> bool:
+        """Take ownership of ``session_id`` if no other worker holds it; ``False`` when another does."""
+        ...
+
+    async def forward(self, session_id: str, data: dict[str, Any], platform: Platform | None) -> None:
+        """Hand a message (``message_received`` data) to the worker that owns ``session_id``, durably.
+        ``platform`` is where its client is connected, for the replies to find their way back."""
+        ...
+
+    async def release(self, session_id: str) -> None:
+        """This runtime no longer holds ``session_id`` (stopped, or dropped it)."""
+        ...

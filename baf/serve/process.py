@@ -1,0 +1,76 @@
+"""``baf serve``: N worker processes for the agent in a Python file, over one PostgreSQL log.
+
+The parent starts each worker as ``python -m baf.serve.process worker ...`` and forwards SIGINT/SIGTERM to
+them; each worker runs :class:`~baf.serve.worker.Worker` until it is told to stop, then stops cleanly
+(steps finish, leases are given up). ``baf serve`` on several hosts against one database needs nothing
+more: the workers find each other through the database.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+
+__all__ = ["main", "serve"]
+
+
+def serve(path: str, dsn: str, workers: int, lease_ttl: float, poll_interval: float) -> int:
+    """Run ``workers`` worker processes until they end or a signal stops them; their worst exit status."""
+    command = [sys.executable, "-m", "baf.serve.process", "worker", path, "--log", dsn,
+               "--lease-ttl", str(lease_ttl), "--poll-interval", str(poll_interval)]  # fmt: skip
+    children = [subprocess.Popen(command) for _ in range(workers)]
+
+    def forward(signum: int, _frame: object) -> None:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signum)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        codes = [child.wait() for child in children]
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    return max((abs(code) for code in codes), default=0)
+
+
+async def _run_worker(path: str, dsn: str, lease_ttl: float, poll_interval: float) -> None:
+    from baf.cli import load_agent_file  # the loader baf run uses: Python or YAML agents
+    from baf.serve.worker import Worker
+
+    agent = load_agent_file(path)
+    worker = Worker(agent, dsn, lease_ttl=lease_ttl, poll_interval=poll_interval)
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stopping.set)
+    await worker.start()
+    print(f"READY {worker.worker_id}", flush=True)
+    try:
+        await stopping.wait()
+    finally:
+        await worker.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of a worker process (``python -m baf.serve.process worker PATH --log DSN``)."""
+    parser = argparse.ArgumentParser(prog="baf.serve.process")
+    commands = parser.add_subparsers(dest="command", required=True)
+    worker = commands.add_parser("worker")
+    worker.add_argument("path")
+    worker.add_argument("--log", required=True)
+    worker.add_argument("--lease-ttl", type=float, default=10.0)
+    worker.add_argument("--poll-interval", type=float, default=2.0)
+    args = parser.parse_args(argv)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_run_worker(args.path, args.log, args.lease_ttl, args.poll_interval))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,200 @@
+"""One worker: an agent's runtime that owns some sessions of a PostgreSQL log and shares the rest.
+
+A :class:`Worker` runs the agent (its platforms included) over a ``PostgresLog`` opened for this worker,
+with itself as the runtime's :class:`~baf.core.routing.SessionRouter`:
+
+- a session is loaded only once the worker holds its lease (``baf.log.postgres_leases``); every append
+  checks the lease's epoch in its transaction, so a worker that lost a session can never write to it;
+- a message for a session another worker owns goes to the durable inbox (``baf.log.postgres_inbox``) and
+  that worker is notified; the owner moves it into the session's log exactly once;
+- a heartbeat keeps the worker's leases alive (every third of ``lease_ttl``); a session lost meanwhile
+  is dropped without another write;
+- a slow poll (``poll_interval``, at least a second) covers lost notifications, and takes over the
+  sessions of workers that died: unfinished sessions and waiting messages whose leases expired. A taken
+  session resumes as after a restart: recorded model answers are served from the log, not asked again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from baf.core.runtime import Runtime
+from baf.errors import LogError
+from baf.log.postgres import PostgresLog
+from baf.log.postgres_inbox import INBOX_CHANNEL, Inbox
+from baf.log.postgres_leases import Leases
+
+if TYPE_CHECKING:
+    from baf.core.agent import Agent
+    from baf.core.platform import Platform
+
+__all__ = ["Worker", "default_worker_id"]
+
+logger = logging.getLogger("baf.serve")
+
+
+def default_worker_id() -> str:
+    """``host:pid:random``: unique across hosts and restarts."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class Worker:
+    """Runs ``agent`` as one worker among many over the PostgreSQL log at ``dsn``.
+
+    ``lease_ttl`` is how long (seconds) a session stays this worker's without a heartbeat: after a crash,
+    other workers take its sessions over that much later. ``poll_interval`` is the safety poll.
+    """
+
+    def __init__(
+        self,
+        agent: Agent,
+        dsn: str,
+        *,
+        worker_id: str | None = None,
+        lease_ttl: float = 10.0,
+        poll_interval: float = 2.0,
+        pool_size: int = 4,
+    ) -> None:
+        if poll_interval < 1.0:
+            raise ValueError(
+                f"poll_interval must be at least 1 second (it only covers lost notifications), got {poll_interval!r}"
+            )
+        self.agent = agent
+        self.worker_id = worker_id or default_worker_id()
+        self.log = PostgresLog(dsn, worker_id=self.worker_id, pool_size=pool_size)
+        self.leases = Leases(self.log, ttl=lease_ttl)
+        self.inbox = Inbox(self.log)
+        self.poll_interval = poll_interval
+        self.runtime = Runtime(agent, self.log, router=self)
+        self._wanted: set[str] = set()  # sessions with mail to take, by notification
+        self._wake = asyncio.Event()
+        self._taking: dict[str, asyncio.Lock] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stop_listening: Any = None
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the log, register, start the agent (its platforms too) and the worker's loops."""
+        await self.log.start()
+        await self.leases.register()
+        self._stop_listening = await self.inbox.listen(self._notified)
+        await self.agent.start(self.runtime)
+        self._tasks = [
+            asyncio.create_task(self._heartbeats(), name="baf-worker-heartbeat"),
+            asyncio.create_task(self._mail(), name="baf-worker-mail"),
+        ]
+        self._wake.set()  # look for waiting work at once
+
+    async def stop(self) -> None:
+        """Stop the loops and the agent (steps finish, the log is flushed), then give the leases up so
+        other workers can take the sessions at once."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        if self._stop_listening is not None:
+            await self._stop_listening()
+            self._stop_listening = None
+        held = self.log.fenced()
+        await self.agent.stop()
+        await self.leases.release_all(held)
+
+    async def __aenter__(self) -> Worker:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # -- the runtime's router -------------------------------------------------------------------------
+
+    async def claim(self, session_id: str) -> bool:
+        """Take the session's lease if no live worker holds it."""
+        return await self.leases.acquire(session_id) is not None
+
+    async def forward(self, session_id: str, data: dict[str, Any], platform: Platform | None) -> None:
+        """Put the message in the inbox; its owner is notified and takes it."""
+        await self.inbox.post(session_id, data)
+
+    async def release(self, session_id: str) -> None:
+        """Give the session's lease up."""
+        await self.leases.release(session_id)
+
+    # -- loops ----------------------------------------------------------------------------------------
+
+    def _notified(self, channel: str, session_id: str) -> None:
+        if channel == INBOX_CHANNEL:
+            self._wanted.add(session_id)
+            self._wake.set()
+
+    async def _heartbeats(self) -> None:
+        interval = self.leases.ttl / 3
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                lost = await self.leases.heartbeat()
+            except Exception as exc:  # the database is away: appends are fenced anyway, retry next time
+                logger.warning("worker %s: heartbeat failed: %s", self.worker_id, exc)
+                continue
+            for session_id in lost:
+                logger.warning("worker %s: lost session %s to another worker", self.worker_id, session_id)
+                self.runtime.drop(session_id)
+
+    async def _mail(self) -> None:
+        """Take notified mail at once; every ``poll_interval``, look for what notifications missed and for
+        sessions whose owner died."""
+        loop = asyncio.get_running_loop()
+        next_poll = loop.time()
+        while True:
+            timeout = max(0.0, next_poll - loop.time())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            self._wake.clear()
+            wanted, self._wanted = self._wanted, set()
+            if loop.time() >= next_poll:
+                next_poll = loop.time() + self.poll_interval
+                try:
+                    wanted |= set(await self._orphans())
+                except Exception as exc:
+                    logger.warning("worker %s: poll failed: %s", self.worker_id, exc)
+            # Sessions are taken concurrently (each in order under its own lock): one slow load must not
+            # hold up the others' messages.
+            await asyncio.gather(*(self._take_logged(session_id) for session_id in wanted))
+
+    async def _take_logged(self, session_id: str) -> None:
+        try:
+            await self._take(session_id)
+        except LogError as exc:  # a lease lost meanwhile, the database away: the next poll retries
+            logger.warning("worker %s: session %s: %s", self.worker_id, session_id, exc)
+
+    async def _orphans(self) -> list[str]:
+        """Sessions to take: waiting messages of sessions no live worker holds (or this one does), and
+        unfinished sessions of dead workers."""
+        found = await self.leases.unowned_with_mail()
+        found += await self.inbox.sessions_with_mail(list(self.log.fenced()))
+        for session_id in await self.log.unfinished_sessions():
+            if session_id in self.log.fenced():
+                continue
+            info = await self.leases.owner_of(session_id)
+            if info is None or not info.live:
+                found.append(session_id)
+        return list(dict.fromkeys(found))
+
+    async def _take(self, session_id: str) -> None:
+        """Own ``session_id`` (if free) and move its waiting messages into its log, in arrival order."""
+        lock = self._taking.setdefault(session_id, asyncio.Lock())
+        async with lock:
+            if session_id not in self.log.fenced() and not await self.claim(session_id):
+                return  # a live worker owns it: its own notification or poll takes the mail
+            await self.runtime.get_or_create(session_id)  # loads it, resuming an interrupted step
+            for message in await self.inbox.pending(session_id):
+                await self.runtime.receive_forwarded(session_id, message.id, message.payload, message.error)

@@ -1,0 +1,88 @@
+"""A secret inside a session id: refused before anything is stored or logged, and redacted by the CLI in
+logs written before the secret was known. (Redaction reaches record data, not keys: an id is a key.)"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+from baf_test_helpers import baf
+
+from baf import Agent
+from baf.core.session import Session
+from baf.errors import SessionIdError
+from baf.log.redaction import register_secret
+
+SECRET = "tok-8c1e55d0a7b2-canary"
+
+
+def agent_on(db: Path) -> Agent:
+    agent = Agent("keeper", log=f"sqlite:///{db}")
+    state = agent.new_state("main", initial=True)
+
+    def body(session: Session) -> None:
+        session.reply("hello")
+
+    state.set_body(body)
+    state.when_event().go_to(state)
+    return agent
+
+
+async def test_a_session_id_holding_a_marked_secret_is_refused_and_never_stored(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)  # aiosqlite logs every query with its parameters at DEBUG
+    db = tmp_path / "agent.db"
+    agent = agent_on(db)
+    agent.mark_secret(SECRET)
+    async with agent:
+        with pytest.raises(SessionIdError, match="contains one of the agent's secrets") as refused:
+            await agent.receive_message(f"user-{SECRET}", "hi")
+        with pytest.raises(SessionIdError):
+            await agent.get_or_create_session(f"{SECRET}")
+        assert SECRET not in str(refused.value)
+        await agent.receive_message("user-plain", "hi")  # other ids work as before
+        assert await agent.log.sessions() == ["user-plain"]
+    assert SECRET not in caplog.text
+    assert_not_in_files(tmp_path, SECRET)
+
+
+def assert_not_in_files(folder: Path, text: str) -> None:
+    """``text`` is in no file of ``folder`` (the database, its WAL and shared-memory files)."""
+    for file in folder.iterdir():
+        assert text.encode() not in file.read_bytes(), file.name
+
+
+async def test_a_registered_key_inside_a_session_id_is_refused(tmp_path: Path) -> None:
+    key = "sk-registered-31f0c9e2d4"
+    register_secret(key)  # what an LLM client does with its api_key
+    agent = agent_on(tmp_path / "agent.db")
+    async with agent:
+        with pytest.raises(SessionIdError):
+            await agent.receive_message(f"chat:{key}", "hi")
+        assert await agent.log.sessions() == []
+
+
+async def test_empty_session_ids_are_a_session_id_error(tmp_path: Path) -> None:
+    async with agent_on(tmp_path / "agent.db") as agent:
+        with pytest.raises(SessionIdError, match="non-empty"):
+            await agent.receive_message("", "hi")
+
+
+async def test_the_cli_redacts_a_secret_in_an_id_of_a_log_written_before_it_was_known(tmp_path: Path) -> None:
+    db = tmp_path / "old.db"
+    async with agent_on(db) as agent:
+        await agent.receive_message(f"user-{SECRET}", "hi")  # nothing marked yet: stored as it is
+    env = {"SERVICE_API_KEY": SECRET}
+    listing = baf("sessions", str(db), cwd=tmp_path, env=env)
+    assert listing.returncode == 0, listing.stderr
+    assert "[REDACTED]" in listing.stdout.replace("\n", "").replace("│", "").replace(" ", "")
+    for args in (("sessions", str(db)), ("log", str(db), f"user-{SECRET}"),
+                 ("log", str(db), f"user-{SECRET}", "--json"),
+                 ("export", str(db), f"user-{SECRET}", "--format", "otel"),
+                 ("export", str(db), f"user-{SECRET}")):  # fmt: skip
+        result = baf(*args, cwd=tmp_path, env=env, columns=400)
+        assert result.returncode == 0, (args, result.stderr)
+        flat = result.stdout.replace("\n", "").replace("│", "").replace(" ", "")
+        assert SECRET not in flat, args

@@ -1,0 +1,63 @@
+"""``baf serve`` and the reading commands on a PostgreSQL log."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from baf_test_helpers import baf
+
+from baf.log.postgres import PostgresLog
+from baf.log.postgres_inbox import Inbox
+
+from .helpers import FIXTURE, assert_each_question_answered_once, message, wait_for_answers
+
+
+def start_serve(dsn: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "baf.cli", "serve", str(FIXTURE), "--log", dsn, "--workers", "2",
+         "--lease-ttl", "2", "--poll-interval", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "BAF_SERVE_DELAY": "0.01"},
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+async def test_baf_serve_runs_workers_that_answer_and_stop_on_sigterm(postgres_dsn: str, tmp_path: Path) -> None:
+    serve = start_serve(postgres_dsn)
+    try:
+        assert serve.stdout is not None
+        for _ in range(2):
+            line = await asyncio.wait_for(asyncio.to_thread(serve.stdout.readline), 30)
+            assert line.startswith("READY "), line
+        expected = {f"c{i}": [f"c{i}-hello"] for i in range(6)}
+        async with PostgresLog(postgres_dsn) as log:
+            for session_id, (question,) in expected.items():
+                await Inbox(log).post(session_id, message(session_id, question))
+        records = await wait_for_answers(postgres_dsn, expected, within=30)
+        assert_each_question_answered_once(records, expected)
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(serve.wait, 30)
+        serve.stdout.close()  # type: ignore[union-attr]
+        serve.stderr.close()  # type: ignore[union-attr]
+    assert code == 0
+    # Stopped cleanly: every lease given up, so other workers could take the sessions at once.
+    sessions = baf("sessions", postgres_dsn, cwd=tmp_path)
+    assert sessions.returncode == 0, sessions.stderr
+    assert all(session_id in sessions.stdout for session_id in expected)
+    shown = baf("log", postgres_dsn, "c0", cwd=tmp_path)
+    assert shown.returncode == 0 and "answer to c0-hello" in shown.stdout
+    replayed = baf("replay", postgres_dsn, "c0", cwd=tmp_path)
+    assert replayed.returncode == 0 and "c0-hello" in replayed.stdout
+
+
+def test_baf_serve_refuses_a_sqlite_log(tmp_path: Path) -> None:
+    result = baf("serve", str(FIXTURE), "--log", f"sqlite:///{tmp_path / 'x.db'}", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "PostgreSQL log" in result.stderr and "baf run" in result.stderr

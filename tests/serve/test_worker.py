@@ -1,0 +1,133 @@
+"""Two workers in one process over one PostgreSQL log: routing, exactly-once inbox, lease loss, lost
+notifications, malformed messages. (Worker processes and kill -9: test_failover.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+from baf.core.events import ReceiveTextEvent
+from baf.errors import LogError
+from baf.log.postgres_leases import Leases
+from baf.serve import Worker
+
+from .helpers import assert_each_question_answered_once, fresh_agent, message, wait_for_answers
+
+
+@pytest.fixture
+async def workers(postgres_dsn: str) -> AsyncIterator[tuple[Worker, Worker]]:
+    a = Worker(fresh_agent(), postgres_dsn, worker_id="a", lease_ttl=2, poll_interval=1)
+    b = Worker(fresh_agent(), postgres_dsn, worker_id="b", lease_ttl=2, poll_interval=1)
+    await a.start()
+    await b.start()
+    try:
+        yield a, b
+    finally:
+        await a.stop()
+        await b.stop()
+
+
+async def test_a_message_reaching_the_wrong_worker_is_handled_once_by_the_owner(
+    workers: tuple[Worker, Worker], postgres_dsn: str
+) -> None:
+    a, b = workers
+    first = await a.runtime.receive(ReceiveTextEvent("s", message="q1"))  # a claims s and handles it
+    await first
+    assert (await a.leases.owner_of("s")) is not None
+    for text in ("q2", "q3"):  # the client moved to b: b forwards to a through the inbox
+        await b.runtime.receive(ReceiveTextEvent("s", message=text))
+    records = await wait_for_answers(postgres_dsn, {"s": ["q1", "q2", "q3"]})
+    assert_each_question_answered_once(records, {"s": ["q1", "q2", "q3"]})
+    assert "s" not in b.runtime.sessions  # b never loaded it
+    assert await b.inbox.pending("s") == []
+
+
+async def test_many_sessions_spread_over_two_workers_each_answered_once(
+    workers: tuple[Worker, Worker], postgres_dsn: str
+) -> None:
+    a, b = workers
+    expected = {f"s{i}": [f"s{i}-q{j}" for j in range(3)] for i in range(12)}
+    for j in range(3):
+        for i, (session_id, questions) in enumerate(expected.items()):
+            entry = a if (i + j) % 2 else b  # each client alternates between workers
+            await entry.runtime.receive(ReceiveTextEvent(session_id, message=questions[j]))
+    records = await wait_for_answers(postgres_dsn, expected)
+    assert_each_question_answered_once(records, expected)
+    owners = {(await a.leases.owner_of(s)).owner for s in expected}  # type: ignore[union-attr]
+    assert owners == {"a", "b"}  # both took part
+
+
+async def test_a_worker_that_lost_its_lease_drops_the_session_and_the_new_owner_goes_on(
+    workers: tuple[Worker, Worker], postgres_dsn: str
+) -> None:
+    a, b = workers
+    await (await a.runtime.receive(ReceiveTextEvent("s", message="q1")))
+    connection = await asyncpg.connect(postgres_dsn)
+    try:  # a is "paused" past its lease, and b takes the session over
+        await connection.execute("UPDATE baf_leases SET expires_at = now() - interval '1 second'")
+    finally:
+        await connection.close()
+    assert await b.claim("s")
+    await b.runtime.receive(ReceiveTextEvent("s", message="q2"))
+    lost = await a.leases.heartbeat()
+    assert lost == ["s"]
+    a.runtime.drop("s")
+    with pytest.raises(LogError):  # whatever a still had would be fenced off
+        await a.log.append([])  # nothing to write is fine...
+        await a.log.append_consuming([], "s", [1])  # ...but a write for s is refused
+    await a.runtime.receive(ReceiveTextEvent("s", message="q3"))  # a client still on a: forwarded to b
+    records = await wait_for_answers(postgres_dsn, {"s": ["q1", "q2", "q3"]})
+    assert_each_question_answered_once(records, {"s": ["q1", "q2", "q3"]})
+
+
+async def test_a_lost_notification_is_covered_by_the_poll(workers: tuple[Worker, Worker], postgres_dsn: str) -> None:
+    connection = await asyncpg.connect(postgres_dsn)
+    try:  # written as a platform on a third worker would, minus the NOTIFY
+        import orjson
+
+        await connection.execute(
+            "INSERT INTO baf_inbox (session_id, payload) VALUES ('quiet', $1)",
+            orjson.dumps(message("quiet", "q1")).decode(),
+        )
+    finally:
+        await connection.close()
+    records = await wait_for_answers(postgres_dsn, {"quiet": ["q1"]}, within=10)
+    assert_each_question_answered_once(records, {"quiet": ["q1"]})
+
+
+async def test_a_malformed_inbox_message_is_an_error_record_and_the_session_goes_on(
+    workers: tuple[Worker, Worker], postgres_dsn: str
+) -> None:
+    a, _ = workers
+    assert await a.claim("s")
+    connection = await asyncpg.connect(postgres_dsn)
+    try:
+        await connection.execute("INSERT INTO baf_inbox (session_id, payload) VALUES ('s', 'not json')")
+    finally:
+        await connection.close()
+    await a.inbox.post("s", message("s", "q1"))
+    records = await wait_for_answers(postgres_dsn, {"s": ["q1"]})
+    errors = [r.data["message"] for r in records["s"] if r.kind == "error"]
+    assert len(errors) == 1 and "malformed message" in errors[0] and "not JSON" in errors[0]
+    assert_each_question_answered_once(records, {"s": ["q1"]})
+    assert await a.inbox.pending("s") == []
+
+
+async def test_two_workers_racing_for_one_session_one_wins_the_other_routes(
+    workers: tuple[Worker, Worker], postgres_dsn: str
+) -> None:
+    a, b = workers
+    await asyncio.gather(
+        a.runtime.receive(ReceiveTextEvent("race", message="from-a")),
+        b.runtime.receive(ReceiveTextEvent("race", message="from-b")),
+    )
+    records = await wait_for_answers(postgres_dsn, {"race": ["x", "y"]})
+    received = sorted(r.data["text"] for r in records["race"] if r.kind == "message_received")
+    assert received == ["from-a", "from-b"]  # both handled, each once, by the one owner
+    info = await Leases(a.log).owner_of("race")
+    assert info is not None
+    loser = b if info.owner == "a" else a
+    assert "race" not in loser.runtime.sessions
