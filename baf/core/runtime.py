@@ -390,6 +390,7 @@ class Runtime:
         if platform is None and projection.platform is not None:
             platform = self.agent.find_platform(projection.platform)
         live = LiveSession(self, SessionWriter(self.log, projection, self.agent.redactor), platform)
+        live.writer.observer = self.hooks.record_observer(live.session)
         live.snapshot_seq = snapshot_seq
         if projection.last_seq == 0:
             initial = self.agent.initial_state.name

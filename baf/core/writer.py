@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from baf.errors import LogClosedError, LogError
@@ -37,6 +38,8 @@ class SessionWriter:
         self._lock = threading.Lock()
         self._tail: asyncio.Future[None] | None = None
         self._closed = False
+        #: Called with each record as it is built, in seq order (the hooks' ``on_record``), if set.
+        self.observer: Callable[[Record], None] | None = None
         self._closed_because = "the agent stopped"
 
     def record(self, kind: str, data: dict[str, Any]) -> Record:
@@ -56,6 +59,8 @@ class SessionWriter:
             record = build_record(projection.session_id, seq, kind, data, ts, CURRENT_VERSION)
             projection.apply_fields(seq, ts, kind, data)  # what apply(record) does, one call less
             self._pending.append(record)
+            if self.observer is not None:  # under the lock: observers see records in seq order
+                self.observer(record)
         return record
 
     def record_snapshot(self) -> Record:
