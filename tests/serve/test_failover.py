@@ -25,7 +25,7 @@ def start_worker(dsn: str, calls: Path) -> subprocess.Popen[str]:
     env = {**os.environ, "BAF_SERVE_CALLS": str(calls), "BAF_SERVE_DELAY": "0.1"}
     return subprocess.Popen(
         [sys.executable, "-m", "baf.serve.process", "worker", str(FIXTURE), "--log", dsn,
-         "--lease-ttl", "1.5", "--poll-interval", "1"],
+         "--lease-ttl", "3", "--poll-interval", "1"],
         stdout=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
 

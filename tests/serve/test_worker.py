@@ -19,8 +19,8 @@ from .helpers import assert_each_question_answered_once, fresh_agent, message, w
 
 @pytest.fixture
 async def workers(postgres_dsn: str) -> AsyncIterator[tuple[Worker, Worker]]:
-    a = Worker(fresh_agent(), postgres_dsn, worker_id="a", lease_ttl=2, poll_interval=1)
-    b = Worker(fresh_agent(), postgres_dsn, worker_id="b", lease_ttl=2, poll_interval=1)
+    a = Worker(fresh_agent(), postgres_dsn, worker_id="a", lease_ttl=10, poll_interval=1)
+    b = Worker(fresh_agent(), postgres_dsn, worker_id="b", lease_ttl=10, poll_interval=1)
     await a.start()
     await b.start()
     try:
