@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import subprocess
 import sys
@@ -46,3 +47,80 @@ async def test_the_intents_page_example_routes_as_described(tmp_path: Path, monk
             await agent.receive_message("u", text, platform)  # type: ignore[attr-defined]
     assert platform.replies["u"] == ["Hello!", "Yes, we deliver to Porto.", "I know about greetings and deliveries.",
                                      "Sorry, say 'help' to see what I can do."]  # fmt: skip
+
+
+README = DOCS.parent / "README.md"
+
+
+def readme_block(language: str, containing: str) -> str:
+    blocks = re.findall(rf"```{language}\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+    return next(block for block in blocks if containing in block)
+
+
+async def test_the_readme_reasoning_example_runs_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "docs").mkdir()
+    namespace: dict[str, object] = {}
+    exec(compile(readme_block("python", "FunctionLLM(model)"), "README.md", "exec"), namespace)
+    agent = namespace["agent"]
+    async with agent:  # type: ignore[attr-defined]
+        session = await agent.receive_message("s", "What is 2 + 3?")  # type: ignore[attr-defined]
+    assert session.chat_history()[-1].text == "The sum is 5.0."
+
+
+async def test_the_readme_reasoning_state_fits_into_the_greeter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The quick start's greeter, plus the reasoning state as the README says to add it to an agent
+    that has its own initial state."""
+    from baf.testing import ScriptedLLM
+
+    monkeypatch.chdir(tmp_path)
+    quick_start = readme_block("python", "agent.use_terminal_platform()")
+    quick_start = quick_start.split("agent.use_terminal_platform()")[0].replace("greeted.go_to(idle)", "")
+    from baf.library.state.reasoning_state_library import new_reasoning_state  # imported by the example above
+
+    namespace: dict[str, object] = {"llm": ScriptedLLM(["Reasoned."]), "new_reasoning_state": new_reasoning_state}
+    exec(compile(quick_start + readme_block("python", "initial=False"), "README.md", "exec"), namespace)
+    agent = namespace["agent"]
+    async with agent:  # type: ignore[attr-defined]
+        await agent.receive_message("s", "hi")  # type: ignore[attr-defined]
+        session = await agent.receive_message("s", "think")  # type: ignore[attr-defined]
+    assert [e.text for e in session.chat_history()][-1] == "Reasoned."
+
+
+def test_ci_runs_the_readmes_test_command() -> None:
+    """The README's install-and-test command is what .ci/run runs (a venv: PEP 668 systems refuse pip
+    outside one)."""
+    command = readme_block("bash", "pytest").strip()
+    assert command == 'python3 -m venv .venv && .venv/bin/pip install -e ".[dev]" && .venv/bin/python -m pytest'
+    ci = (DOCS.parent / ".ci" / "run").read_text(encoding="utf-8")
+    for part in command.split(" && "):
+        assert part in ci, part
+    demo = readme_block("bash", "baf demo").strip()
+    assert demo == "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/baf demo"
+
+
+async def test_the_platform_page_runs_a_custom_platform_until_its_input_ends() -> None:
+    from baf import Agent, Session
+    from baf.log import MemoryLog
+
+    doc = (DOCS / "writing_a_platform.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", doc, re.S)
+    platform_code = next(block for block in blocks if "class LinesPlatform" in block)
+    main_code = next(block for block in blocks if "async def main" in block)
+    agent = Agent("echo", log=MemoryLog())
+    state = agent.new_state("echo", initial=True)
+
+    def echo(session: Session) -> None:
+        if session.event is not None:
+            session.reply(f"echo: {session.event.text}")
+
+    state.set_body(echo)
+    state.when_event().go_to(state)
+    namespace: dict[str, object] = {"agent": agent}
+    exec(compile(platform_code + main_code, "writing_a_platform.md", "exec"), namespace)
+    await asyncio.wait_for(namespace["main"](), 10)  # type: ignore[operator]
+    platform = agent.find_platform("lines")
+    assert platform is not None and platform.replies == ["echo: hello", "echo: how are you?"]  # type: ignore[attr-defined]
+    assert not agent.running

@@ -68,6 +68,13 @@ EXCEPTIONS: dict[tuple[str, str], Allowed] = {
     ("baf.core.agent", "baf.platforms.telegram"): Allowed(
         "Agent.use_telegram_platform: the same convenience for the Telegram platform (the 'telegram' extra)"
     ),
+    ("baf.core.agent", "baf.platforms.a2a"): Allowed(
+        "Agent.use_a2a_platform: the same convenience for the A2A server platform (the 'a2a' extra)"
+    ),
+    ("baf.core.agent", "baf.reasoning.a2a"): Allowed(
+        "Agent.add_a2a_agent: a convenience that builds the A2A client tool (a plain Tool) and registers it "
+        "as any tool; imported in the method, so the core loads without the 'a2a' extra"
+    ),
     ("baf.core.agent", "baf.reasoning.mcp"): Allowed(
         "Agent.add_mcp_server: a convenience that builds the MCP toolset and attaches it as any toolset; "
         "imported in the method (and for its return type)"

@@ -38,6 +38,7 @@ from baf.reasoning.workspace import Workspace
 
 if TYPE_CHECKING:
     from baf.core.platform import Platform
+    from baf.platforms.a2a import A2APlatform
     from baf.platforms.telegram import TelegramPlatform
     from baf.platforms.terminal import TerminalPlatform
     from baf.platforms.websocket import WebSocketPlatform
@@ -246,6 +247,15 @@ class Agent:
         self.add_platform(platform)
         return platform
 
+    def use_a2a_platform(self, host: str = "127.0.0.1", port: int = 9000, **options: Any) -> A2APlatform:
+        """Serve the agent over A2A (the ``a2a`` extra: ``pip install 'baf[a2a]'``); options as for
+        :class:`~baf.platforms.a2a.A2APlatform`."""
+        from baf.platforms.a2a import A2APlatform
+
+        platform = A2APlatform(host, port, **options)
+        self.add_platform(platform)
+        return platform
+
     @property
     def platforms(self) -> tuple[Platform, ...]:
         """The attached platforms."""
@@ -310,6 +320,13 @@ class Agent:
                                      f"toolset {owner.name!r}; rename the tool")  # fmt: skip
         self._tools[tool.name] = tool
         return tool
+
+    def add_a2a_agent(self, url: str, name: str, **options: Any) -> Tool:
+        """Make the A2A agent served at ``url`` a tool called ``name`` (the ``a2a`` extra); options
+        (``description``, ``timeout``, ``headers``) as for :func:`~baf.reasoning.a2a.a2a_agent_tool`."""
+        from baf.reasoning.a2a import a2a_agent_tool
+
+        return self.add_tool(a2a_agent_tool(url, name, **options))
 
     def add_mcp_server(self, name: str, command: list[str] | None = None, **options: Any) -> MCPToolset:
         """Offer the tools of an MCP server (the ``mcp`` extra): a stdio server started with ``command``

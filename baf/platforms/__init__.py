@@ -1,7 +1,8 @@
 """Platforms: adapters between a wire format and an agent's events and replies.
 
-``WebSocketPlatform`` needs the ``web`` extra (``websockets``) and ``TelegramPlatform`` the ``telegram``
-extra (``aiogram``); both are imported lazily so that the core stays importable without them.
+``WebSocketPlatform`` needs the ``web`` extra (``websockets``), ``TelegramPlatform`` the ``telegram``
+extra (``aiogram``) and ``A2APlatform`` the ``a2a`` extra (``a2a-sdk``); they are imported lazily so
+that the core stays importable without them.
 Third-party adapters register under the ``baf.platforms`` entry-point group and are found with
 :func:`discover_platforms`::
 
@@ -19,10 +20,18 @@ from typing import TYPE_CHECKING, Any
 from baf.core.platform import Platform
 
 if TYPE_CHECKING:
+    from baf.platforms.a2a import A2APlatform
     from baf.platforms.telegram import TelegramPlatform
     from baf.platforms.websocket import WebSocketPlatform
 
-__all__ = ["ENTRY_POINT_GROUP", "Platform", "TelegramPlatform", "WebSocketPlatform", "discover_platforms"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "A2APlatform",
+    "Platform",
+    "TelegramPlatform",
+    "WebSocketPlatform",
+    "discover_platforms",
+]
 
 logger = logging.getLogger("baf.platforms")
 
@@ -55,6 +64,10 @@ def __getattr__(name: str) -> Any:
         from baf.platforms.websocket import WebSocketPlatform
 
         return WebSocketPlatform
+    if name == "A2APlatform":
+        from baf.platforms.a2a import A2APlatform
+
+        return A2APlatform
     if name == "TelegramPlatform":
         from baf.platforms.telegram import TelegramPlatform
 

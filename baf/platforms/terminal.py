@@ -12,6 +12,7 @@ import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
+from markdown_it import MarkdownIt
 from rich.console import Console
 from rich.markdown import Markdown
 from rich.panel import Panel
@@ -32,6 +33,16 @@ logger = logging.getLogger(__name__)
 
 _STATUS_MARK = {"pending": "[ ]", "in_progress": "[~]", "completed": "[x]", "skipped": "[-]"}
 _QUIT_WORDS = {"exit", "quit", "/exit", "/quit"}
+
+
+class _Markdown(Markdown):
+    """rich's Markdown, except that HTML is text: rich drops HTML tags and blocks it does not render, so
+    ``Ask me 'weather in <city>'.`` lost its ``<city>``. A reply is shown whole, whatever it holds."""
+
+    def __init__(self, markup: str, **options: Any) -> None:
+        super().__init__(markup, **options)
+        parser = MarkdownIt("commonmark", {"html": False}).enable("strikethrough").enable("table")
+        self.parsed = parser.parse(markup)
 
 
 class _TerminalConsole(Console):
@@ -77,6 +88,10 @@ class TerminalPlatform(Platform):
         self._lines: _LineReader | None = None
         self._output_closed = False
         self.continue_fork = continue_fork
+        # Whether the prompt is on screen, waiting for a line (a stop then ends that line first).
+        self._prompting = False
+        # What the session had recorded when the chat began: earlier conversation, shown as such.
+        self._shown_upto: int | None = None
 
     @property
     def output_closed(self) -> bool:
@@ -88,6 +103,9 @@ class TerminalPlatform(Platform):
         self._reader = asyncio.ensure_future(self._chat())
 
     async def stop(self) -> None:
+        if self._prompting:
+            self._prompting = False
+            self._show("")  # Ctrl-C at the prompt: what the shell prints next starts on a line of its own
         if self._reader is not None and not self._reader.done():
             self._reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -97,8 +115,19 @@ class TerminalPlatform(Platform):
         assert self.agent is not None, "add the platform to an agent first"
         agent = self.agent
         session = await agent.get_or_create_session(self.session_id, self)
-        for entry in session.chat_history():
-            self._print_line(entry.role, entry.text)
+        projection = runtime_side(session).projection
+        # What the log held before this chat: a new session has only its session_started record.
+        earlier = projection.last_seq if projection.last_seq > 1 else 0
+        # Work a restart found unfinished (a step to resume, messages not yet handled) is under way now.
+        resumed = bool(earlier) and (projection.open_step is not None or bool(projection.unstarted))
+        self._show(Text(f"session {self.session_id}{_where(agent.log)}", style="dim"), soft_wrap=True)
+        # Bound between commits: what was delivered before is in the history printed here, what comes
+        # after is printed live; nothing twice, nothing glued to a prompt.
+        await runtime_side(session).read_delivered(lambda upto: self._print_history(session, upto, earlier))
+        if resumed:
+            self._show(Text("resumed after a restart: finishing what was under way when the agent stopped",
+                            style="yellow"))  # fmt: skip
+            await agent.wait_idle(self.session_id)
         held = len(runtime_side(session).projection.held)
         if held and self.continue_fork:
             self._show(Text(f"(this fork holds {held} message{'s' if held > 1 else ''} not yet handled at its "
@@ -145,8 +174,27 @@ class TerminalPlatform(Platform):
 
         if lines is not None:
             self._show(self.prompt, end="", markup=False, highlight=False)
+        self._prompting = True
         threading.Thread(target=read, name="baf-terminal-input", daemon=True).start()
-        return await result
+        try:
+            return await result
+        finally:
+            self._prompting = False
+
+    async def _print_history(self, session: Session, upto: int, earlier: int) -> None:
+        """The conversation up to seq ``upto`` (what was delivered before the chat was bound); what the
+        log held before this chat (up to seq ``earlier``) is marked as the earlier conversation."""
+        self._shown_upto = upto
+        history = [entry for entry in session.chat_history() if entry.seq <= upto]
+        before = [entry for entry in history if entry.seq <= earlier]
+        if before:
+            self._show(Rule(Text("earlier in this session", style="dim"), style="dim"))
+        for entry in before:
+            self._print_line(entry.role, entry.text)
+        if before:
+            self._show(Rule(Text("now", style="dim"), style="dim"))
+        for entry in history[len(before) :]:
+            self._print_line(entry.role, entry.text)
 
     def _show(self, *objects: Any, session: Session | None = None, **options: Any) -> None:
         """Print on the console, unless its output was closed. The first print that finds it closed
@@ -171,17 +219,26 @@ class TerminalPlatform(Platform):
         if role == "user":
             self._show(Text(f"{self.prompt}{text}", style="dim"))
         else:
-            self._show(Markdown(text))
+            self._show(_Markdown(text))
+
+    def _bound(self, session: Session) -> bool:
+        """Whether live output for ``session`` is shown: for the chat's own session, not before the chat
+        printed its history, which covers what came before (see _chat)."""
+        return self._shown_upto is not None or session.id != self.session_id
 
     async def reply(self, session: Session, message: str) -> None:
-        panel = Panel(Markdown(message), title=session.agent.name, title_align="left", style="cyan")
+        if not self._bound(session):
+            return
+        panel = Panel(_Markdown(message), title=session.agent.name, title_align="left", style="cyan")
         self._show(panel, session=session)
 
     async def reply_error(self, session: Session, message: str) -> None:
+        if not self._bound(session):
+            return
         self._show(Panel(Text(message), title="error", title_align="left", style="red"), session=session)
 
     async def reply_reasoning_step(self, session: Session, step: Any) -> None:
-        if not self.show_steps:
+        if not self.show_steps or not self._bound(session):
             return
         data = step.to_dict() if hasattr(step, "to_dict") else dict(step)
         kind = data.get("kind", "")
@@ -192,7 +249,7 @@ class TerminalPlatform(Platform):
         self._show(line, session=session)
 
     async def reply_task_list_update(self, session: Session, tasks: list[dict[str, Any]]) -> None:
-        if not self.show_steps or not tasks:
+        if not self.show_steps or not tasks or not self._bound(session):
             return
         table = Table(title="tasks", show_header=False, box=None, title_justify="left", title_style="bold")
         for task in tasks:
@@ -244,3 +301,9 @@ class _LineReader:
             self._buffer += self._decoder.decode(chunk)
         line, self._buffer = self._buffer.split("\n", 1)
         return line.removesuffix("\r")
+
+
+def _where(log: object) -> str:
+    """``, recorded in FILE`` for a log with a file (what ``baf replay`` reads), else the empty string."""
+    path = getattr(log, "path", None)
+    return f", recorded in {path}" if path is not None else ""

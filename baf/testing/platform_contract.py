@@ -4,7 +4,8 @@ Subclass :class:`PlatformContract` in a test module (name the subclass ``Test...
 and implement two methods: :meth:`~PlatformContract.make_platform` builds the adapter, and
 :meth:`~PlatformContract.open_client` connects one user to it the way a real user would (a socket, an
 HTTP request, ...), returning a :class:`ContractClient`. Every ``test_*`` method then runs against the
-adapter with a real agent on an in-memory log. The tests need ``pytest-asyncio`` in auto mode.
+adapter with a real agent on an in-memory log. The tests need ``pytest-asyncio``, in any mode: each
+async test carries its ``asyncio`` mark, so a project in the default strict mode runs them as they are.
 
 ::
 
@@ -37,6 +38,8 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import pytest
 
 from baf.core.agent import Agent
 from baf.core.events import ReceiveTextEvent
@@ -193,6 +196,7 @@ class PlatformContract:
         assert isinstance(platform.name, str) and platform.name, "a platform needs a non-empty name"
         assert type(platform).reply is not Platform.reply, "a platform must implement reply()"
 
+    @pytest.mark.asyncio
     async def test_starts_and_stops_with_the_agent(self) -> None:
         agent, platform = self._agent(_echo_body)
         assert platform.agent is agent
@@ -200,6 +204,7 @@ class PlatformContract:
         await agent.stop()
         await platform.stop()  # a second stop is harmless
 
+    @pytest.mark.asyncio
     async def test_message_reaches_the_agent_and_the_reply_comes_back(self) -> None:
         async def test(agent: Agent, platform: Platform) -> None:
             client = await self.open_client(agent, platform)
@@ -215,6 +220,7 @@ class PlatformContract:
 
         await self._run(_echo_body, test)
 
+    @pytest.mark.asyncio
     async def test_replies_arrive_in_order(self) -> None:
         async def test(agent: Agent, platform: Platform) -> None:
             client = await self.open_client(agent, platform)
@@ -225,6 +231,7 @@ class PlatformContract:
 
         await self._run(_echo_body, test)
 
+    @pytest.mark.asyncio
     async def test_users_do_not_see_each_others_replies(self) -> None:
         async def test(agent: Agent, platform: Platform) -> None:
             alice = await self.open_client(agent, platform)
@@ -247,6 +254,7 @@ class PlatformContract:
 
         await self._run(_echo_body, test)
 
+    @pytest.mark.asyncio
     async def test_reasoning_steps_and_task_lists_stream(self) -> None:
         from baf.library.state.reasoning_state_library import reasoning_body
 
@@ -270,6 +278,7 @@ class PlatformContract:
 
         await self._run(reasoning_body(llm), test)
 
+    @pytest.mark.asyncio
     async def test_richer_replies_work_or_fall_back(self) -> None:
         async def test(agent: Agent, platform: Platform) -> None:
             client = await self.open_client(agent, platform)
@@ -281,6 +290,7 @@ class PlatformContract:
 
         await self._run(_rich_body, test)
 
+    @pytest.mark.asyncio
     async def test_a_body_error_reaches_the_user_and_the_session_goes_on(self) -> None:
         async def test(agent: Agent, platform: Platform) -> None:
             client = await self.open_client(agent, platform)

@@ -224,3 +224,29 @@ async def test_sse_example_stops_cleanly_with_a_stream_open(caplog: pytest.LogCa
     await asyncio.sleep(0.05)  # where asyncio reports on the connection tasks that stop() ended
     await client.close()
     assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+@pytest.mark.slow
+def test_the_kit_runs_without_pytest_asyncio_auto_mode(tmp_path: Path) -> None:
+    """A user's project, with pytest-asyncio in its default strict mode: the kit's tests still run."""
+    import subprocess
+
+    (tmp_path / "pytest.ini").write_text("[pytest]\nasyncio_mode = strict\n")
+    (tmp_path / "test_mine.py").write_text(
+        "import itertools\n"
+        "from baf.testing import RecordingPlatform\n"
+        "from baf.testing.platform_contract import PlatformContract, RecordingClient\n"
+        "users = itertools.count(1)\n\n"
+        "class TestMine(PlatformContract):\n"
+        "    def make_platform(self):\n"
+        "        return RecordingPlatform()\n\n"
+        "    async def open_client(self, agent, platform):\n"
+        "        return RecordingClient(agent, platform, f'user-{next(users)}')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", "pytest.ini", "test_mine.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    # Strict mode skips an async test it was not told about (with a warning): none may be skipped.
+    assert "8 passed" in result.stdout and "skipped" not in result.stdout, result.stdout

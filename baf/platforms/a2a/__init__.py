@@ -1,0 +1,219 @@
+"""Serve an agent over the Agent2Agent protocol (the ``a2a`` extra: ``pip install 'baf[a2a]'``).
+
+::
+
+    agent.use_a2a_platform("127.0.0.1", 9000, description="Answers questions about the catalogue")
+    agent.run()
+
+Other agents (any A2A client, or a baf agent with ``agent.add_a2a_agent(url, name=...)``) find it by its
+**agent card** at ``http://HOST:PORT/.well-known/agent-card.json``: the agent's name, the description,
+one skill per baf skill the agent has (or one ``chat`` skill), text and JSON in and out, streaming. They
+talk to it with JSON-RPC at ``http://HOST:PORT/`` (A2A 1.0; 0.3 clients are served too).
+
+An A2A **context** is a baf session (``a2a-<context id>``); a **task** is one message to it, handled as
+the session's mailbox handles any message. Reasoning steps and task lists stream as ``working`` status
+updates, replies arrive as artifacts, and the task ends ``completed`` (or ``failed`` with the error the
+user would have seen). See :mod:`baf.platforms.a2a.executor` for the mapping.
+
+The SDK keeps the task objects it serves to ``GetTask`` in memory, the newest ``max_tasks`` of them;
+the conversation itself is in the baf log, and survives a restart as any session does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import uvicorn
+from a2a.server.context import ServerCallContext
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.server.tasks import InMemoryTaskStore
+from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, Task
+from starlette.applications import Starlette
+
+from baf.errors import ConfigurationError
+from baf.platforms.a2a.executor import SESSION_PREFIX, SessionExecutor, TaskRoute
+from baf.platforms.base import Platform
+
+if TYPE_CHECKING:
+    from baf.core.session import Session
+
+__all__ = ["SESSION_PREFIX", "A2APlatform"]
+
+logger = logging.getLogger("baf.platforms.a2a")
+
+
+class A2APlatform(Platform):
+    """Serves the agent as an A2A server on ``host``:``port`` (0: a free port, see :attr:`port`).
+
+    Args:
+        host, port: Where to listen.
+        description: The agent card's description (what other agents read to decide to ask this one).
+        public_url: The URL other agents use, when it is not ``http://host:port/`` (behind a proxy).
+        version: The agent card's version.
+        max_tasks: Task objects the SDK keeps for ``GetTask``; older ones are dropped.
+    """
+
+    name = "a2a"
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 9000,
+        *,
+        description: str | None = None,
+        public_url: str | None = None,
+        version: str = "1.0.0",
+        max_tasks: int = 10_000,
+    ) -> None:
+        super().__init__()
+        self.host = host
+        #: The port (the real one once started, if 0 was asked).
+        self.port = port
+        self.description = description
+        self.public_url = public_url
+        self.version = version
+        self.max_tasks = max_tasks
+        #: The task each session's output goes to, while one runs (the only per-session data kept).
+        self.routes: dict[str, TaskRoute] = {}
+        self._server: uvicorn.Server | None = None
+        self._serving: asyncio.Task[None] | None = None
+
+    @property
+    def url(self) -> str:
+        """The URL other agents reach this one at."""
+        return self.public_url or f"http://{self.host}:{self.port}/"
+
+    def agent_card(self) -> AgentCard:
+        """The card served at ``/.well-known/agent-card.json``."""
+        agent = self.agent
+        if agent is None:
+            raise ConfigurationError("the A2A platform is not attached to an agent")
+        description = self.description or f"The baf agent '{agent.name}'."
+        skills = [
+            AgentSkill(id=skill.name, name=skill.name, description=skill.description or skill.name, tags=["baf"])
+            for skill in agent.skills.values()
+        ] or [AgentSkill(id="chat", name=agent.name, description=description, tags=["chat"])]
+        return AgentCard(
+            name=agent.name,
+            description=description,
+            version=self.version,
+            supported_interfaces=[AgentInterface(url=self.url, protocol_binding="JSONRPC", protocol_version="1.0")],
+            capabilities=AgentCapabilities(streaming=True),
+            default_input_modes=["text/plain", "application/json"],
+            default_output_modes=["text/plain", "application/json"],
+            skills=skills,
+        )
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Listen on ``host:port`` and serve the card and the JSON-RPC endpoint."""
+        sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, self.port))
+        except OSError as exc:
+            sock.close()
+            raise ConfigurationError(f"the A2A platform cannot listen on {self.host}:{self.port}: {exc}") from exc
+        self.port = sock.getsockname()[1]
+        card = self.agent_card()
+        handler = DefaultRequestHandler(
+            agent_executor=SessionExecutor(self), task_store=_RecentTasks(self.max_tasks), agent_card=card
+        )
+        app = Starlette(
+            routes=[*create_agent_card_routes(card), *create_jsonrpc_routes(handler, "/", enable_v0_3_compat=True)]
+        )
+        config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
+        self._server = uvicorn.Server(config)
+        self._serving = asyncio.ensure_future(self._server.serve(sockets=[sock]))
+        while not self._server.started:
+            if self._serving.done():
+                sock.close()
+                self._serving.result()  # raises what stopped it
+                raise ConfigurationError(f"the A2A platform stopped at once on {self.host}:{self.port}")
+            await asyncio.sleep(0.01)
+        logger.info("A2A agent %r listening on %s", card.name, self.url)
+
+    async def stop(self) -> None:
+        """Stop serving (open streams end). Safe to call twice."""
+        server, serving = self._server, self._serving
+        self._server = self._serving = None
+        if server is not None and serving is not None:
+            server.should_exit = True
+            try:
+                await asyncio.wait_for(serving, 5.0)
+            except TimeoutError:
+                server.force_exit = True
+                serving.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await serving
+
+    # -- outbound: into the running task's queue ----------------------------------------------------
+
+    def _route(self, session: Session, kind: str, payload: Any) -> None:
+        route = self.routes.get(session.id)
+        if route is None:
+            # No task is waiting (a reply after its task ended): the log keeps it.
+            logger.debug("session %s: no A2A task is waiting for a %s", session.id, kind)
+            return
+        route.items.put_nowait((kind, payload))
+
+    async def reply(self, session: Session, message: str) -> None:
+        """Add the reply to the running task as a text artifact."""
+        self._route(session, "reply", message)
+
+    async def reply_error(self, session: Session, message: str) -> None:
+        """The running task will end ``failed`` with this message."""
+        self._route(session, "error", message)
+
+    async def reply_reasoning_step(self, session: Session, step: Any) -> None:
+        """Stream the step as a ``working`` status update."""
+        self._route(session, "step", step.to_dict() if hasattr(step, "to_dict") else dict(step))
+
+    async def reply_task_list_update(self, session: Session, tasks: list[dict[str, Any]]) -> None:
+        """Stream the task list as a ``working`` status update."""
+        self._route(session, "tasks", [dict(task) for task in tasks])
+
+    async def reply_options(self, session: Session, message: str, options: Sequence[str]) -> None:
+        """An artifact with the text and the options as data."""
+        self._route(session, "options", (message, [str(option) for option in options]))
+
+    async def reply_file(
+        self, session: Session, name: str, content: bytes, mime_type: str = "", caption: str = ""
+    ) -> None:
+        """An artifact with the file as a raw part."""
+        self._route(session, "file", (name, content, mime_type, caption))
+
+    async def reply_image(
+        self, session: Session, content: bytes, mime_type: str = "image/png", caption: str = ""
+    ) -> None:
+        """An artifact with the image as a raw part."""
+        extension = mime_type.rsplit("/", 1)[-1] if "/" in mime_type else "png"
+        self._route(session, "file", (f"image.{extension}", content, mime_type, caption))
+
+
+class _RecentTasks(InMemoryTaskStore):
+    """The SDK's in-memory task store, holding the newest ``limit`` tasks only (each keeps its history).
+
+    The server has no authentication, so every task has the same owner: any request's context may
+    delete an old one."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self._limit = limit
+        self._order: OrderedDict[str, None] = OrderedDict()
+
+    async def save(self, task: Task, context: ServerCallContext) -> None:
+        await super().save(task, context)
+        self._order[task.id] = None
+        self._order.move_to_end(task.id)
+        while len(self._order) > self._limit:
+            oldest, _ = self._order.popitem(last=False)
+            await super().delete(oldest, context)
