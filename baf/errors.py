@@ -37,6 +37,8 @@
     │   └── ToolServerError         the server running the tool (MCP) is not reachable or stopped mid-call
     ├── WorkspaceError              a workspace operation was refused
     │   └── PathEscapeError         a path that would leave the workspace root
+    ├── ResumeError                 a loop killed mid-run cannot go on from its records: its code now
+    │                               does something other than what the records say it did
     └── PatternError                a reasoning pattern could not finish (``baf.reasoning.patterns``)
         ├── StructuredOutputError   the model's answer does not parse into the expected model
         ├── PatternNotFoundError    no pattern registered under that name
@@ -80,6 +82,7 @@ __all__ = [
     "PatternNotFoundError",
     "PatternStepLimitError",
     "PatternStepTimeoutError",
+    "ResumeError",
     "SessionIdError",
     "SessionNotFoundError",
     "SessionVariableError",
@@ -293,6 +296,12 @@ class WorkspaceError(BafError):
 
 class PathEscapeError(WorkspaceError):
     """A path that would reach outside the workspace root."""
+
+
+class ResumeError(BafError):
+    """A reasoning loop interrupted by a crash could not be resumed from its records: run again over
+    them, it wrote something other than what it had written before (its code or configuration changed).
+    The step is closed with this error, and the user is told something went wrong."""
 
 
 class PatternError(BafError):

@@ -61,6 +61,13 @@ class LiveSession:
         self.writer = writer
         #: The platform the session's replies go to (``None``: replies are recorded, not sent).
         self.platform = platform
+        #: The session's last seq in the log when this runtime loaded it (0: it started here), and whether
+        #: it then had work a restart takes up (a step to resume or close, messages not yet handled).
+        self.loaded_upto = writer.projection.last_seq
+        projection = writer.projection
+        self.loaded_with_work = bool(self.loaded_upto) and (
+            projection.open_step is not None or bool(projection.unstarted)
+        )
         #: The event being handled, or ``None`` while a state is entered without one.
         self.event: Event | None = None
         #: The seq of the ``message_received`` record of :attr:`event`.
@@ -69,6 +76,8 @@ class LiveSession:
         self.fired_transition: Transition | None = None
         #: The model object the ``transitions`` machine moves between states.
         self.machine_model: Any = None
+        #: The seq of the session's latest snapshot record (0: none) as far as this runtime knows.
+        self.snapshot_seq = 0
         self._loop = asyncio.get_running_loop()
         # Sends waiting for the next commit, each with the seq of the record it delivers: the newest one
         # when it was queued (a send is queued right after its record).
@@ -277,9 +286,9 @@ class LiveSession:
         return self.writer.has_pending
 
     @property
-    def idle(self) -> bool:
-        """Nothing recorded and not yet durable, and no send waiting: dropping it loses nothing."""
-        return not self.writer.has_pending and not self._outbox and not self._commit_lock.locked()
+    def settled(self) -> bool:
+        """Every record durable, no append under way, no send waiting: dropping it loses nothing."""
+        return self.writer.settled and not self._outbox and not self._commit_lock.locked()
 
     # -- threads --------------------------------------------------------------------------------
 
@@ -335,9 +344,10 @@ class LiveSession:
     def _closed_error(self) -> LogClosedError:
         return LogClosedError(f"session {self.id!r} is closed: the agent stopped; this was not recorded nor sent")
 
-    def close(self) -> None:
-        """The runtime stopped: refuse new records (from a body thread it abandoned); flushing goes on."""
-        self.writer.close()
+    def close(self, because: str = "the agent stopped") -> None:
+        """Refuse new records (from a body thread the runtime abandoned, or a caller still holding the
+        session after it was dropped from memory); flushing goes on."""
+        self.writer.close(because)
 
 
 def _copy_outcome(target: concurrent.futures.Future[None], task: asyncio.Future[None]) -> None:

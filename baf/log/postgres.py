@@ -52,13 +52,31 @@ if TYPE_CHECKING:
 
 __all__ = ["SCHEMA_VERSION", "PostgresLog", "decode_row", "encode_row", "redact_dsn"]
 
-_INSERT_SESSIONS: Final = (
-    "INSERT INTO baf_sessions (session_id) SELECT DISTINCT s FROM unnest($1::text[]) AS s ON CONFLICT DO NOTHING"
+# One statement writes a batch: registers new sessions (in order of first appearance), inserts the
+# records and notifies RECORDS_CHANNEL per session (delivered at commit). Alone it is its own transaction:
+# one round trip for the common append. ``{fence}`` is empty, or (a worker's store) the lease check: the
+# rows are written only if every lease ($7 sessions, $8 epochs, owner $9) still has its epoch, read under
+# FOR KEY SHARE, which a takeover (SELECT ... FOR UPDATE first, see postgres_leases) waits for and which
+# heartbeats (updates of no key column) do not. No row back means no record was written: fenced off.
+_WRITE_TEMPLATE: Final = """
+WITH {fence_cte}new_sessions AS (
+    INSERT INTO baf_sessions (session_id)
+    SELECT s FROM unnest($1::text[]) WITH ORDINALITY AS u(s, n) {fence_where}GROUP BY s ORDER BY min(n)
+    ON CONFLICT DO NOTHING
+), written AS (
+    INSERT INTO baf_records (session_id, seq, kind, data, ts, version)
+    SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::float8[], $6::int[])
+    {fence_where}RETURNING session_id
 )
-_INSERT_RECORDS: Final = (
-    "INSERT INTO baf_records (session_id, seq, kind, data, ts, version) "
-    "SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::float8[], $6::int[])"
-)
+SELECT pg_notify('{channel}', s) FROM (SELECT DISTINCT session_id AS s FROM written) AS d
+"""
+_FENCE_CTE: Final = """fence AS (
+    SELECT l.session_id FROM baf_leases l JOIN unnest($7::text[], $8::bigint[]) AS f(s, e)
+    ON l.session_id = f.s AND l.epoch = f.e WHERE l.owner = $9 FOR KEY SHARE OF l
+), """
+_FENCE_WHERE: Final = "WHERE (SELECT count(*) FROM fence) = cardinality($7::text[]) "
+_WRITE: Final = _WRITE_TEMPLATE.format(fence_cte="", fence_where="", channel=RECORDS_CHANNEL)
+_WRITE_FENCED: Final = _WRITE_TEMPLATE.format(fence_cte=_FENCE_CTE, fence_where=_FENCE_WHERE, channel=RECORDS_CHANNEL)
 _SELECT: Final = "SELECT seq, kind, data, ts, version FROM baf_records WHERE session_id = $1 AND seq > $2 ORDER BY seq"
 
 _MAX_INT64: Final = 2**63 - 1
@@ -110,7 +128,7 @@ class PostgresLog(SessionLog):
     ``LogReadOnlyError``.
 
     With ``worker_id`` the store is one worker's among many: it appends only to sessions whose lease it
-    holds (``fence``), and every append checks, inside its transaction and under a share lock on the lease
+    holds (``fence``), and every append checks, inside its transaction and under a key-share lock on the lease
     row, that the lease still has the epoch it was taken with. A takeover (which bumps the epoch) and such
     an append therefore serialise on that row: after a takeover the old owner's appends fail with
     ``LeaseLostError`` and write nothing, however long it was paused.
@@ -317,34 +335,31 @@ class PostgresLog(SessionLog):
                     await self._pool.release(connection)
 
     async def _commit_group(self, connection: asyncpg.Connection, group: list[_Batch]) -> None:
-        asyncpg = _import_asyncpg()
+        """Commit ``group``: one append alone in as few round trips as it needs (one statement for the
+        common case); several in one transaction, each in a savepoint so that it fails alone. Each
+        append's future is settled after the commit."""
+        refusals = _refusals()
         outcomes: list[BaseException | None] = []
-        async with connection.transaction():
-            for batch in group:
-                try:
-                    async with connection.transaction():  # a savepoint: this append fails alone
-                        if batch.fences:
-                            await self._check_fences(connection, batch.fences)
-                        if batch.consumes:
-                            await _consume(connection, *batch.consumes)
-                        if batch.rows:
-                            await _insert(connection, batch.rows)
-                            await _update_work(connection, batch.rows)
-                except LogError as exc:  # a lost lease, an inbox row consumed already
-                    outcomes.append(exc)
-                except asyncpg.UniqueViolationError:
-                    outcomes.append(await _conflict_of(connection, batch.rows))
-                except asyncpg.DataError as exc:
-                    outcomes.append(ValueError(f"PostgreSQL refused the append: {exc}"))
+        if len(group) == 1:
+            batch = group[0]
+            try:
+                if _needs_transaction(batch):
+                    async with connection.transaction():
+                        await self._write(connection, batch)
                 else:
-                    outcomes.append(None)
-            written = {
-                row[0] for batch, outcome in zip(group, outcomes, strict=True) if outcome is None for row in batch.rows
-            }
-            if written:  # delivered at commit: wakes whoever follows these sessions (other workers, --follow)
-                await connection.execute(
-                    "SELECT pg_notify($1, s) FROM unnest($2::text[]) AS s", RECORDS_CHANNEL, sorted(written)
-                )
+                    await self._write(connection, batch)  # a single statement is its own transaction
+                outcomes.append(None)
+            except refusals as exc:
+                outcomes.append(await _refusal(connection, batch, exc))
+        else:
+            async with connection.transaction():
+                for batch in group:
+                    try:
+                        async with connection.transaction():  # a savepoint
+                            await self._write(connection, batch)
+                        outcomes.append(None)
+                    except refusals as exc:
+                        outcomes.append(await _refusal(connection, batch, exc))
         for batch, outcome in zip(group, outcomes, strict=True):
             if batch.future.done():
                 continue
@@ -353,12 +368,32 @@ class PostgresLog(SessionLog):
             else:
                 batch.future.set_exception(outcome)
 
+    async def _write(self, connection: asyncpg.Connection, batch: _Batch) -> None:
+        """One append's statements: the lease check, the inbox rows it consumes, the records, the index."""
+        fences = batch.fences
+        if fences and (batch.consumes or not batch.rows):
+            await self._check_fences(connection, fences)  # before the inbox rows are touched
+            fences = None
+        if batch.consumes:
+            await _consume(connection, *batch.consumes)
+        if batch.rows:
+            columns = [list(column) for column in zip(*batch.rows, strict=True)]
+            if fences:
+                names, epochs = [name for name, _ in fences], [epoch for _, epoch in fences]
+                if not await connection.fetch(_WRITE_FENCED, *columns, names, epochs, self._worker_id):
+                    await self._check_fences(connection, fences)  # names the lost session and raises
+                    raise LeaseLostError(names[0], "a lease changed while this append was written")
+            else:
+                await connection.execute(_WRITE, *columns)
+            await _update_work(connection, batch.rows)
+
     async def _check_fences(self, connection: asyncpg.Connection, fences: list[tuple[str, int]]) -> None:
-        """Raise ``LeaseLostError`` unless this worker still holds every lease at its epoch. The share lock
-        on the lease rows holds off a takeover until this transaction ends."""
+        """Raise ``LeaseLostError`` unless this worker still holds every lease at its epoch. The key-share
+        lock on the lease rows holds off a takeover (which locks them FOR UPDATE) until this transaction
+        ends, and does not wait for heartbeats."""
         held = await connection.fetch(
             "SELECT l.session_id FROM baf_leases l JOIN unnest($1::text[], $2::bigint[]) AS f(s, e) "
-            "ON l.session_id = f.s AND l.epoch = f.e WHERE l.owner = $3 FOR SHARE OF l",
+            "ON l.session_id = f.s AND l.epoch = f.e WHERE l.owner = $3 FOR KEY SHARE OF l",
             [name for name, _ in fences],
             [epoch for _, epoch in fences],
             self._worker_id,
@@ -407,10 +442,24 @@ class PostgresLog(SessionLog):
         return await self.read(session_id, after_seq=(latest or 1) - 1)
 
 
-async def _insert(connection: asyncpg.Connection, rows: list[Row]) -> None:
-    columns = list(zip(*rows, strict=True))
-    await connection.execute(_INSERT_SESSIONS, list(dict.fromkeys(columns[0])))
-    await connection.execute(_INSERT_RECORDS, *(list(column) for column in columns))
+def _refusals() -> tuple[type[BaseException], ...]:
+    """What refuses one append (it fails alone, the connection stays usable)."""
+    asyncpg = _import_asyncpg()
+    return (LogError, asyncpg.UniqueViolationError, asyncpg.DataError)
+
+
+async def _refusal(connection: asyncpg.Connection, batch: _Batch, exc: BaseException) -> BaseException:
+    """The error an append's caller gets for ``exc`` (read after its statements were rolled back)."""
+    if isinstance(exc, LogError):  # a lost lease, an inbox row consumed already
+        return exc
+    if isinstance(exc, _import_asyncpg().UniqueViolationError):
+        return await _conflict_of(connection, batch.rows)
+    return ValueError(f"PostgreSQL refused the append: {exc}")
+
+
+def _needs_transaction(batch: _Batch) -> bool:
+    """Whether an append needs more than its one write statement (fencing, the inbox, the work index)."""
+    return bool(batch.consumes or any(row[2] in WORK_KINDS for row in batch.rows))
 
 
 async def _update_work(connection: asyncpg.Connection, rows: list[Row]) -> None:

@@ -68,7 +68,10 @@ class Leases:
     async def acquire(self, session_id: str) -> int | None:
         """Take ``session_id``'s lease if it is free, expired or already ours; return its epoch, or ``None``
         when another worker holds it. On success the store is fenced with the epoch."""
-        async with self._log.pool.acquire() as connection:
+        async with self._log.pool.acquire() as connection, connection.transaction():
+            # FOR UPDATE first: a takeover waits for the appends checking the old epoch (FOR KEY SHARE),
+            # so none of them can commit after the epoch changed.
+            await connection.execute("SELECT 1 FROM baf_leases WHERE session_id = $1 FOR UPDATE", session_id)
             epoch = await connection.fetchval(_ACQUIRE, session_id, self.worker_id, self.ttl)
         if epoch is None:
             return None

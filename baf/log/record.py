@@ -9,7 +9,7 @@ from typing import Any
 __all__ = ["CURRENT_VERSION", "Record", "RecordKind", "build_record"]
 
 #: Schema version written by this baf. Older versions are read through upcasters (``baf.log.upcast``).
-CURRENT_VERSION = 1
+CURRENT_VERSION = 2
 
 
 class RecordKind:

@@ -121,3 +121,42 @@ def upcast(record: Record) -> Record:
     """Lift ``record`` to the current version with the registered upcasters (see the module docstring)."""
     # Looked up at call time so a test can swap ``UPCASTERS`` for its own registry.
     return UPCASTERS.upcast(record)
+
+
+# -- version 1 -> 2: one record shape for model turns -----------------------------------------------
+# Before version 2 the reasoning state and the pattern catalogue recorded model turns in two shapes.
+# The reasoning state's llm_request held only what changed since the previous request of its
+# invocation, numbered by ``step`` (0 starts an invocation); a pattern's held the whole request, with
+# ``pattern`` and ``call`` (counted from 1 per pattern run) instead. Version 2 names the loop and its
+# run and counts turns the same way for both (see ``baf.reasoning.turn``). Pattern tool results had no
+# ``original_size``.
+
+
+def _model_turn_v1(data: dict[str, Any]) -> dict[str, Any]:
+    if "pattern" in data:
+        data["loop"] = str(data.pop("pattern"))
+        data["turn"] = int(data.pop("call")) - 1
+        data.setdefault("step", data["turn"])  # a version-1 pattern record did not say; its call stands in
+    else:
+        data["loop"] = "reasoning"
+        data["turn"] = int(data["step"])
+        if data["step"] > 0:  # later turns of an invocation held only what changed
+            data["extends"] = True
+    data["run"] = 0
+    return data
+
+
+def _llm_response_v1(data: dict[str, Any]) -> dict[str, Any]:
+    data = _model_turn_v1(data)
+    data.pop("extends", None)
+    return data
+
+
+def _tool_result_v1(data: dict[str, Any]) -> dict[str, Any]:
+    data.setdefault("original_size", len(str(data.get("content", ""))))
+    return data
+
+
+UPCASTERS.register("llm_request", from_version=1)(_model_turn_v1)
+UPCASTERS.register("llm_response", from_version=1)(_llm_response_v1)
+UPCASTERS.register("tool_result", from_version=1)(_tool_result_v1)

@@ -115,11 +115,12 @@ class TerminalPlatform(Platform):
         assert self.agent is not None, "add the platform to an agent first"
         agent = self.agent
         session = await agent.get_or_create_session(self.session_id, self)
-        projection = runtime_side(session).projection
-        # What the log held before this chat: a new session has only its session_started record.
-        earlier = projection.last_seq if projection.last_seq > 1 else 0
-        # Work a restart found unfinished (a step to resume, messages not yet handled) is under way now.
-        resumed = bool(earlier) and (projection.open_step is not None or bool(projection.unstarted))
+        live = runtime_side(session)
+        # What the log held before this run of the agent (0: the session started in this run).
+        earlier = live.loaded_upto
+        # Work the runtime found unfinished when it loaded the session (a step to resume, messages not
+        # yet handled) is under way now.
+        resumed = live.loaded_with_work
         self._show(Text(f"session {self.session_id}{_where(agent.log)}", style="dim"), soft_wrap=True)
         # Bound between commits: what was delivered before is in the history printed here, what comes
         # after is printed live; nothing twice, nothing glued to a prompt.

@@ -55,6 +55,8 @@ class FullRequest:
     parameters: dict[str, Any] = field(default_factory=dict)
     model: str | None = None
     seq: int | None = None  # the ``llm_request`` record it was rebuilt from, if any
+    loop: str = "reasoning"  # the loop that made it: "reasoning" or a pattern's name
+    turn: int = 0  # its number among the loop run's model turns
 
     def comparable(self) -> dict[str, Any]:
         """The parts that define the request (not the model name or where it was recorded)."""
@@ -118,34 +120,25 @@ def use_effect_source(source: EffectSource) -> Iterator[EffectSource]:
 
 
 def rebuild_requests(records: Iterable[Record]) -> list[FullRequest]:
-    """Every model request of the session's reasoning loops and patterns, rebuilt from ``llm_request`` records.
+    """Every model request of the session's loops, rebuilt from its ``llm_request`` records.
 
-    A reasoning-loop record carries the messages added since the previous request of the same
-    invocation, and ``system`` / ``tools`` only when they changed; ``step`` 0 starts a new invocation.
-    A pattern record (one with a ``pattern`` key) holds the full message list of its call and has no
-    ``step``: it is complete as it is (its ``step`` is the pattern's call number) and leaves the
-    loop's running state alone.
+    A record with ``extends`` continues the previous request of the same loop run (same ``loop`` and
+    ``run``): its ``messages`` are appended to that request's, and ``system`` / ``tools`` are that
+    request's unless the record has them. A record without it is complete (see :mod:`baf.reasoning.turn`).
     """
     rebuilt: list[FullRequest] = []
-    messages: list[dict[str, Any]] = []
-    system: str | None = None
-    tools: list[dict[str, Any]] = []
+    last: dict[tuple[str, int], FullRequest] = {}
     for record in records:
         if record.kind != RecordKind.LLM_REQUEST:
             continue
         data = record.data
-        if "pattern" in data:
-            rebuilt.append(FullRequest(int(data.get("call") or 0), copy.deepcopy(data.get("messages") or []),
-                                       data.get("system"), copy.deepcopy(data.get("tools") or []),
-                                       dict(data.get("parameters") or {}), data.get("model"), record.seq))  # fmt: skip
-            continue
-        if data["step"] == 0:
-            messages, system, tools = [], None, []
-        messages = messages + copy.deepcopy(data.get("messages") or [])
-        if "system" in data:
-            system = data["system"]
-        if "tools" in data:
-            tools = copy.deepcopy(data["tools"])
-        rebuilt.append(FullRequest(data["step"], list(messages), system, tools, dict(data.get("parameters") or {}),
-                                   data.get("model"), record.seq))  # fmt: skip
+        key = (str(data["loop"]), int(data["run"]))
+        base = last.get(key) if data.get("extends") else None
+        messages = (base.messages if base is not None else []) + copy.deepcopy(data.get("messages") or [])
+        system = data["system"] if "system" in data else (base.system if base is not None else None)
+        tools = copy.deepcopy(data["tools"]) if "tools" in data else (base.tools if base is not None else [])
+        request = FullRequest(int(data["step"]), messages, system, tools, dict(data.get("parameters") or {}),
+                              data.get("model"), record.seq, key[0], int(data["turn"]))  # fmt: skip
+        last[key] = request
+        rebuilt.append(request)
     return rebuilt

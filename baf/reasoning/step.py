@@ -25,6 +25,14 @@ class ReasoningStepKind:
     TASK_SKIPPED = "task_skipped"
     PUSHBACK = "pushback"
     MAX_STEPS = "max_steps"
+    #: Older messages were dropped or summarised to stay under the token limit.
+    COMPACTION = "compaction"
+    #: The token or cost budget ended the invocation.
+    BUDGET_SPENT = "budget_spent"
+    #: A final answer that did not fit ``output_type`` went back to the model once.
+    OUTPUT_INVALID = "output_invalid"
+    #: The output reviewer's verdict on a final answer.
+    REVIEW = "review"
     # Written by the reasoning patterns (baf.reasoning.patterns), alongside LLM_TEXT for their answers.
     THOUGHT = "thought"
     ACTION = "action"

@@ -14,9 +14,15 @@ are the input); time stamps, latencies, tracebacks, model names and the platform
 :class:`RerunReport` names the first difference: its recorded seq, what the log holds and what the code
 did now (for an LLM request, both requests in full), or says the run is identical.
 
+A step a restart resumed is one step: its ``step_resumed`` record marks where a restart took it over,
+and is not something the code writes. A fork re-runs in segments (``_segments``): its origin up to the
+cut, then from the log as the fork found it, with ``fork_continued`` fed as an input, since the user,
+not the code, set the fork going.
+
 Limits: events are fed after the previous one is handled, so a session whose messages arrived while an
 earlier one was still running re-runs as if they arrived later; a body's own side effects (anything
-but the model and tools) happen again; a session with a crash-resumed or interrupted step diverges there.
+but the model and tools) happen again; a step that was interrupted (a stop, Ctrl-C, a crash in a body
+that cannot resume) diverges there, since the code now runs it to its end.
 """
 
 from __future__ import annotations
@@ -47,11 +53,15 @@ if TYPE_CHECKING:
 
 __all__ = ["Divergence", "LogEffects", "RerunReport", "assert_replays", "read_session", "rerun"]
 
-#: Fields left out of the comparison, by record kind: they change from run to run by nature.
+#: Fields left out of the comparison, by record kind: they change from run to run by nature, or are
+#: bookkeeping a version-1 record did not have (a loop run's number, a pattern's step, the cost).
+#: ``llm_request`` records are compared as the full requests they stand for (one may hold only what
+#: changed since the previous request, a version-1 pattern record the whole request).
 IGNORED_FIELDS: dict[str, tuple[str, ...]] = {
     RecordKind.SESSION_STARTED: ("platform",),
     RecordKind.LLM_REQUEST: ("model",),
-    RecordKind.LLM_RESPONSE: ("model", "latency_ms"),
+    RecordKind.LLM_RESPONSE: ("model", "provider", "latency_ms", "run", "step", "cost"),
+    RecordKind.TOOL_RESULT: ("step",),
     RecordKind.ERROR: ("traceback",),
 }
 
@@ -337,12 +347,15 @@ def _compare(
         new = new[: len(old)]
     everything_now = [*segment.seed, *produced]
     old_inputs, new_inputs = _message_numbers(recorded), _message_numbers(everything_now)
+    old_requests, new_requests = _full_requests(recorded), _full_requests(everything_now)
     for index, (a, b) in enumerate(zip(old, new, strict=False)):
+        if a.kind == b.kind == RecordKind.LLM_REQUEST:
+            before, now = old_requests[a.seq], new_requests[b.seq]
+            if before == now:
+                continue
+            return Divergence(a.seq, "a different LLM request", before, now), index + 1
         if a.kind == b.kind and _comparable(a, old_inputs) == _comparable(b, new_inputs):
             continue
-        if a.kind == b.kind == RecordKind.LLM_REQUEST:
-            before, now = _full_request(recorded, a.seq), _full_request(everything_now, b.seq)
-            return Divergence(a.seq, "a different LLM request", before, now), index + 1
         what = _WHAT.get(a.kind, f"a different {a.kind} record") if a.kind == b.kind else (
             f"a {b.kind} record where the log has a {a.kind} record"
         )  # fmt: skip
@@ -375,9 +388,10 @@ def _shown(record: Record) -> dict[str, Any]:
     return {"kind": record.kind, **_comparable(record)}
 
 
-def _full_request(records: Sequence[Record], seq: int) -> dict[str, Any]:
-    request = next(r for r in rebuild_requests(records) if r.seq == seq)
-    return {"step": request.step, **request.comparable()}
+def _full_requests(records: Sequence[Record]) -> dict[int, dict[str, Any]]:
+    """Each ``llm_request`` record's full request, by seq."""
+    return {r.seq: {"loop": r.loop, "turn": r.turn, **r.comparable()}
+            for r in rebuild_requests(records) if r.seq is not None}  # fmt: skip
 
 
 def _show(value: Any, limit: int = 2000) -> str:

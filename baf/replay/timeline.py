@@ -364,7 +364,7 @@ class TimelineBuilder:
                 target.add_record(record)
                 return []
         entry = _entry(EntryKind.STEP, record, f"{kind}: {d.get('summary', '')}")
-        if kind in (ReasoningStepKind.PUSHBACK, ReasoningStepKind.MAX_STEPS):
+        if kind in (ReasoningStepKind.PUSHBACK, ReasoningStepKind.MAX_STEPS, ReasoningStepKind.BUDGET_SPENT):
             entry.status = "error"
         return self._place(entry)
 
@@ -377,11 +377,11 @@ def _llm_title(response: dict[str, Any], request: dict[str, Any] | None = None) 
 
 
 def _call_label(data: dict[str, Any]) -> str:
-    """``step N`` for a reasoning loop's call, ``<pattern> call N`` for a pattern's (which has no step)."""
-    if "pattern" in data:
-        purpose = f" ({data['purpose']})" if data.get("purpose") else ""
-        return f"{data.get('pattern')} call {data.get('call')}{purpose}"
-    return f"step {data.get('step')}"
+    """``step N`` for a reasoning state's turn, ``<pattern> call N (purpose)`` for a pattern's (counted from 1)."""
+    if data.get("loop", "reasoning") == "reasoning":
+        return f"step {data.get('step')}"
+    purpose = f" ({data['purpose']})" if data.get("purpose") else ""
+    return f"{data.get('loop')} call {int(data.get('turn') or 0) + 1}{purpose}"
 
 
 def _tasks_line(tasks: list[dict[str, Any]]) -> str:
@@ -482,9 +482,9 @@ def full_llm_request(records: Iterable[Record], seq: int) -> dict[str, Any] | No
     """The complete request of the ``llm_request`` record at ``seq``, rebuilt from the records.
 
     One rebuild for the viewer, the re-run and crash resume: :func:`~baf.reasoning.effects.rebuild_requests`
-    (a reasoning loop's records are deltas; a pattern's hold the call's full message list). Returns
-    ``{"model", "step", "system", "tools", "messages", "parameters"}`` (``step`` is a pattern's call
-    number), or ``None`` if ``seq`` is not an ``llm_request``.
+    (a record may hold only what changed since the previous request of its loop run). Returns
+    ``{"model", "step", "system", "tools", "messages", "parameters"}``, or ``None`` if ``seq`` is not an
+    ``llm_request``.
     """
     upto = itertools.takewhile(lambda record: record.seq <= seq, records)
     for request in rebuild_requests(upto):

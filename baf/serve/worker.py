@@ -166,11 +166,15 @@ class Worker:
                     wanted |= set(await self._orphans())
                 except Exception as exc:
                     logger.warning("worker %s: poll failed: %s", self.worker_id, exc)
-            for session_id in wanted:
-                try:
-                    await self._take(session_id)
-                except LogError as exc:  # a lease lost meanwhile, the database away: the next poll retries
-                    logger.warning("worker %s: session %s: %s", self.worker_id, session_id, exc)
+            # Sessions are taken concurrently (each in order under its own lock): one slow load must not
+            # hold up the others' messages.
+            await asyncio.gather(*(self._take_logged(session_id) for session_id in wanted))
+
+    async def _take_logged(self, session_id: str) -> None:
+        try:
+            await self._take(session_id)
+        except LogError as exc:  # a lease lost meanwhile, the database away: the next poll retries
+            logger.warning("worker %s: session %s: %s", self.worker_id, session_id, exc)
 
     async def _orphans(self) -> list[str]:
         """Sessions to take: waiting messages of sessions no live worker holds (or this one does), and

@@ -100,6 +100,8 @@ def _arguments(arguments: ToolArguments) -> str:
 class _TestLLM(LLM):
     """What both test models share: request recording and deterministic tool-call ids."""
 
+    provider = "baf.testing"
+
     def __init__(self, name: str) -> None:
         self.name = name
         self.requests: list[LLMRequest] = []
@@ -133,13 +135,17 @@ class _TestLLM(LLM):
         self.requests.append(request)
         return request
 
-    def _finish(self, result: object, source: str) -> LLMResponse:
-        """Turn a scripted answer into the response to return, numbering id-less tool calls."""
+    def _finish(self, result: object) -> LLMResponse:
+        """Turn a scripted answer into the response to return, numbering id-less tool calls.
+
+        Anything that is not a string or a well-formed response is handed back as it is: the reasoning
+        kernel checks every adapter's response in one place and reports what is wrong with it
+        (``baf.reasoning.turn.check_response``)."""
         if isinstance(result, str):
             return LLMResponse(text=result)
-        if not isinstance(result, LLMResponse):
-            raise TypeError(f"{source} must give an LLMResponse or a str, got {type(result).__name__}")
-        if all(call.id for call in result.tool_calls):
+        if not isinstance(result, LLMResponse) or not isinstance(result.tool_calls, list):
+            return result  # type: ignore[return-value]  # refused by the kernel, naming this model
+        if all(not isinstance(call, ToolCall) or call.id for call in result.tool_calls):
             return result
         numbered = []
         for call in result.tool_calls:
@@ -212,7 +218,7 @@ class ScriptedLLM(_TestLLM):
             await asyncio.sleep(self.delay)
         if isinstance(item, BaseException):
             raise item
-        return self._finish(item, "a ScriptedLLM item")
+        return self._finish(item)
 
 
 #: The signature of a FunctionLLM function: ``fn(messages, tools, *, parameters, system_message)``.
@@ -248,4 +254,4 @@ class FunctionLLM(_TestLLM):
         )
         if inspect.isawaitable(result):
             result = await result
-        return self._finish(result, f"FunctionLLM function {getattr(self.fn, '__name__', self.fn)!r}")
+        return self._finish(result)

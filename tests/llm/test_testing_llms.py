@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from baf.errors import LLMError, LLMTimeoutError
+from baf.errors import LLMError, LLMResponseError, LLMTimeoutError
 from baf.llm import LLM, LLMResponse, ToolCall, Usage
+from baf.reasoning.turn import check_response
 from baf.testing.llms import FunctionLLM, LLMRequest, ScriptedLLM, ScriptExhaustedError, tool_call_response
 
 USER = [{"role": "user", "content": "hi"}]
@@ -182,12 +183,15 @@ async def test_function_llm_errors_propagate_and_are_recorded() -> None:
     assert llm.calls == 1
 
 
-async def test_function_llm_rejects_wrong_return_type() -> None:
+async def test_a_wrong_return_type_is_refused_by_the_kernel_naming_the_model() -> None:
     def model(messages: list[dict[str, Any]], tools: list[dict[str, Any]], **kwargs: Any) -> Any:
         return {"text": "a dict is not a response"}
 
-    with pytest.raises(TypeError, match="must give an LLMResponse or a str, got dict"):
-        await FunctionLLM(model).predict_with_tools(USER, [])
+    llm = FunctionLLM(model, name="fn-model")
+    answer = await llm.predict_with_tools(USER, [])  # handed back as it is: the kernel checks it
+    with pytest.raises(LLMResponseError, match="FunctionLLM 'fn-model' returned a response of the wrong shape: "
+                       "it returned dict, not an LLMResponse"):  # fmt: skip
+        check_response(answer, llm)
 
 
 def test_last_request_without_calls_fails_clearly() -> None:

@@ -427,3 +427,15 @@ async def test_the_example_bot_keeps_notes_across_a_restart(server: BotAPIStandI
         server.push_message(21, text="/list")
         texts = await server.wait_for(lambda: len(server.sent_texts(21)) >= 3 and server.sent_texts(21))
     assert texts == ["Noted (1 so far).", "Kept a.pdf.", "1. buy milk\n2. file a.pdf (13 bytes): tax"]
+
+
+async def test_a_reply_after_the_bot_stopped_is_not_sent_and_says_so(
+    server: BotAPIStandIn, caplog: pytest.LogCaptureFixture
+) -> None:
+    agent, platform = await _running(server)
+    async with agent:
+        session = await agent.receive_message("telegram-30", "hi")
+        await platform.stop()  # as agent.stop() does before the last steps end
+        await platform.reply(session, "too late")
+    assert "the bot is stopped; a message was not sent (the log keeps it)" in caplog.text
+    assert "too late" not in server.sent_texts(30)

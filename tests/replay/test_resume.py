@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from baf import Agent, ReceiveTextEvent, Session
+from baf.core.runtime import INTERRUPTED_BY_RESTART_REPLY
 from baf.core.session import runtime_side
 from baf.library.state.reasoning_state_library import INTERRUPTED_TOOL_MESSAGE, new_reasoning_state
 from baf.llm.base import LLMResponse, ToolCall
@@ -217,6 +218,8 @@ async def test_plain_open_step_is_still_closed_as_interrupted() -> None:
         after = await crashed.read("s")
     assert not any(r.kind == "step_resumed" for r in after)
     assert after[-1].kind == "step_finished" and after[-1].data.get("interrupted") is True
+    # The user is told the request was not finished (no silent dead end).
+    assert after[-2].kind == "reply" and after[-2].data["text"] == INTERRUPTED_BY_RESTART_REPLY
 
 
 def _run(db: Path, calls: Path, effects: Path, questions: list[str], kill_after: float | None) -> list[str]:

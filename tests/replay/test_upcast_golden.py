@@ -1,9 +1,10 @@
 """Schema evolution end to end: a record in an older shape, written by hand into a real SQLite log,
 is lifted by an upcaster on read and then replays like a current one.
 
-baf has only ever written version 1, so the test pretends the current version is 2 (a private
-``Upcasters`` registry swapped in for the real one) and that version 1 of ``llm_response`` kept its
-token counts as ``{"tokens": {"in": .., "out": ..}}``, the "v0-style" shape an older baf would have had.
+The test pretends the current version is 3 (a private ``Upcasters`` registry, holding baf's real
+upcasters, swapped in for the real one) and that version 2 of ``llm_response`` kept its token counts as
+``{"tokens": {"in": .., "out": ..}}``. The golden log itself is version 1: it goes through baf's real
+version 1 -> 2 upcasters first, then the pretend step.
 """
 
 from __future__ import annotations
@@ -23,16 +24,20 @@ from baf.replay.timeline import EntryKind
 
 from .helpers import GOLDEN_SESSION, copy_golden, read_records
 
-OLD_RESPONSE = {"step": 0, "model": "old-model", "latency_ms": 12.5, "text": "from an old baf",
+OLD_RESPONSE = {"loop": "reasoning", "run": 0, "turn": 0, "step": 0,
+                "model": "old-model", "latency_ms": 12.5, "text": "from an old baf",
                 "tool_calls": [], "tokens": {"in": 11, "out": 7}}  # fmt: skip
 
 
 @pytest.fixture
-def version_2(monkeypatch: pytest.MonkeyPatch) -> Upcasters:
-    registry = Upcasters(current_version=2)
+def version_3(monkeypatch: pytest.MonkeyPatch) -> Upcasters:
+    registry = Upcasters(current_version=3)
+    registry._steps.update(upcast_module.UPCASTERS._steps)  # baf's own 1 -> 2 steps
 
-    @registry.register("llm_response", from_version=1)
+    @registry.register("llm_response", from_version=2)
     def tokens_to_usage(data: dict[str, Any]) -> dict[str, Any]:
+        if "tokens" not in data:
+            return data  # lifted from version 1 by baf's own step: already has usage
         tokens = data.pop("tokens")
         data["usage"] = {"prompt_tokens": tokens["in"], "completion_tokens": tokens["out"]}
         return data
@@ -41,23 +46,23 @@ def version_2(monkeypatch: pytest.MonkeyPatch) -> Upcasters:
     return registry
 
 
-async def test_hand_written_old_record_is_upcast_and_replays(tmp_path: Path, version_2: Upcasters) -> None:
+async def test_hand_written_old_record_is_upcast_and_replays(tmp_path: Path, version_3: Upcasters) -> None:
     path = copy_golden(tmp_path)
     with sqlite3.connect(path) as db:
-        # In the pretend world the golden records were written by the current baf (version 2) ...
-        db.execute("UPDATE baf_records SET version = 2")
+        # The golden records are version 1 (lifted twice); these two were written by a pretend
+        # version 2, in its shape.
         last = db.execute("SELECT MAX(seq) FROM baf_records WHERE session_id = ?", (GOLDEN_SESSION,)).fetchone()[0]
-        # ... and these two by an old one, in the old shape.
         rows = [
-            (GOLDEN_SESSION, last + 1, 1_700_000_000.0, "llm_request", 1, json.dumps(
-                {"step": 0, "model": "old-model", "messages": [{"role": "user", "content": "old"}]})),
-            (GOLDEN_SESSION, last + 2, 1_700_000_001.0, "llm_response", 1, json.dumps(OLD_RESPONSE)),
+            (GOLDEN_SESSION, last + 1, 1_700_000_000.0, "llm_request", 2, json.dumps(
+                {"loop": "reasoning", "run": 0, "turn": 0, "step": 0, "model": "old-model",
+                 "messages": [{"role": "user", "content": "old"}], "tools": []})),
+            (GOLDEN_SESSION, last + 2, 1_700_000_001.0, "llm_response", 2, json.dumps(OLD_RESPONSE)),
         ]
         db.executemany("INSERT INTO baf_records (session_id, seq, ts, kind, version, data) VALUES (?,?,?,?,?,?)", rows)
     db.close()
 
     records = await read_records(path)
-    assert all(r.version == 2 for r in records)
+    assert all(r.version == 3 for r in records)
     old = records[-1]
     assert old.data["usage"] == {"prompt_tokens": 11, "completion_tokens": 7} and "tokens" not in old.data
     assert project(GOLDEN_SESSION, records).current_state == "farewell"
@@ -72,4 +77,4 @@ async def test_hand_written_old_record_is_upcast_and_replays(tmp_path: Path, ver
     with sqlite3.connect(path) as db:
         stored = db.execute("SELECT version, data FROM baf_records WHERE seq = ?", (last + 2,)).fetchone()
     db.close()
-    assert stored[0] == 1 and json.loads(stored[1]) == OLD_RESPONSE
+    assert stored[0] == 2 and json.loads(stored[1]) == OLD_RESPONSE

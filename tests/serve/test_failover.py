@@ -49,8 +49,12 @@ async def test_kill_9_of_a_worker_mid_run_loses_and_repeats_nothing(postgres_dsn
             for j in range(2):
                 for session_id, questions in expected.items():
                     await inbox.post(session_id, message(session_id, questions[j]))
-        await asyncio.sleep(0.6)  # both workers are in the middle of turns
-        victim = workers[0]
+        await asyncio.sleep(0.6)  # the workers are in the middle of turns
+        async with PostgresLog(postgres_dsn, worker_id="probe") as probe:
+            leases = [await Leases(probe).owner_of(session_id) for session_id in expected]
+        owners = collections.Counter(info.owner for info in leases if info is not None)
+        victim_index = ids.index(owners.most_common(1)[0][0])  # the one holding the most sessions
+        victim, survivor_id = workers[victim_index], ids[1 - victim_index]
         victim.send_signal(signal.SIGKILL)
         await asyncio.to_thread(victim.wait, 10)
         records = await wait_for_answers(postgres_dsn, expected, within=90)
@@ -59,8 +63,10 @@ async def test_kill_9_of_a_worker_mid_run_loses_and_repeats_nothing(postgres_dsn
         async with PostgresLog(postgres_dsn, worker_id="probe") as probe:
             leases = Leases(probe)
             infos = [await leases.owner_of(session_id) for session_id in expected]
-        assert all(info is not None and info.owner == ids[1] for info in infos), "the survivor owns every session"
-        assert any(info is not None and info.epoch >= 2 for info in infos), "no session was taken over"
+        taken = [info for info in infos if info is not None and info.epoch >= 2]
+        assert taken, "no session was taken over"
+        assert all(info.owner == survivor_id for info in taken)
+        # (a session the victim had finished before the kill keeps its dead lease: nothing needed it)
         lines = [line.split() for line in calls.read_text().splitlines()]
         victim_pid = str(victim.pid)
         assert any(pid == victim_pid for pid, _, _ in lines), "the killed worker handled nothing"

@@ -1,26 +1,31 @@
 """Reasoning patterns as state bodies: every pattern step recorded in the session log and streamed.
 
-``pattern_body(pattern, llm)`` answers each user message with ``pattern.execute``. A
-:class:`SessionObserver` turns what the run reports into records, write-ahead like the reasoning state:
-each model call is recorded (``llm_request``) and committed before it is made, its answer
-(``llm_response``) is committed before any tool it asks for runs, tool results (``tool_result``) are
-recorded as they come, and every step is a
-``reasoning_step`` record streamed to the platform once durable. Pattern ``llm_request`` records carry
-the full message list of that call and a ``pattern`` field (pattern calls are independent, not one
-growing conversation).
+``pattern_body(pattern, llm)`` answers each user message with ``pattern.execute``. Model turns and
+tool calls go through the reasoning kernel, as the reasoning state's do, and write the same records
+(write-ahead: each ``llm_request`` committed before the model call, the ``llm_response`` before any tool
+it asks for runs, each ``tool_result`` as it comes; see ``baf.reasoning.turn``). A
+:class:`SessionObserver` holds the invocation's :class:`~baf.reasoning.recorder.Recorder` and turns
+every pattern step into a ``reasoning_step`` record, streamed to the platform once durable.
+
+The body is resumable like the reasoning state's: after a crash the run goes again from its start over
+the records it had written (recorded model responses and tool results served, nothing written twice,
+a non-idempotent tool call without a recorded result reported to the model as interrupted), then on.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from baf.core.session import runtime_side
 from baf.errors import LLMError, PatternError
 from baf.library.state.pattern_variables import reasoning_variables
+from baf.library.state.recording import session_recorder
 from baf.llm.base import LLM, LLMResponse
-from baf.log.record import RecordKind
+from baf.log.record import Record, RecordKind
+from baf.reasoning.effects import current_effect_source
 from baf.reasoning.patterns import LLMCallInfo, PatternStep, ReasoningPattern, ReasoningResult
+from baf.reasoning.recorder import Recorder
+from baf.reasoning.resume import ResumeEffects
 from baf.reasoning.step import ReasoningStep, ReasoningStepKind
 from baf.reasoning.tool import Tool
 from baf.reasoning.workspace import workspace_tools
@@ -38,47 +43,40 @@ DEFAULT_FAILURE_MESSAGE = "I could not finish reasoning about that. Please try r
 
 
 class SessionObserver:
-    """A :class:`~baf.reasoning.patterns.PatternObserver` that writes a run into a session."""
+    """A :class:`~baf.reasoning.patterns.PatternObserver` that writes a run into a session.
 
-    def __init__(self, session: Session, stream_steps: bool = True) -> None:
+    The model turns and tool results are recorded by the kernel through :attr:`recorder`; the
+    observer records and streams the steps."""
+
+    def __init__(self, session: Session, stream_steps: bool = True, recorder: Recorder | None = None) -> None:
         self.session = session
-        self._live = runtime_side(session)  # commits before each model call, streams steps
         self.stream_steps = stream_steps
+        #: Where the run's records go; a resumed run's recorder skips what was recorded before the crash.
+        self.recorder = recorder if recorder is not None else session_recorder(session)
 
     def redact(self, text: str) -> str:
         """Redact the agent's secrets; a run calls it on a step summary before shortening it."""
-        return self.session.agent.redactor.redact_text(text)
+        return self.recorder.redact(text)
 
     def emit(self, kind: str, step: int, summary: str, details: dict[str, Any]) -> None:
         """Record one step and, when streaming, queue it for the platform after the next commit."""
         reasoning_step = ReasoningStep(kind, step, summary, details)
-        self.session.record(RecordKind.REASONING_STEP, reasoning_step.to_dict())
+        self.recorder.record(RecordKind.REASONING_STEP, reasoning_step.to_dict())
         if self.stream_steps:
-            self._live.queue_platform_call("reply_reasoning_step", reasoning_step)
+            self.recorder.stream("reply_reasoning_step", reasoning_step)
 
     def on_step(self, step: PatternStep) -> None:
         """Record and stream a pattern step as a ``ReasoningStep``."""
         self.emit(step.kind, step.step, step.summary, step.details)
 
     async def before_llm_call(self, call: LLMCallInfo) -> None:
-        """Record the request and commit: what the model is shown is durable before it is sent."""
-        self.session.record(RecordKind.LLM_REQUEST, call.to_dict())
-        await self._live.commit()
+        """Nothing: the kernel records the request and commits before the call."""
 
     def after_llm_call(self, call: LLMCallInfo, response: LLMResponse, latency_ms: float) -> None:
-        """Record the model's answer."""
-        self.session.record(RecordKind.LLM_RESPONSE, {"pattern": call.pattern, "call": call.call, "model": call.model,
-                                                      "latency_ms": latency_ms, **response.to_dict()})  # fmt: skip
-
-    async def before_tool_call(self, call_id: str, name: str) -> None:
-        """Commit before a tool runs: the ``llm_response`` that asked for the call is durable first, so a
-        crash in the tool never leaves a side effect the log cannot explain."""
-        await self._live.commit()
+        """Nothing: the kernel records the response."""
 
     def on_tool_result(self, call_id: str, name: str, content: str, is_error: bool) -> None:
-        """Record a tool result."""
-        self.session.record(RecordKind.TOOL_RESULT,
-                            {"call_id": call_id, "name": name, "content": content, "is_error": is_error})  # fmt: skip
+        """Nothing: the kernel records the result."""
 
 
 def pattern_body(
@@ -115,8 +113,11 @@ def pattern_body(
             problem = session.event.text if session.event is not None else None
         if problem is None:
             return  # entered without a user message: nothing to reason about
-        observer = SessionObserver(session, stream_steps)
-        shown = session.agent.redactor.redact_text(problem)[:80]  # redact before cutting a secret in half
+        await run(session, problem, session_recorder(session))
+
+    async def run(session: Session, problem: str, recorder: Recorder) -> None:
+        observer = SessionObserver(session, stream_steps, recorder)
+        shown = recorder.redact(problem)[:80]  # redact before cutting a secret in half
         observer.emit(ReasoningStepKind.REASONING_STARTED, 0, f"{pattern.name}: {shown}",
                       {"request": problem, "pattern": pattern.name})  # fmt: skip
         offered = tools if tools is not None else _agent_tools(session)
@@ -126,21 +127,33 @@ def pattern_body(
                 llm, problem, tools=offered, session=session, observer=observer
             )
             steps, outcome = result.steps_taken, result.stop_reason
-            session.set(RESULT_VARIABLE, result.summary())
+            recorder.set(RESULT_VARIABLE, result.summary())
             if export_variables:
                 for name, value in reasoning_variables(result).items():
-                    session.set(name, value)
+                    recorder.set(name, value)
             if reply:
-                session.reply(result.text or failure_message)
+                recorder.reply(result.text or failure_message)
         except (PatternError, LLMError) as exc:  # bad model output or an outage: told, recorded, contained
-            session.record_error("pattern", exc, pattern=pattern.name)
+            recorder.record_error("pattern", exc, pattern=pattern.name)
             if reply:
-                session.reply(f"{failure_message} ({type(exc).__name__}: {exc})")
+                recorder.reply(f"{failure_message} ({type(exc).__name__}: {exc})")
         finally:
             observer.emit(ReasoningStepKind.REASONING_FINISHED, steps, f"finished: {outcome}",
                           {"outcome": outcome, "steps": steps, "pattern": pattern.name})  # fmt: skip
 
+    async def resume(session: Session, records: Sequence[Record]) -> None:
+        """Continue the run a crash interrupted; ``records`` are those this body had written."""
+        starts = [i for i, r in enumerate(records) if r.kind == RecordKind.REASONING_STEP
+                  and r.data.get("kind") == ReasoningStepKind.REASONING_STARTED]  # fmt: skip
+        if not starts:
+            await body(session)  # nothing of it was durable: run it from the start
+            return
+        written = records[starts[0] :]
+        recorder = session_recorder(session, written, ResumeEffects(written, then=current_effect_source()))
+        await run(session, str(written[0].data["details"]["request"]), recorder)
+
     body.__name__ = "pattern_body"
+    body.resume = resume  # type: ignore[attr-defined]  # the engine's resume hook
     return body
 
 

@@ -68,10 +68,14 @@ def build_pushback_message(pending: list[Task]) -> str:
     )
 
 
-def memory_messages(session: Session, before_seq: int, exchanges: int | None) -> list[dict[str, Any]]:
+def memory_messages(
+    session: Session, before_seq: int, exchanges: int | None, tool_memory: dict[int, list[dict[str, Any]]] | None = None
+) -> list[dict[str, Any]]:
     """Earlier user messages and replies of the session (from the log), as chat messages.
 
     ``exchanges`` bounds how many user/assistant pairs are kept: ``None`` keeps all, ``0`` none.
+    ``tool_memory`` maps the seq of an earlier user message to the tool calls and results the loop made
+    answering it; they follow that message (``memory_tool_results``).
     """
     if exchanges == 0:
         return []
@@ -81,4 +85,9 @@ def memory_messages(session: Session, before_seq: int, exchanges: int | None) ->
         users = [i for i, e in enumerate(history) if e.role == "user"]
         if len(users) > exchanges:
             history = history[users[-exchanges] :]
-    return [{"role": e.role, "content": e.text} for e in history]
+    messages: list[dict[str, Any]] = []
+    for e in history:
+        messages.append({"role": e.role, "content": e.text})
+        if tool_memory and e.role == "user":
+            messages.extend(tool_memory.get(e.seq, ()))
+    return messages

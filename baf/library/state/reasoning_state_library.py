@@ -7,45 +7,66 @@ Every turn is recorded before it is acted on (``llm_request``, ``llm_response``,
 ``reasoning_step``, ``task_list`` records) and every step streams to the platform after it is durable.
 
 ``_run_reasoning_loop`` is the loop, top to bottom; :class:`_ReasoningRun` holds the helpers it calls.
+Model turns and tool calls go through the reasoning kernel (``baf.reasoning.turn``,
+``baf.reasoning.tool_calls``), the same as every pattern's.
 
 The body is resumable (``reasoning_body(...).resume``, see ``baf.core.engine``): after a crash, an
-invocation that was in flight is rebuilt from its records by :meth:`_ReasoningRun.resume_from` and continues
-from its last commit point. Model responses and tool results go through an optional
-:class:`~baf.reasoning.effects.EffectSource`, which is how a resume reuses a recorded response and how a
-deterministic re-run (``baf.replay.rerun``) serves everything from the log.
+invocation that was in flight runs again from its start over the records it had written (see
+``baf.reasoning.recorder``): recorded model responses and tool results are served, nothing recorded is
+written twice, and a non-idempotent tool call whose result was not recorded is reported to the model as
+interrupted. The same effect sources serve a deterministic re-run (``baf.replay.rerun``) from the log.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
-import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import pydantic
+
 from baf.core.session import runtime_side
-from baf.errors import ConfigurationError, InvariantError, ToolError, ToolExecutionError
+from baf.errors import ConfigurationError, StructuredOutputError
 from baf.library.state.planning_tools import PLANNING_TOOLS, PlanningCall, planning_call
+from baf.library.state.reasoning_guards import (
+    COMPACTION_PROMPT,
+    TOOL_MEMORY_KEY,
+    budget_message,
+    compaction_details,
+    plan_compaction,
+    repair_message,
+    tool_exchange,
+)
 from baf.library.state.reasoning_prompt import (
     build_pushback_message,
     build_static_prompt,
     build_system_prompt,
     memory_messages,
 )
+from baf.library.state.recording import session_recorder
 from baf.library.state.tasks import Task, TaskList
 from baf.llm.base import LLM, LLMResponse, ToolCall
 from baf.log.record import Record, RecordKind
-from baf.reasoning.effects import (
-    EffectSource,
-    FullRequest,
-    RecordedToolResult,
-    ReplayGuardError,
-    current_effect_source,
-    rebuild_requests,
-)
+from baf.reasoning.effects import current_effect_source
+from baf.reasoning.patterns.accounting import Budget, Meter, PriceTable
+from baf.reasoning.patterns.compaction import ContextCompactor
+from baf.reasoning.patterns.structured import parse_structured, schema_instructions
+from baf.reasoning.recorder import Recorder
+from baf.reasoning.resume import INTERRUPTED_TOOL_MESSAGE as INTERRUPTED_TOOL_MESSAGE  # importable from here too
+from baf.reasoning.resume import ResumeEffects
 from baf.reasoning.step import ReasoningStep, ReasoningStepKind
 from baf.reasoning.tool import Tool
+from baf.reasoning.tool_calls import (
+    DEFAULT_MAX_TOOL_ARGUMENTS,
+    STEP_PAYLOAD_LIMIT,
+    ToolOutcome,
+    ToolRunner,
+    assistant_message,
+    schema_of,
+    shorten,
+    step_arguments,
+)
+from baf.reasoning.turn import ModelTurns
 from baf.reasoning.workspace import workspace_tools
 
 if TYPE_CHECKING:
@@ -78,11 +99,6 @@ DEFAULT_FALLBACK_MESSAGE = (
     "I could not finish within my step budget. Please try rephrasing the question or narrowing it down."
 )
 SCRATCHPAD_KEY = "reasoning_scratchpad"
-INTERRUPTED_TOOL_MESSAGE = (
-    "Error: this call was interrupted by a restart of the agent before its result was recorded. It may or "
-    "may not have taken effect; check before calling it again."
-)
-_PAYLOAD_LIMIT = 4000
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +116,14 @@ class ReasoningConfig:
     max_parallel_tools: int
     max_tool_output: int
     parameters: dict[str, Any] | None
+    max_tool_arguments: int = DEFAULT_MAX_TOOL_ARGUMENTS
+    budget: Budget | None = None
+    prices: PriceTable | None = None
+    compactor: ContextCompactor | None = None
+    output_type: type[pydantic.BaseModel] | None = None
+    reviewer: Callable[[Any], str | None] | None = None
+    review_retries: int = 2
+    memory_tool_results: bool = False
 
 
 def reasoning_body(
@@ -115,6 +139,14 @@ def reasoning_body(
     max_parallel_tools: int = 8,
     max_tool_output: int = 20_000,
     parameters: dict[str, Any] | None = None,
+    max_tool_arguments: int = DEFAULT_MAX_TOOL_ARGUMENTS,
+    budget: Budget | None = None,
+    prices: PriceTable | None = None,
+    compactor: ContextCompactor | None = None,
+    output_type: type[pydantic.BaseModel] | None = None,
+    reviewer: Callable[[Any], str | None] | None = None,
+    review_retries: int = 2,
+    memory_tool_results: bool = False,
 ) -> Callable[[Session], Awaitable[None]]:
     """Build a state body that answers the user's message with an LLM-driven tool loop.
 
@@ -134,18 +166,41 @@ def reasoning_body(
         max_parallel_tools: How many tool calls of one turn run at once.
         max_tool_output: Characters of a tool result the model sees; longer output is cut with a marker.
         parameters: Model parameters (temperature, ...) for every call.
+        max_tool_arguments: Characters of one call's arguments a tool accepts; a longer call is not run
+            and the model is told why.
+        budget: Token and cost limits per user message (``Budget(max_tokens=..., max_cost=...)``),
+            checked after every model call: the call that crosses it is kept, its tool calls are not
+            run, and the user is told the budget ended the work.
+        prices: The price table that turns usage into cost (the patterns' ``PriceTable``); with it each
+            ``llm_response`` records its ``cost``, and the invocation's total is in ``reasoning_finished``.
+        compactor: Keeps the conversation under a token limit (the patterns' ``ContextCompactor``): past
+            its threshold, older messages are dropped or summarised by the model (``mode``), never
+            separating a tool result from its call; each compaction is a ``compaction`` step.
+        output_type: A pydantic model the final answer must be (JSON, validated strictly). An answer
+            that does not fit is sent back once with the reason; a second one ends the invocation with
+            an error. The value is in the scratchpad as ``output``.
+        reviewer: Called with the final answer (the ``output_type`` value, or the text): ``None``
+            accepts it, a string says what is wrong, and the model is asked to fix it, up to
+            ``review_retries`` times; then the last answer is kept (outcome ``review_failed``).
+        review_retries: How often a rejected answer goes back to the model.
+        memory_tool_results: Also show the model the tool calls and results of the earlier exchanges it
+            remembers (``memory``), not only the messages and replies; they are kept in the session
+            variable ``reasoning_tool_memory``.
     """
     for label, value in (("max_steps", max_steps), ("max_parallel_tools", max_parallel_tools),
-                         ("max_tool_output", max_tool_output)):  # fmt: skip
+                         ("max_tool_output", max_tool_output), ("max_tool_arguments", max_tool_arguments)):  # fmt: skip
         if value < 1:  # max_parallel_tools=0 would wait forever on the first tool call
             raise ValueError(f"{label} must be at least 1, got {value}")
     if not tool_timeout > 0:
         raise ValueError(f"tool_timeout must be a positive number of seconds, got {tool_timeout}")
+    if review_retries < 0:
+        raise ValueError(f"review_retries cannot be negative, got {review_retries}")
     if memory is not None and memory < 0:
         raise ValueError(f"memory must be a number of exchanges (0 for none) or None for all, got {memory}")
     config = ReasoningConfig(
         llm, max_steps, system_prompt, fallback_message, enable_task_planning, stream_steps,
-        memory, tool_timeout, max_parallel_tools, max_tool_output, parameters,
+        memory, tool_timeout, max_parallel_tools, max_tool_output, parameters, max_tool_arguments,
+        budget, prices, compactor, output_type, reviewer, review_retries, memory_tool_results,
     )  # fmt: skip
 
     async def reasoning(session: Session) -> None:
@@ -157,11 +212,14 @@ def reasoning_body(
 
     async def resume(session: Session, records: Sequence[Record]) -> None:
         """Continue the invocation a crash interrupted; ``records`` are those this body had written."""
-        run = _ReasoningRun.resume_from(session, config, records)
-        if run is None:
+        starts = [i for i, r in enumerate(records) if _step_kind(r) == ReasoningStepKind.REASONING_STARTED]
+        if not starts:
             await reasoning(session)  # nothing of it was durable: run it from the start
-        elif not run.finished:
-            await _run_reasoning_loop(run)
+            return
+        written = records[starts[0] :]
+        recorder = session_recorder(session, written, ResumeEffects(written, then=current_effect_source()))
+        request = str(written[0].data["details"]["request"])
+        await _run_reasoning_loop(_ReasoningRun(session, config, request, recorder))
 
     def check_agent(agent: Agent) -> None:
         """Refuse to start an agent whose tools clash with this state's built-in ones (see ``Runtime.start``)."""
@@ -189,7 +247,8 @@ def new_reasoning_state(
 
     Equivalent to ``agent.new_state(name, initial=initial).set_body(reasoning_body(llm, ...))``; the
     other arguments, and the keyword-only ``options`` (``memory``, ``tool_timeout``,
-    ``max_parallel_tools``, ``max_tool_output``, ``parameters``), are those of :func:`reasoning_body`.
+    ``max_parallel_tools``, ``max_tool_output``, ``parameters``, ``max_tool_arguments``, ...), are those
+    of :func:`reasoning_body`.
     No transitions are added: wire them yourself, typically ``state.when_event().go_to(state)``.
     """
     body = reasoning_body(
@@ -201,17 +260,22 @@ def new_reasoning_state(
 
 
 async def _run_reasoning_loop(run: _ReasoningRun) -> None:
-    """Plan → act → observe until an answer is accepted, the model fails, or the step budget runs out.
-    A resumed run starts at its first step without a recorded response (see :meth:`_ReasoningRun.resume_from`)."""
-    if not run.resumed:
-        run.emit(ReasoningStepKind.REASONING_STARTED, 0, f"reasoning about: {_summary(run.redact(run.request), 80)}",
-                 {"request": run.request, "planning": run.task_list is not None})  # fmt: skip
-    step, outcome = run.first_step, "error"
+    """Plan → act → observe until an answer is accepted, the model fails, the budget is spent or the step
+    budget runs out. A resumed run goes through the same loop from the start, served what it had
+    recorded (see :mod:`baf.reasoning.recorder`)."""
+    run.emit(ReasoningStepKind.REASONING_STARTED, 0, f"reasoning about: {_summary(run.redact(run.request), 80)}",
+             {"request": run.request, "planning": run.task_list is not None})  # fmt: skip
+    step, outcome = 0, "error"
     try:
-        for step in range(run.first_step, run.config.max_steps):
+        for step in range(run.config.max_steps):
             response = await run.call_llm(step)
             if response is None:
                 outcome = "llm_error"
+                return
+            spent = run.budget_spent()
+            if spent is not None:
+                run.stop_for_budget(step, response, spent)
+                outcome = "budget"
                 return
             if response.tool_calls:
                 await run.execute_tool_calls(step, response)
@@ -223,45 +287,51 @@ async def _run_reasoning_loop(run: _ReasoningRun) -> None:
             if run.task_list is not None and not run.task_list.all_resolved():
                 run.push_back(step, text)
                 continue
+            verdict = run.check_answer(step, text)
+            if verdict is None:
+                continue  # sent back to the model: a repair or a review
             run.answer(step, text)
-            outcome = "answered"
+            outcome = verdict
             return
         run.emit(ReasoningStepKind.MAX_STEPS, step, f"no answer after {run.config.max_steps} steps",
                  {"max_steps": run.config.max_steps})  # fmt: skip
-        run.session.reply(run.config.fallback_message)
+        run.recorder.reply(run.config.fallback_message)
         outcome = "max_steps"
+    except _AnswerError as exc:
+        outcome = exc.outcome
     finally:
         run.finish(step, outcome)
 
 
-@dataclass(slots=True)
-class _CallOutcome:
-    content: str
-    is_error: bool
-    original_size: int
-    planning: PlanningCall | None = None  # set when a planning tool succeeded
+class _AnswerError(Exception):
+    """The final answer could not be made to fit ``output_type`` (recorded, and the user told)."""
+
+    def __init__(self, outcome: str) -> None:
+        super().__init__(outcome)
+        self.outcome = outcome
 
 
 class _ReasoningRun:
-    """The state of one reasoning invocation and the helpers the loop calls."""
+    """The state of one reasoning invocation and the helpers the loop calls. Model turns and tool calls
+    go through the reasoning kernel (:class:`~baf.reasoning.turn.ModelTurns`,
+    :class:`~baf.reasoning.tool_calls.ToolRunner`); every record goes through its :class:`Recorder`."""
 
     def __init__(
-        self, session: Session, config: ReasoningConfig, request: str, source: EffectSource | None = None
+        self, session: Session, config: ReasoningConfig, request: str, recorder: Recorder | None = None
     ) -> None:
         self.session = session
-        # The runtime's side: the loop commits before each model call and tool run, and streams steps.
-        self.live = runtime_side(session)
         self.config = config
         self.request = request
-        #: Answers model and tool calls instead of the live model and tools (resume, re-run), if set.
-        self.source = source if source is not None else current_effect_source()
-        #: Where the loop starts; after a resume, the step whose response was not yet acted on.
-        self.first_step = 0
-        self.resumed = False
-        self.finished = False
-        # After a resume: records the log already holds, which the loop must not write again.
-        self._written: set[tuple[str, int]] = set()
-        self._pending_request: FullRequest | None = None
+        self.recorder = recorder if recorder is not None else session_recorder(session)
+        self.turns = ModelTurns(self.recorder, config.llm, loop="reasoning", prices=config.prices)
+        # Usage and cost of this invocation, against the budget (the patterns' meter).
+        self.meter = Meter(config.prices or PriceTable(), config.budget or Budget())
+        self.output: Any = None  # the typed answer, with output_type
+        self._repairs = 0
+        self._reviews = 0
+        self.runner = ToolRunner(self.recorder, session=session, max_parallel=config.max_parallel_tools,
+                                 timeout=config.tool_timeout, max_output=config.max_tool_output,
+                                 max_arguments=config.max_tool_arguments)  # fmt: skip
         self.task_list = TaskList() if config.enable_task_planning else None
         # current_tools() and system_prompt() are rebuilt only when what they are made of changes.
         self._tools_key: tuple[tuple[Tool, ...], tuple[Workspace, ...]] | None = None
@@ -269,65 +339,22 @@ class _ReasoningRun:
         self._schemas: list[dict[str, Any]] = []
         self._prompt_key: tuple[Skill, ...] | None = None
         self._static_prompt = ""
-        live = self.live
+        live = runtime_side(session)
         before = live.event_seq if live.event_seq is not None else live.projection.last_seq + 1
-        self.messages: list[dict[str, Any]] = memory_messages(session, before, config.memory)
-        self.messages.append({"role": "user", "content": request})
+        #: The seq of the message this invocation answers (where its tool memory is filed).
+        self.request_seq = before
+        tool_memory = None
+        if config.memory_tool_results:
+            tool_memory = {int(seq): list(messages) for seq, messages in session.get(TOOL_MEMORY_KEY) or []}
+        self.messages: list[dict[str, Any]] = memory_messages(session, before, config.memory, tool_memory)
+        self._request_message: dict[str, Any] = {"role": "user", "content": request}
+        self.messages.append(self._request_message)
         self.trace: list[dict[str, Any]] = []
-        self._semaphore = asyncio.Semaphore(config.max_parallel_tools)
-        self._recorded_messages = 0
-        self._recorded_system: str | None = None
-        self._recorded_tools: list[Tool] | None = None
-
-    @classmethod
-    def resume_from(cls, session: Session, config: ReasoningConfig, records: Sequence[Record]) -> _ReasoningRun | None:
-        """Rebuild the invocation a crash interrupted from the records it wrote (``None`` if it wrote none).
-
-        Records are durable at the loop's commit points only: after an ``llm_request`` (the model call
-        was in flight) and after the ``llm_tool_calls`` step (the tools were running; each tool's own
-        records may follow). Tool results of a turn are recorded with the next request, so the last
-        recorded request is the step to continue: its response is used if recorded, else the recorded
-        request is sent again; its tool calls run again only when idempotent.
-        """
-        starts = [i for i, r in enumerate(records) if _step_kind(r) == ReasoningStepKind.REASONING_STARTED]
-        if not starts:
-            return None
-        invocation = list(records[starts[-1]:])
-        run = cls(session, config, str(invocation[0].data["details"]["request"]))
-        run.resumed = True
-        run.trace = [dict(r.data) for r in invocation if r.kind == RecordKind.REASONING_STEP]
-        run.finished = any(_step_kind(r) == ReasoningStepKind.REASONING_FINISHED for r in invocation)
-        snapshots = [r.data["tasks"] for r in invocation if r.kind == RecordKind.TASK_LIST]
-        if run.task_list is not None and snapshots:
-            run.task_list = TaskList.from_snapshot(snapshots[-1])
-        requests = rebuild_requests(invocation)
-        if run.finished or not requests:
-            return run
-        last = requests[-1]
-        after = [r for r in invocation if last.seq is not None and r.seq > last.seq and r.data.get("step") == last.step]
-        if any(r.kind == RecordKind.TOOL_RESULT for r in after):
-            raise InvariantError(
-                f"cannot resume: tool results of step {last.step} were recorded before its next request"
-            )
-        response = next((r for r in after if r.kind == RecordKind.LLM_RESPONSE), None)
-        run.source = _ResumeSource(last.step, LLMResponse.from_dict(response.data) if response else None, run.source)
-        run._written.add((RecordKind.LLM_REQUEST, last.step))
-        if response is not None:
-            run._written.add((RecordKind.LLM_RESPONSE, last.step))
-        if any(_step_kind(r) == ReasoningStepKind.LLM_TOOL_CALLS for r in after):
-            run._written.add((ReasoningStepKind.LLM_TOOL_CALLS, last.step))
-        run.first_step, run._pending_request = last.step, last
-        run.messages = list(last.messages)
-        run._recorded_messages, run._recorded_system = len(last.messages), last.system
-        tools = list(run.current_tools().values())
-        if [_schema_of(tool) for tool in tools] == last.tools:  # unchanged: the next request need not repeat them
-            run._recorded_tools = tools
-        return run
 
     def redact(self, text: str) -> str:
         """``text`` with the agent's secrets replaced: for text about to be shortened, since a secret
         cut in half is no longer recognised when the record is written."""
-        return self.session.agent.redactor.redact_text(text)
+        return self.recorder.redact(text)
 
     # -- the model ------------------------------------------------------------------------------
 
@@ -338,7 +365,7 @@ class _ReasoningRun:
         key = (tuple(agent.tools.values()), tuple(agent.workspaces.values()))
         if key != self._tools_key:
             self._tools_key, self._tools = key, _tool_set(agent, self.task_list is not None)
-            self._schemas = [_schema_of(tool) for tool in self._tools.values()]
+            self._schemas = [schema_of(tool) for tool in self._tools.values()]
         return self._tools
 
     def system_prompt(self) -> str:
@@ -349,133 +376,120 @@ class _ReasoningRun:
             self._static_prompt = build_static_prompt(
                 self.config.system_prompt, skills, agent.workspaces.values(), self.task_list is not None
             )
+            if self.config.output_type is not None:
+                self._static_prompt += "\n\n## Your final answer\n" + schema_instructions(self.config.output_type)
             self._prompt_key = None if agent.workspaces else skills
         return build_system_prompt(self._static_prompt, self.task_list)
 
     async def call_llm(self, step: int) -> LLMResponse | None:
-        """Record the request, commit, get the response (from the effect source if it has one, else from
-        the model) and record it. ``None`` if the model failed (the user is told, an error is recorded)."""
-        request = self.record_request(step)
-        await self.live.commit()  # tool results are durable before the model sees them
-        started = time.perf_counter()
-        response = self.source.llm_response(request) if self.source is not None else None
-        if response is None:
-            try:
-                response = await self.config.llm.predict_with_tools(
-                    request.messages, request.tools, parameters=request.parameters or None,
-                    system_message=request.system,
-                )  # fmt: skip
-            except AssertionError:
-                raise  # a failed assertion (e.g. a test model's script ran out) is a bug, not an outage
-            except Exception as exc:
-                self.session.record_error("llm", exc, step=step, model=self.config.llm.name)
-                self.session.reply(
-                    f"Sorry, I could not get an answer from the language model ({type(exc).__name__}: {exc}). "
-                    "Please try again in a moment."
-                )
-                return None
-        latency_ms = round((time.perf_counter() - started) * 1000, 3)
-        if (RecordKind.LLM_RESPONSE, step) not in self._written:
-            self.session.record(
-                RecordKind.LLM_RESPONSE,
-                {"step": step, "model": self.config.llm.name, "latency_ms": latency_ms, **response.to_dict()},
-            )
-        return response
-
-    def record_request(self, step: int) -> FullRequest:
-        """Build this turn's request and record what changed since the previous one. A resumed run sends
-        its recorded request again as it was recorded."""
-        if self._pending_request is not None and self._pending_request.step == step:
-            return self._pending_request
+        """One model turn (recorded, committed, answered, checked, recorded). ``None`` if the model failed
+        or answered with a response of the wrong shape: the user is told, an ``error`` is recorded."""
         system = self.system_prompt()
-        tools = self.current_tools()
-        schemas = self._schemas
-        data: dict[str, Any] = {"step": step, "model": self.config.llm.name,
-                                "messages": self.messages[self._recorded_messages:]}  # fmt: skip
-        if system != self._recorded_system:
-            data["system"] = self._recorded_system = system
-        offered = list(tools.values())
-        if offered != self._recorded_tools:  # Tool objects compare by identity: a same-named new tool counts
-            data["tools"] = schemas
-            self._recorded_tools = offered
-        if self.config.parameters:
-            data["parameters"] = self.config.parameters
-        self._recorded_messages = len(self.messages)
-        record = self.session.record(RecordKind.LLM_REQUEST, data)
-        return FullRequest(step, list(self.messages), system, list(schemas), dict(self.config.parameters or {}),
-                           self.config.llm.name, record.seq)  # fmt: skip
+        self.current_tools()
+        try:
+            if self.config.compactor is not None:
+                await self.compact(step)
+            turn = await self.turns.take(self.messages, step=step, system=system, tools=self._schemas,
+                                         parameters=self.config.parameters)  # fmt: skip
+        except AssertionError:
+            raise  # a failed assertion (e.g. a test model's script ran out) is a bug, not an outage
+        except Exception as exc:
+            self.recorder.record_error("llm", exc, step=step, model=self.config.llm.name)
+            self.recorder.reply(
+                f"Sorry, I could not get an answer from the language model ({type(exc).__name__}: {exc}). "
+                "Please try again in a moment."
+            )
+            return None
+        self.meter.add("reasoning", "turn", self.config.llm.name, turn.response.usage)
+        return turn.response
+
+    async def compact(self, step: int) -> None:
+        """Compact the conversation when it passes the compactor's threshold (see
+        :func:`~baf.library.state.reasoning_guards.plan_compaction`); recorded as a ``compaction`` step."""
+        compactor = self.config.compactor
+        assert compactor is not None
+        plan = plan_compaction(compactor, self.messages, self._request_message)
+        if plan is None:
+            return
+        summary = None
+        if compactor.mode == "summarize":
+            prompt = COMPACTION_PROMPT.format(transcript=plan.transcript())
+            turn = await self.turns.take([{"role": "user", "content": prompt}], step=step, purpose="compaction",
+                                         parameters=self.config.parameters)  # fmt: skip
+            self.meter.add("reasoning", "compaction", self.config.llm.name, turn.response.usage)
+            summary = compactor.summary_message((turn.response.text or "").strip(), len(plan.old))
+        compacted = plan.messages(summary)
+        details = compaction_details(plan, compactor, self.messages, compacted)
+        self.messages = compacted
+        self.emit(ReasoningStepKind.COMPACTION, step, f"compacted {len(plan.old)} earlier messages ({compactor.mode})",
+                  details)  # fmt: skip
+
+    def budget_spent(self) -> str | None:
+        """Why the budget is spent, or ``None`` (always ``None`` without a budget)."""
+        return self.meter.exceeded() if self.config.budget is not None else None
+
+    def stop_for_budget(self, step: int, response: LLMResponse, reason: str) -> None:
+        """End the invocation: the budget is spent. Tool calls the last response asked for are not run;
+        each gets a result saying so, so every call in the log has its result."""
+        if response.tool_calls:
+            self.messages.append(assistant_message(response, self.config.max_tool_arguments))
+            calls = response.tool_calls
+            self.emit(ReasoningStepKind.LLM_TOOL_CALLS, step, "calling " + ", ".join(c.name for c in calls),
+                      {"tool_calls": [step_arguments(c) for c in calls], "text": response.text})  # fmt: skip
+            content = f"Error: not run ({reason})."
+            for call in response.tool_calls:
+                self.recorder.record(RecordKind.TOOL_RESULT, {
+                    "step": step, "call_id": call.id, "name": call.name, "content": content, "is_error": True,
+                    "original_size": len(content),
+                })  # fmt: skip
+                self.messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
+        self.emit(ReasoningStepKind.BUDGET_SPENT, step, reason, {"reason": reason, **self.usage_details()})
+        self.recorder.reply(budget_message(reason))
+
+    def usage_details(self) -> dict[str, Any]:
+        """The invocation's usage (and cost, with prices) so far."""
+        details: dict[str, Any] = {"usage": self.meter.usage.to_dict()}
+        if self.config.prices is not None:
+            details["cost"] = self.meter.cost
+        return details
 
     # -- tools ----------------------------------------------------------------------------------
 
     async def execute_tool_calls(self, step: int, response: LLMResponse) -> None:
         """Run the turn's tool calls (concurrently, bounded) and feed their results back in call order."""
         calls = response.tool_calls
-        self.messages.append(_assistant_tool_call_message(response))
-        if (ReasoningStepKind.LLM_TOOL_CALLS, step) not in self._written:
-            self.emit(ReasoningStepKind.LLM_TOOL_CALLS, step, "calling " + ", ".join(c.name for c in calls),
-                      {"tool_calls": [c.to_dict() for c in calls], "text": response.text})  # fmt: skip
-        await self.live.commit()  # the response is durable before any tool runs
-        tools = self.current_tools()
-        if len(calls) == 1:  # the usual turn: one task of its own (context as with gather), no gather future
-            outcomes = [await asyncio.create_task(self._run_call(calls[0], tools, step))]
-        else:
-            outcomes = await asyncio.gather(*(self._run_call(call, tools, step) for call in calls))
-        for call, outcome in zip(calls, outcomes, strict=True):
-            self.session.record(RecordKind.TOOL_RESULT, {
-                "step": step, "call_id": call.id, "name": call.name, "content": outcome.content,
-                "is_error": outcome.is_error, "original_size": outcome.original_size,
-            })  # fmt: skip
+        self.messages.append(assistant_message(response, self.config.max_tool_arguments))
+        self.emit(ReasoningStepKind.LLM_TOOL_CALLS, step, "calling " + ", ".join(c.name for c in calls),
+                  {"tool_calls": [step_arguments(c) for c in calls], "text": response.text})  # fmt: skip
+
+        def after_call(outcome: ToolOutcome) -> None:
+            call = outcome.call
             self.messages.append({"role": "tool", "tool_call_id": call.id, "content": outcome.content})
-            if outcome.planning is not None:
-                for kind, summary, details in outcome.planning.events:
+            planning: PlanningCall | None = outcome.context
+            if planning is not None and not outcome.is_error:
+                for kind, summary, details in planning.events:
                     self.emit(kind, step, summary, details)
-                self.emit_task_list(outcome.planning.snapshot)
-            else:
-                status = "failed" if outcome.is_error else "returned"
-                self.emit(ReasoningStepKind.TOOL_RESULT, step, f"{call.name} {status}", {
-                    "call_id": call.id, "name": call.name, "arguments": call.arguments,
-                    "result": _shorten(self.redact(outcome.content), _PAYLOAD_LIMIT), "is_error": outcome.is_error,
-                })  # fmt: skip
+                self.emit_task_list(planning.snapshot)
+                return
+            shown = step_arguments(call)
+            details = {"call_id": call.id, "name": call.name, "arguments": shown["arguments"],
+                       "result": shorten(self.redact(outcome.content), STEP_PAYLOAD_LIMIT),
+                       "is_error": outcome.is_error}  # fmt: skip
+            if "arguments_size" in shown:
+                details["arguments_size"] = shown["arguments_size"]
+            self.emit(ReasoningStepKind.TOOL_RESULT, step,
+                      f"{call.name} {'failed' if outcome.is_error else 'returned'}", details)  # fmt: skip
 
-    async def _run_call(self, call: ToolCall, tools: dict[str, Tool], step: int) -> _CallOutcome:
-        """Run one call. Every failure becomes an error message for the model; the loop goes on.
+        await self.runner.run(step, calls, self.current_tools(), after_call=after_call, prepare=self._prepare,
+                              always_live=_is_planning_tool)  # fmt: skip
 
-        The arguments are always validated by the tool as it is now; the effect source (resume, re-run)
-        may then answer instead of the tool. Planning tools always run: they only touch the task list."""
-        tool = tools.get(call.name)
-        if tool is None:
-            content = f"Error: there is no tool named '{call.name}'. Available tools: {', '.join(tools)}."
-            return _CallOutcome(content, True, len(content))
-        planning = PlanningCall(self.task_list) if self.task_list is not None and call.name in PLANNING_TOOLS else None
-        if planning is not None:
-            planning_call.set(planning)  # this call runs in its own task, so the variable is call-local
-        timeout = None if tool.timeout is not None else self.config.tool_timeout
-        try:
-            args = tool.validate_args(call.arguments)
-            served = self.source.tool_result(step, call, tool) if self.source and planning is None else None
-            if served is not None:
-                return _CallOutcome(served.content, served.is_error, served.original_size)
-            async with self._semaphore:
-                async with asyncio.timeout(timeout):  # the clock starts when the call may run, not before
-                    content, is_error = tool.render_result(await tool.call(args, session=self.session)), False
-        except ReplayGuardError:
-            raise  # a re-run asked for a result the log lacks: never turn that into a tool error
-        except ToolError as exc:
-            content, is_error = f"Error: {exc}", True
-            if isinstance(exc, ToolExecutionError):  # the tool's own code raised: keep its traceback
-                self.session.record_error("tool", exc.__cause__ or exc, tool=call.name, call_id=call.id, step=step)
-        except TimeoutError:
-            content, is_error = f"Error: tool '{call.name}' did not finish within {timeout:g} seconds.", True
-        except Exception as exc:  # a bug below the tool: still an answer for the model, never a dead loop
-            self.session.record_error("tool", exc, tool=call.name, call_id=call.id, step=step)
-            content, is_error = f"Error: tool '{call.name}' failed: {type(exc).__name__}: {exc}", True
-        size = len(content)
-        limit = self.config.max_tool_output
-        if size > limit:
-            # Redact before cutting: a secret cut in half would no longer be recognised at write time.
-            kept = self.redact(content)[:limit]
-            content = f"{kept}\n[output truncated: {size} characters in all, the first {limit} shown]"
-        return _CallOutcome(content, is_error, size, None if is_error else planning)
+    def _prepare(self, call: ToolCall, tool: Tool) -> PlanningCall | None:
+        """A planning call gets the task list, through a context variable of the call's own task."""
+        if self.task_list is None or call.name not in PLANNING_TOOLS:
+            return None
+        planning = PlanningCall(self.task_list)
+        planning_call.set(planning)
+        return planning
 
     # -- answers --------------------------------------------------------------------------------
 
@@ -497,18 +511,81 @@ class _ReasoningRun:
         self.emit(ReasoningStepKind.PUSHBACK, step, f"{len(pending)} task(s) still open",
                   {"pending": [t.to_dict() for t in pending], "message": message})  # fmt: skip
 
+    def check_answer(self, step: int, text: str) -> str | None:
+        """Check a final answer against ``output_type`` and the reviewer. The outcome to end with
+        (``answered`` or ``review_failed``), or ``None`` when the answer went back to the model."""
+        config = self.config
+        value: Any = text
+        if config.output_type is not None:
+            try:
+                value = parse_structured(text, config.output_type)
+            except StructuredOutputError as exc:
+                name = config.output_type.__name__
+                if self._repairs >= 1:
+                    self.recorder.record_error("output", exc, step=step, output_type=name)
+                    self.emit(ReasoningStepKind.LLM_TEXT, step, _summary(self.redact(text), 120),
+                              {"text": text, "final": False})  # fmt: skip
+                    self.recorder.reply(f"Sorry, I could not give the answer in the required form ({name}): {exc}")
+                    raise _AnswerError("output_error") from None
+                self._repairs += 1
+                self._send_back(step, text, repair_message(name, str(exc)), ReasoningStepKind.OUTPUT_INVALID,
+                                {"error": str(exc)})  # fmt: skip
+                return None
+            self.output = value
+        if config.reviewer is not None:
+            problem = config.reviewer(value)
+            if problem is not None:
+                if self._reviews < config.review_retries:
+                    self._reviews += 1
+                    message = f"Your answer was not accepted: {problem}\nFix it and give your final answer again."
+                    details = {"passed": False, "problem": problem}
+                    self._send_back(step, text, message, ReasoningStepKind.REVIEW, details)
+                    return None
+                self.emit(ReasoningStepKind.REVIEW, step, f"answer kept without passing review: {problem}",
+                          {"passed": False, "problem": problem, "final": True})  # fmt: skip
+                return "review_failed"
+            self.emit(ReasoningStepKind.REVIEW, step, "answer passed review", {"passed": True})
+        return "answered"
+
+    def _send_back(self, step: int, text: str, message: str, kind: str, details: dict[str, Any]) -> None:
+        """Refuse an answer: it and ``message`` join the conversation, and the loop takes another turn."""
+        self.messages.append({"role": "assistant", "content": text})
+        self.messages.append({"role": "user", "content": message})
+        self.emit(ReasoningStepKind.LLM_TEXT, step, _summary(self.redact(text), 120), {"text": text, "final": False})
+        self.emit(kind, step, _summary(message, 120), {**details, "message": message})
+
     def answer(self, step: int, text: str) -> None:
         """Accept the final answer: it is a step of its own, then the reply."""
         self.emit(ReasoningStepKind.LLM_TEXT, step, _summary(self.redact(text), 120), {"text": text, "final": True})
-        self.session.reply(text)
+        self.recorder.reply(text)
 
     def finish(self, step: int, outcome: str) -> None:
         """Store the scratchpad and close the trace group."""
         tasks = self.task_list.snapshot() if self.task_list is not None else []
+        config = self.config
+        # Usage and cost are added when a budget or prices are set (records of other loops keep their shape).
+        accounting = self.usage_details() if config.budget is not None or config.prices is not None else {}
         self.emit(ReasoningStepKind.REASONING_FINISHED, step, f"finished: {outcome}",
-                  {"outcome": outcome, "steps": step + 1})  # fmt: skip
-        self.session.set(SCRATCHPAD_KEY, {"request": self.request, "outcome": outcome, "tasks": tasks,
-                                          "trace": self.trace})  # fmt: skip
+                  {"outcome": outcome, "steps": step + 1, **accounting})  # fmt: skip
+        pad: dict[str, Any] = {"request": self.request, "outcome": outcome, "tasks": tasks, "trace": self.trace,
+                               **accounting}  # fmt: skip
+        if config.output_type is not None:
+            pad["output"] = self.output.model_dump(mode="json") if self.output is not None else None
+        self.recorder.set(SCRATCHPAD_KEY, pad)
+        if config.memory_tool_results:
+            self.remember_tool_results()
+
+    def remember_tool_results(self) -> None:
+        """Keep this invocation's tool calls and results for later ones (``memory_tool_results``), for as
+        many exchanges as ``memory`` shows."""
+        exchange = tool_exchange(self.messages, self._request_message)
+        kept = [entry for entry in self.session.get(TOOL_MEMORY_KEY) or [] if entry[0] != self.request_seq]
+        if exchange:
+            kept.append([self.request_seq, exchange])
+        limit = self.config.memory
+        if limit is not None:
+            kept = kept[-limit:] if limit else []
+        self.recorder.set(TOOL_MEMORY_KEY, kept)
 
     # -- the step stream ------------------------------------------------------------------------
 
@@ -516,18 +593,21 @@ class _ReasoningRun:
         """Record a step and, when streaming, send it to the platform once it is durable."""
         reasoning_step = ReasoningStep(kind, step, summary, details or {})
         data = reasoning_step.to_dict()
-        self.session.record(RecordKind.REASONING_STEP, data)
+        self.recorder.record(RecordKind.REASONING_STEP, data)
         self.trace.append(data)
-        self._stream("reply_reasoning_step", reasoning_step)
+        if self.config.stream_steps:  # queued, not awaited: delivered in order right after the next commit
+            self.recorder.stream("reply_reasoning_step", reasoning_step)
 
     def emit_task_list(self, snapshot: list[dict[str, Any]]) -> None:
         """Record a task-list snapshot and, when streaming, send it once durable."""
-        self.session.record(RecordKind.TASK_LIST, {"tasks": snapshot})
-        self._stream("reply_task_list_update", snapshot)
+        self.recorder.record(RecordKind.TASK_LIST, {"tasks": snapshot})
+        if self.config.stream_steps:
+            self.recorder.stream("reply_task_list_update", snapshot)
 
-    def _stream(self, method: str, payload: Any) -> None:
-        if self.config.stream_steps:  # queued, not awaited: delivered in order right after the next commit
-            self.live.queue_platform_call(method, payload)
+
+def _is_planning_tool(tool: Tool) -> bool:
+    """Planning tools only change the invocation's task list: they run again when it is resumed."""
+    return PLANNING_TOOLS.get(tool.name) is tool
 
 
 def _tool_set(agent: Agent, planning: bool) -> dict[str, Tool]:
@@ -548,66 +628,11 @@ def _tool_set(agent: Agent, planning: bool) -> dict[str, Tool]:
     return tools
 
 
-_SCHEMAS: weakref.WeakKeyDictionary[Tool, dict[str, Any]] = weakref.WeakKeyDictionary()
-
-
-class _ResumeSource:
-    """Effects of a resumed invocation: the recorded response of its last step (if any), and what to do
-    with that step's tool calls, whose results were not recorded: run idempotent tools again, tell the
-    model the others were interrupted. Later steps are live (or go to ``then``, a re-run's source)."""
-
-    def __init__(self, step: int, response: LLMResponse | None, then: EffectSource | None) -> None:
-        self.step = step
-        self.response = response
-        self.then = then
-
-    def llm_response(self, request: FullRequest) -> LLMResponse | None:
-        if request.step == self.step and self.response is not None:
-            return self.response
-        return self.then.llm_response(request) if self.then is not None else None
-
-    def tool_result(self, step: int, call: ToolCall, tool: Tool) -> RecordedToolResult | None:
-        if step != self.step or self.response is None:
-            # Another step, or the model was asked again (its response was never recorded): these calls
-            # are new, nothing of them can have run before the crash.
-            return self.then.tool_result(step, call, tool) if self.then is not None else None
-        if tool.idempotent:
-            return None
-        return RecordedToolResult(INTERRUPTED_TOOL_MESSAGE, True, len(INTERRUPTED_TOOL_MESSAGE))
-
-
 def _step_kind(record: Record) -> str | None:
     """The reasoning-step kind of a ``reasoning_step`` record, else ``None``."""
     return str(record.data.get("kind")) if record.kind == RecordKind.REASONING_STEP else None
 
 
-def _schema_of(tool: Tool) -> dict[str, Any]:
-    """The tool's schema, built once per tool: ``Tool.schema`` hands out a fresh copy on every access,
-    which cost more than the rest of a turn. Models receive this shared dict and must not mutate it."""
-    schema = _SCHEMAS.get(tool)
-    if schema is None:
-        schema = _SCHEMAS[tool] = tool.schema
-    return schema
-
-
-def _assistant_tool_call_message(response: LLMResponse) -> dict[str, Any]:
-    """The assistant message announcing tool calls; the results that follow refer to its call ids."""
-    return {
-        "role": "assistant",
-        "content": response.text,
-        "tool_calls": [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-            for c in response.tool_calls
-        ],
-    }
-
-
 def _summary(text: str, limit: int) -> str:
     """One line for a step summary: white space folded, then shortened."""
-    return _shorten(" ".join(text.split()), limit)
-
-
-def _shorten(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    return f"{text[: limit - 1]}… [{len(text)} characters]"
+    return shorten(" ".join(text.split()), limit)

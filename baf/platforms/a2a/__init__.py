@@ -37,9 +37,9 @@ from a2a.server.tasks import InMemoryTaskStore
 from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, Task
 from starlette.applications import Starlette
 
+from baf.core.platform import Platform
 from baf.errors import ConfigurationError
 from baf.platforms.a2a.executor import SESSION_PREFIX, SessionExecutor, TaskRoute
-from baf.platforms.base import Platform
 
 if TYPE_CHECKING:
     from baf.core.session import Session

@@ -435,11 +435,18 @@ class TelegramPlatform(Platform):
             raise ValueError(f"session {session.id!r} is not a Telegram chat (ids start with {SESSION_PREFIX!r})")
         return int(session.id.removeprefix(SESSION_PREFIX))
 
+    def _put(self, chat_id: int, what: str, send: Any) -> None:
+        if self._bot is None:
+            # A step that finished after the platform stopped (agent.stop stops platforms first).
+            logger.warning("chat %s: the bot is stopped; %s was not sent (the log keeps it)", chat_id, what)
+            return
+        self._outbox.put(chat_id, what, send)
+
     def _send_text(self, chat_id: int, text: str, reply_markup: Any = None, quiet: bool = False) -> None:
         pieces = split_message(text, MESSAGE_LIMIT) or []
         for index, piece in enumerate(pieces):
             markup = reply_markup if index == len(pieces) - 1 else None
-            self._outbox.put(chat_id, "a message", functools.partial(self._send_html, chat_id, piece, markup, quiet))
+            self._put(chat_id, "a message", functools.partial(self._send_html, chat_id, piece, markup, quiet))
 
     async def _send_html(self, chat_id: int, markdown: str, reply_markup: Any, quiet: bool) -> Message:
         bot = self.bot
@@ -500,7 +507,7 @@ class TelegramPlatform(Platform):
                     raise
                 await bot.send_document(chat_id, upload, caption=shown, parse_mode=parse_mode)
 
-        self._outbox.put(chat_id, what, send)
+        self._put(chat_id, what, send)
         if caption and not fits:
             self._send_text(chat_id, caption)
 
@@ -539,7 +546,7 @@ class TelegramPlatform(Platform):
         # for their slot.
         delay = 0.0 if view.message_id is None else view.drawn_at + self.step_edit_interval - loop.time()
         send = functools.partial(self._draw, chat_id, view)
-        draw = functools.partial(self._outbox.put, chat_id, "the status message", send)
+        draw = functools.partial(self._put, chat_id, "the status message", send)
         if delay <= 0:
             draw()
         else:

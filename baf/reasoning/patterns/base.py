@@ -38,6 +38,7 @@ from baf.reasoning.patterns.run import PatternRun
 from baf.reasoning.patterns.steps import PatternObserver, PatternStepKind
 from baf.reasoning.patterns.structured import parse_structured
 from baf.reasoning.tool import Tool
+from baf.reasoning.tool_calls import DEFAULT_MAX_TOOL_ARGUMENTS
 
 __all__ = ["BasePattern", "ReasoningPattern"]
 
@@ -82,6 +83,10 @@ class BasePattern(Generic[T]):
             stops with ``PatternStepTimeoutError`` (the partial result, or the error with ``on_limit="raise"``).
         tool_timeout: Seconds a tool call may take when the tool sets no timeout of its own (default 60,
             like the reasoning state); past it the model gets an error result and the run goes on.
+        max_parallel_tools: Tool calls of one model response run at once (default 1: one after the
+            other, each step recorded just before its call; the reasoning state runs 8).
+        max_tool_output: Characters of a tool result the model reads; longer results are cut.
+        max_tool_arguments: Characters of one call's arguments accepted; longer calls are refused.
         prompts: Overrides of the pattern's prompt templates, by slot name (see ``default_prompts``).
         budget: Token and cost limits for the run, nested runs included.
         prices: The price table that turns usage into cost.
@@ -109,6 +114,9 @@ class BasePattern(Generic[T]):
         max_depth: int = 3,
         step_timeout: float | None = 120.0,
         tool_timeout: float = 60.0,
+        max_parallel_tools: int = 1,
+        max_tool_output: int = 20_000,
+        max_tool_arguments: int = DEFAULT_MAX_TOOL_ARGUMENTS,
         prompts: Mapping[str, str | PromptTemplate] | None = None,
         budget: Budget | None = None,
         prices: PriceTable | None = None,
@@ -125,6 +133,10 @@ class BasePattern(Generic[T]):
             raise ConfigurationError(f"step_timeout must be a positive number of seconds, got {step_timeout}")
         if isinstance(tool_timeout, bool) or not tool_timeout > 0:
             raise ConfigurationError(f"tool_timeout must be a positive number of seconds, got {tool_timeout}")
+        for label, value in (("max_parallel_tools", max_parallel_tools), ("max_tool_output", max_tool_output),
+                             ("max_tool_arguments", max_tool_arguments)):  # fmt: skip
+            if value < 1:
+                raise ConfigurationError(f"{label} must be at least 1, got {value}")
         if parse_retries < 0:
             raise ConfigurationError(f"parse_retries cannot be negative, got {parse_retries}")
         if on_limit not in ("partial", "raise"):
@@ -134,6 +146,9 @@ class BasePattern(Generic[T]):
         self.max_depth = max_depth
         self.step_timeout = step_timeout
         self.tool_timeout = tool_timeout
+        self.max_parallel_tools = max_parallel_tools
+        self.max_tool_output = max_tool_output
+        self.max_tool_arguments = max_tool_arguments
         self.prompts = resolve_prompts(self.name, self.default_prompts, prompts, self.prompt_fields)
         self.budget = budget or Budget()
         self.prices = prices or PriceTable()

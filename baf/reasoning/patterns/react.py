@@ -14,6 +14,7 @@ from baf.reasoning.patterns.run import PatternRun
 from baf.reasoning.patterns.steps import PatternStepKind
 from baf.reasoning.patterns.structured import parse_structured
 from baf.reasoning.tool import Tool
+from baf.reasoning.tool_calls import assistant_message, schema_of, step_arguments
 
 __all__ = ["ReAct", "Termination"]
 
@@ -101,9 +102,9 @@ class ReAct(BasePattern[ReActOutput]):
             run.state.update(messages=[{"role": "user", "content": run.prompt("task", task=run.input)}],
                              thoughts=[], final=None)  # fmt: skip
         run.state["messages"] = await run.compact(run.state["messages"])
-        offered = [tool.schema for tool in run.tools.values()]
+        offered = [schema_of(tool) for tool in run.tools.values()]
         if self.termination != "confidence":
-            offered.append(self.final_tool.schema)
+            offered.append(schema_of(self.final_tool))
         system = run.prompt("system", tool_names=", ".join(run.tools) or "none",
                             termination=_TERMINATION[self.termination].format(tool=self.final_tool.name))  # fmt: skip
         response = await run.call(run.state["messages"], purpose="thought", system=system, tools=offered)
@@ -144,15 +145,17 @@ class ReAct(BasePattern[ReActOutput]):
 
     async def act(self, run: PatternRun) -> list[tuple[ToolCall, str, bool]]:
         response: LLMResponse = run.state["response"]
-        outcomes = []
         tools = {**run.tools, self.final_tool.name: self.final_tool}
-        for call in response.tool_calls:
-            run.emit(PatternStepKind.ACTION, f"{call.name}({call.arguments})", tool=call.name,
-                     arguments=call.arguments, call_id=call.id)  # fmt: skip
+
+        async def announce(call: ToolCall) -> None:
+            shown = step_arguments(call)  # a step keeps a shortened copy; the llm_response has them whole
+            sizes = {"arguments_size": shown["arguments_size"]} if "arguments_size" in shown else {}
+            run.emit(PatternStepKind.ACTION, f"{call.name}({shown['arguments']})", tool=call.name,
+                     arguments=shown["arguments"], call_id=call.id, **sizes)  # fmt: skip
             await self._hook("action", run, call)
-            content, is_error = await run.run_tool(call, tools)
-            outcomes.append((call, content, is_error))
-        return outcomes
+
+        outcomes = await run.run_tools(response.tool_calls, tools, before_call=announce)
+        return [(o.call, o.content, o.is_error) for o in outcomes]
 
     async def observe(self, run: PatternRun, action: list[tuple[ToolCall, str, bool]]) -> None:
         response: LLMResponse = run.state["response"]
@@ -160,10 +163,7 @@ class ReAct(BasePattern[ReActOutput]):
         if not action:
             messages += [{"role": "assistant", "content": response.text or ""}, {"role": "user", "content": _NUDGE}]
             return
-        messages.append({"role": "assistant", "content": response.text, "tool_calls": [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-            for c in response.tool_calls
-        ]})  # fmt: skip
+        messages.append(assistant_message(response, self.max_tool_arguments))
         for call, content, is_error in action:
             messages.append({"role": "tool", "tool_call_id": call.id, "content": content})
             run.emit(PatternStepKind.OBSERVATION, f"{call.name}: {content}", tool=call.name,

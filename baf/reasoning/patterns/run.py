@@ -1,15 +1,16 @@
 """``PatternRun``: one execution of a pattern, and the helpers every pattern calls.
 
 All model calls, tool calls, steps, guards and accounting go through here, so each pattern is only its
-own strategy. A nested run (a pipeline stage, a delegated task) shares the parent's meter, observer,
-tools and session, so budgets and the log cover the whole tree.
+own strategy. Model calls and tool calls go through the reasoning kernel (``baf.reasoning.turn``,
+``baf.reasoning.tool_calls``), like the reasoning state's; records go through the observer's
+:class:`~baf.reasoning.recorder.Recorder` when it has one (the session observer of ``pattern_body``).
+A nested run (a pipeline stage, a delegated task) shares the parent's meter, observer, recorder, tools
+and session, so budgets and the log cover the whole tree.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pydantic
@@ -19,10 +20,9 @@ from baf.errors import (
     PatternStepLimitError,
     PatternStepTimeoutError,
     StructuredOutputError,
-    ToolError,
 )
 from baf.llm.base import LLM, LLMResponse, ToolCall
-from baf.reasoning.effects import FullRequest, current_effect_source
+from baf.log.record import RecordKind
 from baf.reasoning.patterns.accounting import Meter
 from baf.reasoning.patterns.compaction import estimate_tokens
 from baf.reasoning.patterns.steps import (
@@ -30,10 +30,12 @@ from baf.reasoning.patterns.steps import (
     PatternObserver,
     PatternStep,
     PatternStepKind,
-    before_tool_call,
 )
 from baf.reasoning.patterns.structured import parse_structured, response_format, schema_instructions
+from baf.reasoning.recorder import Recorder
 from baf.reasoning.tool import Tool
+from baf.reasoning.tool_calls import ToolOutcome, ToolRunner
+from baf.reasoning.turn import ModelTurns
 
 if TYPE_CHECKING:
     from baf.reasoning.patterns.base import BasePattern
@@ -79,6 +81,13 @@ class PatternRun:
         #: Set by a pattern that finished without succeeding (e.g. a critic that never approved).
         self.failure: str | None = None
         self._calls = 0
+        recorder = getattr(observer, "recorder", None)
+        #: Where the run's records go (nothing is recorded without a session observer).
+        self.recorder: Recorder = recorder if isinstance(recorder, Recorder) else Recorder()
+        self.turns = ModelTurns(self.recorder, llm, loop=pattern.name, prices=pattern.prices)
+        self.runner = ToolRunner(self.recorder, session=session, max_parallel=pattern.max_parallel_tools,
+                                 timeout=pattern.tool_timeout, max_output=pattern.max_tool_output,
+                                 max_arguments=pattern.max_tool_arguments)  # fmt: skip
 
     # -- guards and steps -------------------------------------------------------------------------
 
@@ -118,7 +127,7 @@ class PatternRun:
         parameters: dict[str, Any] | None = None,
         llm: LLM | None = None,
     ) -> LLMResponse:
-        """One model call, with the step timeout, the observer, usage accounting and the budget."""
+        """One model turn of the kernel, with the step timeout, the observer, usage accounting and the budget."""
         model = llm or self.llm
         self._check_budget()
         merged = {**(self.pattern.parameters or {}), **(parameters or {})} or None
@@ -127,28 +136,25 @@ class PatternRun:
                            list(tools or []), system, merged)  # fmt: skip
         if self.observer is not None:
             await self.observer.before_llm_call(info)
-        started = time.perf_counter()
         timeout = self.pattern.step_timeout
-        source = current_effect_source()  # a re-run (or a resume) answers from the log, never the model
-        served = None
-        if source is not None:
-            request = FullRequest(self._calls, list(messages), system, list(tools or []), dict(merged or {}),
-                                  model.name)  # fmt: skip
-            served = source.llm_response(request)
         try:
-            async with asyncio.timeout(timeout):
-                response = served if served is not None else await model.predict_with_tools(
-                    list(messages), list(tools or []), parameters=merged, system_message=system
-                )  # fmt: skip
+            turn = await self.turns.take(messages, step=self.steps_taken, system=system, tools=tools, parameters=merged,
+                                         purpose=purpose, llm=model, time_limit=timeout)  # fmt: skip
         except TimeoutError:
             raise PatternStepTimeoutError(
                 f"{self.pattern.name}: the model call for {purpose!r} took longer than step_timeout={timeout:g}s"
             ) from None
-        latency_ms = round((time.perf_counter() - started) * 1000, 3)
+        response = turn.response
         if self.observer is not None:
-            self.observer.after_llm_call(info, response, latency_ms)
+            self.observer.after_llm_call(info, response, turn.latency_ms)
         self.meter.add(self.pattern.name, purpose, model.name, response.usage)
-        self._check_budget()
+        spent = self.meter.exceeded()
+        if spent is not None:
+            # The run stops before acting on this response: its tool calls get results saying they were
+            # not run, so every call in the log has its result.
+            for tool_call in response.tool_calls:
+                self.record_tool_result(tool_call, f"Error: not run ({spent}).", True)
+            raise PatternBudgetError(f"{self.pattern.name}: {spent}")
         return response
 
     async def ask(self, prompt: str, *, purpose: str, system: str | None = None, llm: LLM | None = None) -> str:
@@ -191,34 +197,33 @@ class PatternRun:
 
     async def run_tool(self, call: ToolCall, tools: Mapping[str, Tool] | None = None) -> tuple[str, bool]:
         """Run one tool call; every failure becomes an error text for the model (the run goes on)."""
+        (outcome,) = await self.run_tools([call], tools)
+        return outcome.content, outcome.is_error
+
+    async def run_tools(
+        self,
+        calls: Sequence[ToolCall],
+        tools: Mapping[str, Tool] | None = None,
+        before_call: Callable[[ToolCall], Any] | None = None,
+    ) -> list[ToolOutcome]:
+        """Run a response's tool calls with the kernel's runner (``max_parallel_tools`` at once); the
+        outcomes in call order. ``before_call(call)`` runs just before each call may start."""
         available = self.tools if tools is None else tools
-        tool = available.get(call.name)
-        if tool is None:
-            content, is_error = (f"Error: there is no tool named '{call.name}'. "
-                                 f"Available tools: {', '.join(available) or 'none'}."), True  # fmt: skip
-        else:
-            timeout = tool.timeout if tool.timeout is not None else self.pattern.tool_timeout
-            source = current_effect_source()
-            await before_tool_call(self.observer, call.id, call.name)  # write-ahead: the request is durable
-            try:
-                served = None
-                if source is not None:  # a re-run serves the recorded result; the tool must not run
-                    served = source.tool_result(self.steps_taken, call, tool) if _valid(tool, call) else None
-                if served is not None:
-                    content, is_error = served.content, served.is_error
-                else:
-                    async with asyncio.timeout(timeout):
-                        content, is_error = await tool.run(call.arguments, session=self.session), False
-            except ToolError as exc:
-                content, is_error = f"Error: {exc}", True
-            except TimeoutError:
-                content, is_error = f"Error: tool '{call.name}' did not finish within {timeout:g} seconds.", True
-        self.record_tool_result(call, content, is_error)
-        return content, is_error
+
+        def after_call(outcome: ToolOutcome) -> None:
+            if self.observer is not None:
+                self.observer.on_tool_result(outcome.call.id, outcome.call.name, outcome.content, outcome.is_error)
+
+        return await self.runner.run(self.steps_taken, calls, available, before_call=before_call,
+                                     after_call=after_call)  # fmt: skip
 
     def record_tool_result(self, call: ToolCall, content: str, is_error: bool) -> None:
-        """Report a tool call's result to the observer (``run_tool`` does; a pattern whose call ends the
-        run instead of running, like ReAct's final answer, reports it itself)."""
+        """Record the result of a call that ends the run instead of running (like ReAct's final answer),
+        as the runner records the others."""
+        self.recorder.record(RecordKind.TOOL_RESULT, {
+            "step": self.steps_taken, "call_id": call.id, "name": call.name, "content": content,
+            "is_error": is_error, "original_size": len(content),
+        })  # fmt: skip
         if self.observer is not None:
             self.observer.on_tool_result(call.id, call.name, content, is_error)
 
@@ -258,15 +263,6 @@ class PatternRun:
         reason = self.meter.exceeded()
         if reason is not None:
             raise PatternBudgetError(f"{self.pattern.name}: {reason}")
-
-
-def _valid(tool: Tool, call: ToolCall) -> bool:
-    """Whether the tool, as it is now, accepts the call's arguments (if not, ``tool.run`` reports why)."""
-    try:
-        tool.validate_args(call.arguments)
-    except ToolError:
-        return False
-    return True
 
 
 def _one_line(text: str) -> str:

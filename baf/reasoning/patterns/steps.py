@@ -27,7 +27,7 @@ class PatternStepKind:
     REFLECTION = ReasoningStepKind.REFLECTION
     PLAN = ReasoningStepKind.PLAN
     ANSWER = ReasoningStepKind.LLM_TEXT
-    COMPACTION = "compaction"
+    COMPACTION = ReasoningStepKind.COMPACTION
 
 
 #: A pattern's steps are reasoning steps: the same envelope, streamed and recorded the same way. For a

@@ -1,0 +1,186 @@
+"""Scale-out benchmark (issue 13): concurrent sessions on one worker over SQLite against workers over
+PostgreSQL, and the per-turn cost of the PostgreSQL log.
+
+Part 1. ``--sessions`` sessions (default 200) each get one message, answered after 6 model calls of 50 ms
+(5 tool turns, then the answer): ideal wall time 0.30 s. Configurations, one after the other in this run:
+
+- ``sqlite x1``: one process, the agent's own runtime over a SQLite file (durability normal);
+- ``postgres x1`` / ``postgres x2``: one or two worker processes (``python -m baf.serve.process worker``)
+  over PostgreSQL; the messages are posted to the inbox, as a platform's worker forwards them, and the
+  clock stops when the last reply record is committed.
+
+Part 2. Framework time per model turn with a zero-latency model (one session, 10 tool turns, median of
+``--reps`` messages), SQLite against PostgreSQL, in the same run; target: PostgreSQL within 1.5x.
+
+PostgreSQL: ``BAF_BENCH_POSTGRES_DSN``, or a throwaway cluster started with ``.ci/postgres``.
+
+    python bench/bench_workers.py              # about a minute
+    python bench/bench_workers.py --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import asyncpg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import console, median
+from bench_reasoning import BenchLLM, build_agent
+from rich.table import Table
+
+from baf.core.events import ReceiveTextEvent
+from baf.log.postgres import PostgresLog
+from baf.log.postgres_inbox import Inbox
+
+HERE = Path(__file__).resolve().parent
+AGENT = HERE / "workers_agent.py"
+SCRIPT = HERE.parent / ".ci" / "postgres"
+
+
+def with_schema(dsn: str, schema: str) -> str:
+    return f"{dsn}{'&' if '?' in dsn else '?'}search_path={schema}"
+
+
+async def fresh_schema(dsn: str) -> str:
+    name = f"bench_{uuid.uuid4().hex[:8]}"
+    connection = await asyncpg.connect(dsn)
+    try:
+        await connection.execute(f'CREATE SCHEMA "{name}"')
+    finally:
+        await connection.close()
+    return with_schema(dsn, name)
+
+
+async def sqlite_run(sessions: int, tool_turns: int, delay: float, folder: Path) -> float:
+    llm = BenchLLM(tool_turns, delay=delay)
+    agent, platform = build_agent(f"sqlite:///{folder / f'{uuid.uuid4().hex}.db'}", llm, planning=False)
+    async with agent:
+        ids = [f"c{i}" for i in range(sessions)]
+        await asyncio.gather(*(agent.get_or_create_session(sid, platform) for sid in ids))
+        await agent.wait_idle()
+        started = time.perf_counter()
+        await asyncio.gather(*(agent.receive_message(sid, "Please look everything up.", platform) for sid in ids))
+        return time.perf_counter() - started
+
+
+def start_workers(dsn: str, count: int, tool_turns: int, delay: float) -> list[subprocess.Popen[str]]:
+    env = {**os.environ, "BAF_BENCH_TOOL_TURNS": str(tool_turns), "BAF_BENCH_DELAY": str(delay)}
+    command = [sys.executable, "-m", "baf.serve.process", "worker", str(AGENT), "--log", dsn,
+               "--lease-ttl", "10", "--poll-interval", "1"]  # fmt: skip
+    return [subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env) for _ in range(count)]
+
+
+async def postgres_run(server: str, workers: int, sessions: int, tool_turns: int, delay: float) -> float:
+    dsn = await fresh_schema(server)
+    async with PostgresLog(dsn):  # the tables, before the workers race to make them
+        pass
+    processes = start_workers(dsn, workers, tool_turns, delay)
+    try:
+        for process in processes:
+            assert process.stdout is not None
+            line = await asyncio.to_thread(process.stdout.readline)
+            assert line.startswith("READY"), line
+        async with PostgresLog(dsn) as log:
+            inbox = Inbox(log)
+            connection = await asyncpg.connect(dsn)
+            try:
+                started = time.perf_counter()
+                for i in range(sessions):
+                    sid = f"c{i}"
+                    event = ReceiveTextEvent(sid, message="Please look everything up.")
+                    await inbox.post(sid, {"event": event.to_data(), "text": event.text})
+                await all_replied(connection, sessions)
+                return time.perf_counter() - started
+            finally:
+                await connection.close()
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            await asyncio.to_thread(process.wait)
+            if process.stdout is not None:
+                process.stdout.close()
+
+
+async def all_replied(connection: asyncpg.Connection, sessions: int) -> None:
+    """Return once ``sessions`` reply records are committed (checked every 5 ms)."""
+    count = "SELECT count(*) FROM baf_records WHERE kind = 'reply'"
+    while await connection.fetchval(count) < sessions:  # noqa: ASYNC110 - polling another process's commits
+        await asyncio.sleep(0.005)
+
+
+async def per_turn(url: str, reps: int, tool_turns: int = 10) -> float:
+    """Median framework µs per model turn for one message (zero-latency model)."""
+    llm = BenchLLM(tool_turns)
+    agent, platform = build_agent(url, llm, planning=False)
+    results = []
+    async with agent:
+        for rep in range(reps + 1):
+            sid = f"t{rep}"
+            await agent.get_or_create_session(sid, platform)
+            await agent.wait_idle()
+            llm.model_seconds = 0.0
+            started = time.perf_counter()
+            await agent.receive_message(sid, "Please look everything up.", platform)
+            if rep:  # the first warms up
+                results.append((time.perf_counter() - started - llm.model_seconds) / (tool_turns + 1))
+    return median(results) * 1e6
+
+
+async def run(server: str, sessions: int, reps: int, folder: Path) -> None:
+    tool_turns, delay = 5, 0.05
+    ideal = (tool_turns + 1) * delay
+    out = console()
+    table = Table(title=f"{sessions} sessions x {tool_turns + 1} model calls of 50 ms (ideal {ideal:.2f} s)")
+    for column in ("configuration", "wall s", "x ideal"):
+        table.add_column(column)
+    wall = await sqlite_run(sessions, tool_turns, delay, folder)
+    table.add_row("sqlite x1 (one process)", f"{wall:.3f}", f"{wall / ideal:.2f}")
+    for count in (1, 2):
+        wall = await postgres_run(server, count, sessions, tool_turns, delay)
+        table.add_row(f"postgres x{count} (worker processes)", f"{wall:.3f}", f"{wall / ideal:.2f}")
+    out.print(table)
+    turns = Table(title="framework µs per model turn (zero-latency model, 10 tool turns, median)")
+    for column in ("log", "µs per turn"):
+        turns.add_column(column)
+    sqlite_us = await per_turn(f"sqlite:///{folder / 'turns.db'}", reps)
+    postgres_us = await per_turn(await fresh_schema(server), reps)
+    turns.add_row("sqlite (normal)", f"{sqlite_us:.0f}")
+    turns.add_row("postgres", f"{postgres_us:.0f}  ({postgres_us / sqlite_us:.2f}x sqlite)")
+    out.print(turns)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sessions", type=int, default=200)
+    parser.add_argument("--reps", type=int, default=15)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    sessions, reps = (20, 3) if args.quick else (args.sessions, args.reps)
+    folder = Path(tempfile.mkdtemp(prefix="baf-bench-workers-"))
+    cluster = folder / "pg"
+    server = os.environ.get("BAF_BENCH_POSTGRES_DSN")
+    if not server:
+        started = subprocess.run(["bash", str(SCRIPT), "start", str(cluster)], capture_output=True, text=True)
+        if started.returncode != 0:
+            sys.exit(f"could not start PostgreSQL: {started.stderr}")
+        server = started.stdout.strip()
+    try:
+        asyncio.run(run(server, sessions, reps, folder))
+    finally:
+        if cluster.exists():
+            subprocess.run(["bash", str(SCRIPT), "stop", str(cluster)], capture_output=True, check=False)
+
+
+if __name__ == "__main__":
+    main()

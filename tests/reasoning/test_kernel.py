@@ -1,0 +1,130 @@
+"""The reasoning kernel's own guarantees, through both engines (the reasoning state and a pattern state):
+every adapter's response is checked in one place, and tool-call arguments over the size limit are refused
+without being copied all over the log."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from baf import Agent
+from baf.library.state.pattern_state import new_pattern_state
+from baf.library.state.reasoning_state_library import new_reasoning_state
+from baf.llm.base import LLM, LLMResponse, ToolCall
+from baf.reasoning.patterns import ReAct
+from baf.testing import FunctionLLM, RecordingPlatform, ScriptedLLM
+
+
+class OddLLM(LLM):
+    """A custom adapter answering with a response of the wrong shape."""
+
+    name = "odd-model"
+
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+
+    async def predict_with_tools(self, messages: Any, tools: Any, parameters: Any = None,
+                                 system_message: Any = None) -> LLMResponse:  # fmt: skip
+        return self.answer  # type: ignore[no-any-return]
+
+
+def _no_calls() -> LLMResponse:
+    return LLMResponse(text=None, tool_calls=None)  # type: ignore[arg-type]  # the wrong shape on purpose
+
+
+WRONG_SHAPES: list[tuple[Callable[[], LLM], str, str]] = [
+    (lambda: FunctionLLM(lambda messages, tools, **kw: _no_calls(), name="fn"),
+     "FunctionLLM 'fn'", "tool_calls is NoneType, expected a list of ToolCall"),
+    (lambda: ScriptedLLM([_no_calls()], name="script"), "ScriptedLLM 'script'", "tool_calls is NoneType"),
+    (lambda: OddLLM(_no_calls()), "OddLLM 'odd-model'", "tool_calls is NoneType"),
+    (lambda: OddLLM(LLMResponse(text=42)), "OddLLM 'odd-model'", "text is int"),  # type: ignore[arg-type]
+    (lambda: OddLLM(LLMResponse(tool_calls=[object()])), "OddLLM 'odd-model'",  # type: ignore[list-item]
+     "tool_calls[0] is object, not a ToolCall"),
+    (lambda: OddLLM({"text": "hi"}), "OddLLM 'odd-model'", "it returned dict, not an LLMResponse"),
+    (lambda: OddLLM(None), "OddLLM 'odd-model'", "it returned NoneType, not an LLMResponse"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("engine", ["reasoning", "react"])
+@pytest.mark.parametrize(("make", "adapter", "problem"), WRONG_SHAPES)
+async def test_a_response_of_the_wrong_shape_is_an_error_record_and_a_clear_reply(
+    make: Callable[[], LLM], adapter: str, problem: str, engine: str
+) -> None:
+    llm = make()
+    agent = Agent("shapes", log="memory://")
+    if engine == "reasoning":
+        state = new_reasoning_state(agent, llm)
+    else:
+        state = new_pattern_state(agent, llm, ReAct(max_steps=2))
+    state.when_event().go_to(state)
+    platform = RecordingPlatform()
+    async with agent:
+        await agent.receive_message("s", "hello", platform)
+        records = await agent.log.read("s")
+    errors = [r.data for r in records if r.kind == "error"]
+    assert len(errors) == 1, errors
+    error = errors[0]
+    assert error["type"] == "LLMResponseError" and error["source"] in ("llm", "pattern")
+    assert adapter in error["message"] and problem in error["message"]
+    (reply,) = platform.replies["s"]
+    assert adapter in reply and problem in reply  # the user is told what went wrong, not "TypeError"
+    assert "TypeError" not in reply
+    assert not any(r.kind == "llm_response" for r in records)  # a wrong response is never recorded as one
+
+
+@pytest.mark.parametrize("engine", ["reasoning", "react"])
+async def test_a_10_mb_argument_is_refused_and_stored_once(tmp_path: Path, engine: str) -> None:
+    huge = json.dumps({"text": "x" * 10_000_000})
+    ran: list[int] = []
+
+    def model(messages: list[dict[str, Any]], tools: list[dict[str, Any]], **_: Any) -> LLMResponse | str:
+        told = [m["content"] for m in messages if m["role"] == "tool"]
+        if not told:
+            return LLMResponse(tool_calls=[ToolCall("big", "write_note", huge)])
+        if engine == "react":
+            return LLMResponse(tool_calls=[ToolCall("fin", "final_answer", json.dumps({"answer": told[0][:120]}))])
+        return told[0][:120]
+
+    db = tmp_path / "big.db"
+    agent = Agent("big", log=f"sqlite:///{db}")
+    if engine == "reasoning":
+        state = new_reasoning_state(agent, FunctionLLM(model), enable_task_planning=False)
+    else:
+        state = new_pattern_state(agent, FunctionLLM(model), ReAct(max_steps=3))
+    state.when_event().go_to(state)
+
+    @agent.tool
+    def write_note(text: str) -> str:
+        """Write a note.
+
+        Args:
+            text: The note.
+        """
+        ran.append(len(text))
+        return "noted"
+
+    platform = RecordingPlatform()
+    async with agent:
+        await agent.receive_message("s", "write it down", platform)
+        records = await agent.log.read("s")
+    assert ran == []  # refused: the tool never ran
+    result = next(r.data for r in records if r.kind == "tool_result" and r.data["call_id"] == "big")
+    assert result["is_error"] and "10000012 characters long; at most 1000000 are accepted" in result["content"]
+    assert "at most 1000000" in platform.replies["s"][0]  # the model was told the reason, and said so
+    # One full copy, in the llm_response; every other record keeps a shortened one with the size.
+    payload = "x" * 10_000_000
+    full_copies = [r.kind for r in records if payload in json.dumps(r.data)]
+    assert full_copies == ["llm_response"]
+    big = [r for r in records if len(json.dumps(r.data)) > 100_000]
+    assert [r.kind for r in big] == ["llm_response"]
+    steps = [r.data for r in records if r.kind == "reasoning_step"
+             and r.data["kind"] in ("llm_tool_calls", "tool_result", "action")]  # fmt: skip
+    assert steps and all('"arguments_size": 10000012' in json.dumps(s) for s in steps)
+    if engine == "reasoning":
+        pad = next(r.data["value"] for r in records if r.kind == "variable_set")
+        assert payload not in json.dumps(pad) and '"arguments_size": 10000012' in json.dumps(pad)
+    assert db.stat().st_size < 15_000_000  # was ~60 MB: the argument stored six times
