@@ -162,6 +162,7 @@ class Runtime:
             self._unload,
         )
         self._mailboxes: dict[str, deque[_Item]] = {}
+        self._releasing: set[asyncio.Future[None]] = set()  # leases being given up (a worker's dropped sessions)
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._check_queued: set[str] = set()
         self._machine: AsyncMachine | None = None
@@ -463,6 +464,16 @@ class Runtime:
         self._check_queued.discard(live.id)
         if self._machine is not None and live.machine_model is not None:
             self._machine.remove_model(live.machine_model)
+        if self.router is not None:  # a worker gives the session up: any worker may take its next message
+            releasing = asyncio.ensure_future(self.router.release(live.id))
+            self._releasing.add(releasing)
+            releasing.add_done_callback(self._released)
+
+    def _released(self, releasing: asyncio.Future[None]) -> None:
+        self._releasing.discard(releasing)
+        if not releasing.cancelled() and releasing.exception() is not None:
+            # The lease then expires by itself: the session is only taken over later.
+            logger.warning("releasing a dropped session's lease failed: %s", releasing.exception())
 
     async def _snapshot_if_due(self, live: LiveSession) -> None:
         """After a step: write a snapshot if ``snapshot_every`` records were written since the last one."""
