@@ -351,16 +351,20 @@ class Runtime:
         if the log has none."""
         return (await self._get_live(session_id, platform)).session
 
-    async def _get_live(self, session_id: str, platform: Platform | None) -> LiveSession:
+    def _check_session_id(self, session_id: str) -> None:
+        """Refuse an id that is not a non-empty string, or that holds one of the agent's secrets: ids are
+        keys, stored and shown as they are (records, leases, the inbox, the CLI, exports, the store's own
+        debug log), where redaction cannot reach. The message does not repeat the id."""
         if not isinstance(session_id, str) or not session_id:
             raise SessionIdError(f"session ids must be non-empty strings, got {session_id!r}")
         if self.agent.redactor.redact_text(session_id) != session_id:
-            # Ids are keys: they are stored and shown as they are (records, the CLI, exports, the store's
-            # own debug log), where redaction cannot reach. The message must not repeat the id.
             raise SessionIdError(
                 "this session id contains one of the agent's secrets; session ids are stored and shown "
                 "unredacted, so it was refused and nothing was recorded"
             )
+
+    async def _get_live(self, session_id: str, platform: Platform | None) -> LiveSession:
+        self._check_session_id(session_id)
         live = self._live.get(session_id)
         if live is not None:
             self._live.touch(live)
@@ -497,6 +501,7 @@ class Runtime:
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{type(event).__name__} cannot be recorded: its fields must be JSON ({exc})") from exc
         if self.router is not None and event.session_id not in self._live:
+            self._check_session_id(event.session_id)  # before a lease or an inbox row stores it
             if not await self.router.claim(event.session_id):  # another worker owns it: its inbox takes it
                 await self.router.forward(event.session_id, data, platform)
                 forwarded: asyncio.Future[None] = asyncio.get_running_loop().create_future()
