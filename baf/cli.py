@@ -106,16 +106,19 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command")
 
     run = commands.add_parser("run", help="run the agent defined in a Python or YAML file on the terminal")
-    run.add_argument("path", help="a Python file that defines an Agent (named 'agent', or the only one), "
-                                  "or a YAML agent file (.yaml, .yml)")
-    run.add_argument("--session", default=None,
-                     help="session id of the terminal chat (default: terminal); a fork's messages held at its "
-                          "cut are handled first")
+    run.add_argument(
+        "path",
+        help="a Python file that defines an Agent (named 'agent', or the only one), or a YAML agent file (.yaml, .yml)",
+    )
+    run.add_argument(
+        "--session",
+        default=None,
+        help="session id of the terminal chat (default: terminal); a fork's messages held at its cut are handled first",
+    )
     run.set_defaults(handler=_cmd_run)
 
     demo = commands.add_parser("demo", help="run the reasoning demo (offline unless OPENAI_API_KEY is set)")
-    demo.add_argument("--log", default=None,
-                      help="log file or URL (default: reasoning_demo.db in the working folder)")
+    demo.add_argument("--log", default=None, help="log file or URL (default: reasoning_demo.db in the working folder)")
     demo.set_defaults(handler=_cmd_demo)
 
     serve = commands.add_parser(
@@ -124,10 +127,18 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("path", help="a Python file that defines an Agent, or a YAML agent")
     serve.add_argument("--log", required=True, help="the PostgreSQL log: postgresql://user@host:port/database")
     serve.add_argument("--workers", type=_count(1), default=1, help="worker processes on this host (default 1)")
-    serve.add_argument("--lease-ttl", type=float, default=10.0,
-                       help="seconds a dead worker's sessions wait before others take them over (default 10)")
-    serve.add_argument("--poll-interval", type=float, default=2.0,
-                       help="seconds between safety polls for missed notifications (default 2, at least 1)")
+    serve.add_argument(
+        "--lease-ttl",
+        type=float,
+        default=10.0,
+        help="seconds a dead worker's sessions wait before others take them over (default 10)",
+    )
+    serve.add_argument(
+        "--poll-interval",
+        type=float,
+        default=2.0,
+        help="seconds between safety polls for missed notifications (default 2, at least 1)",
+    )
     serve.set_defaults(handler=_cmd_serve)
 
     sessions = commands.add_parser("sessions", help="list the sessions of a log")
@@ -207,8 +218,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if not agent.platforms:
         terminals = [agent.use_terminal_platform(session_id=args.session or "terminal")]
     elif args.session is not None and not terminals:
-        raise ConfigurationError(f"--session picks the terminal chat's session, and agent {agent.name!r} has no "
-                                 "terminal platform (its file adds other platforms)")
+        raise ConfigurationError(
+            f"--session picks the terminal chat's session, and agent {agent.name!r} has no "
+            "terminal platform (its file adds other platforms)"
+        )
     if args.session is not None:
         for terminal in terminals:
             # Naming the session is the user asking for it: a fork's held messages are handled first.
@@ -224,8 +237,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if not Path(args.path).is_file():
         raise FileNotFoundError(f"no such file: {args.path}")
     if not args.log.lower().startswith(("postgresql://", "postgres://")):
-        raise ConfigurationError("baf serve runs many workers over one PostgreSQL log: --log postgresql://...; "
-                                 "for one process on SQLite use baf run")
+        raise ConfigurationError(
+            "baf serve runs many workers over one PostgreSQL log: --log postgresql://...; "
+            "for one process on SQLite use baf run"
+        )
     if args.poll_interval < 1:
         raise ConfigurationError(f"--poll-interval must be at least 1 second, got {args.poll_interval}")
     if args.lease_ttl <= 0:
@@ -293,8 +308,10 @@ def _default_log(command: str, rest: str = "") -> str:
         return DEFAULT_LOG_FILE
     found = sorted(p.name for p in Path().glob("*.db"))[:5]
     hint = f" (log files here: {', '.join(found)})" if found else ""
-    raise _UsageError(f"no log given, and there is no {DEFAULT_LOG_FILE} in this folder: pass a log file or URL, "
-                      f"e.g. baf {command} {found[0] if found else 'path/to/agent.db'}{rest}{hint}")
+    raise _UsageError(
+        f"no log given, and there is no {DEFAULT_LOG_FILE} in this folder: pass a log file or URL, "
+        f"e.g. baf {command} {found[0] if found else 'path/to/agent.db'}{rest}{hint}"
+    )
 
 
 class _UsageError(ValueError):
@@ -337,8 +354,14 @@ def _cmd_log(args: argparse.Namespace) -> int:
     console = _Stdout()
     if args.json:
         for r in records:
-            line = {"session_id": r.session_id, "seq": r.seq, "ts": r.ts, "kind": r.kind, "version": r.version,
-                    "data": r.data}
+            line = {
+                "session_id": r.session_id,
+                "seq": r.seq,
+                "ts": r.ts,
+                "kind": r.kind,
+                "version": r.version,
+                "data": r.data,
+            }
             print(visible_json(json.dumps(line, ensure_ascii=False)))
         return 0
     table = Table(title=Text(visible(f"session {redactor.redact_text(args.session)}")))
@@ -433,24 +456,37 @@ def _add_replay_parser(commands: Any) -> argparse.ArgumentParser:
     replay = commands.add_parser("replay", help="a session's timeline, its state at any record, or the session list")
     replay.add_argument("log", help="a log file or URL")
     replay.add_argument("session", nargs="?", help="the session id (without it: list the sessions)")
-    replay.add_argument("--kind", action="append", default=[], metavar="K",
-                        help="only entries with records of kind K (repeatable, or comma-separated)")
+    replay.add_argument(
+        "--kind",
+        action="append",
+        default=[],
+        metavar="K",
+        help="only entries with records of kind K (repeatable, or comma-separated)",
+    )
     replay.add_argument("--from", dest="from_seq", type=_SEQ, metavar="SEQ", help="only from this seq on")
     replay.add_argument("--to", dest="to_seq", type=_SEQ, metavar="SEQ", help="only up to this seq")
     replay.add_argument("--grep", metavar="TEXT", help="only entries containing TEXT (case-insensitive)")
     replay.add_argument("--json", action="store_true", help="print the (filtered) records, one JSON object per line")
-    replay.add_argument("--follow", action="store_true",
-                        help="keep printing records as they are appended (waits for a session not yet started)")
+    replay.add_argument(
+        "--follow",
+        action="store_true",
+        help="keep printing records as they are appended (waits for a session not yet started)",
+    )
     replay.add_argument("--at", type=_SEQ, metavar="SEQ", help="the session as it stood after record SEQ")
     replay.add_argument("--interactive", action="store_true", help="step through the timeline (h for help)")
     # None until given, so that giving them without a SESSION can be refused; filled in by _cmd_replay.
-    replay.add_argument("--limit", type=_count(0), metavar="N",
-                        help=f"entries per page (0: all; default {_PAGE_DEFAULT})")
+    replay.add_argument(
+        "--limit", type=_count(0), metavar="N", help=f"entries per page (0: all; default {_PAGE_DEFAULT})"
+    )
     replay.add_argument("--expand", action="store_true", help="show every entry's full data")
-    replay.add_argument("--width", type=_count(0), metavar="N",
-                        help="characters of text shown per entry (0: no limit; default 160)")
-    replay.add_argument("--rerun", metavar="AGENT_PY",
-                        help="re-run the agent in this file over the session; report the first divergence")
+    replay.add_argument(
+        "--width", type=_count(0), metavar="N", help="characters of text shown per entry (0: no limit; default 160)"
+    )
+    replay.add_argument(
+        "--rerun",
+        metavar="AGENT_PY",
+        help="re-run the agent in this file over the session; report the first divergence",
+    )
     replay.add_argument("--fork-at", type=_SEQ, metavar="SEQ", help="copy the session up to SEQ into a new session")
     replay.set_defaults(handler=_cmd_replay, usage_error=replay.error)
     return replay
@@ -460,8 +496,12 @@ def _add_export_parser(commands: Any) -> argparse.ArgumentParser:
     export = commands.add_parser("export", help="export a session as JSON lines or OpenTelemetry spans")
     export.add_argument("log", help="a log file or URL")
     export.add_argument("session", help="the session id")
-    export.add_argument("--format", choices=["jsonl", "otel"], default="jsonl",
-                        help="jsonl: the records; otel: OTLP/JSON spans (GenAI semantic conventions)")
+    export.add_argument(
+        "--format",
+        choices=["jsonl", "otel"],
+        default="jsonl",
+        help="jsonl: the records; otel: OTLP/JSON spans (GenAI semantic conventions)",
+    )
     export.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
     export.set_defaults(handler=_cmd_export)
     return export

@@ -17,8 +17,6 @@ from baf.cli import main
 EXAMPLE = Path(__file__).parent.parent / "examples" / "greetings_agent.py"
 
 
-
-
 def test_run_chats_in_the_terminal_and_resumes_after_restart(tmp_path: Path) -> None:
     first = baf("run", str(EXAMPLE), cwd=tmp_path, stdin="hello\nI am fine\nexit\n")
     assert first.returncode == 0, first.stderr
@@ -344,7 +342,7 @@ def test_writing_to_what_is_not_a_log_is_a_one_line_error(
     result = baf(*command, cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
-    line, = result.stderr.splitlines()
+    (line,) = result.stderr.splitlines()
     assert line.startswith(f"baf {command[0]}: ") and re.search(message, line), line
     if make is make_foreign:  # refused, and left as it was: no baf tables, no WAL
         connection = sqlite3.connect(f"file:{tmp_path / 'notdb.db'}?mode=ro", uri=True)

@@ -36,15 +36,9 @@ def reading_commands(db: Path, session: str, tmp_path: Path) -> list[list[str]]:
     ]
 
 
-
-
-
-
-
-
-
 def baf(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return run_baf(*args, cwd=cwd, columns=500)  # so that a long error message is one line
+
 
 def test_reading_a_schema_1_log_leaves_it_schema_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "golden.db"
@@ -114,7 +108,7 @@ def test_what_is_not_a_log_is_a_one_line_error(tmp_path: Path, make: Callable[[P
     result = baf("sessions", "notdb.db", cwd=tmp_path)
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
-    line, = result.stderr.splitlines()
+    (line,) = result.stderr.splitlines()
     assert line.startswith("baf sessions: ")
     assert re.search(message, line), line
 

@@ -40,13 +40,18 @@ DEPENDS_ON: dict[str, set[str]] = {
 
 #: Arrows narrower than their layer: (from package, to package) -> the modules allowed.
 ONLY: dict[tuple[str, str], set[str]] = {
-    ("core", "reasoning"): {"baf.reasoning.tool", "baf.reasoning.skill", "baf.reasoning.workspace",
-                            "baf.reasoning.toolset"},
+    ("core", "reasoning"): {
+        "baf.reasoning.tool",
+        "baf.reasoning.skill",
+        "baf.reasoning.workspace",
+        "baf.reasoning.toolset",
+    },
     ("llm", "log"): {"baf.log.redaction"},
 }
 
 #: Modules that may import anything: the public names and the command line.
 TOP = {"baf", "baf.cli"}
+
 
 @dataclass(frozen=True)
 class Allowed:

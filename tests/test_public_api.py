@@ -8,8 +8,18 @@ import pytest
 
 import baf
 
-PACKAGES = ["baf", "baf.core", "baf.log", "baf.llm", "baf.reasoning", "baf.platforms", "baf.testing", "baf.errors",
-            "baf.declarative", "baf.library.intents"]
+PACKAGES = [
+    "baf",
+    "baf.core",
+    "baf.log",
+    "baf.llm",
+    "baf.reasoning",
+    "baf.platforms",
+    "baf.testing",
+    "baf.errors",
+    "baf.declarative",
+    "baf.library.intents",
+]
 
 
 @pytest.mark.parametrize("module_name", PACKAGES)

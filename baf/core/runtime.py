@@ -62,8 +62,7 @@ __all__ = [
 #: What the user is told when a restart finds their request's step cut off by a crash and its body
 #: cannot resume (it has no ``resume`` hook, see ``baf.core.engine``).
 INTERRUPTED_BY_RESTART_REPLY = (
-    "Your last request was interrupted by a restart of the agent and could not be finished. "
-    "Please send it again."
+    "Your last request was interrupted by a restart of the agent and could not be finished. Please send it again."
 )
 
 #: Seconds :meth:`Runtime.stop` lets running steps finish before it interrupts them.

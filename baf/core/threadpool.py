@@ -44,9 +44,7 @@ class DaemonThreadPool(Executor):
             future: Future[_T] = Future()
             self._jobs.put((future, fn, args, kwargs))
             if not self._idle.acquire(blocking=False) and len(self._threads) < self._max_workers:
-                thread = threading.Thread(
-                    target=self._work, name=f"{self._prefix}_{len(self._threads)}", daemon=True
-                )
+                thread = threading.Thread(target=self._work, name=f"{self._prefix}_{len(self._threads)}", daemon=True)
                 thread.start()
                 self._threads.append(thread)
             return future

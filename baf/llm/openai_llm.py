@@ -288,9 +288,7 @@ class LLMOpenAI(LLM):
         if failure.kind == "status" and failure.status_code is not None:
             status = failure.status_code
             if status == 429:
-                return LLMRateLimitError(
-                    f"{where} kept answering HTTP 429 (rate limited) {tries}: {failure.detail}"
-                )
+                return LLMRateLimitError(f"{where} kept answering HTTP 429 (rate limited) {tries}: {failure.detail}")
             if failure.retryable:
                 message = f"{where} answered HTTP {status} {tries}: {failure.detail}"
             else:

@@ -32,9 +32,7 @@ __all__ = [
     "register_upcaster",
 ]
 
-_ACCEPTED = (
-    "sqlite:///relative/path.db, sqlite:////absolute/path.db, memory://, postgresql://user@host:port/database"
-)
+_ACCEPTED = "sqlite:///relative/path.db, sqlite:////absolute/path.db, memory://, postgresql://user@host:port/database"
 _POSTGRES_OPTIONS = ("pool_size", "read_only", "connect_timeout")
 _SQLITE_OPTIONS = ("durability", "busy_timeout", "read_only")
 # How ``read_only`` may be spelled in a query string.

@@ -116,8 +116,7 @@ def _encode(record: Record) -> bytes | str:
     """The record's data as JSON text; TypeError if it cannot be stored."""
     if not isinstance(record.data, dict):
         raise TypeError(
-            f"session {record.session_id!r} seq {record.seq}: data must be a dict, "
-            f"not {type(record.data).__name__}"
+            f"session {record.session_id!r} seq {record.seq}: data must be a dict, not {type(record.data).__name__}"
         )
     try:
         return encode_json(record.data)

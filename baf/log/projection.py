@@ -102,7 +102,6 @@ class SessionProjection:
             self.last_ts = ts
         return self
 
-
     def to_state(self) -> dict[str, Any]:
         """Everything but ``session_id``, as JSON-shaped values: what a snapshot record keeps."""
         return {

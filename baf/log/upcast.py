@@ -79,9 +79,7 @@ class Upcasters:
         if version == self.current_version:
             return record
         if version > self.current_version:
-            raise UnknownRecordVersionError(
-                record.session_id, record.seq, record.kind, version, self.current_version
-            )
+            raise UnknownRecordVersionError(record.session_id, record.seq, record.kind, version, self.current_version)
         if version < 1:
             raise CorruptRecordError(record.session_id, record.seq, f"version {version} is not >= 1")
         # A deep copy, so an upcaster that mutates in place cannot change a record held by a store.

@@ -131,8 +131,13 @@ class TerminalPlatform(Platform):
             await agent.wait_idle(self.session_id)
         held = len(runtime_side(session).projection.held)
         if held and self.continue_fork:
-            self._show(Text(f"(this fork holds {held} message{'s' if held > 1 else ''} not yet handled at its "
-                            "cut: handling it now)", style="yellow"))
+            self._show(
+                Text(
+                    f"(this fork holds {held} message{'s' if held > 1 else ''} not yet handled at its "
+                    "cut: handling it now)",
+                    style="yellow",
+                )
+            )
             await agent.continue_session(self.session_id)
         while not self._output_closed:
             try:

@@ -108,9 +108,7 @@ _ARGUMENTS_DECODER = json.JSONDecoder(
 # Docstrings
 # --------------------------------------------------------------------------------------------------------
 
-_ARG_SECTIONS = frozenset(
-    {"args", "arguments", "parameters", "params", "keyword args", "keyword arguments", "kwargs"}
-)
+_ARG_SECTIONS = frozenset({"args", "arguments", "parameters", "params", "keyword args", "keyword arguments", "kwargs"})
 _SECTION_RE = re.compile(
     r"^(args|arguments|parameters|params|keyword args|keyword arguments|kwargs|returns?|yields?|raises|"
     r"examples?|notes?|attributes|todo|warnings?|see also|references|methods)\s*:\s*$",

@@ -216,8 +216,14 @@ def assistant_message(response: LLMResponse, max_arguments: int = DEFAULT_MAX_TO
         "role": "assistant",
         "content": response.text,
         "tool_calls": [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": (
-                c.arguments if len(c.arguments) <= max_arguments else _refused_arguments(c))}}
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {
+                    "name": c.name,
+                    "arguments": (c.arguments if len(c.arguments) <= max_arguments else _refused_arguments(c)),
+                },
+            }
             for c in response.tool_calls
         ],
     }

@@ -154,8 +154,10 @@ class ModelTurns:
         self._previous_written = not self.recorder.replaying
         # The same list grown, or the same message objects in front: only the new ones are recorded (a
         # compacted or rebuilt list is recorded whole). Identity, not equality: it costs nothing per message.
-        if previous is not None and count <= len(messages) and (
-            previous is messages or all(map(operator.is_, itertools.islice(previous, count), messages))
+        if (
+            previous is not None
+            and count <= len(messages)
+            and (previous is messages or all(map(operator.is_, itertools.islice(previous, count), messages)))
         ):
             data["extends"] = True
             data["messages"] = messages[count:]

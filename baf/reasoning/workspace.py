@@ -666,9 +666,7 @@ def workspace_tools(workspaces: Sequence[Workspace]) -> list[Tool]:
     def delete_file(relative_path: str, workspace: str | None = None) -> str:
         return run(workspace, True, lambda space: space.delete_file(relative_path))
 
-    read_about = (
-        f"workspace: Which workspace to use, one of {_choices(spaces)}. Defaults to '{spaces[0].name}'."
-    )
+    read_about = f"workspace: Which workspace to use, one of {_choices(spaces)}. Defaults to '{spaces[0].name}'."
     list_directory.__doc__ = f"""List the files and folders at a path in a workspace.
 
         Folders end with '/'; files show their size.
@@ -694,8 +692,7 @@ def workspace_tools(workspaces: Sequence[Workspace]) -> list[Tool]:
     if not writable:
         return tools
     write_about = (
-        f"workspace: Which workspace to change; writable ones: {_choices(writable)}. "
-        f"Defaults to '{writable[0].name}'."
+        f"workspace: Which workspace to change; writable ones: {_choices(writable)}. Defaults to '{writable[0].name}'."
     )
     write_file.__doc__ = f"""Write a text file in a workspace, replacing it if it exists.
 

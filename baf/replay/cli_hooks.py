@@ -40,6 +40,11 @@ async def fork_command(log: SessionLog, session_id: str, at_seq: int, console: C
     held = (await log.read(new_id))[-1].data.get("held")
     if held:
         shown = ", ".join(f"#{seq}" for seq in held)
-        console.print(Text(f"it holds message {shown}, recorded but not handled at the cut: nothing runs until you "
-                           "continue it (baf run, agent.continue_session or a new message)", style="yellow"))
+        console.print(
+            Text(
+                f"it holds message {shown}, recorded but not handled at the cut: nothing runs until you "
+                "continue it (baf run, agent.continue_session or a new message)",
+                style="yellow",
+            )
+        )
     return 0

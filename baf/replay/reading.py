@@ -87,7 +87,7 @@ async def follow(
                     if shown is not None:
                         render_timeline(console, [shown], width)
                     continue
-                for child in entry.children[max(done, 0):]:  # the rest of a group already under way
+                for child in entry.children[max(done, 0) :]:  # the rest of a group already under way
                     if keep.apply(child) is not None:
                         console.print(entry_line(child, 1, width, columns=fit_columns(console)), soft_wrap=True)
                 render_group_end(console, entry)

@@ -58,6 +58,7 @@ def _shown(text: str, style: str = "") -> Text:
     """Text from the log, to print: never markup, its control characters visible."""
     return Text(visible(text), style=style)
 
+
 _LABELS: Final[dict[str, tuple[str, str]]] = {
     EntryKind.SESSION: ("● session", "bold"),
     EntryKind.MESSAGE: ("▶ user", "bold cyan"),
@@ -186,7 +187,10 @@ def render_entry(console: Console, entry: Entry, depth: int = 0, width: int = DE
 
 
 def render_timeline(
-    console: Console, entries: Iterable[Entry], width: int = DEFAULT_WIDTH, expand: bool = False,
+    console: Console,
+    entries: Iterable[Entry],
+    width: int = DEFAULT_WIDTH,
+    expand: bool = False,
     grep: str | None = None,
 ) -> int:
     """Print entries with their children; return how many top-level entries were printed. With ``grep``

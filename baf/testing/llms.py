@@ -166,9 +166,7 @@ class ScriptedLLM(_TestLLM):
     :param delay: seconds to ``asyncio.sleep`` before each answer, to simulate latency.
     """
 
-    def __init__(
-        self, responses: Sequence[ScriptItem], *, name: str = "scripted", delay: float = 0.0
-    ) -> None:
+    def __init__(self, responses: Sequence[ScriptItem], *, name: str = "scripted", delay: float = 0.0) -> None:
         super().__init__(name)
         for index, item in enumerate(responses):
             if not isinstance(item, LLMResponse | str | BaseException):
@@ -186,9 +184,7 @@ class ScriptedLLM(_TestLLM):
         return tool_call_response([ToolCall(id=id or "", name=name, arguments=_arguments(arguments))])
 
     @staticmethod
-    def tool_calls(
-        calls: Iterable[tuple[str, ToolArguments] | ToolCall], text: str | None = None
-    ) -> LLMResponse:
+    def tool_calls(calls: Iterable[tuple[str, ToolArguments] | ToolCall], text: str | None = None) -> LLMResponse:
         """A response with several tool calls (parallel calling), optionally with text too."""
         return tool_call_response(calls, text=text)
 

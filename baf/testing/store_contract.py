@@ -99,7 +99,7 @@ class SessionLogContract(abc.ABC):
             "text": "héllo wörld — 日本語 — עברית — 😀👍🏽",
             "nested": {"list": [1, 2.5, -3, True, False, None, "x"], "deep": {"a": {"b": {"c": []}}}},
             "empty": {},
-            "quote\"and\\backslash": "line\nbreak\ttab\u0000nul",
+            'quote"and\\backslash': "line\nbreak\ttab\u0000nul",
             "big": 2**62,
             "float": 0.1,
         }
@@ -313,9 +313,7 @@ class SessionLogContract(abc.ABC):
 
     # -- reading through upcasters ------------------------------------------------------------------
 
-    async def test_old_records_are_upcast_on_read(
-        self, log: SessionLog, monkeypatch: pytest.MonkeyPatch
-    ) -> None:
+    async def test_old_records_are_upcast_on_read(self, log: SessionLog, monkeypatch: pytest.MonkeyPatch) -> None:
         # Pretend this baf is one version ahead of the records it wrote.
         newer = upcast_module.Upcasters(current_version=CURRENT_VERSION + 1)
 

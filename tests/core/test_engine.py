@@ -51,9 +51,7 @@ def test_body_must_take_the_session() -> None:
         state.set_body(lambda: None)  # type: ignore[arg-type]
 
 
-async def test_first_matching_transition_in_declaration_order_fires(
-    log_url: str, platform: RecordingPlatform
-) -> None:
+async def test_first_matching_transition_in_declaration_order_fires(log_url: str, platform: RecordingPlatform) -> None:
     agent = Agent("a", log=log_url)
     start = agent.new_state("start", initial=True)
     first = agent.new_state("first")
@@ -73,7 +71,9 @@ async def test_first_matching_transition_in_declaration_order_fires(
         assert session.current_state.name == "second"
         transitions = [r.data for r in await agent.log.read("s1") if r.kind == "transition"]
         assert [(t["source"], t["dest"]) for t in transitions] == [
-            ("start", "first"), ("first", "start"), ("start", "second"),
+            ("start", "first"),
+            ("first", "start"),
+            ("start", "second"),
         ]
 
 
@@ -91,7 +91,9 @@ async def test_unmatched_text_runs_the_fallback(platform: RecordingPlatform) -> 
         done = await agent.receive_event(ReceiveJSONEvent("s", payload={"x": 1}), platform)
         await done
     assert platform.replies["s"] == [
-        DEFAULT_FALLBACK_MESSAGE, "custom fallback for what?", 'custom fallback for {"x": 1}',
+        DEFAULT_FALLBACK_MESSAGE,
+        "custom fallback for what?",
+        'custom fallback for {"x": 1}',
     ]
 
 
@@ -283,8 +285,12 @@ async def test_chat_history_reads_the_conversation(platform: RecordingPlatform) 
             session = await agent.receive_message("s", word, platform)
         history = [(e.role, e.text) for e in session.chat_history()]
         assert history == [
-            ("user", "a"), ("assistant", "echo a"), ("user", "b"),
-            ("assistant", "echo b"), ("user", "c"), ("assistant", "echo c"),
+            ("user", "a"),
+            ("assistant", "echo a"),
+            ("user", "b"),
+            ("assistant", "echo b"),
+            ("user", "c"),
+            ("assistant", "echo c"),
         ]
         assert [(e.role, e.text) for e in session.chat_history(2)] == [("user", "c"), ("assistant", "echo c")]
 
@@ -435,9 +441,7 @@ async def test_many_sessions_concurrently(log_url: str, platform: RecordingPlatf
     state.set_body(body)
     state.when_event().go_to(state)
     async with agent:
-        await asyncio.gather(
-            *(agent.receive_message(f"s{i}", "x", platform) for i in range(50) for _ in range(3))
-        )
+        await asyncio.gather(*(agent.receive_message(f"s{i}", "x", platform) for i in range(50) for _ in range(3)))
         for i in range(50):
             assert platform.replies[f"s{i}"] == [f"s{i}:1", f"s{i}:2", f"s{i}:3"]
             assert (await kinds(agent, f"s{i}")).count("reply") == 3

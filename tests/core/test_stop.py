@@ -50,7 +50,6 @@ def blocking_agent(db_url: str, platform: RecordingPlatform) -> tuple[Agent, thr
     return agent, started, release
 
 
-
 async def started_in_blocked_body(db_url: str, platform: RecordingPlatform) -> tuple[Agent, threading.Event]:
     """A started ``blocking_agent`` whose body is blocked in session "s"; set the event to release it."""
     agent, started, release = blocking_agent(db_url, platform)
@@ -58,6 +57,7 @@ async def started_in_blocked_body(db_url: str, platform: RecordingPlatform) -> t
     await agent.receive_event(ReceiveTextEvent("s", message="go"), platform)
     assert await asyncio.to_thread(started.wait, 10)
     return agent, release
+
 
 async def test_interrupt_abandons_a_sync_body_whose_later_calls_fail_clearly(
     db_url: str, platform: RecordingPlatform

@@ -152,9 +152,7 @@ async def test_starting_an_agent_on_a_structurally_damaged_file_names_it(db: Pat
 # -- damage inside one record: found by its checksum, its decoding, or the gap it leaves -------------
 
 
-def test_a_flipped_byte_inside_a_record_is_found_by_its_checksum(
-    db: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_flipped_byte_inside_a_record_is_found_by_its_checksum(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
     overwrite(db, b"re: MARK-s1-007-", b"re: MARK-s1-00X-")  # the reply of turn 7: seq 4 + 4 * 7 + 2
     for argv in reading_commands(db):
         code, _, err = run(capsys, *argv)

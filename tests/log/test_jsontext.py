@@ -35,7 +35,7 @@ class Point:
 
 SAME_AS_JSON: list[Any] = [
     {"text": "plain", "n": 1, "f": 1.5, "ok": True, "none": None, "list": [1, "two", {"three": 3.0}]},
-    {"unicode": "grüße – 東京 🎉", "escapes": "quote \" backslash \\ newline \n tab \t nul \x00"},
+    {"unicode": "grüße – 東京 🎉", "escapes": 'quote " backslash \\ newline \n tab \t nul \x00'},
     {"tuple": (1, 2), "nested": {"t": ("a", ("b",))}},
     {1: "integer key", False: "bool key", None: "none key", 2.5: "float key"},
     {"nan": math.nan, "inf": math.inf, "-inf": -math.inf},

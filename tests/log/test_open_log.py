@@ -61,7 +61,10 @@ def test_an_instance_passes_through() -> None:
 @pytest.mark.parametrize(
     ("url", "message"),
     [
-        ("mysql://localhost/db", "accepted: sqlite:///relative/path.db, sqlite:////absolute/path.db, memory://, postgresql://"),
+        (
+            "mysql://localhost/db",
+            "accepted: sqlite:///relative/path.db, sqlite:////absolute/path.db, memory://, postgresql://",
+        ),
         ("postgresql://localhost/db?x=1", None),
         ("agent.db", "accepted:"),
         ("", "accepted:"),

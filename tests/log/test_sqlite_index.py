@@ -124,7 +124,7 @@ async def test_a_schema_3_file_gets_checksums_for_new_records_and_reads_old_ones
     try:
         connection.execute("ALTER TABLE baf_records DROP COLUMN checksum")
         connection.execute("UPDATE baf_meta SET value = '3' WHERE key = 'schema_version'")
-        connection.execute("UPDATE baf_records SET data = '{\"initial_state\": \"edited\"}' WHERE seq = 1")
+        connection.execute('UPDATE baf_records SET data = \'{"initial_state": "edited"}\' WHERE seq = 1')
         connection.commit()
     finally:
         connection.close()
@@ -141,7 +141,7 @@ async def test_a_schema_3_file_gets_checksums_for_new_records_and_reads_old_ones
                              "they are read without that check")]  # fmt: skip
     connection = sqlite3.connect(db)
     try:
-        connection.execute("UPDATE baf_records SET data = '{\"event\": {}, \"text\": \"forged\"}' WHERE seq = 5")
+        connection.execute('UPDATE baf_records SET data = \'{"event": {}, "text": "forged"}\' WHERE seq = 5')
         connection.commit()
     finally:
         connection.close()
@@ -153,7 +153,8 @@ async def test_a_schema_3_file_gets_checksums_for_new_records_and_reads_old_ones
 
 @pytest.mark.parametrize(
     # (A changed seq is a gap or a conflict, which the reader reports before any checksum.)
-    "assignment", ["kind = 'reply'", "ts = ts + 1", "version = version - 1", "session_id = 't'", "data = '{}'"]
+    "assignment",
+    ["kind = 'reply'", "ts = ts + 1", "version = version - 1", "session_id = 't'", "data = '{}'"],
 )
 async def test_the_checksum_covers_every_field(tmp_path: Path, assignment: str) -> None:
     db = tmp_path / "log.db"

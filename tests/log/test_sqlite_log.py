@@ -199,9 +199,7 @@ async def test_a_failed_transaction_fails_its_appends_and_the_store_goes_on(db: 
         other = sqlite3.connect(db, isolation_level=None)
         try:
             other.execute("BEGIN IMMEDIATE")
-            results = await asyncio.gather(
-                log.append([rec("a", 1)]), log.append([rec("b", 1)]), return_exceptions=True
-            )
+            results = await asyncio.gather(log.append([rec("a", 1)]), log.append([rec("b", 1)]), return_exceptions=True)
             # A baf error naming the file and the append's record, SQLite's own words kept as the cause.
             assert all(isinstance(result, LogStorageError) for result in results), results
             assert [(r.session_id, r.seq) for r in results] == [("a", 1), ("b", 1)]  # type: ignore[union-attr]
@@ -410,9 +408,7 @@ def make_foreign(path: Path) -> None:
     ],
     ids=["directory", "text", "foreign"],
 )
-async def test_a_writer_refuses_what_is_not_a_log_with_a_one_line_log_error(
-    db: Path, make: Any, message: str
-) -> None:
+async def test_a_writer_refuses_what_is_not_a_log_with_a_one_line_log_error(db: Path, make: Any, message: str) -> None:
     make(db)
 
     def state() -> tuple[list[str], bytes | None]:

@@ -24,10 +24,6 @@ def rec(session_id: str, seq: int) -> Record:
     return Record(session_id, seq, "note", {"seq": seq}, ts=1000.0 + seq)
 
 
-
-
-
-
 def execute(path: Path, script: str) -> None:
     connection = sqlite3.connect(path)
     try:

@@ -87,8 +87,14 @@ def test_after_kill_9_the_restart_finishes_its_work_then_prompts(tmp_path: Path)
     (tmp_path / "resuming_agent.py").write_text(RESUMING_AGENT)
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
     env.update(COLUMNS="80")
-    first = subprocess.Popen([sys.executable, "-m", "baf.cli", "run", "resuming_agent.py"], cwd=tmp_path,
-                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    first = subprocess.Popen(
+        [sys.executable, "-m", "baf.cli", "run", "resuming_agent.py"],
+        cwd=tmp_path,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
     assert first.stdin is not None
     first.stdin.write(b"weather?\n")
     first.stdin.flush()
@@ -115,8 +121,15 @@ def test_ctrl_c_at_the_prompt_ends_the_line(tmp_path: Path) -> None:
     leader, follower = pty.openpty()
     env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
     env.update(COLUMNS="80", NO_COLOR="1")
-    proc = subprocess.Popen([sys.executable, "-m", "baf.cli", "run", "echo_agent.py"], cwd=tmp_path,
-                            stdin=follower, stdout=follower, stderr=subprocess.PIPE, env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "baf.cli", "run", "echo_agent.py"],
+        cwd=tmp_path,
+        stdin=follower,
+        stdout=follower,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+    )
     os.close(follower)
     output = ""
     try:

@@ -42,7 +42,6 @@ def echo_llm() -> FunctionLLM:
     return FunctionLLM(answer)
 
 
-
 def slow_down_reads(agent: Agent) -> None:
     """Make every read of ``agent``'s log take 3 ms, as a real store's may: replies commit meanwhile."""
     read = agent.log.read
@@ -52,6 +51,7 @@ def slow_down_reads(agent: Agent) -> None:
         return await read(*args, **kwargs)
 
     agent.log.read = slow_read  # type: ignore[method-assign]
+
 
 async def test_conversation_with_a_reasoning_agent() -> None:
     agent = reasoning_agent(planning_script())

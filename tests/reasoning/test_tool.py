@@ -489,8 +489,8 @@ def test_every_problem_is_collected_in_one_message() -> None:
         "- argument 'ratio': expected number, got string \"fast\"",
         "- argument 'flag': expected boolean, got integer 1",
         "- argument 'tags[1]': expected string, got integer 2",
-        "- argument 'order': expected one of \"asc\", \"desc\", got string \"up\"",
-        "- argument 'color': expected one of \"red\", \"blue\", got string \"green\"",
+        '- argument \'order\': expected one of "asc", "desc", got string "up"',
+        '- argument \'color\': expected one of "red", "blue", got string "green"',
         "- argument 'address.street': missing required field",
         "- argument 'address.zip_code': input should be a valid integer, got string \"x\"",
         "- argument 'scores.a': expected integer, got number 1.5",
@@ -531,9 +531,7 @@ def test_containers_convert_to_the_annotated_type() -> None:
     def fn(pair: tuple[int, str], unique: set[int], addresses: list[Address], when: Level) -> None:
         pass
 
-    args = Tool(fn).validate_args(
-        {"pair": [1, "a"], "unique": [3, 3, 1], "addresses": [{"street": "s"}], "when": 2}
-    )
+    args = Tool(fn).validate_args({"pair": [1, "a"], "unique": [3, 3, 1], "addresses": [{"street": "s"}], "when": 2})
     assert args == {"pair": (1, "a"), "unique": {1, 3}, "addresses": [Address(street="s")], "when": Level.HIGH}
     message = problems_of({"pair": [1, 2, 3], "unique": "x", "addresses": [{}], "when": 2.0}, Tool(fn))
     assert "argument 'pair': expected array of exactly 2 items, got array of 3 items" in message

@@ -402,8 +402,9 @@ def swap_after_check(monkeypatch: pytest.MonkeyPatch, checked: str, folder: Path
     monkeypatch.setattr(Workspace, "resolve", resolve_then_swap)
 
 
-@pytest.mark.parametrize(("action", "checked"), [("write", "sub/secret.txt"), ("create", "sub/new.txt"),
-                                                 ("delete", "sub")])  # delete checks the folder last
+@pytest.mark.parametrize(
+    ("action", "checked"), [("write", "sub/secret.txt"), ("create", "sub/new.txt"), ("delete", "sub")]
+)  # delete checks the folder last
 def test_a_folder_swapped_for_a_link_after_the_check_is_not_followed_out(
     rw: Workspace, layout: Path, monkeypatch: pytest.MonkeyPatch, action: str, checked: str
 ) -> None:

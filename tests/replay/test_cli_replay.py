@@ -222,9 +222,7 @@ def test_interactive_stops_at_the_ends_and_explains_bad_arguments(
     assert "invalid literal" not in out
 
 
-def test_a_filtered_reasoning_group_reports_the_runs_totals(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_filtered_reasoning_group_reports_the_runs_totals(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = str(copy_golden(tmp_path))
     whole = run(capsys, "replay", db, GOLDEN_SESSION)
     header = next(line for line in whole.splitlines() if "What is 6 times 7" in line and "reasoning" in line)

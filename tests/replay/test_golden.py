@@ -64,8 +64,16 @@ def test_golden_log_renders(tmp_path: Path) -> None:
     console = Console(file=io.StringIO(), width=200)
     render_timeline(console, entries)
     text = console.file.getvalue()  # type: ignore[attr-defined]
-    for expected in ("session started: agent golden", "welcome → reasoning_state", "multiply(", "→ 42",
-                     "[180 in / 25 out tokens", "tax service unavailable", "[x] 1. multiply", "Goodbye."):
+    for expected in (
+        "session started: agent golden",
+        "welcome → reasoning_state",
+        "multiply(",
+        "→ 42",
+        "[180 in / 25 out tokens",
+        "tax service unavailable",
+        "[x] 1. multiply",
+        "Goodbye.",
+    ):
         assert expected in text, expected
 
 
@@ -92,15 +100,17 @@ def test_golden_log_exports(tmp_path: Path) -> None:
     assert names.count("invoke_agent golden") == 2
     assert names.count("chat scripted-golden") == 6
     assert sorted(n for n in names if n.startswith("execute_tool")) == sorted(
-        f"execute_tool {t}" for t in ("add_tasks", "multiply", "complete_task", "tax", "skip_task"))
+        f"execute_tool {t}" for t in ("add_tasks", "multiply", "complete_task", "tax", "skip_task")
+    )
     json.dumps(document)  # serialisable as is
 
 
 async def test_a_record_of_a_newer_version_fails_clearly(tmp_path: Path) -> None:
     path = copy_golden(tmp_path)
     with sqlite3.connect(path) as db:
-        db.execute("UPDATE baf_records SET version = ? WHERE session_id = ? AND seq = 5",
-                   (CURRENT_VERSION + 1, GOLDEN_SESSION))
+        db.execute(
+            "UPDATE baf_records SET version = ? WHERE session_id = ? AND seq = 5", (CURRENT_VERSION + 1, GOLDEN_SESSION)
+        )
     db.close()
     with pytest.raises(UnknownRecordVersionError) as caught:
         await read_records(path)

@@ -88,8 +88,6 @@ def hostile_log(db: Path) -> None:
     asyncio.run(write())
 
 
-
-
 @pytest.mark.parametrize(
     "command",
     [

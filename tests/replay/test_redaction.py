@@ -60,7 +60,6 @@ def test_process_registry_applies_to_existing_redactors() -> None:
     assert r.redact({"t": "registry-canary-0042"}) == {"t": REDACTED}
 
 
-
 def test_a_secret_registered_after_a_redactor_was_used_applies_at_once() -> None:
     """``redact`` and ``active`` use the patterns built for the registry's version, and build again when
     it changed since: a key an LLM client registers later is redacted from the next record on."""

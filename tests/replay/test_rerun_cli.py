@@ -150,5 +150,5 @@ async def test_baf_run_session_continues_a_held_fork(shop: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "handling it now" in done.stdout and "kiwi: 4 euros" in done.stdout and "fig: 3 euros" in done.stdout
     kinds = [r.kind for r in await records_of(f"s@{holding}")]
-    assert kinds[holding:holding + 3] == ["forked_from", "fork_continued", "step_started"]
+    assert kinds[holding : holding + 3] == ["forked_from", "fork_continued", "step_started"]
     rerun_cli(shop, f"s@{holding}")

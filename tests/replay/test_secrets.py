@@ -135,8 +135,9 @@ def test_canaries_never_reach_files_output_or_exports(
     assert "LLM request #" in outputs["interactive"]
 
 
-async def test_framework_failures_are_logged_redacted(caplog: pytest.LogCaptureFixture,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_framework_failures_are_logged_redacted(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """What reaches logging.exception-style lines (a step failing outside the engine's containment, a
     websocket handler failing) is redacted as the records are."""
     import logging

@@ -53,9 +53,24 @@ async def test_hand_written_old_record_is_upcast_and_replays(tmp_path: Path, ver
         # version 2, in its shape.
         last = db.execute("SELECT MAX(seq) FROM baf_records WHERE session_id = ?", (GOLDEN_SESSION,)).fetchone()[0]
         rows = [
-            (GOLDEN_SESSION, last + 1, 1_700_000_000.0, "llm_request", 2, json.dumps(
-                {"loop": "reasoning", "run": 0, "turn": 0, "step": 0, "model": "old-model",
-                 "messages": [{"role": "user", "content": "old"}], "tools": []})),
+            (
+                GOLDEN_SESSION,
+                last + 1,
+                1_700_000_000.0,
+                "llm_request",
+                2,
+                json.dumps(
+                    {
+                        "loop": "reasoning",
+                        "run": 0,
+                        "turn": 0,
+                        "step": 0,
+                        "model": "old-model",
+                        "messages": [{"role": "user", "content": "old"}],
+                        "tools": [],
+                    }
+                ),
+            ),
             (GOLDEN_SESSION, last + 2, 1_700_000_001.0, "llm_response", 2, json.dumps(OLD_RESPONSE)),
         ]
         db.executemany("INSERT INTO baf_records (session_id, seq, ts, kind, version, data) VALUES (?,?,?,?,?,?)", rows)

@@ -64,7 +64,11 @@ async def test_both_version_1_shapes_read_as_version_2(tmp_path: Path) -> None:
     assert all(r.version == CURRENT_VERSION == 2 for r in reasoning)
     requests = [r.data for r in reasoning if r.kind == "llm_request"]
     assert [(d["loop"], d["run"], d["turn"], d.get("extends", False)) for d in requests] == [
-        ("reasoning", 0, 0, False), ("reasoning", 0, 1, True), ("reasoning", 0, 2, True), ("reasoning", 0, 3, True)]
+        ("reasoning", 0, 0, False),
+        ("reasoning", 0, 1, True),
+        ("reasoning", 0, 2, True),
+        ("reasoning", 0, 3, True),
+    ]
     full = rebuild_requests(reasoning)
     assert [len(r.messages) for r in full] == [1, 3, 6, 9] and all(r.system and r.tools for r in full)
     results = [r.data for r in reasoning if r.kind == "tool_result"]

@@ -13,7 +13,11 @@ if TYPE_CHECKING:
     from baf.reasoning.workspace import Workspace
 
 __all__ = [
-    "PLANNING_GUIDANCE", "build_pushback_message", "build_static_prompt", "build_system_prompt", "memory_messages"
+    "PLANNING_GUIDANCE",
+    "build_pushback_message",
+    "build_static_prompt",
+    "build_system_prompt",
+    "memory_messages",
 ]
 
 PLANNING_GUIDANCE = (
