@@ -1,4 +1,4 @@
-"""Bridges benchmark (issue 14): what an MCP tool call costs.
+"""Bridges benchmark (issue 14): what an MCP tool call costs, and what the OpenTelemetry hooks cost.
 
 Part 1, MCP over stdio. A trivial local MCP server (``examples/mcp/calculator_server.py``, tool ``add``)
 against a plain async Python tool doing the same sum, in the same run, alternating in blocks:
@@ -7,6 +7,13 @@ against a plain async Python tool doing the same sum, in the same run, alternati
   JSON-RPC round trip to the server process and back;
 - *in a turn*: a reasoning state answering one message with N tool-call turns (a zero-latency model asks
   for the tool N times, then answers), µs per turn, memory log; overhead = MCP - plain.
+
+Part 2, OpenTelemetry. The same reasoning agent (N tool-call turns per message, zero-latency model)
+with and without ``OpenTelemetryHooks`` (spans to the SDK's in-memory exporter through a
+``SimpleSpanProcessor``, and through a ``BatchSpanProcessor``; content capture off), alternating message
+by message in one run. Per turn: the wall time the agent takes (the hooks' span thread works beside it),
+and the CPU time of the whole process (every thread) until that message's spans are made, which is what
+the hooks really cost; both with their on/off ratio (issue 14 target: <= 1.2x with content capture off).
 
     python bench/bench_bridges.py            # about a minute
     python bench/bench_bridges.py --quick    # smoke run
@@ -20,6 +27,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +57,8 @@ def looping_model(tool_name: str, turns: int) -> FunctionLLM:
     """A zero-latency model: ``turns`` calls of ``tool_name``, then an answer."""
 
     def answer(messages: list[dict[str, Any]], tools: list[dict[str, Any]], **_: Any) -> LLMResponse | str:
-        done = sum(1 for m in messages[-2 * turns - 1 :] if m["role"] == "tool")
+        last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
+        done = sum(1 for m in messages[last_user:] if m["role"] == "tool")
         if done >= turns:
             return "done"
         from baf.llm.base import ToolCall
@@ -119,6 +128,66 @@ async def bench_mcp(calls: int, block: int, turns: int, messages: int) -> Table:
     return table
 
 
+# -- part 2: OpenTelemetry --------------------------------------------------------------------
+
+
+async def bench_otel(turns: int, messages: int) -> Table:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from baf.telemetry import OpenTelemetryHooks
+
+    def provider(processor: Callable[[InMemorySpanExporter], Any]) -> tuple[TracerProvider, InMemorySpanExporter]:
+        exporter = InMemorySpanExporter()
+        tracer_provider = TracerProvider(shutdown_on_exit=False)
+        tracer_provider.add_span_processor(processor(exporter))
+        return tracer_provider, exporter
+
+    variants: dict[str, Agent] = {"off": reasoning_agent("off", looping_model("add", turns))}
+    providers = {"simple": provider(SimpleSpanProcessor), "batch": provider(BatchSpanProcessor)}
+    hooks: dict[str, OpenTelemetryHooks] = {}
+    for label, (tracer_provider, _) in providers.items():
+        agent = reasoning_agent(label, looping_model("add", turns))
+        hooks[label] = OpenTelemetryHooks(tracer_provider=tracer_provider)
+        agent.add_hook(hooks[label])
+        variants[label] = agent
+    for agent in variants.values():
+        agent.add_tool(Tool(add))
+    wall: dict[str, list[float]] = {label: [] for label in variants}
+    cpu: dict[str, list[float]] = {label: [] for label in variants}
+    for agent in variants.values():
+        await agent.start()
+    try:
+        for index in range(messages + 2):
+            for label, agent in variants.items():
+                cpu_before = time.process_time()  # every thread of the process: the span thread's work too
+                value = await per_turn(agent, f"s{index}", turns)
+                if label in hooks:
+                    hooks[label].flush()  # the spans of this message are made (and exported) before the next
+                    providers[label][1].clear()
+                if index >= 2:
+                    wall[label].append(value)
+                    cpu[label].append((time.process_time() - cpu_before) / (turns + 1) * 1e6)
+    finally:
+        for agent in variants.values():
+            await agent.stop()
+        for tracer_provider, _ in providers.values():
+            tracer_provider.shutdown()
+
+    table = Table(title=f"OpenTelemetry hooks, content capture off, per turn ({turns} tool turns + answer, "
+                        f"zero-latency model, {messages} messages each, alternating; load {_load()})")  # fmt: skip
+    for column in ("hooks", "wall µs (median)", "on / off", "CPU µs, all threads (median)", "on / off"):
+        table.add_column(column, justify="right")
+    off_wall, off_cpu = statistics.median(wall["off"]), statistics.median(cpu["off"])
+    table.add_row("off", f"{off_wall:,.0f}", "1.00", f"{off_cpu:,.0f}", "1.00")
+    for label in providers:
+        on_wall, on_cpu = statistics.median(wall[label]), statistics.median(cpu[label])
+        table.add_row(f"on, {label} span processor", f"{on_wall:,.0f}", f"{on_wall / off_wall:.2f}",
+                      f"{on_cpu:,.0f}", f"{on_cpu / off_cpu:.2f}")  # fmt: skip
+    return table
+
+
 def _load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -126,10 +195,14 @@ def _load() -> str:
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run with few repetitions")
+    parser.add_argument("--only", choices=("mcp", "otel"), help="run one part")
     args = parser.parse_args()
     out = console()
     calls, messages = (200, 5) if args.quick else (3000, 40)
-    out.print(await bench_mcp(calls=calls, block=50, turns=10, messages=messages))
+    if args.only in (None, "mcp"):
+        out.print(await bench_mcp(calls=calls, block=50, turns=10, messages=messages))
+    if args.only in (None, "otel"):
+        out.print(await bench_otel(turns=10, messages=messages))
 
 
 if __name__ == "__main__":

@@ -53,15 +53,12 @@ def turn_records(session_id: str, first_seq: int, ts: float) -> list[tuple[str, 
 
 
 def session_rows(session_id: str, size: int, now: float) -> Iterator[tuple[str, int, float, str, int, str]]:
-    """``size`` rows: ``session_started``, then whole turns (the last one cut short if it must be)."""
+    """``session_started``, then as many whole turns as fit in ``size`` rows: a finished session, as
+    the unfinished-work index (left empty by these direct inserts) says."""
     yield (session_id, 1, now, "session_started", 1, '{"agent":"bench","platform":null,"initial_state":"r"}')
-    seq = 2
-    while seq <= size:
-        for row in turn_records(session_id, seq, now + seq * 1e-3):
-            if row[1] > size:
-                return
-            yield row
-        seq += len(_turn())
+    turn = len(_turn())
+    for seq in range(2, size - turn + 2, turn):
+        yield from turn_records(session_id, seq, now + seq * 1e-3)
 
 
 def build(path: Path, records: int, checksums: bool = True) -> list[str]:
@@ -129,7 +126,7 @@ async def compare_reads(tmp: Path) -> tuple[float, float]:
                 started = time.perf_counter()
                 records = await log.read("s0")
                 times[path].append(time.perf_counter() - started)
-                assert len(records) == SESSION_SIZE
+                assert len(records) > SESSION_SIZE - len(_turn())
     return statistics.median(times[checked]), statistics.median(times[unchecked])
 
 

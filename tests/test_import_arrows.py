@@ -31,7 +31,8 @@ DEPENDS_ON: dict[str, set[str]] = {
     "library": {"core", "reasoning", "llm"},
     "platforms": {"core"},
     "telemetry": {"core", "log"},
-    "replay": {"core", "library", "log"},
+    # DESIGN.md's table lists core, library, log; its text has the offline export share telemetry's mapping.
+    "replay": {"core", "library", "log", "telemetry"},
     "declarative": {"core", "library", "platforms"},
     "serve": {"core", "log", "platforms"},
     "testing": {"core", "log", "llm"},

@@ -21,11 +21,12 @@ from typing import TYPE_CHECKING, Any, overload
 
 import yaml
 
-from baf.core.events import Event, ReceiveTextEvent
+from baf.core.cache import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSIONS
+from baf.core.events import Event
 from baf.core.hooks import HookChain, StepHooks
 from baf.core.intent import Intent, IntentParameter
 from baf.core.intent_classifier import IntentClassifier, WordOverlapClassifier
-from baf.core.runtime import STOP_GRACE_PERIOD, Runtime, is_running
+from baf.core.runtime import DEFAULT_SNAPSHOT_EVERY, STOP_GRACE_PERIOD, Runtime, is_running
 from baf.core.session import Session
 from baf.core.state import State
 from baf.errors import ConfigurationError
@@ -54,11 +55,23 @@ class Agent:
 
     ``log`` is a URL (``sqlite:///baf.db``, ``sqlite:///baf.db?durability=full``, ``memory://``) or a
     :class:`~baf.log.SessionLog`. ``max_body_threads`` bounds how many synchronous bodies and tools run
-    at once in worker threads. Both configure the runtime the agent starts for itself (:meth:`start`);
-    a :class:`~baf.core.runtime.Runtime` built directly may be given others.
+    at once in worker threads. Idle sessions are dropped from memory beyond ``max_sessions``, or after
+    ``session_idle_seconds`` unused, and loaded again from the log on their next use; a session gets a
+    snapshot record every ``snapshot_every`` records (``None``: never) so it loads in bounded time.
+    These configure the runtime the agent starts for itself (:meth:`start`); a
+    :class:`~baf.core.runtime.Runtime` built directly defaults to them and may be given others.
     """
 
-    def __init__(self, name: str, log: str | SessionLog = "sqlite:///baf.db", *, max_body_threads: int = 64) -> None:
+    def __init__(
+        self,
+        name: str,
+        log: str | SessionLog = "sqlite:///baf.db",
+        *,
+        max_body_threads: int = 64,
+        max_sessions: int = DEFAULT_MAX_SESSIONS,
+        session_idle_seconds: float = DEFAULT_IDLE_SECONDS,
+        snapshot_every: int | None = DEFAULT_SNAPSHOT_EVERY,
+    ) -> None:
         if not name:
             raise ConfigurationError("an agent needs a name")
         self.name = name
@@ -66,6 +79,12 @@ class Agent:
         self.log: SessionLog = open_log(log)
         #: How many sync bodies (and, apart, sync tools) the agent's own runtime runs at once.
         self.max_body_threads = max_body_threads
+        #: Idle sessions a runtime keeps in memory (least recently used dropped first).
+        self.max_sessions = max_sessions
+        #: Seconds an unused session stays in memory.
+        self.session_idle_seconds = session_idle_seconds
+        #: Records between a session's snapshots (``None``: no snapshots).
+        self.snapshot_every = snapshot_every
         self._states: dict[str, State] = {}
         self._platforms: list[Platform] = []
         self._properties: dict[str, Any] = {}
@@ -626,9 +645,7 @@ class Agent:
 
     async def receive_message(self, session_id: str, text: str, platform: Platform | None = None) -> Session:
         """Deliver a text message and wait until it, and everything it caused, has been processed."""
-        done = await self.receive_event(ReceiveTextEvent(session_id, message=text), platform)
-        await done
-        return self._require_runtime().sessions[session_id]
+        return await self._require_runtime().receive_message(session_id, text, platform)
 
     async def continue_session(self, session_id: str) -> Session:
         """Continue a fork: handle the messages it holds, and wait until they are handled.
@@ -640,7 +657,7 @@ class Agent:
         """
         done = await self._require_runtime().continue_session(session_id)
         await done
-        return self._require_runtime().sessions[session_id]
+        return await self._require_runtime().get_or_create(session_id)
 
     async def wait_idle(self, session_id: str | None = None) -> None:
         """Wait until a session (or every session) has handled everything queued for it."""

@@ -8,6 +8,7 @@ The model-based classifier is ``baf.library.intents.LLMIntentClassifier``.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -67,7 +68,7 @@ class WordOverlapClassifier:
                 parameters = _match_exactly(sentence, intent, text)
                 if parameters is not None:
                     return ClassifierAnswer(intent.name, 1.0, parameters)
-                score = _dice(words, set(_words(_without_fragments(sentence, intent))))
+                score = _dice(words, _sentence_words(_without_fragments(sentence, intent)))
                 if score > best.score:
                     best = ClassifierAnswer(intent.name, round(score, 4))
         return best
@@ -77,7 +78,12 @@ def _words(text: str) -> list[str]:
     return [word.lower() for word in _WORD.findall(text)]
 
 
-def _dice(a: set[str], b: set[str]) -> float:
+@functools.lru_cache(maxsize=4096)
+def _sentence_words(sentence: str) -> frozenset[str]:
+    return frozenset(_words(sentence))
+
+
+def _dice(a: set[str], b: frozenset[str]) -> float:
     if not a or not b:
         return 0.0
     return 2 * len(a & b) / (len(a) + len(b))
@@ -91,16 +97,27 @@ def _without_fragments(sentence: str, intent: Intent) -> str:
 
 def _match_exactly(sentence: str, intent: Intent, text: str) -> dict[str, Any] | None:
     """The parameters if ``text`` is ``sentence`` word for word (case and punctuation aside), else ``None``."""
-    fragments = {parameter.fragment: parameter.name for parameter in intent.parameters}
+    fragments = tuple((parameter.fragment, parameter.name) for parameter in intent.parameters)
+    pattern = _sentence_pattern(sentence, fragments)
+    match = pattern.match(text.strip()) if pattern is not None else None
+    if match is None:
+        return None
+    return {name: value.strip() for name, value in match.groupdict().items()}
+
+
+@functools.lru_cache(maxsize=4096)
+def _sentence_pattern(sentence: str, fragments: tuple[tuple[str, str], ...]) -> re.Pattern[str] | None:
+    """The regular expression of a training sentence, built once (it was half of a message's cost)."""
+    names = dict(fragments)
     pattern = [r"^\W*"]
-    if fragments:
-        alternatives = "|".join(re.escape(f) for f in sorted(fragments, key=len, reverse=True))
+    if names:
+        alternatives = "|".join(re.escape(f) for f in sorted(names, key=len, reverse=True))
         pieces = re.split(f"({alternatives})", sentence)
     else:
         pieces = [sentence]
     for piece in pieces:
-        if piece in fragments:
-            pattern.append(rf"(?P<{fragments[piece]}>.+?)")
+        if piece in names:
+            pattern.append(rf"(?P<{names[piece]}>.+?)")
         else:
             words = _WORD.findall(piece)
             if words:
@@ -109,9 +126,6 @@ def _match_exactly(sentence: str, intent: Intent, text: str) -> dict[str, Any] |
                 pattern.append(r"\W*")
     pattern.append(r"\W*$")
     try:
-        match = re.match("".join(pattern), text.strip(), re.IGNORECASE | re.UNICODE)
+        return re.compile("".join(pattern), re.IGNORECASE | re.UNICODE)
     except re.error:  # a parameter used twice in one sentence: no exact match, overlap still scores it
         return None
-    if match is None:
-        return None
-    return {name: value.strip() for name, value in match.groupdict().items()}

@@ -19,7 +19,9 @@ waiting for their next message. Leaving the component by a transition forgets th
 
 from __future__ import annotations
 
+import logging
 import math
+import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +39,8 @@ if TYPE_CHECKING:
     from baf.core.live import LiveSession
     from baf.core.session import Session
     from baf.core.state import State
+
+logger = logging.getLogger("baf.intents")
 
 __all__ = [
     "DEFAULT_INTENT_THRESHOLD",
@@ -161,8 +165,13 @@ async def predict_intent(live: LiveSession, event: Event) -> None:
 
 
 async def _answer(live: LiveSession, text: str, candidates: list[Intent]) -> tuple[ClassifierAnswer, str]:
-    """The classifier's answer and name: from the log in a re-run, else asked live. A classifier that
-    raises is recorded and counts as no match: a classifier outage must not stop the conversation."""
+    """The classifier's answer and name: from the log in a re-run, else asked live.
+
+    A classifier that raises counts as no match (an outage must not stop the conversation): the
+    ``intent_predicted`` record says so in its ``error``, and the traceback goes to the ``baf.intents``
+    logger, redacted. It is not a separate ``error`` record, so a re-run, which serves the prediction
+    from the log without asking the classifier, writes the same records.
+    """
     served = getattr(current_effect_source(), "intent_prediction", None)
     if served is not None:
         data = served()
@@ -175,7 +184,8 @@ async def _answer(live: LiveSession, text: str, candidates: list[Intent]) -> tup
     try:
         return await classifier.classify(text, candidates), classifier.name
     except Exception as exc:
-        live.report_error("the intent classifier raised", "intent_classifier", exc)
+        shown = live.agent.redactor.redact_text("".join(traceback.format_exception(exc)))
+        logger.error("session %s: the intent classifier %r raised\n%s", live.id, classifier.name, shown)
         return ClassifierAnswer(None, 0.0, error=f"the classifier raised {type(exc).__name__}: {exc}"), classifier.name
 
 

@@ -76,6 +76,8 @@ class LiveSession:
         self.fired_transition: Transition | None = None
         #: The model object the ``transitions`` machine moves between states.
         self.machine_model: Any = None
+        #: The seq of the session's latest snapshot record (0: none) as far as this runtime knows.
+        self.snapshot_seq = 0
         self._loop = asyncio.get_running_loop()
         # Sends waiting for the next commit, each with the seq of the record it delivers: the newest one
         # when it was queued (a send is queued right after its record).
@@ -284,9 +286,9 @@ class LiveSession:
         return self.writer.has_pending
 
     @property
-    def idle(self) -> bool:
-        """Nothing recorded and not yet durable, and no send waiting: dropping it loses nothing."""
-        return not self.writer.has_pending and not self._outbox and not self._commit_lock.locked()
+    def settled(self) -> bool:
+        """Every record durable, no append under way, no send waiting: dropping it loses nothing."""
+        return self.writer.settled and not self._outbox and not self._commit_lock.locked()
 
     # -- threads --------------------------------------------------------------------------------
 
@@ -342,9 +344,10 @@ class LiveSession:
     def _closed_error(self) -> LogClosedError:
         return LogClosedError(f"session {self.id!r} is closed: the agent stopped; this was not recorded nor sent")
 
-    def close(self) -> None:
-        """The runtime stopped: refuse new records (from a body thread it abandoned); flushing goes on."""
-        self.writer.close()
+    def close(self, because: str = "the agent stopped") -> None:
+        """Refuse new records (from a body thread the runtime abandoned, or a caller still holding the
+        session after it was dropped from memory); flushing goes on."""
+        self.writer.close(because)
 
 
 def _copy_outcome(target: concurrent.futures.Future[None], task: asyncio.Future[None]) -> None:

@@ -17,8 +17,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from baf.core.cache import SessionCache
 from baf.core.engine import Resumption, find_resumption, run_step
-from baf.core.events import Event, event_from_data
+from baf.core.events import Event, ReceiveTextEvent, event_from_data
 from baf.core.intent_routing import intent_threshold
 from baf.core.live import LiveSession
 from baf.core.machine import MachineModel, compile_machine
@@ -27,12 +28,20 @@ from baf.core.session import Session
 from baf.core.stopping import Cut, StopControl
 from baf.core.threadpool import DaemonThreadPool
 from baf.core.writer import SessionWriter
-from baf.errors import ConfigurationError, LogClosedError, LogError, SessionIdError
+from baf.errors import (
+    ConfigurationError,
+    CorruptSnapshotError,
+    LogClosedError,
+    LogError,
+    SessionIdError,
+    SessionNotFoundError,
+)
 from baf.log import open_log
 from baf.log.jsontext import json_copy
+from baf.log.projection import SessionProjection, project
 from baf.log.record import RecordKind
 from baf.log.redaction import log_exception
-from baf.log.store import SessionLog
+from baf.log.store import SessionLog, load_projection
 from baf.reasoning.toolset import start_toolsets, stop_toolsets
 
 if TYPE_CHECKING:
@@ -41,7 +50,14 @@ if TYPE_CHECKING:
     from baf.core.agent import Agent
     from baf.core.platform import Platform
 
-__all__ = ["INTERRUPTED_BY_RESTART_REPLY", "STOP_CANCEL_WAIT", "STOP_GRACE_PERIOD", "Runtime", "is_running"]
+__all__ = [
+    "DEFAULT_SNAPSHOT_EVERY",
+    "INTERRUPTED_BY_RESTART_REPLY",
+    "STOP_CANCEL_WAIT",
+    "STOP_GRACE_PERIOD",
+    "Runtime",
+    "is_running",
+]
 
 #: What the user is told when a restart finds their request's step cut off by a crash and its body
 #: cannot resume (it has no ``resume`` hook, see ``baf.core.engine``).
@@ -57,6 +73,9 @@ STOP_GRACE_PERIOD = 10.0
 #: ``CancelledError`` and goes on would otherwise hold the stop forever.
 STOP_CANCEL_WAIT = 3.0
 
+#: Records written to a session between two of its snapshots, by default.
+DEFAULT_SNAPSHOT_EVERY = 1000
+
 logger = logging.getLogger("baf.runtime")
 
 #: The runtimes started and not yet stopped, by the agent they run: its definition must not change
@@ -67,6 +86,14 @@ _RUNNING: weakref.WeakKeyDictionary[Agent, weakref.WeakSet[Runtime]] = weakref.W
 def is_running(agent: Agent) -> bool:
     """Whether some runtime is running ``agent`` (started and not stopped)."""
     return bool(_RUNNING.get(agent))
+
+
+class _Default:
+    """The type of :data:`DEFAULT`."""
+
+
+#: "The agent's setting", where ``None`` means something else (``snapshot_every=None``: never).
+DEFAULT = _Default()
 
 
 @dataclass(slots=True)
@@ -84,13 +111,22 @@ class Runtime:
     """Runs an agent's sessions over a session log: each handles its mailbox in order, sessions run
     concurrently.
 
-    ``log`` is a URL or a :class:`~baf.log.SessionLog` (default: the agent's ``log``);
-    ``max_body_threads`` bounds how many sync bodies (and as many sync tools) run at once in worker
-    threads (default: the agent's). With a ``router`` (:mod:`baf.core.routing`) the runtime is one worker
-    among many: it loads only the sessions the router lets it claim, forwards messages for the others to
-    their owners, and takes forwarded ones with :meth:`receive_forwarded`. The engine-step hooks are the
-    agent's (:meth:`Agent.add_hook`). Platforms are started by the agent's own runtime
-    (``agent.start()``), which is where they deliver.
+    ``log`` is a URL or a :class:`~baf.log.SessionLog` (default: the agent's ``log``). The other
+    settings default to the agent's:
+
+    - ``max_body_threads``: how many sync bodies (and, apart, sync tools) run at once in worker threads;
+    - ``max_sessions`` and ``idle_seconds``: sessions are a cache over the log (see
+      :mod:`baf.core.cache`): loaded on first use, dropped when idle, least recently used first once
+      more than ``max_sessions`` are held, and after ``idle_seconds`` unused;
+    - ``snapshot_every``: after a step, once that many records were written since the session's latest
+      snapshot, a ``snapshot`` record is written, so the session loads from it and the records after
+      (``None``: never).
+
+    Start-up loads only the sessions with unfinished work (``log.unfinished_sessions()``). With a
+    ``router`` (:mod:`baf.core.routing`) the runtime is one worker among many: it loads only the sessions
+    the router lets it claim, forwards messages for the others to their owners, and takes forwarded ones
+    with :meth:`receive_forwarded`. The engine-step hooks are the agent's (:meth:`Agent.add_hook`).
+    Platforms are started by the agent's own runtime (``agent.start()``), which is where they deliver.
     """
 
     def __init__(
@@ -99,6 +135,9 @@ class Runtime:
         log: str | SessionLog | None = None,
         *,
         max_body_threads: int | None = None,
+        max_sessions: int | None = None,
+        idle_seconds: float | None = None,
+        snapshot_every: int | _Default | None = DEFAULT,
         router: SessionRouter | None = None,
     ) -> None:
         self.agent = agent
@@ -107,11 +146,21 @@ class Runtime:
         self.log: SessionLog = open_log(log) if log is not None else agent.log
         self.hooks = agent.hooks
         threads = max_body_threads if max_body_threads is not None else agent.max_body_threads
+        every = agent.snapshot_every if isinstance(snapshot_every, _Default) else snapshot_every
+        if every is not None and every < 1:
+            raise ValueError(f"snapshot_every must be >= 1 or None, got {every!r}")
+        #: Records written since a session's latest snapshot before the next is taken (None: never).
+        self.snapshot_every = every
         #: The thread running the event loop; bodies in worker threads reach the loop from elsewhere.
         self.loop_thread_id = threading.get_ident()
         #: Stopping, stopping now, and which sessions are in a step.
         self.control = StopControl()
-        self._live: dict[str, LiveSession] = {}
+        self._live = SessionCache(
+            max_sessions if max_sessions is not None else agent.max_sessions,
+            idle_seconds if idle_seconds is not None else agent.session_idle_seconds,
+            self._at_rest,
+            self._unload,
+        )
         self._mailboxes: dict[str, deque[_Item]] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._check_queued: set[str] = set()
@@ -121,6 +170,7 @@ class Runtime:
         # (Python cannot stop it), and enough of those must not leave sync bodies without threads.
         self._tool_executor = DaemonThreadPool(max_workers=threads, thread_name_prefix="baf-tool")
         self._loading: dict[str, asyncio.Future[LiveSession]] = {}
+        self._wanted: dict[str, int] = {}  # callers waiting for a session's load, by session id
         self._stopped = False
         self._toolsets_started = False
 
@@ -153,13 +203,11 @@ class Runtime:
         _RUNNING.setdefault(self.agent, weakref.WeakSet()).add(self)
         try:
             await self.log.start()
-            if self.router is None:
-                for session_id in await self.log.sessions():
-                    await self._load(session_id)
-            else:  # a worker: only the unfinished sessions no live worker holds (the rest wait for their owners)
-                for session_id in await self.log.unfinished_sessions():
-                    if await self.router.claim(session_id):
-                        await self._get_live(session_id, None)
+            # Only the sessions with unfinished work; a worker among many, only those no live worker holds
+            # (the rest wait for their owners).
+            for session_id in await self.log.unfinished_sessions():
+                if self.router is None or await self.router.claim(session_id):
+                    await self._get_live(session_id, None)
         except BaseException:
             await self.stop()
             raise
@@ -260,6 +308,7 @@ class Runtime:
                 if item.done is not None and not item.done.done():
                     item.done.cancel()
             mailbox.clear()
+        self._live.close()
         for live in self._live.values():
             # An abandoned body thread may still call the session: nothing more may reach the log.
             live.close()
@@ -312,25 +361,36 @@ class Runtime:
                 "unredacted, so it was refused and nothing was recorded"
             )
         live = self._live.get(session_id)
-        if live is None:
-            loading = self._loading.get(session_id)
-            if loading is None:
-                loading = asyncio.ensure_future(self._load(session_id, platform))
-                self._loading[session_id] = loading
-                loading.add_done_callback(lambda _: self._loading.pop(session_id, None))
-            live = await asyncio.shield(loading)
+        if live is not None:
+            self._live.touch(live)
+        else:
+            # Wanted: the cache must not drop it between its load and this caller's use of it.
+            self._wanted[session_id] = self._wanted.get(session_id, 0) + 1
+            try:
+                loading = self._loading.get(session_id)
+                if loading is None:
+                    loading = asyncio.ensure_future(self._load(session_id, platform))
+                    self._loading[session_id] = loading
+                    loading.add_done_callback(lambda _: self._loading.pop(session_id, None))
+                live = await asyncio.shield(loading)
+            finally:
+                if self._wanted[session_id] == 1:
+                    del self._wanted[session_id]
+                else:
+                    self._wanted[session_id] -= 1
         if platform is not None and live.platform is None:
             live.attach_platform(platform)
         return live
 
     async def _load(self, session_id: str, platform: Platform | None = None) -> LiveSession:
-        # Folded as it is read: a long session is never held in memory as records. Only a step left
-        # open by a crash needs them, to resume its body.
-        projection = await self.log.project(session_id)
+        projection, snapshot_seq = await self._fold(session_id)
+        # Only a step left open by a crash needs the records, to resume its body.
         records = await self.log.read(session_id) if projection.open_step is not None else []
         if platform is None and projection.platform is not None:
             platform = self.agent.find_platform(projection.platform)
         live = LiveSession(self, SessionWriter(self.log, projection, self.agent.redactor), platform)
+        live.writer.observer = self.hooks.record_observer(live.session)
+        live.snapshot_seq = snapshot_seq
         if projection.last_seq == 0:
             initial = self.agent.initial_state.name
             live.record(
@@ -345,7 +405,7 @@ class Runtime:
         live.machine_model = MachineModel()
         assert self._machine is not None, "the runtime is not started"
         self._machine.add_model(live.machine_model, initial=state_name)
-        self._live[session_id] = live
+        self._live.add(live)
         resumption = find_resumption(live.session, records) if projection.open_step is not None else None
         if resumption is not None:
             # A crash interrupted a resumable body (e.g. a reasoning loop): it goes on from its records.
@@ -366,10 +426,57 @@ class Runtime:
         await live.flush()
         return live
 
+    async def _fold(self, session_id: str) -> tuple[SessionProjection, int]:
+        """The session's projection, from its latest snapshot and the records after it, and the seq of
+        that snapshot (0: none). A snapshot its checks refuse is logged, and the session is folded from
+        all its records (``load_projection``)."""
+        records = await self.log.read_for_load(session_id)
+        try:
+            projection = project(session_id, records)
+        except CorruptSnapshotError:
+            return await load_projection(self.log, session_id), 0
+        return projection, records[0].seq if records and records[0].kind == RecordKind.SNAPSHOT else 0
+
+    def _at_rest(self, live: LiveSession) -> bool:
+        """Whether ``live`` may be dropped from memory: nothing queued, running or loading, every record
+        durable, no send waiting."""
+        worker = self._workers.get(live.id)
+        return (
+            not self._mailboxes.get(live.id)
+            and (worker is None or worker.done() or worker is asyncio.current_task())
+            and live.id not in self._loading
+            and live.id not in self._wanted
+            and not live.in_step
+            and live.settled
+        )
+
+    def _unload(self, live: LiveSession) -> None:
+        """Drop ``live`` from memory (the cache let it go). A caller still holding it gets a clear
+        ``LogClosedError`` on a write; the next use loads the session again."""
+        live.close("it was dropped from memory while idle; get it again (agent.get_or_create_session)")
+        self._mailboxes.pop(live.id, None)
+        self._workers.pop(live.id, None)
+        self._check_queued.discard(live.id)
+        if self._machine is not None and live.machine_model is not None:
+            self._machine.remove_model(live.machine_model)
+
+    async def _snapshot_if_due(self, live: LiveSession) -> None:
+        """After a step: write a snapshot if ``snapshot_every`` records were written since the last one."""
+        every = self.snapshot_every
+        if every is not None and live.projection.last_seq - live.snapshot_seq >= every and not live.writer.closed:
+            live.snapshot_seq = live.writer.record_snapshot().seq
+            await live.flush()
+
     # -- mailboxes ------------------------------------------------------------------------------
 
     async def receive(self, event: Event, platform: Platform | None = None) -> asyncio.Future[None]:
         """Record ``event`` durably, queue it, and return a future that resolves once it is handled."""
+        return (await self._receive(event, platform))[1]
+
+    async def _receive(
+        self, event: Event, platform: Platform | None
+    ) -> tuple[LiveSession | None, asyncio.Future[None]]:
+        """:meth:`receive`, and the session that took the event (``None``: forwarded to its owner)."""
         data = {"event": event.to_data(), "text": event.text}
         if data["text"] is not None and not isinstance(data["text"], str):
             # The fold reads it as the conversation's text: refused here, not found corrupt on a restart.
@@ -383,7 +490,7 @@ class Runtime:
                 await self.router.forward(event.session_id, data, platform)
                 forwarded: asyncio.Future[None] = asyncio.get_running_loop().create_future()
                 forwarded.set_result(None)
-                return forwarded
+                return None, forwarded
         live = await self._get_live(event.session_id, platform)
         if live.projection.held:
             # A new message to a fork is the user continuing it: what it held comes first, in order.
@@ -398,7 +505,7 @@ class Runtime:
             done.cancel()  # the caller gets the error here, not through the future
             self._evict(live, exc)
             raise
-        return done
+        return live, done
 
     async def receive_forwarded(
         self, session_id: str, inbox_id: int, data: dict[str, Any] | None, error: str | None = None
@@ -464,6 +571,19 @@ class Runtime:
             last = index == len(held) - 1
             self._schedule(live, _Item("event", event_from_data(live.id, data), seq, done if last else None))
 
+    async def receive_message(self, session_id: str, text: str, platform: Platform | None = None) -> Session:
+        """Deliver a text message and wait until it, and everything it caused, has been handled.
+
+        The session returned is the one that handled it; it reads as it was even if it was dropped from
+        memory meanwhile (a write to it then raises ``LogClosedError``; get it again). Under a router, a
+        message for a session another worker owns is forwarded to it: ``SessionNotFoundError`` (it is
+        not here)."""
+        live, done = await self._receive(ReceiveTextEvent(session_id, message=text), platform)
+        await done
+        if live is None:
+            raise SessionNotFoundError(session_id, "this worker (another owns it; the message was forwarded there)")
+        return live.session
+
     async def wait_idle(self, session_id: str | None = None) -> None:
         """Return once the session (or every session) has nothing queued or running."""
         while True:
@@ -517,18 +637,25 @@ class Runtime:
                 continue
             _discard(mailbox, item)
             _settle(item, None)
+            try:
+                await self._snapshot_if_due(live)
+            except LogError as exc:
+                self._evict(live, exc)
+                return
+        if not self.control.halting:
+            self._live.touch(live)
+            self._live.trim()  # this session, now at rest, may go too if it is the least recently used
 
     def _evict(self, live: LiveSession, exc: LogError) -> None:
         """The log refused a write: this in-memory session can no longer be trusted. Drop it, failing
         what it still had queued; the next use reloads it from what the log really holds."""
         logger.error("session %s: %s; reloading it from the log on next use", live.id, exc)
-        if self._live.get(live.id) is not live:
+        if not self._live.remove(live):
             return  # already replaced by a reloaded session: leave that one alone
         mailbox = self._mailboxes.pop(live.id, deque())
         for item in mailbox:
             _settle(item, exc)
         mailbox.clear()  # the worker holding this deque stops after its current item
-        del self._live[live.id]
         self._workers.pop(live.id, None)
         if self._machine is not None and live.machine_model is not None:
             self._machine.remove_model(live.machine_model)
@@ -539,11 +666,14 @@ class _SessionsView(Mapping[str, Session]):
 
     __slots__ = ("_live",)
 
-    def __init__(self, live: Mapping[str, LiveSession]) -> None:
+    def __init__(self, live: SessionCache) -> None:
         self._live = live
 
     def __getitem__(self, session_id: str) -> Session:
-        return self._live[session_id].session
+        live = self._live.get(session_id)
+        if live is None:
+            raise KeyError(session_id)
+        return live.session
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._live)

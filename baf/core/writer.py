@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from baf.errors import LogClosedError, LogError
 from baf.log.projection import SessionProjection
-from baf.log.record import CURRENT_VERSION, Record, build_record
+from baf.log.record import CURRENT_VERSION, Record, RecordKind, build_record
 from baf.log.redaction import Redactor
+from baf.log.snapshot import snapshot_data
 from baf.log.store import SessionLog
 
 __all__ = ["SessionWriter"]
@@ -36,6 +38,9 @@ class SessionWriter:
         self._lock = threading.Lock()
         self._tail: asyncio.Future[None] | None = None
         self._closed = False
+        #: Called with each record as it is built, in seq order (the hooks' ``on_record``), if set.
+        self.observer: Callable[[Record], None] | None = None
+        self._closed_because = "the agent stopped"
 
     def record(self, kind: str, data: dict[str, Any]) -> Record:
         """Buffer a new record and fold it into the projection. Not durable until :meth:`flush`.
@@ -45,7 +50,7 @@ class SessionWriter:
         with self._lock:
             if self._closed:
                 raise LogClosedError(
-                    f"session {self.projection.session_id!r} is closed: the agent stopped, so this "
+                    f"session {self.projection.session_id!r} is closed: {self._closed_because}, so this "
                     f"{kind} record was not written"
                 )
             projection = self.projection
@@ -54,12 +59,32 @@ class SessionWriter:
             record = build_record(projection.session_id, seq, kind, data, ts, CURRENT_VERSION)
             projection.apply_fields(seq, ts, kind, data)  # what apply(record) does, one call less
             self._pending.append(record)
+            if self.observer is not None:  # under the lock: observers see records in seq order
+                self.observer(record)
         return record
 
-    def close(self) -> None:
-        """Refuse new records from now on; :meth:`flush` still writes those recorded before."""
+    def record_snapshot(self) -> Record:
+        """Buffer a ``snapshot`` record of the projection as it is now (see ``baf.log.snapshot``).
+
+        Made under the lock, so no record from a body thread can slip between the state it holds and
+        its seq. Not redacted again: the state is made of records that were.
+        """
+        with self._lock:
+            projection = self.projection
+            data = snapshot_data(projection)
+            seq = projection.last_seq + 1
+            ts = time.time()
+            record = build_record(projection.session_id, seq, RecordKind.SNAPSHOT, data, ts, CURRENT_VERSION)
+            projection.apply_fields(seq, ts, RecordKind.SNAPSHOT, data)
+            self._pending.append(record)
+        return record
+
+    def close(self, because: str = "the agent stopped") -> None:
+        """Refuse new records from now on (``because`` says why, in the error); :meth:`flush` still
+        writes those recorded before."""
         with self._lock:
             self._closed = True
+            self._closed_because = because
 
     @property
     def closed(self) -> bool:
@@ -74,6 +99,11 @@ class SessionWriter:
             raise TypeError(f"{type(self.log).__name__} has no inbox to consume from")
         with self._lock:
             self._consumes.append(inbox_id)
+
+    @property
+    def settled(self) -> bool:
+        """Whether every record is durable: none waiting for a flush, no append under way."""
+        return not self._pending and (self._tail is None or self._tail.done())
 
     @property
     def has_pending(self) -> bool:

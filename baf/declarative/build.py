@@ -159,6 +159,22 @@ class _Builder:
                     agent.load_skills(self.base / skill.folder)
                 else:
                     agent.new_skill(str(skill.name), str(skill.content), skill.description)
+        for name, server in spec.mcp_servers.items():
+            with self.at(("mcp_servers", name), key=True):
+                headers = dict(server.headers)
+                for header, variable in server.headers_env.items():
+                    value = os.environ.get(variable)
+                    if not value:
+                        raise ConfigurationError(f"headers_env: {header} comes from {variable!r}, which is not set")
+                    headers[header] = value
+                    if len(value) >= 6:
+                        agent.mark_secret(value)
+                options = server.model_dump(exclude={"command", "headers", "headers_env", "cwd"}, exclude_none=True)
+                if headers:
+                    options["headers"] = headers
+                if server.command is not None:
+                    options["cwd"] = str(self.base / server.cwd) if server.cwd is not None else str(self.base)
+                agent.add_mcp_server(name, server.command, **options)
         for name, intent in spec.intents.items():
             with self.at(("intents", name), key=True):
                 parameters = [p if isinstance(p, str) else IntentParameter(p.name, p.fragment or "", p.description)
@@ -182,6 +198,8 @@ class _Builder:
                         if not token:
                             raise ConfigurationError(f"auth_token_env names {token_env!r}, which is not set")
                         options["auth_token"] = token
+                        if len(token) >= 6:
+                            agent.mark_secret(token)
                     agent.use_websocket_platform(**options)
 
     def _llm(self, name: str, spec: Any) -> LLM:

@@ -24,6 +24,7 @@ __all__ = [
     "IntentSpec",
     "IntentTrigger",
     "LLMSpec",
+    "MCPServerSpec",
     "ParameterSpec",
     "PlanExecuteInputs",
     "ReActInputs",
@@ -109,6 +110,29 @@ class SkillSpec(_Model):
         elif self.name is None or self.content is None:
             raise ValueError("a skill needs 'name' and 'content' (or 'folder')")
         return self
+
+
+class MCPServerSpec(_Model):
+    """An MCP server whose tools the agent offers as `NAME__tool` (``agent.add_mcp_server``; the `mcp`
+    extra). Give `command` (stdio) or `url` (streamable HTTP)."""
+
+    command: list[str] | None = Field(
+        None, description="The server's command line (`[python, server.py]`), run in the agent file's folder."
+    )
+    url: str | None = Field(None, description="The URL of a streamable-HTTP server (`http://host/mcp`).")
+    headers: dict[str, str] = Field(default_factory=dict, description="HTTP headers sent to a `url` server.")
+    headers_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="HTTP headers whose values come from environment variables (`{Authorization: MCP_TOKEN}`): "
+        "secrets stay out of the file.",
+    )
+    tools: list[str] | None = Field(None, description="Offer only these tools of the server (default: all).")
+    prefix: str | None = Field(None, description="The tool-name prefix (default: `NAME__`).")
+    timeout: float | None = Field(None, gt=0, description="Seconds a tool call may take.")
+    env: dict[str, str] | None = Field(None, description="Environment variables for a `command` server.")
+    cwd: str | None = Field(None, description="The folder a `command` server runs in, relative to the file.")
+    start_timeout: float = Field(30.0, gt=0, description="Seconds the server may take to start.")
+    max_restarts: int = Field(3, ge=0, description="Restarts after the server dies, at most.")
 
 
 class TerminalSpec(_Model):
@@ -388,6 +412,9 @@ class AgentFile(_Model):
     )
     workspaces: list[WorkspaceSpec] = Field(default_factory=list, description="Folders the reasoning state may use.")
     skills: list[SkillSpec] = Field(default_factory=list, description="Skills for the reasoning system prompt.")
+    mcp_servers: dict[str, MCPServerSpec] = Field(
+        default_factory=dict, description="MCP servers whose tools the agent offers, by name."
+    )
     platforms: list[PlatformSpec] = Field(
         default_factory=list, description="Where the agent talks (`baf run` adds the terminal when empty)."
     )

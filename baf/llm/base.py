@@ -120,6 +120,9 @@ class LLM(abc.ABC):
 
     #: The model name, recorded with every response.
     name: str = "llm"
+    #: Who serves the model, as OpenTelemetry's ``gen_ai.provider.name`` names it (``"openai"``, ...);
+    #: recorded with every response of a reasoning loop.
+    provider: str = "unknown"
 
     @abc.abstractmethod
     async def predict_with_tools(

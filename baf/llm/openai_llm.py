@@ -113,6 +113,8 @@ class LLMOpenAI(LLM):
     release its connections.
     """
 
+    provider = "openai"  # the protocol; a compatible server elsewhere is still reached the OpenAI way
+
     def __init__(
         self,
         name: str,

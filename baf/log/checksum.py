@@ -11,16 +11,23 @@ A record deleted from the middle of a session is caught by the seq gap it leaves
 
 from __future__ import annotations
 
+import struct
 import zlib
+from typing import Final
 
 __all__ = ["record_checksum"]
+
+# seq, ts and version as fixed-width bytes: packing them is cheaper than formatting them as text (the
+# checksum runs for every record read; ``bench/bench_check.py`` measures it).
+_pack_numbers: Final = struct.Struct("<qdq").pack
+_crc32: Final = zlib.crc32
 
 
 def record_checksum(session_id: str, seq: int, ts: float, kind: str, version: int, data: str | bytes) -> int:
     """CRC-32 of a record's fields as a store keeps them: ``data`` is its JSON text (``str`` or UTF-8 bytes).
 
-    ``ts`` must be the float the store keeps (its ``repr`` is hashed), so a reader gets the same value.
+    ``ts`` must be the float the store keeps, so a reader gets the same value. ``session_id`` and ``kind``
+    must be valid Unicode (a store refuses the others before it gets here).
     """
-    head = f"{session_id}\x1f{seq}\x1f{ts!r}\x1f{kind}\x1f{version}\x1f".encode("utf-8", "surrogatepass")
-    body = data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass")
-    return zlib.crc32(body, zlib.crc32(head))
+    body = data if isinstance(data, bytes) else data.encode()
+    return _crc32(body, _crc32(_pack_numbers(seq, ts, version), _crc32(f"{session_id}\x1f{kind}".encode())))

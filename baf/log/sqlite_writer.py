@@ -28,11 +28,14 @@ Fast path: an append that commits itself
     fewer than ``_INLINE_COMMITS_PER_ROUND`` appends committed themselves (this session's, fewer than
     ``_INLINE_COMMITS_PER_SESSION``). Past that, a burst of appends (many sessions in one round)
     queues for one group commit: a commit costs ~50 µs of CPU, so committing each of a thousand
-    appends alone would cost more than their wait. What it buys, measured with
-    ``bench/ab_sessions.py`` (200 sessions × 5 model calls of 50 ms, SQLite normal, 5 rounds): the run
-    takes 1.35× its ideal time with it against 1.49× without (planning on: 1.38× against 1.61×), for
-    about a third more CPU (more, smaller commits). Committing on the loop rather than on the worker
-    (the path above) is measured the same way; see ``bench/README.md``.
+    appends alone would cost more than their wait.
+
+    What these paths buy, measured with ``bench/ab_sessions.py`` (200 sessions × 5 model calls of 50 ms,
+    SQLite normal; medians of wall time over the ideal 0.25 s, the trees alternating round by round):
+    with this fast path the run takes 1.41× its ideal against 1.57× without it (planning on: 1.39×
+    against 1.63×; 8 rounds, 2026-11-25), for about a third more CPU (more, smaller commits). Without
+    it, committing the groups on the loop rather than always on the worker takes 1.90× against 2.19×
+    (planning on: 1.87× against 2.24×; 5 rounds on a busier machine). Both stay.
 
 Checkpoints
     With ``durability="normal"`` SQLite's automatic checkpoint is off (it would fsync inside a commit

@@ -20,7 +20,8 @@ With ``"extends": true`` the record continues the previous request of the same r
 only those appended since, and ``system`` / ``tools`` appear only when they changed. Without it the
 record is complete (``system`` when there is one, ``tools`` always). :func:`~baf.reasoning.effects.rebuild_requests`
 turns the records back into full requests. An ``llm_response`` carries
-``{"loop", "run", "turn", "step", "model", "latency_ms", "text", "tool_calls", "usage", "cost"?}``.
+``{"loop", "run", "turn", "step", "model", "provider", "latency_ms", "text", "tool_calls", "usage", "cost"?}``
+(``provider``, the model client's, for OpenTelemetry's ``gen_ai.provider.name``; absent in older records).
 Records written before version 2 are lifted by the upcasters in :mod:`baf.log.upcast`.
 
 Streaming (text deltas forwarded as they arrive) would hang off :meth:`ModelTurns._ask`, the one place
@@ -117,7 +118,7 @@ class ModelTurns:
         response = check_response(response, model)
         cost = self.prices.cost(model.name, response.usage) if self.prices is not None else None
         data: dict[str, Any] = {"loop": self.loop, "run": self.run, "turn": turn, "step": step, "model": model.name,
-                                "latency_ms": latency_ms, **response.to_dict()}  # fmt: skip
+                                "provider": model.provider, "latency_ms": latency_ms, **response.to_dict()}  # fmt: skip
         if cost is not None:
             data["cost"] = cost
         self.recorder.record(RecordKind.LLM_RESPONSE, data)
@@ -166,7 +167,9 @@ class ModelTurns:
             if tools is not self._tools and not _same(tools, self._tools):
                 data["tools"] = tools
         else:
-            data["messages"] = messages
+            # A copy: the loop goes on appending to its list, and a record must not change once recorded
+            # (hooks see records before the commit serialises them).
+            data["messages"] = list(messages)
             if system is not None:
                 data["system"] = system
             data["tools"] = tools

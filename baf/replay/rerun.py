@@ -14,9 +14,15 @@ are the input); time stamps, latencies, tracebacks, model names and the platform
 :class:`RerunReport` names the first difference: its recorded seq, what the log holds and what the code
 did now (for an LLM request, both requests in full), or says the run is identical.
 
+A step a restart resumed is one step: its ``step_resumed`` record marks where a restart took it over,
+and is not something the code writes. A fork re-runs in segments (``_segments``): its origin up to the
+cut, then from the log as the fork found it, with ``fork_continued`` fed as an input, since the user,
+not the code, set the fork going.
+
 Limits: events are fed after the previous one is handled, so a session whose messages arrived while an
 earlier one was still running re-runs as if they arrived later; a body's own side effects (anything
-but the model and tools) happen again; a session with a crash-resumed or interrupted step diverges there.
+but the model and tools) happen again; a step that was interrupted (a stop, Ctrl-C, a crash in a body
+that cannot resume) diverges there, since the code now runs it to its end.
 """
 
 from __future__ import annotations
@@ -54,7 +60,7 @@ __all__ = ["Divergence", "LogEffects", "RerunReport", "assert_replays", "read_se
 IGNORED_FIELDS: dict[str, tuple[str, ...]] = {
     RecordKind.SESSION_STARTED: ("platform",),
     RecordKind.LLM_REQUEST: ("model",),
-    RecordKind.LLM_RESPONSE: ("model", "latency_ms", "run", "step", "cost"),
+    RecordKind.LLM_RESPONSE: ("model", "provider", "latency_ms", "run", "step", "cost"),
     RecordKind.TOOL_RESULT: ("step",),
     RecordKind.ERROR: ("traceback",),
 }

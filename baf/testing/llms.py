@@ -100,6 +100,8 @@ def _arguments(arguments: ToolArguments) -> str:
 class _TestLLM(LLM):
     """What both test models share: request recording and deterministic tool-call ids."""
 
+    provider = "baf.testing"
+
     def __init__(self, name: str) -> None:
         self.name = name
         self.requests: list[LLMRequest] = []

@@ -8,7 +8,8 @@ Subclass it in a test module under a name pytest collects, and say how to make a
         async def make_log(self, tmp_path: Path) -> SessionLog:
             return MyStore(tmp_path / "log")
 
-Each test gets a fresh store from ``make_log``, started, and closes it afterwards. The tests check the
+Each test gets a fresh store from ``make_log``, started, and closes it afterwards. The tests carry their
+own asyncio marks, so they run whatever mode the project sets for pytest-asyncio. The tests check the
 numbered guarantees of ``baf.log.store`` (with the unfinished-work index and ``read_for_load``) plus the
 lifecycle (``start``/``close`` idempotent, no use
 after ``close`` until ``start`` reopens the store, with its records) and reading through
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 
 from baf.errors import (
     CorruptRecordError,
@@ -63,11 +65,15 @@ def rec(
 class SessionLogContract(abc.ABC):
     """Tests that every ``SessionLog`` store must pass. Subclass as ``Test...`` and define ``make_log``."""
 
+    # Every test is async: marked here, they run in pytest-asyncio's default strict mode too, without
+    # the user's project having to set ``asyncio_mode = "auto"``.
+    pytestmark = pytest.mark.asyncio
+
     @abc.abstractmethod
     async def make_log(self, tmp_path: Path) -> SessionLog:
         """Return a new, empty store; ``tmp_path`` is a fresh directory it may use."""
 
-    @pytest.fixture
+    @pytest_asyncio.fixture
     async def log(self, tmp_path: Path) -> AsyncIterator[SessionLog]:
         """A started, empty store, closed after the test."""
         store = await self.make_log(tmp_path)

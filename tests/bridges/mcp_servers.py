@@ -3,9 +3,9 @@
 ``python mcp_servers.py KIND [PORT]`` serves one of them over stdio, or over streamable HTTP on
 loopback when a port is given:
 
-- ``calc``: ``add``, ``fail`` (an ``isError`` result), ``die`` (exits mid-call), ``hang`` (never
-  answers), ``big`` (a 10 MB result), ``grow`` (adds a tool and announces the changed list), ``whoami`` (the
-  Authorization header it received); with
+- ``calc``: ``add``, ``fail`` (an ``isError`` result), ``die`` (exits mid-call), ``exit_soon`` (exits
+  after answering), ``hang`` (never answers), ``big`` (a 10 MB result), ``grow`` (adds a tool and
+  announces the changed list), ``whoami`` (the Authorization header it received); with
   ``BAF_TEST_STARTS`` set, each process start appends its pid to that file;
 - ``not_object``: ``ok`` and ``bad``, whose input schema is not an object schema;
 - ``bad_schema``: ``ok`` and ``bad``, whose object schema is not a valid JSON Schema;
@@ -49,6 +49,14 @@ def calc() -> MCPServer:
         """Exit the server process in the middle of the call."""
         print("dying on purpose", file=sys.stderr, flush=True)
         os._exit(3)
+
+    @app.tool()
+    def exit_soon() -> str:
+        """Answer, then exit the server process a moment later."""
+        import threading
+
+        threading.Timer(0.2, lambda: os._exit(4)).start()
+        return "exiting"
 
     @app.tool()
     async def hang() -> str:

@@ -198,6 +198,20 @@ async def test_a_server_that_dies_mid_call_is_an_error_for_the_model_and_is_rest
     assert any("restarting it (1 of at most 1)" in r.getMessage() for r in caplog.records)
 
 
+async def test_a_server_that_dies_between_calls_is_restarted_before_the_next_one(tmp_path: Path) -> None:
+    starts = tmp_path / "starts"
+    llm = ScriptedLLM([ScriptedLLM.tool_call("calc__exit_soon", {}), "bye",
+                       ScriptedLLM.tool_call("calc__add", {"a": 3, "b": 4}), "seven"])  # fmt: skip
+    agent = agent_with(llm)
+    agent.add_mcp_server("calc", command=server("calc"), env={"BAF_TEST_STARTS": str(starts)})
+    async with agent:
+        await asyncio.wait_for(agent.receive_message("s", "exit"), 30)
+        await eventually(lambda: len(started(starts)) == 2)  # its stderr closed: noticed, started again
+        await asyncio.wait_for(agent.receive_message("s", "add"), 30)
+        results = await tool_results(agent)
+    assert [(r["content"], r["is_error"]) for r in results] == [("exiting", False), ("7", False)]
+
+
 async def test_a_server_that_hangs_times_out_and_the_next_call_works() -> None:
     llm = ScriptedLLM([ScriptedLLM.tool_call("calc__hang", {}), ScriptedLLM.tool_call("calc__add", {"a": 2, "b": 2}),
                        "four"])  # fmt: skip

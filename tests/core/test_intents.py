@@ -166,9 +166,10 @@ class Scripted:
 
 
 async def test_a_classifier_naming_an_unknown_intent_or_raising_counts_as_no_match_and_is_recorded(
-    platform: RecordingPlatform,
+    platform: RecordingPlatform, tmp_path: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    agent, _ = bot("memory://")
+    url = f"sqlite:///{tmp_path / 'outage.db'}"
+    agent, _ = bot(url)
     agent.set_intent_classifier(Scripted(ClassifierAnswer("order_pizza", 0.99), RuntimeError("model down")))
     agent.add_platform(platform)
     async with agent:
@@ -178,8 +179,11 @@ async def test_a_classifier_naming_an_unknown_intent_or_raising_counts_as_no_mat
         unknown, raised = await predictions(agent, "u")
         assert unknown["intent"] is None and "'order_pizza', which is not one of ['hello', 'help']" in unknown["error"]
         assert raised["intent"] is None and raised["error"] == "the classifier raised RuntimeError: model down"
-        errors = [r.data for r in await agent.log.read("u") if r.kind == "error"]
-        assert [e["source"] for e in errors] == ["intent_classifier"]
+        assert not [r for r in await agent.log.read("u") if r.kind == "error"]  # said in the prediction
+    assert "the intent classifier 'scripted' raised" in caplog.text and "RuntimeError: model down" in caplog.text
+    again, _ = bot("memory://")
+    again.set_intent_classifier(Scripted())
+    await assert_replays(url, "u", again)  # the outage is served from the log as it happened
 
 
 async def test_rerun_serves_the_recorded_predictions_without_asking_the_classifier(tmp_path: Any) -> None:

@@ -45,7 +45,7 @@ async def test_state_variables_and_history_survive_a_restart(db_url: str) -> Non
     agent2 = build_agent(db_url)
     agent2.add_platform(platform2)
     async with agent2:
-        session = agent2.sessions["s"]
+        session = await agent2.get_or_create_session("s")  # loaded from the log on first use
         assert session.current_state.name == "answered"
         assert session["name"] == "Ada"
         assert [e.text for e in session.chat_history()] == ["Ada", "nice to meet you, Ada"]

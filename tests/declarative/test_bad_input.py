@@ -38,7 +38,7 @@ def test_unknown_keys_name_the_key_its_place_and_what_is_accepted() -> None:
     """)
     assert found == [
         "agent.yaml:2:1: statse: unknown key 'statse'; expected one of: name, log, properties, llms, tools, "
-        "workspaces, skills, platforms, intents, intent_classifier, states",
+        "workspaces, skills, mcp_servers, platforms, intents, intent_classifier, states",
         "agent.yaml:6:5: states[0].replyy: unknown key 'replyy'; expected one of: name, initial, global, body, "
         "reasoning, set, action, with, reply, fallback, transitions",
     ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -242,3 +243,67 @@ def test_schema_command_prints_the_models_schema(tmp_path: Path) -> None:
 def test_the_committed_reference_page_is_what_the_models_generate() -> None:
     committed = (REPO / "docs" / "yaml_reference.md").read_text(encoding="utf-8")
     assert committed == render_reference(), "regenerate: python -m baf.declarative.reference > docs/yaml_reference.md"
+
+
+async def test_an_mcp_server_of_the_file_offers_its_tools_to_the_reasoning_state(tmp_path: Path) -> None:
+    server = REPO / "examples" / "mcp" / "calculator_server.py"
+    (tmp_path / "agent.yaml").write_text(textwrap.dedent(f"""\
+        name: calc
+        log: memory://
+        llms:
+          main: {{model: m}}
+        mcp_servers:
+          calc:
+            command: ["{sys.executable}", "{server}"]
+            tools: [multiply]
+        states:
+          - name: chat
+            initial: true
+            reasoning: {{enable_task_planning: false}}
+            transitions:
+              - {{on: text, to: chat}}
+    """))  # fmt: skip
+    llm = ScriptedLLM([ScriptedLLM.tool_call("calc__multiply", {"a": 12.5, "b": 8}), "12.5 × 8 = 100."])
+    platform, _ = await chat(load_agent(tmp_path / "agent.yaml", llms={"main": llm}), "12.5 times 8?")
+    assert platform.replies["u"][-1] == "12.5 × 8 = 100."
+    assert llm.requests[0].tool_names == ["calc__multiply"]
+    assert "100" in llm.requests[1].messages[-1]["content"]
+
+
+def test_workspaces_skills_platforms_and_properties_map_onto_the_python_api(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from baf.platforms.terminal import TerminalPlatform
+    from baf.platforms.websocket import WebSocketPlatform
+
+    (tmp_path / "files").mkdir()
+    skills = tmp_path / "skills" / "tone"
+    skills.mkdir(parents=True)
+    (skills / "SKILL.md").write_text("---\nname: tone\ndescription: how to speak\n---\nBe brief.\n")
+    monkeypatch.setenv("DESK_TOKEN", "secret-token-123")
+    (tmp_path / "agent.yaml").write_text(textwrap.dedent("""\
+        name: desk
+        log: memory://
+        properties:
+          nlp: {intent_threshold: 0.7}
+          shop: {city: Porto}
+        workspaces:
+          - {path: files, name: docs, writable: true}
+        skills:
+          - {name: style, content: "Answer in English.", description: language}
+          - {folder: skills}
+        platforms:
+          - {type: terminal, session_id: desk}
+          - {type: websocket, port: 0, ui: false, auth_token_env: DESK_TOKEN}
+        states:
+          - {name: start, initial: true}
+    """))  # fmt: skip
+    agent = load_agent(tmp_path / "agent.yaml")
+    assert agent.get_property("nlp.intent_threshold") == 0.7 and agent.get_property("shop.city") == "Porto"
+    workspace = agent.workspaces["docs"]
+    assert workspace.root == (tmp_path / "files").resolve() and workspace.writable
+    assert set(agent.skills) == {"style", "tone"} and agent.skills["tone"].description == "how to speak"
+    terminal, websocket = agent.platforms
+    assert isinstance(terminal, TerminalPlatform) and terminal.session_id == "desk"
+    assert isinstance(websocket, WebSocketPlatform)
+    assert agent.redactor.redact_text("token secret-token-123") == "token [REDACTED]"

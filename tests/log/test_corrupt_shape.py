@@ -78,14 +78,16 @@ def test_a_record_of_the_wrong_shape_is_corrupt_naming_session_and_seq(
             assert (caught.value.session_id, caught.value.seq) == ("s1", seq)
             assert reason in str(caught.value)
             assert (await log.project("s2")).history[-1].text == "hi 1"  # the other session reads as before
-        # An agent does not start on a log it cannot fold: loudly, naming the record.
+        # An agent does not load a session it cannot fold: loudly, naming the record. (Start-up touches
+        # only sessions with unfinished work; s1 is loaded on its first use.)
         agent = Agent("g", log=f"sqlite:///{db}")
         agent.new_state("idle", initial=True)
         agent.new_state("talk")
-        with pytest.raises(CorruptRecordError) as caught:
-            await agent.start()
-        assert (caught.value.session_id, caught.value.seq) == ("s1", seq)
-        await agent.stop()
+        async with agent:
+            with pytest.raises(CorruptRecordError) as caught:
+                await agent.get_or_create_session("s1")
+            assert (caught.value.session_id, caught.value.seq) == ("s1", seq)
+            assert "s1" not in agent.sessions
 
     asyncio.run(read_and_restart())
     # The CLI says so in one line, naming session and seq, instead of a bare "'dest'" or a traceback.

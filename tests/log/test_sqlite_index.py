@@ -8,8 +8,10 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+import pytest
 from baf_test_helpers import digest, query
 
+from baf.errors import CorruptRecordError
 from baf.log import Record, RecordKind, SQLiteLog
 from baf.log.projection import project
 from baf.log.snapshot import snapshot_data
@@ -111,3 +113,60 @@ async def test_the_queries_use_the_indexes(tmp_path: Path) -> None:
     # One pass over the index table; each session's position found by its key, never a scan of it.
     assert "SCAN w" in unfinished_plan and "SCAN s" not in unfinished_plan, unfinished_plan
     assert "baf_records" not in unfinished_plan
+
+
+async def test_a_schema_3_file_gets_checksums_for_new_records_and_reads_old_ones_unchecked(tmp_path: Path) -> None:
+    db = tmp_path / "log.db"
+    async with SQLiteLog(db) as log:
+        await log.append([started("s", 1), *turn("s", 2)])
+    # Make it the file a version-3 baf wrote: no checksum column.
+    connection = sqlite3.connect(db)
+    try:
+        connection.execute("ALTER TABLE baf_records DROP COLUMN checksum")
+        connection.execute("UPDATE baf_meta SET value = '3' WHERE key = 'schema_version'")
+        connection.execute("UPDATE baf_records SET data = '{\"initial_state\": \"edited\"}' WHERE seq = 1")
+        connection.commit()
+    finally:
+        connection.close()
+    async with SQLiteLog(db, read_only=True) as log:  # read as it is, unchecked, and left as it is
+        assert (await log.project("s")).current_state == "idle"  # the transition of the turn moved it on
+    assert query(db, "SELECT value FROM baf_meta WHERE key = 'schema_version'") == [("3",)]
+    async with SQLiteLog(db) as log:
+        await log.append([message("s", 5)])
+        assert [r.seq for r in await log.read("s")] == [1, 2, 3, 4, 5]
+        assert (await log.read("s"))[0].data == {"initial_state": "edited"}  # no checksum to say otherwise
+        notes = await log.check_storage()
+    assert query(db, "SELECT seq FROM baf_records WHERE checksum IS NOT NULL") == [(5,)]
+    assert notes == [(False, "4 records have no checksum (written before schema version 4, or by a tool): "
+                             "they are read without that check")]  # fmt: skip
+    connection = sqlite3.connect(db)
+    try:
+        connection.execute("UPDATE baf_records SET data = '{\"event\": {}, \"text\": \"forged\"}' WHERE seq = 5")
+        connection.commit()
+    finally:
+        connection.close()
+    async with SQLiteLog(db, read_only=True) as log:
+        with pytest.raises(CorruptRecordError, match="checksum") as caught:
+            await log.read("s")
+        assert (caught.value.session_id, caught.value.seq) == ("s", 5)
+
+
+@pytest.mark.parametrize(
+    # (A changed seq is a gap or a conflict, which the reader reports before any checksum.)
+    "assignment", ["kind = 'reply'", "ts = ts + 1", "version = version - 1", "session_id = 't'", "data = '{}'"]
+)
+async def test_the_checksum_covers_every_field(tmp_path: Path, assignment: str) -> None:
+    db = tmp_path / "log.db"
+    async with SQLiteLog(db) as log:
+        await log.append([started("s", 1), Record("s", 2, "note", {"n": 1}, 5.0), Record("t", 1, "note", {}, 1.0)])
+    connection = sqlite3.connect(db)
+    try:
+        connection.execute(f"UPDATE baf_records SET {assignment} WHERE session_id = 's' AND seq = 2")
+        connection.commit()
+    finally:
+        connection.close()
+    async with SQLiteLog(db, read_only=True) as log:
+        moved_to = "t" if assignment.startswith("session_id") else "s"
+        with pytest.raises(CorruptRecordError, match="checksum") as caught:
+            await log.read(moved_to, after_seq=1)
+        assert caught.value.session_id == moved_to

@@ -45,3 +45,25 @@ class _ScanningDefaults(MemoryLog):
 class TestScanningDefaults(SessionLogContract):
     async def make_log(self, tmp_path: Path) -> SessionLog:
         return _ScanningDefaults()
+
+
+@pytest.mark.slow
+def test_the_kit_runs_without_pytest_asyncio_auto_mode(tmp_path: Path) -> None:
+    """A user's project in pytest-asyncio's default strict mode runs the store kit as it is."""
+    import subprocess
+    import sys
+
+    (tmp_path / "pytest.ini").write_text("[pytest]\nasyncio_mode = strict\n")
+    (tmp_path / "test_mine.py").write_text(
+        "from baf.log import MemoryLog\n"
+        "from baf.testing.store_contract import SessionLogContract\n\n"
+        "class TestMine(SessionLogContract):\n"
+        "    async def make_log(self, tmp_path):\n"
+        "        return MemoryLog()\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", "pytest.ini", "test_mine.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert " passed" in result.stdout and "skipped" not in result.stdout and "error" not in result.stdout
