@@ -15,7 +15,7 @@ by message in one run. Per turn: the wall time the agent takes (the hooks' span 
 and the CPU time of the whole process (every thread) until that message's spans are made, which is what
 the hooks really cost; both with their on/off ratio (issue 14 target: <= 1.2x with content capture off).
 
-    python bench/bench_bridges.py            # about a minute
+    python bench/bench_bridges.py            # about 10 s
     python bench/bench_bridges.py --quick    # smoke run
 """
 

@@ -33,6 +33,7 @@ def serve(port: int) -> None:
     """The server process: print the port, then serve until stdin closes."""
     from baf import Agent
     from baf.library.state.reasoning_state_library import new_reasoning_state
+    from baf.platforms.limits import ClientLimits
     from baf.platforms.websocket import WebSocketPlatform
     from baf.testing import FunctionLLM
 
@@ -43,7 +44,11 @@ def serve(port: int) -> None:
         agent = Agent("bench", log="memory://")
         state = new_reasoning_state(agent, FunctionLLM(model), enable_task_planning=False, memory=0)
         state.when_event().go_to(state)
-        platform = WebSocketPlatform("127.0.0.1", port, ui=False, ping_interval=None)
+        # Every client comes from 127.0.0.1: the limits for one address (and on all connections) would refuse
+        # most of them. Per-connection limits stay on; their cost is part of what is measured.
+        per_address = ClientLimits(max_connections=None, max_connections_per_address=None,
+                                   new_sessions_per_address=None, messages_per_second_per_address=None)  # fmt: skip
+        platform = WebSocketPlatform("127.0.0.1", port, ui=False, ping_interval=None, limits=per_address)
         agent.add_platform(platform)
         async with agent:
             print(platform.port, flush=True)

@@ -162,6 +162,7 @@ class Runtime:
             self._unload,
         )
         self._mailboxes: dict[str, deque[_Item]] = {}
+        self._releasing: set[asyncio.Future[None]] = set()  # leases being given up (a worker's dropped sessions)
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._check_queued: set[str] = set()
         self._machine: AsyncMachine | None = None
@@ -350,16 +351,20 @@ class Runtime:
         if the log has none."""
         return (await self._get_live(session_id, platform)).session
 
-    async def _get_live(self, session_id: str, platform: Platform | None) -> LiveSession:
+    def _check_session_id(self, session_id: str) -> None:
+        """Refuse an id that is not a non-empty string, or that holds one of the agent's secrets: ids are
+        keys, stored and shown as they are (records, leases, the inbox, the CLI, exports, the store's own
+        debug log), where redaction cannot reach. The message does not repeat the id."""
         if not isinstance(session_id, str) or not session_id:
             raise SessionIdError(f"session ids must be non-empty strings, got {session_id!r}")
         if self.agent.redactor.redact_text(session_id) != session_id:
-            # Ids are keys: they are stored and shown as they are (records, the CLI, exports, the store's
-            # own debug log), where redaction cannot reach. The message must not repeat the id.
             raise SessionIdError(
                 "this session id contains one of the agent's secrets; session ids are stored and shown "
                 "unredacted, so it was refused and nothing was recorded"
             )
+
+    async def _get_live(self, session_id: str, platform: Platform | None) -> LiveSession:
+        self._check_session_id(session_id)
         live = self._live.get(session_id)
         if live is not None:
             self._live.touch(live)
@@ -459,6 +464,16 @@ class Runtime:
         self._check_queued.discard(live.id)
         if self._machine is not None and live.machine_model is not None:
             self._machine.remove_model(live.machine_model)
+        if self.router is not None:  # a worker gives the session up: any worker may take its next message
+            releasing = asyncio.ensure_future(self.router.release(live.id))
+            self._releasing.add(releasing)
+            releasing.add_done_callback(self._released)
+
+    def _released(self, releasing: asyncio.Future[None]) -> None:
+        self._releasing.discard(releasing)
+        if not releasing.cancelled() and releasing.exception() is not None:
+            # The lease then expires by itself: the session is only taken over later.
+            logger.warning("releasing a dropped session's lease failed: %s", releasing.exception())
 
     async def _snapshot_if_due(self, live: LiveSession) -> None:
         """After a step: write a snapshot if ``snapshot_every`` records were written since the last one."""
@@ -486,6 +501,7 @@ class Runtime:
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{type(event).__name__} cannot be recorded: its fields must be JSON ({exc})") from exc
         if self.router is not None and event.session_id not in self._live:
+            self._check_session_id(event.session_id)  # before a lease or an inbox row stores it
             if not await self.router.claim(event.session_id):  # another worker owns it: its inbox takes it
                 await self.router.forward(event.session_id, data, platform)
                 forwarded: asyncio.Future[None] = asyncio.get_running_loop().create_future()

@@ -9,6 +9,7 @@ from typing import Any
 __all__ = ["CURRENT_VERSION", "Record", "RecordKind", "build_record"]
 
 #: Schema version written by this baf. Older versions are read through upcasters (``baf.log.upcast``).
+#: Version 2 gave model turns one shape for every loop (``baf.reasoning.turn``).
 CURRENT_VERSION = 2
 
 

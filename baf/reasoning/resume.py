@@ -39,7 +39,7 @@ class ResumeEffects:
                 data = record.data
                 content = str(data["content"])
                 self.results[(len(self.responses) - 1, str(data["call_id"]))] = RecordedToolResult(
-                    content, bool(data["is_error"]), int(data.get("original_size", len(content)))
+                    content, bool(data["is_error"]), int(data["original_size"])
                 )
         self.then = then
         self._served = 0

@@ -216,16 +216,14 @@ def assistant_message(response: LLMResponse, max_arguments: int = DEFAULT_MAX_TO
         "role": "assistant",
         "content": response.text,
         "tool_calls": [
-            {"id": c.id, "type": "function",
-             "function": {"name": c.name, "arguments": _sent_arguments(c, max_arguments)}}
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": (
+                c.arguments if len(c.arguments) <= max_arguments else _refused_arguments(c))}}
             for c in response.tool_calls
         ],
     }
 
 
-def _sent_arguments(call: ToolCall, max_arguments: int) -> str:
-    if len(call.arguments) <= max_arguments:
-        return call.arguments
+def _refused_arguments(call: ToolCall) -> str:
     return f"[{len(call.arguments)} characters of arguments, refused as too long]"
 
 

@@ -24,13 +24,14 @@ turns the records back into full requests. An ``llm_response`` carries
 (``provider``, the model client's, for OpenTelemetry's ``gen_ai.provider.name``; absent in older records).
 Records written before version 2 are lifted by the upcasters in :mod:`baf.log.upcast`.
 
-Streaming (text deltas forwarded as they arrive) would hang off :meth:`ModelTurns._ask`, the one place
-the model is called; only the complete response is ever recorded.
+Streaming (text deltas forwarded as they arrive) would hang off :meth:`ModelTurns.take`, where the
+model is called; only the complete response is ever recorded.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import operator
 import time
 from dataclasses import dataclass
@@ -75,7 +76,8 @@ class ModelTurns:
         self.prices = prices
         self.turn = 0
         # What the previous request of this run held, to record only what changed.
-        self._messages: list[dict[str, Any]] | None = None
+        self._messages: list[dict[str, Any]] | None = None  # the list itself: loops only append to it
+        self._count = 0
         self._system: str | None = None
         self._tools: list[dict[str, Any]] = []
         self._previous_written = False
@@ -112,10 +114,17 @@ class ModelTurns:
             request = FullRequest(step, list(messages), system, list(tools), dict(parameters or {}), model.name,
                                   None, self.loop, turn)  # fmt: skip
             response = source.llm_response(request)
-        if response is None:
-            response = await self._ask(model, messages, tools, parameters, system, time_limit)
+        if response is None:  # the one place a loop calls its model (inline: a coroutine less per turn)
+            if time_limit is None:
+                response = await model.predict_with_tools(messages, tools, parameters=parameters or None,
+                                                          system_message=system)  # fmt: skip
+            else:
+                async with asyncio.timeout(time_limit):
+                    response = await model.predict_with_tools(messages, tools, parameters=parameters or None,
+                                                              system_message=system)  # fmt: skip
         latency_ms = round((time.perf_counter() - started) * 1000, 3)
-        response = check_response(response, model)
+        if not _well_formed(response):  # the common case checked inline; anything else gets the full check
+            response = check_response(response, model)
         cost = self.prices.cost(model.name, response.usage) if self.prices is not None else None
         data: dict[str, Any] = {"loop": self.loop, "run": self.run, "turn": turn, "step": step, "model": model.name,
                                 "provider": model.provider, "latency_ms": latency_ms, **response.to_dict()}  # fmt: skip
@@ -123,21 +132,6 @@ class ModelTurns:
             data["cost"] = cost
         self.recorder.record(RecordKind.LLM_RESPONSE, data)
         return Turn(response, latency_ms, cost)
-
-    async def _ask(
-        self,
-        model: LLM,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]],
-        parameters: dict[str, Any] | None,
-        system: str | None,
-        time_limit: float | None,
-    ) -> Any:
-        """Call the model (the one place a loop does), within ``time_limit`` seconds if given."""
-        if time_limit is None:  # no timeout context: it costs more than the rest of the call's framing
-            return await model.predict_with_tools(messages, tools, parameters=parameters or None, system_message=system)
-        async with asyncio.timeout(time_limit):
-            return await model.predict_with_tools(messages, tools, parameters=parameters or None, system_message=system)
 
     def _record_request(
         self,
@@ -156,12 +150,15 @@ class ModelTurns:
         # After a resume, the previous request is one recorded before the crash, perhaps by an older baf
         # under another run number: the first request written anew is complete.
         previous = self._messages if self._previous_written else None
+        count = self._count
         self._previous_written = not self.recorder.replaying
-        # The same message objects in front: only the new ones are recorded (a compacted or rebuilt
-        # list is recorded whole). Identity, not equality: it costs nothing per message.
-        if previous is not None and len(previous) <= len(messages) and all(map(operator.is_, previous, messages)):
+        # The same list grown, or the same message objects in front: only the new ones are recorded (a
+        # compacted or rebuilt list is recorded whole). Identity, not equality: it costs nothing per message.
+        if previous is not None and count <= len(messages) and (
+            previous is messages or all(map(operator.is_, itertools.islice(previous, count), messages))
+        ):
             data["extends"] = True
-            data["messages"] = messages[len(previous) :]
+            data["messages"] = messages[count:]
             if system != self._system:
                 data["system"] = system
             if tools is not self._tools and not _same(tools, self._tools):
@@ -175,7 +172,7 @@ class ModelTurns:
             data["tools"] = tools
         if parameters:
             data["parameters"] = parameters
-        self._messages, self._system, self._tools = list(messages), system, tools
+        self._messages, self._count, self._system, self._tools = messages, len(messages), system, tools
         self.recorder.record(RecordKind.LLM_REQUEST, data)
 
 
@@ -201,8 +198,6 @@ def check_response(response: Any, llm: LLM) -> LLMResponse:
     """``response`` if it has the shape of an :class:`~baf.llm.base.LLMResponse`; else
     :class:`~baf.errors.LLMResponseError` naming the adapter and what is wrong (every adapter's answer
     is checked here, so a wrong one is an error record and a clear message, never a crash later)."""
-    if _well_formed(response):
-        return response
     problems: list[str] = []
     if not isinstance(response, LLMResponse):
         problems.append(f"it returned {type(response).__name__}, not an LLMResponse")

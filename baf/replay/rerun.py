@@ -146,7 +146,7 @@ class LogEffects:
             elif record.kind == RecordKind.TOOL_RESULT:
                 data = record.data
                 content = str(data["content"])
-                size = int(data.get("original_size", len(content)))  # pattern results record no size
+                size = int(data["original_size"])  # version-1 pattern results get it from their upcaster
                 result = RecordedToolResult(content, bool(data["is_error"]), size)
                 self.results[(len(self.responses) - 1, str(data["call_id"]))] = result
         self.llm_served = 0

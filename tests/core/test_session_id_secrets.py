@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 from baf_test_helpers import baf
 
-from baf import Agent
+from baf import Agent, Runtime
+from baf.core.events import ReceiveTextEvent
 from baf.core.session import Session
 from baf.errors import SessionIdError
 from baf.log.redaction import register_secret
@@ -62,6 +64,34 @@ async def test_a_registered_key_inside_a_session_id_is_refused(tmp_path: Path) -
         with pytest.raises(SessionIdError):
             await agent.receive_message(f"chat:{key}", "hi")
         assert await agent.log.sessions() == []
+
+
+async def test_a_worker_refuses_it_before_a_lease_or_an_inbox_row_stores_it(tmp_path: Path) -> None:
+    calls: list[tuple[str, str]] = []
+
+    class Router:  # what baf.serve's worker is to its runtime; here it only notes what it was asked
+        async def claim(self, session_id: str) -> bool:
+            calls.append(("claim", session_id))
+            return False
+
+        async def forward(self, session_id: str, data: dict[str, Any], platform: object) -> None:
+            calls.append(("forward", session_id))
+
+        async def release(self, session_id: str) -> None:
+            calls.append(("release", session_id))
+
+    agent = agent_on(tmp_path / "agent.db")
+    agent.mark_secret(SECRET)
+    runtime = Runtime(agent, router=Router())
+    await runtime.start()
+    try:
+        with pytest.raises(SessionIdError):
+            await runtime.receive(ReceiveTextEvent(f"user-{SECRET}", message="hi"))
+        assert calls == []
+        await runtime.receive(ReceiveTextEvent("user-plain", message="hi"))
+        assert calls == [("claim", "user-plain"), ("forward", "user-plain")]
+    finally:
+        await runtime.stop()
 
 
 async def test_empty_session_ids_are_a_session_id_error(tmp_path: Path) -> None:

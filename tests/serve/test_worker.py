@@ -131,3 +131,20 @@ async def test_two_workers_racing_for_one_session_one_wins_the_other_routes(
     assert info is not None
     loser = b if info.owner == "a" else a
     assert "race" not in loser.runtime.sessions
+
+
+async def test_a_session_dropped_from_memory_gives_its_lease_up(postgres_dsn: str) -> None:
+    agent = fresh_agent()
+    agent.session_idle_seconds = 0.2
+    async with Worker(agent, postgres_dsn, worker_id="idle", lease_ttl=30, poll_interval=1) as worker:
+        await (await worker.runtime.receive(ReceiveTextEvent("s", message="q1")))
+        info = await worker.leases.owner_of("s")
+        assert info is not None and info.live and info.owner == "idle"
+        for _ in range(50):  # dropped after 0.2 s idle; the lease is released right after
+            await asyncio.sleep(0.05)
+            info = await worker.leases.owner_of("s")
+            if info is not None and not info.live:
+                break
+        assert "s" not in worker.runtime.sessions
+        assert info is not None and not info.live  # any worker may take the next message at once
+        assert "s" not in worker.log.fenced()

@@ -272,7 +272,7 @@ async def _run_reasoning_loop(run: _ReasoningRun) -> None:
             if response is None:
                 outcome = "llm_error"
                 return
-            spent = run.budget_spent()
+            spent = run.budget_spent() if run.config.budget is not None else None
             if spent is not None:
                 run.stop_for_budget(step, response, spent)
                 outcome = "budget"
@@ -326,6 +326,7 @@ class _ReasoningRun:
         self.turns = ModelTurns(self.recorder, config.llm, loop="reasoning", prices=config.prices)
         # Usage and cost of this invocation, against the budget (the patterns' meter).
         self.meter = Meter(config.prices or PriceTable(), config.budget or Budget())
+        self._counting = config.budget is not None or config.prices is not None
         self.output: Any = None  # the typed answer, with output_type
         self._repairs = 0
         self._reviews = 0
@@ -400,7 +401,8 @@ class _ReasoningRun:
                 "Please try again in a moment."
             )
             return None
-        self.meter.add("reasoning", "turn", self.config.llm.name, turn.response.usage)
+        if self._counting:
+            self.meter.add("reasoning", "turn", self.config.llm.name, turn.response.usage)
         return turn.response
 
     async def compact(self, step: int) -> None:
@@ -471,16 +473,17 @@ class _ReasoningRun:
                     self.emit(kind, step, summary, details)
                 self.emit_task_list(planning.snapshot)
                 return
-            shown = step_arguments(call)
-            details = {"call_id": call.id, "name": call.name, "arguments": shown["arguments"],
+            details = {"call_id": call.id, "name": call.name, "arguments": call.arguments,
                        "result": shorten(self.redact(outcome.content), STEP_PAYLOAD_LIMIT),
                        "is_error": outcome.is_error}  # fmt: skip
-            if "arguments_size" in shown:
-                details["arguments_size"] = shown["arguments_size"]
+            if len(call.arguments) > STEP_PAYLOAD_LIMIT:  # a step keeps a shortened copy, with the size
+                details["arguments"] = shorten(call.arguments, STEP_PAYLOAD_LIMIT)
+                details["arguments_size"] = len(call.arguments)
             self.emit(ReasoningStepKind.TOOL_RESULT, step,
                       f"{call.name} {'failed' if outcome.is_error else 'returned'}", details)  # fmt: skip
 
-        await self.runner.run(step, calls, self.current_tools(), after_call=after_call, prepare=self._prepare,
+        prepare = self._prepare if self.task_list is not None else None
+        await self.runner.run(step, calls, self.current_tools(), after_call=after_call, prepare=prepare,
                               always_live=_is_planning_tool)  # fmt: skip
 
     def _prepare(self, call: ToolCall, tool: Tool) -> PlanningCall | None:
