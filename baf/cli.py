@@ -484,8 +484,8 @@ def _add_replay_parser(commands: Any) -> argparse.ArgumentParser:
     )
     replay.add_argument(
         "--rerun",
-        metavar="AGENT_PY",
-        help="re-run the agent in this file over the session; report the first divergence",
+        metavar="AGENT_FILE",
+        help="re-run the agent in this Python or YAML file over the session; report the first divergence",
     )
     replay.add_argument("--fork-at", type=_SEQ, metavar="SEQ", help="copy the session up to SEQ into a new session")
     replay.set_defaults(handler=_cmd_replay, usage_error=replay.error)
@@ -553,9 +553,8 @@ def _rerun_or_fork(args: argparse.Namespace) -> int:
     console = _Stdout(highlight=False, file=sys.stdout)
     agent = None
     if args.rerun:
-        with _user_code(), contextlib.redirect_stdout(sys.stderr):
-            module = load_agent_module(args.rerun)
-        agent = find_agent(module)
+        with contextlib.redirect_stdout(sys.stderr):
+            agent = load_agent_file(args.rerun)  # a YAML agent as well as a Python file, as `baf run` takes
 
     async def go() -> int:
         # A re-run only reads the log (it runs on a fresh in-memory one); a fork appends to it.

@@ -124,3 +124,21 @@ async def test_the_platform_page_runs_a_custom_platform_until_its_input_ends() -
     platform = agent.find_platform("lines")
     assert platform is not None and platform.replies == ["echo: hello", "echo: how are you?"]  # type: ignore[attr-defined]
     assert not agent.running
+
+
+def test_every_install_command_in_the_docs_installs_an_extra_of_this_checkout() -> None:
+    """A reader runs these from a clone, in the README's venv: `pip install 'baf[x]'` would ask the package
+    index for a package named baf, and `python3 -m pip` is refused by PEP 668 systems' own Python."""
+    import tomllib
+
+    pyproject = tomllib.loads((DOCS.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    extras = set(pyproject["project"]["optional-dependencies"])
+    pages = [DOCS.parent / "README.md", *sorted(DOCS.glob("*.md"))]
+    commands = [(page.name, m) for page in pages for m in re.findall(r"[\w./-]*pip install [^`\n#]+", page.read_text())]
+    assert len(commands) >= 8
+    for page, command in commands:
+        if command.startswith(".venv/bin/pip install"):  # the README's two first commands
+            continue
+        match = re.fullmatch(r'pip install -e "\.\[([a-z0-9]+)\]"\s*', command)
+        assert match, f"{page}: {command!r}"
+        assert match.group(1) in extras, f"{page}: {command!r}"

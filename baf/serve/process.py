@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -67,8 +68,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     worker.add_argument("--lease-ttl", type=float, default=10.0)
     worker.add_argument("--poll-interval", type=float, default=2.0)
     args = parser.parse_args(argv)
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_run_worker(args.path, args.log, args.lease_ttl, args.poll_interval))
+    from baf.errors import ConfigurationError, LogError
+
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(_run_worker(args.path, args.log, args.lease_ttl, args.poll_interval))
+    except (ConfigurationError, LogError) as exc:
+        # baf's own errors name the problem and its fix (a port in use, a file without an agent, a
+        # database it cannot reach): one line, as `baf run` prints them; a traceback would point into baf.
+        print(f"baf serve: worker {os.getpid()} stopped: {exc}", file=sys.stderr, flush=True)
+        return 2
     return 0
 
 

@@ -220,6 +220,10 @@ def test_run_a_yaml_agent_from_the_command_line(tmp_path: Path) -> None:
     for reply in HELP_DESK_REPLIES:
         assert reply in result.stdout
     assert (tmp_path / "help_desk.db").exists()
+    # The recorded run re-runs from the same YAML file, as a Python agent file does.
+    rerun = baf("replay", "help_desk.db", "terminal", "--rerun", str(EXAMPLES / "help_desk.yaml"), cwd=tmp_path)
+    assert rerun.returncode == 0, rerun.stderr
+    assert "identical" in rerun.stdout
     (tmp_path / "broken.yaml").write_text("name: x\nstates:\n  - name: a\n    initial: maybe\n")
     broken = baf("run", "broken.yaml", cwd=tmp_path)
     assert broken.returncode == 2 and "Traceback" not in broken.stderr

@@ -61,3 +61,12 @@ def test_baf_serve_refuses_a_sqlite_log(tmp_path: Path) -> None:
     result = baf("serve", str(FIXTURE), "--log", f"sqlite:///{tmp_path / 'x.db'}", cwd=tmp_path)
     assert result.returncode == 2
     assert "PostgreSQL log" in result.stderr and "baf run" in result.stderr
+
+
+def test_a_worker_that_cannot_start_says_why_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "empty.py").write_text("x = 1\n")  # no Agent: refused before any database is reached
+    result = baf("serve", "empty.py", "--log", "postgresql://baf@127.0.0.1:9/none", "--workers", "2", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 2 and all("baf serve: worker" in line and "must define one Agent" in line for line in lines)
