@@ -51,7 +51,10 @@ async def _run_worker(path: str, dsn: str, lease_ttl: float, poll_interval: floa
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stopping.set)
     await worker.start()
-    print(f"READY {worker.worker_id}", flush=True)
+    # One write, so that the lines of workers sharing the parent's stdout never interleave (a pipe write
+    # under PIPE_BUF is atomic; print writes the text and the newline apart when stdout is unbuffered).
+    sys.stdout.write(f"READY {worker.worker_id}\n")
+    sys.stdout.flush()
     try:
         await stopping.wait()
     finally:
