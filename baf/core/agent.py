@@ -310,7 +310,13 @@ class Agent:
             raise ConfigurationError(f"cannot parse properties file {path}: {exc}") from exc
         if not isinstance(data, dict):
             raise ConfigurationError(f"properties file {path} must hold a mapping at the top level")
-        self._properties.update(_flatten(data))
+        self.set_properties(data)
+
+    def set_properties(self, data: Mapping[str, Any]) -> None:
+        """Set every property of ``data``; nested mappings become dotted names (``{"nlp": {"x": 1}}`` sets
+        ``nlp.x``), as in a properties file."""
+        for name, value in _flatten(data).items():
+            self.set_property(name, value)
 
     def get_property(self, name: str, default: Any = None) -> Any:
         """The value of property ``name``, or ``default``."""

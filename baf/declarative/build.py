@@ -135,8 +135,7 @@ class _Builder:
 
     def _values(self) -> None:
         spec, agent = self.spec, self.agent
-        for name, value in _flatten(spec.properties).items():
-            agent.set_property(name, value)
+        agent.set_properties(spec.properties)
         for name, llm_spec in spec.llms.items():
             with self.at(("llms", name), key=True):
                 self.llms[name] = self._llm(name, llm_spec)
@@ -370,14 +369,3 @@ def _message(exc: BaseException) -> str:
     if isinstance(exc, ConfigurationError | ValueError):
         return text
     return f"{type(exc).__name__}: {text}"
-
-
-def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in data.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(_flatten(value, f"{name}."))
-        else:
-            flat[name] = value
-    return flat
