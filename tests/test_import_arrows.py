@@ -45,6 +45,7 @@ ONLY: dict[tuple[str, str], set[str]] = {
         "baf.reasoning.skill",
         "baf.reasoning.workspace",
         "baf.reasoning.toolset",
+        "baf.reasoning.step",  # ReasoningStep, rebuilt from its record for delivery from the log
     },
     ("llm", "log"): {"baf.log.redaction"},
 }

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
@@ -440,6 +441,23 @@ class PostgresLog(SessionLog):
                 "SELECT max(seq) FROM baf_records WHERE session_id = $1 AND kind = 'snapshot'", session_id
             )
         return await self.read(session_id, after_seq=(latest or 1) - 1)
+
+    async def shared_secret(self, name: str) -> bytes | None:
+        """The secret ``name`` kept in ``baf_meta`` (32 random bytes, made by the first worker that asks):
+        every worker over this database signs and checks with the same key (a resume token issued by one
+        worker is good on the others). Whoever can read the database can read it, as they can read the
+        conversations. A read-only store only reads it (``None`` if it was never made)."""
+        key = f"secret:{name}"
+        pool = await self._ready_pool()
+        async with pool.acquire() as connection:
+            if not self._read_only:
+                await connection.execute(
+                    "INSERT INTO baf_meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
+                    key,
+                    secrets.token_hex(32),
+                )
+            value = await connection.fetchval("SELECT value FROM baf_meta WHERE key = $1", key)
+        return bytes.fromhex(value) if value is not None else None
 
 
 def _refusals() -> tuple[type[BaseException], ...]:

@@ -11,7 +11,9 @@ with itself as the runtime's :class:`~baf.core.routing.SessionRouter`:
   is dropped without another write;
 - a slow poll (``poll_interval``, at least a second) covers lost notifications, and takes over the
   sessions of workers that died: unfinished sessions and waiting messages whose leases expired. A taken
-  session resumes as after a restart: recorded model answers are served from the log, not asked again.
+  session resumes as after a restart: recorded model answers are served from the log, not asked again;
+- a session another worker runs, whose client is connected to this worker's platform, is delivered by
+  following its records (``baf.serve.follower``).
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ from typing import TYPE_CHECKING, Any
 from baf.core.runtime import Runtime
 from baf.errors import LogError
 from baf.log.postgres import PostgresLog
-from baf.log.postgres_inbox import INBOX_CHANNEL, Inbox
+from baf.log.postgres_inbox import INBOX_CHANNEL, RECORDS_CHANNEL, Inbox
 from baf.log.postgres_leases import Leases
+from baf.serve.follower import Follower
 
 if TYPE_CHECKING:
     from baf.core.agent import Agent
@@ -72,6 +75,8 @@ class Worker:
         self.inbox = Inbox(self.log)
         self.poll_interval = poll_interval
         self.runtime = Runtime(agent, self.log, router=self)
+        #: Delivers the sessions other workers run to this worker's clients of them.
+        self.follower = Follower(self.runtime, self.log, poll_interval=poll_interval, grace=2 * poll_interval)
         self._wanted: set[str] = set()  # sessions with mail to take, by notification
         self._wake = asyncio.Event()
         self._taking: dict[str, asyncio.Lock] = {}
@@ -85,10 +90,13 @@ class Worker:
         await self.log.start()
         await self.leases.register()
         self._stop_listening = await self.inbox.listen(self._notified)
+        for platform in self.agent.platforms:  # the other workers on this host listen on the same ports
+            platform.share_with_workers()
         await self.agent.start(self.runtime)
         self._tasks = [
             asyncio.create_task(self._heartbeats(), name="baf-worker-heartbeat"),
             asyncio.create_task(self._mail(), name="baf-worker-mail"),
+            asyncio.create_task(self.follower.run(), name="baf-worker-follower"),
         ]
         self._wake.set()  # look for waiting work at once
 
@@ -118,8 +126,14 @@ class Worker:
     # -- the runtime's router -------------------------------------------------------------------------
 
     async def claim(self, session_id: str) -> bool:
-        """Take the session's lease if no live worker holds it."""
-        return await self.leases.acquire(session_id) is not None
+        """Take the session's lease if no live worker holds it. A session this worker followed is caught
+        up first: its clients here get what the previous owner wrote, then what this worker writes."""
+        if session_id in self.log.fenced():
+            return True
+        if await self.leases.acquire(session_id) is None:
+            return False
+        await self.follower.finish(session_id)
+        return True
 
     async def forward(self, session_id: str, data: dict[str, Any], platform: Platform | None) -> None:
         """Put the message in the inbox; its owner is notified and takes it."""
@@ -129,12 +143,18 @@ class Worker:
         """Give the session's lease up."""
         await self.leases.release(session_id)
 
+    def follow(self, session_id: str) -> None:
+        """Keep ``session_id`` (another worker runs it) current for this worker's clients of it."""
+        self.follower.follow(session_id)
+
     # -- loops ----------------------------------------------------------------------------------------
 
     def _notified(self, channel: str, session_id: str) -> None:
         if channel == INBOX_CHANNEL:
             self._wanted.add(session_id)
             self._wake.set()
+        elif channel == RECORDS_CHANNEL:
+            self.follower.notified(session_id)
 
     async def _heartbeats(self) -> None:
         interval = self.leases.ttl / 3
@@ -148,6 +168,17 @@ class Worker:
             for session_id in lost:
                 logger.warning("worker %s: lost session %s to another worker", self.worker_id, session_id)
                 self.runtime.drop(session_id)
+                await self._follow_if_watched(session_id)
+
+    async def _follow_if_watched(self, session_id: str) -> None:
+        """A session this worker lost: its clients here follow it from the log from now on."""
+        platform = next((p for p in self.agent.platforms if p.has_client(session_id)), None)
+        if platform is None:
+            return
+        try:
+            await self.runtime.follow(session_id, platform)
+        except LogError as exc:  # the database is away: the client gets it on its next message or reconnect
+            logger.warning("worker %s: cannot follow session %s: %s", self.worker_id, session_id, exc)
 
     async def _mail(self) -> None:
         """Take notified mail at once; every ``poll_interval``, look for what notifications missed and for
