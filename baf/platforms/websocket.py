@@ -95,8 +95,13 @@ Security
 - Each connection has a send queue of ``send_queue_size`` frames and ``max_queued_bytes`` bytes; a
   ``history`` frame holds the newest items that fit half that, and a connection gets one at a time.
   Delivery only enqueues, so the agent never waits for a client; a client whose queue is full (it
-  stopped reading) is disconnected and a ``delivery_dropped`` record is written to the session log. It
+  stopped reading) is disconnected and a ``delivery_dropped`` record is written to the session log (by the
+  worker that runs the session; a ``baf serve`` worker that only follows it for this client logs it). It
   can resume later and get its history.
+- Under ``baf serve`` a client may be connected to a worker that does not run its session: that worker
+  delivers the session's records by following the log (``baf.serve.follower``), each frame with its
+  ``seq`` as above; every worker shares the port (``SO_REUSEPORT``) and the resume-token secret (kept in
+  the PostgreSQL log).
 
 The platform holds no session state beyond which connections are bound to which session id.
 """

@@ -100,8 +100,13 @@ async def test_a_killed_writer_leaves_no_lock_behind(tmp_path: Path) -> None:
 OPENER = """
 import asyncio, sys
 from baf.log import SQLiteLog
+
+async def main():
+    async with SQLiteLog(sys.argv[1]):
+        pass
+
 try:
-    asyncio.run(SQLiteLog(sys.argv[1]).start())
+    asyncio.run(main())
 except Exception as exc:
     print(type(exc).__name__)
 """

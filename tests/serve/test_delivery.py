@@ -179,3 +179,36 @@ async def test_a_followed_session_no_client_watches_is_dropped(workers: Any) -> 
             break
     assert welcome["session_id"] not in a.runtime.followed
     await owner_client.close()
+
+
+async def test_a_session_dropped_from_memory_while_its_client_watches_is_followed_from_then_on(
+    postgres_dsn: str,
+) -> None:
+    (agent_a, platform_a), (agent_b, platform_b) = ws_agent(), ws_agent()
+    agent_b.session_idle_seconds = 0.3  # b drops its sessions from memory (and their leases) when idle
+    async with (
+        Worker(agent_a, postgres_dsn, worker_id="a", lease_ttl=10, poll_interval=1) as a,
+        Worker(agent_b, postgres_dsn, worker_id="b", lease_ttl=10, poll_interval=1) as b,
+    ):
+        on_b = await Client.open(platform_b.port)
+        welcome = await on_b.hello()
+        session_id = welcome["session_id"]
+        await on_b.ask("q1")
+        for _ in range(50):
+            await asyncio.sleep(0.1)
+            if session_id not in b.runtime.sessions:
+                break
+        assert session_id not in b.runtime.sessions and session_id in b.runtime.followed
+        seen = max(frame["seq"] for frame in on_b.live())
+        on_a = await Client.open(platform_a.port)  # the same user in another tab, on a
+        await on_a.hello(welcome["resume_token"])
+        await on_a.until("history")
+        await on_a.ask("q2")  # a takes the session (b gave its lease up) and runs it
+        await a.runtime.wait_idle(session_id)
+        assert session_id in a.runtime.sessions
+        expected = await shown_records(postgres_dsn, session_id, after=seen)
+        await on_b.until_seq(expected[-1]["seq"])
+        live_after = [frame for frame in on_b.live() if frame["seq"] > seen]
+        assert seqs_and_types(live_after) == [(item["seq"], item["type"]) for item in expected]
+        await on_a.close()
+        await on_b.close()
