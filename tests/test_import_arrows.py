@@ -229,7 +229,7 @@ def test_the_check_sees_wrong_arrows(tmp_path: Path) -> None:
         ("baf.replay", True): "core does not depend on replay",
         ("baf.library.demo", True): "core does not depend on library",
         ("baf.reasoning.effects", False): (
-            "core uses only ['baf.reasoning.skill', 'baf.reasoning.tool', 'baf.reasoning.toolset', "
-            "'baf.reasoning.workspace'] of reasoning"
+            "core uses only ['baf.reasoning.skill', 'baf.reasoning.step', 'baf.reasoning.tool', "
+            "'baf.reasoning.toolset', 'baf.reasoning.workspace'] of reasoning"
         ),
     }
