@@ -8,7 +8,7 @@ import baf.reasoning
 def test_all_lists_exactly_the_public_names() -> None:
     public = {name for name in vars(baf.reasoning) if not name.startswith("_")}
     submodules = {"skill", "tool", "workspace", "patterns", "effects", "step", "toolset", "mcp", "a2a",
-                  "recorder", "resume", "tool_calls", "turn"}  # fmt: skip
+                  "recorder", "resume", "streaming", "tool_calls", "turn"}  # fmt: skip
     assert set(baf.reasoning.__all__) == public - submodules
     assert set(baf.reasoning.__all__) == {"Skill", "Tool", "Workspace", "WorkspaceEntry", "workspace_tools"}
 
