@@ -92,7 +92,9 @@ def refused():
 small, full, wrong = Tool(search), Tool(rich), Tool(rich)
 assert full.validate_args(RICH_ARGS)["color"] is Color.BLUE
 assert small.validate_args('{"query": "q", "limit": null}') == {"query": "q"}
+import baf
 print(json.dumps({
+    "baf": baf.__file__,
     "small": per_call(lambda: small.validate_args('{"query": "running shoes", "limit": 5}'), 2000),
     "rich": per_call(lambda: full.validate_args(RICH_ARGS), 500),
     "nulls": per_call(lambda: small.validate_args('{"query": "running shoes", "limit": null}'), 2000),
@@ -113,8 +115,15 @@ def main() -> None:
     for number in range(args.rounds):
         for tree in args.trees if number % 2 == 0 else reversed(args.trees):  # alternate who goes first
             env = {**os.environ, "PYTHONPATH": str(tree.resolve())}
-            out = subprocess.run([sys.executable, "-c", _ROUND], env=env, capture_output=True, text=True, check=True)
-            for cell, value in json.loads(out.stdout).items():
+            # cwd=tree too: ``python -c`` puts the working directory first on sys.path.
+            out = subprocess.run(
+                [sys.executable, "-c", _ROUND], env=env, cwd=tree, capture_output=True, text=True, check=True
+            )
+            measured = json.loads(out.stdout)
+            where = Path(measured.pop("baf"))
+            if not where.is_relative_to(tree.resolve()):
+                raise SystemExit(f"{tree}: the child imported baf from {where}")
+            for cell, value in measured.items():
                 results[tree][cell].append(value)
     print(f"µs per call; median / min over {args.rounds} rounds; load average {os.getloadavg()[0]:.1f}")
     base = args.trees[0]
