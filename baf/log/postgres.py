@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit, urlunsplit
@@ -38,6 +38,7 @@ from baf.errors import (
     LogConflictError,
     LogError,
     LogReadOnlyError,
+    LogStorageError,
 )
 from baf.log import upcast as upcast_module
 from baf.log.jsontext import decode_json, encode_json
@@ -156,7 +157,10 @@ class _Writer:
 class PostgresLog(SessionLog):
     """A ``SessionLog`` in the PostgreSQL database ``dsn`` names (``postgresql://user@host:port/db``).
 
-    ``pool_size`` bounds the reading connections (the writer has one of its own). ``read_only=True`` opens
+    ``pool_size`` bounds the reading connections (the writer has one of its own). More reads (and lease and
+    inbox calls) at once than that wait in line for a connection, each for at most ``acquire_timeout``
+    seconds, then fail with ``LogStorageError``: never forever. Appends do not take reading connections:
+    they queue for the writer, however many there are. ``read_only=True`` opens
     an existing log for reading: no table is created or upgraded and ``append`` raises
     ``LogReadOnlyError``.
 
@@ -178,9 +182,13 @@ class PostgresLog(SessionLog):
         read_only: bool = False,
         connect_timeout: float = 10.0,
         worker_id: str | None = None,
+        acquire_timeout: float = 30.0,
     ) -> None:
         if pool_size < 1:
             raise ValueError(f"pool_size must be >= 1, got {pool_size!r}")
+        if acquire_timeout <= 0:
+            raise ValueError(f"acquire_timeout must be > 0 seconds, got {acquire_timeout!r}")
+        self._acquire_timeout = acquire_timeout
         self._dsn = dsn
         self._pool_size = pool_size
         self._read_only = read_only
@@ -221,6 +229,32 @@ class PostgresLog(SessionLog):
         if pool is None:
             raise LogClosedError(f"{self!r} is not started")
         return pool
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[asyncpg.Connection]:
+        """A reading connection for one use (the lease and inbox helpers use this too). When all
+        ``pool_size`` are busy, waits in line for up to ``acquire_timeout`` seconds, then raises
+        ``LogStorageError``; a server that refuses a new connection is a ``LogStorageError`` too."""
+        pool = await self._ready_pool()
+        connection = await self._acquire(pool)
+        try:
+            yield connection
+        finally:
+            await pool.release(connection)
+
+    async def _acquire(self, pool: asyncpg.Pool) -> asyncpg.Connection:
+        asyncpg = _import_asyncpg()
+        where = redact_dsn(self._dsn)
+        try:
+            return await pool.acquire(timeout=self._acquire_timeout)
+        except TimeoutError as exc:
+            raise LogStorageError(
+                where,
+                f"no database connection came free within {self._acquire_timeout:g} s: all {self._pool_size} "
+                "of the pool were busy (raise pool_size or acquire_timeout); nothing was read or written",
+            ) from exc
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise LogStorageError(where, f"cannot open a database connection: {exc}") from exc
 
     @property
     def dsn(self) -> str:
@@ -344,7 +378,7 @@ class PostgresLog(SessionLog):
                 try:
                     if connection is None or connection.is_closed():
                         assert self._pool is not None
-                        connection = await self._pool.acquire()
+                        connection = await self._acquire(self._pool)
                     await self._commit_group(connection, group)
                 except Exception as exc:
                     # The transaction failed as a whole: nothing of the group is durable. Say so to every
@@ -486,8 +520,7 @@ class PostgresLog(SessionLog):
     # -- reading --------------------------------------------------------------------------------------
 
     async def read(self, session_id: str, after_seq: int = 0) -> list[Record]:
-        pool = await self._ready_pool()
-        async with pool.acquire() as connection:
+        async with self.connection() as connection:
             rows = await connection.fetch(_SELECT, session_id, after_seq)
         upcasters = upcast_module.UPCASTERS  # looked up on each call: a test may swap the registry
         for expected, row in enumerate(rows, after_seq + 1):
@@ -496,15 +529,13 @@ class PostgresLog(SessionLog):
         return [upcasters.upcast(decode_row(session_id, row)) for row in rows]
 
     async def sessions(self) -> list[str]:
-        pool = await self._ready_pool()
-        async with pool.acquire() as connection:
+        async with self.connection() as connection:
             rows = await connection.fetch("SELECT session_id FROM baf_sessions ORDER BY ordinal")
         return [row[0] for row in rows]
 
     async def unfinished_sessions(self) -> list[str]:
         """The sessions with unfinished work, from ``baf_work`` (kept by every append's transaction)."""
-        pool = await self._ready_pool()
-        async with pool.acquire() as connection:
+        async with self.connection() as connection:
             rows = await connection.fetch(
                 "SELECT w.session_id FROM baf_work w JOIN baf_sessions s USING (session_id) "
                 "WHERE w.unfinished ORDER BY s.ordinal"
@@ -513,8 +544,7 @@ class PostgresLog(SessionLog):
 
     async def read_for_load(self, session_id: str) -> list[Record]:
         """The records from the latest snapshot (found through a partial index) to the end, in one query."""
-        pool = await self._ready_pool()
-        async with pool.acquire() as connection:
+        async with self.connection() as connection:
             rows = await connection.fetch(_SELECT_FOR_LOAD, session_id)
         upcasters = upcast_module.UPCASTERS
         expected = rows[0][0] if rows and rows[0][1] == "snapshot" else 1

@@ -63,13 +63,13 @@ class Inbox:
         """Store a message for ``session_id`` durably and wake its owner; return the row's id."""
         encoded = encode_json(payload)
         text = encoded.decode() if isinstance(encoded, bytes) else encoded
-        async with self._log.pool.acquire() as connection:
+        async with self._log.connection() as connection:
             row_id = await connection.fetchval(_POST, session_id, text)  # one statement: its own transaction
         return int(row_id)
 
     async def pending(self, session_id: str, limit: int = 100) -> list[InboxMessage]:
         """The messages waiting for ``session_id``, oldest first."""
-        async with self._log.pool.acquire() as connection:
+        async with self._log.connection() as connection:
             rows = await connection.fetch(
                 "SELECT id, payload FROM baf_inbox WHERE session_id = $1 ORDER BY id LIMIT $2", session_id, limit
             )
@@ -79,7 +79,7 @@ class Inbox:
         """Which of ``session_ids`` have messages waiting (oldest first)."""
         if not session_ids:
             return []
-        async with self._log.pool.acquire() as connection:
+        async with self._log.connection() as connection:
             rows = await connection.fetch(
                 "SELECT session_id FROM baf_inbox WHERE session_id = ANY($1::text[]) "
                 "GROUP BY session_id ORDER BY min(id)",

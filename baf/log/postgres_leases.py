@@ -64,7 +64,7 @@ class Leases:
 
     async def register(self) -> None:
         """Write (or refresh) this worker's heartbeat row."""
-        async with self._log.pool.acquire() as connection:
+        async with self._log.connection() as connection:
             await connection.execute(
                 "INSERT INTO baf_workers (worker_id) VALUES ($1) "
                 "ON CONFLICT (worker_id) DO UPDATE SET heartbeat_at = now()",
@@ -78,7 +78,7 @@ class Leases:
         import asyncpg
 
         try:
-            async with self._log.pool.acquire() as connection:
+            async with self._log.connection() as connection:
                 epoch = await connection.fetchval(_ACQUIRE, session_id, self.worker_id, self.ttl)
         except asyncpg.LockNotAvailableError:
             return None
@@ -93,7 +93,7 @@ class Leases:
         self._log.unfence(session_id)
         if epoch is None:
             return
-        async with self._log.pool.acquire() as connection:
+        async with self._log.connection() as connection:
             await connection.execute(
                 "UPDATE baf_leases SET expires_at = now() - interval '1 second' "
                 "WHERE session_id = $1 AND owner = $2 AND epoch = $3",
@@ -130,7 +130,7 @@ class Leases:
         over meanwhile is lost even if it has expired again since.
         """
         fenced = self._log.fenced()
-        async with self._log.pool.acquire() as connection, connection.transaction():
+        async with self._log.connection() as connection, connection.transaction():
             await connection.execute(
                 "INSERT INTO baf_workers (worker_id) VALUES ($1) "
                 "ON CONFLICT (worker_id) DO UPDATE SET heartbeat_at = now()",
@@ -153,7 +153,7 @@ class Leases:
 
     async def owner_of(self, session_id: str) -> LeaseInfo | None:
         """The lease on ``session_id``, or ``None`` if no worker ever took it."""
-        async with self._log.pool.acquire() as connection:
+        async with self._log.connection() as connection:
             row = await connection.fetchrow(
                 "SELECT owner, epoch, expires_at >= now() FROM baf_leases WHERE session_id = $1", session_id
             )
@@ -161,7 +161,7 @@ class Leases:
 
     async def unowned_unfinished(self, limit: int = 1000) -> list[str]:
         """Sessions with unfinished work (``baf_work``) and no live lease: their owner died (or never was)."""
-        async with self._log.pool.acquire() as connection:
+        async with self._log.connection() as connection:
             rows = await connection.fetch(
                 "SELECT w.session_id FROM baf_work w JOIN baf_sessions s USING (session_id) "
                 "LEFT JOIN baf_leases l USING (session_id) "
@@ -172,7 +172,7 @@ class Leases:
 
     async def unowned_with_mail(self, limit: int = 100) -> list[str]:
         """Sessions with inbox messages waiting and no live lease: any live worker may take them."""
-        async with self._log.pool.acquire() as connection:
+        async with self._log.connection() as connection:
             rows = await connection.fetch(
                 "SELECT i.session_id FROM baf_inbox i LEFT JOIN baf_leases l ON l.session_id = i.session_id "
                 "WHERE l.session_id IS NULL OR l.expires_at < now() "
