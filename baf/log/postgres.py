@@ -9,15 +9,19 @@ refused with a ``LogError``; see ``baf.log.postgres_schema``):
 - ``baf_sessions(session_id, ordinal)``: one row per session, ``ordinal`` from a sequence at its first
   append, so ``sessions()`` lists them in order of first record without scanning the records.
 
-**Group commit.** Every ``append`` joins a queue; one writer task takes everything queued and commits it
-in one transaction, so appends that arrive together (from many sessions) share one round trip and one WAL
-flush. Each append runs inside a savepoint of its own: an append that conflicts (``LogConflictError``) or
-that PostgreSQL refuses is rolled back alone and fails alone, while the rest of the group commits. When the
-transaction itself fails (the connection dropped, the server restarted) every append of the group fails
-with ``LogError``: none is acknowledged, none is dropped silently, and the writer reconnects for the next
-group.
+**Group commit.** Every ``append`` joins a queue; a writer task takes everything queued and commits it in
+one statement, so appends that arrive together (from many sessions) share one round trip and one WAL flush.
+The writer has a connection of its own (appends never wait for readers). It computes the unfinished-work
+index from what it knows of each session's last append, so the common group needs no read first (see
+``_Known``). If the statement is refused as a whole (a conflict, a lost lease, an inbox row gone),
+nothing of it was written and the group is committed again append by append, each in a savepoint of its
+own: the refused append fails alone (``LogConflictError``, ``LeaseLostError``, ``LogError``) while the rest
+commits. When the transaction itself fails (the connection dropped, the server restarted) every append of
+the group fails with ``LogError``: none is acknowledged, none is dropped silently, and the writer
+reconnects for the next group.
 
-Reads use a small pool of other connections, so readers never wait for the writer.
+Reads use a small pool of other connections, so readers never wait for the writer; a pool that stays busy
+fails a read with ``LogStorageError`` after ``acquire_timeout`` instead of waiting forever.
 """
 
 from __future__ import annotations
@@ -56,13 +60,21 @@ __all__ = ["SCHEMA_VERSION", "PostgresLog", "decode_row", "encode_row", "redact_
 # One statement commits a whole group of appends (any sessions), so that the common group costs one round trip
 # whatever its size: it checks the fences, registers new sessions, inserts the records, deletes the inbox rows
 # the appends consume, keeps the unfinished-work index and notifies RECORDS_CHANNEL per session (delivered at
-# commit). Every write is conditioned on ``ok``: with ``{fence}`` (a worker's store) the lease check, true
-# only if every lease ($7 sessions, $8 epochs, owner $9) still has its epoch, read under FOR KEY SHARE, which
-# a takeover (SELECT ... FOR UPDATE first, see postgres_leases) waits for and which heartbeats (updates of no
-# key column) do not. ``ok`` false means nothing was written. The work index's new statuses are computed by
-# the writer from the statuses it knows (see ``_Known``); the statement only stores them.
+# commit). Every write is conditioned on ``ok``, so that ``ok`` false means nothing was written:
+# - with ``{fence}`` (a worker's store), every lease ($7 sessions, $8 epochs, owner $9) still has its epoch,
+#   read under FOR KEY SHARE, which a takeover (SELECT ... FOR UPDATE first, see postgres_leases) waits for
+#   and which heartbeats (updates of no key column) do not;
+# - every inbox row to consume ($11 sessions, $12 ids) is still there, locked FOR UPDATE first: a row another
+#   transaction deleted is skipped by the lock (after waiting for it), so the count comes out short.
+# The work index's new statuses are computed by the writer from the statuses it knows (see ``_Known``); the
+# statement only stores them.
 _GROUP_TEMPLATE: Final = """
-WITH {fence_cte}new_sessions AS (
+WITH {fence_cte}inbox AS MATERIALIZED (
+    SELECT i.id FROM baf_inbox i JOIN unnest($11::text[], $12::bigint[]) AS c(s, id)
+    ON i.session_id = c.s AND i.id = c.id FOR UPDATE OF i
+), ok AS (
+    SELECT {fence_ok} AND (SELECT count(*) FROM inbox) = cardinality($12::bigint[]) AS ok
+), new_sessions AS (
     INSERT INTO baf_sessions (session_id)
     SELECT s FROM unnest($10::text[]) WITH ORDINALITY AS u(s, n) WHERE (SELECT ok FROM ok) ORDER BY n
     ON CONFLICT DO NOTHING
@@ -87,15 +99,12 @@ SELECT (SELECT ok FROM ok), (SELECT array_agg(id) FROM consumed), (SELECT count(
 _FENCE_CTE: Final = """fence AS (
     SELECT l.session_id FROM baf_leases l JOIN unnest($7::text[], $8::bigint[]) AS f(s, e)
     ON l.session_id = f.s AND l.epoch = f.e WHERE l.owner = $9 FOR KEY SHARE OF l
-), ok AS (
-    SELECT (SELECT count(*) FROM fence) = cardinality($7::text[]) AS ok
 ), """
+_FENCE_OK: Final = "(SELECT count(*) FROM fence) = cardinality($7::text[])"
 # Without fences, $7-$9 are still sent (empty), so both statements take the same arguments.
-_NO_FENCE_CTE: Final = """ok AS (
-    SELECT cardinality($7::text[]) + cardinality($8::bigint[]) = 0 AND $9::text IS NULL AS ok
-), """
-_GROUP: Final = _GROUP_TEMPLATE.format(fence_cte=_NO_FENCE_CTE, channel=RECORDS_CHANNEL)
-_GROUP_FENCED: Final = _GROUP_TEMPLATE.format(fence_cte=_FENCE_CTE, channel=RECORDS_CHANNEL)
+_NO_FENCE_OK: Final = "cardinality($7::text[]) + cardinality($8::bigint[]) = 0 AND $9::text IS NULL"
+_GROUP: Final = _GROUP_TEMPLATE.format(fence_cte="", fence_ok=_NO_FENCE_OK, channel=RECORDS_CHANNEL)
+_GROUP_FENCED: Final = _GROUP_TEMPLATE.format(fence_cte=_FENCE_CTE, fence_ok=_FENCE_OK, channel=RECORDS_CHANNEL)
 # What the group statement cannot know: the stored work statuses of sessions the writer has no status for.
 # Locks their rows (an append of the same session elsewhere waits) and reads each session's last seq, so that the
 # status read can be known for the next appends (see ``_Known``).
@@ -242,6 +251,17 @@ class PostgresLog(SessionLog):
         finally:
             await pool.release(connection)
 
+    async def _connect(self) -> asyncpg.Connection:
+        """A writer's connection: its own, outside the pool (appends never wait for readers)."""
+        driver = _import_asyncpg()
+        try:
+            connection: asyncpg.Connection = await driver.connect(
+                self._dsn, timeout=self._connect_timeout, command_timeout=None
+            )
+        except (TimeoutError, OSError, driver.PostgresError) as exc:
+            raise LogStorageError(redact_dsn(self._dsn), f"cannot open a database connection: {exc}") from exc
+        return connection
+
     async def _acquire(self, pool: asyncpg.Pool) -> asyncpg.Connection:
         asyncpg = _import_asyncpg()
         where = redact_dsn(self._dsn)
@@ -275,8 +295,10 @@ class PostgresLog(SessionLog):
             try:
                 pool = await asyncpg.create_pool(
                     self._dsn,
-                    min_size=1,
-                    max_size=self._pool_size + 1,
+                    # A worker's store opens its connections at once: opening one (and asyncpg's type
+                    # lookups on it) when a burst of sessions arrives would cost that burst several ms.
+                    min_size=self._pool_size if self._worker_id is not None else 1,
+                    max_size=self._pool_size,
                     timeout=self._connect_timeout,
                     command_timeout=None,
                     reset=_no_reset,
@@ -303,10 +325,11 @@ class PostgresLog(SessionLog):
         """Commit what is queued, stop the writer and close the connections. Idempotent."""
         self._closed = True
         writer, self._writer = self._writer, None
-        if writer is not None and writer.task is not None:
+        if writer is not None:
             writer.closing = True
             writer.wakeup.set()
-            await writer.task
+            if writer.task is not None:
+                await writer.task
         pool, self._pool = self._pool, None
         self._known = _Known()  # the database may change before the next start
         if pool is not None:
@@ -364,7 +387,7 @@ class PostgresLog(SessionLog):
         await future
 
     async def _write_loop(self, writer: _Writer) -> None:
-        """Commit everything queued, group by group, until the store closes and the queue is empty."""
+        """Commit what is queued, group by group, until the store closes and the queue is empty."""
         connection: asyncpg.Connection | None = None
         try:
             while True:
@@ -377,8 +400,7 @@ class PostgresLog(SessionLog):
                 group, writer.queue = writer.queue, []
                 try:
                     if connection is None or connection.is_closed():
-                        assert self._pool is not None
-                        connection = await self._acquire(self._pool)
+                        connection = await self._connect()
                     await self._commit_group(connection, group)
                 except Exception as exc:
                     # The transaction failed as a whole: nothing of the group is durable. Say so to every
@@ -392,23 +414,22 @@ class PostgresLog(SessionLog):
                     for batch in group:
                         if not batch.future.done():
                             batch.future.set_exception(error)
-                    if connection is not None and self._pool is not None:
-                        with contextlib.suppress(Exception):
-                            await self._pool.release(connection, timeout=1)
+                    if connection is not None:
+                        connection.terminate()
                     connection = None
         finally:
             for batch in writer.queue:
                 if not batch.future.done():
                     batch.future.set_exception(LogClosedError(f"{self!r} closed before this append was written"))
-            if connection is not None and self._pool is not None:
+            if connection is not None:
                 with contextlib.suppress(Exception):
-                    await self._pool.release(connection)
+                    await asyncio.wait_for(connection.close(), 5)
 
     async def _commit_group(self, connection: asyncpg.Connection, group: list[_Batch]) -> None:
         """Commit ``group`` and settle each append's future.
 
         First all of it at once: one statement (one round trip) when the writer knows the work statuses of
-        the sessions it touches and no inbox row is consumed, else that statement in a transaction. If that
+        the sessions it touches, else a read of them and that statement in a transaction. If that
         is refused (a conflict, a lost lease, an inbox row gone, a value PostgreSQL rejects) nothing of it
         was written, and the group is committed again append by append, each in a savepoint of its own, so
         that only the refused ones fail."""
@@ -443,17 +464,16 @@ class PostgresLog(SessionLog):
         """Commit every append of ``group`` in one transaction, or raise (``_Refused`` or what PostgreSQL
         refused) having written nothing."""
         plan = _Plan(group, self._known)
-        if not plan.unknown and not plan.consumed:
-            result = await self._execute(connection, plan, {})  # a single statement is its own transaction
-            if not result[0]:
+        if not plan.unknown:
+            ok, _ = await self._execute(connection, plan, {})  # a single statement is its own transaction
+            if not ok:
                 raise _Refused
         else:
             async with connection.transaction():
                 stored = await _stored_work(connection, plan.unknown)
-                result = await self._execute(connection, plan, stored)
-                wanted = plan.consumed_ids
-                if not result[0] or len(set(wanted)) != len(wanted) or sorted(result[1] or ()) != sorted(wanted):
-                    raise _Refused  # rolls the transaction back: one of its inbox rows was consumed already
+                ok, _ = await self._execute(connection, plan, stored)
+                if not ok:
+                    raise _Refused  # rolls the transaction back (the read's row locks)
         self._known.learn(plan)
 
     async def _write_alone(self, connection: asyncpg.Connection, batch: _Batch) -> None:
@@ -461,18 +481,22 @@ class PostgresLog(SessionLog):
         consumed already) or what PostgreSQL refused, so that it fails alone."""
         plan = _Plan([batch], _Known())  # statuses read from the table, whatever the writer knows
         stored = await _stored_work(connection, plan.unknown)
-        ok, consumed = await self._execute(connection, plan, stored)
-        if not ok:
-            if batch.fences:
-                await self._check_fences(connection, batch.fences)  # names the lost session and raises
-            raise LeaseLostError(
-                batch.rows[0][0] if batch.rows else "?", "a lease changed while this append was written"
-            )
+        if batch.fences:
+            await self._check_fences(connection, batch.fences)  # names a lost session and raises
         if batch.consumes is not None:
             session_id, ids = batch.consumes
-            missing = sorted(set(ids) - set(consumed or ()))
-            if missing:
-                raise LogError(f"session {session_id!r}: inbox message(s) {missing} were consumed already")
+            batch = _Batch(batch.rows, batch.future, batch.fences, (session_id, sorted(set(ids))))
+            plan = _Plan([batch], _Known())
+        ok, _ = await self._execute(connection, plan, stored)
+        if not ok and batch.consumes is not None:
+            session_id, ids = batch.consumes
+            present = await connection.fetch(
+                "SELECT id FROM baf_inbox WHERE session_id = $1 AND id = ANY($2::bigint[])", session_id, ids
+            )
+            missing = sorted(set(ids) - {row[0] for row in present})
+            raise LogError(f"session {session_id!r}: inbox message(s) {missing or ids} were consumed already")
+        if not ok:  # the fences held a moment ago, under a lock this transaction keeps: should not happen
+            raise LeaseLostError(plan.sessions[0] if plan.sessions else "?", "a lease changed during the append")
         self._known.forget(plan.sessions)
 
     async def _execute(
@@ -649,11 +673,6 @@ class _Plan:
                 if before is None:
                     self.unknown.append(name)
             self.after[name] = before if self.last_seq[name] > 0 else None
-
-    @property
-    def consumed_ids(self) -> list[int]:
-        """The inbox rows the appends consume."""
-        return [row_id for _, row_id in self.consumed]
 
     def work_changes(self, stored: _Stored) -> tuple[list[str], list[tuple[str, WorkStatus]]]:
         """The sessions whose ``baf_work`` row goes (now idle) and the rows to write, given the statuses

@@ -393,10 +393,18 @@ async def test_a_server_restart_fails_unacknowledged_appends_loudly_then_recover
     try:
         async with PostgresLog(dsn) as log:
             await log.append([rec("s", 1)])
+            # Hold the append in flight: another transaction inserts the same key and does not commit, so
+            # the append's statement waits for it ... when the server restarts.
+            blocker = await asyncpg.connect(dsn)
+            await blocker.execute("BEGIN; INSERT INTO baf_records VALUES ('s', 2, 'note', '{}', 1.5, 1)")
+            in_flight = asyncio.create_task(log.append([rec("s", 2)]))
+            await asyncio.sleep(0.5)
+            assert not in_flight.done()
             restarted = await asyncio.to_thread(_run, *pg_ctl, "-m", "fast", "restart")
             assert restarted.returncode == 0, restarted.stderr
             with pytest.raises(LogError, match="not acknowledged"):
-                await log.append([rec("s", 2)])  # the writer's connection died with the server
+                await in_flight  # the writer's connection died with the server, mid-statement
+            blocker.terminate()
             await log.append([rec("s", 2)])  # the next group reconnects
             assert [r.seq for r in await log.read("s")] == [1, 2]
     finally:
