@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from baf import Agent
-from baf.errors import ConfigurationError
+from baf.errors import ConfigurationError, ToolListingError, ToolServerError
 from baf.library.state.reasoning_state_library import new_reasoning_state
 from baf.log.record import Record
 from baf.replay.rerun import assert_replays
@@ -254,6 +254,8 @@ async def test_a_schema_that_is_not_an_object_is_a_clear_error(caplog: pytest.Lo
     assert "its tool list does not follow the MCP schema (tools.1.inputSchema.type: Input should be 'object')" in (
         str(caught.value)
     )
+    assert isinstance(caught.value.__cause__, ToolListingError)  # in baf's error tree
+    assert isinstance(caught.value.__cause__, ToolServerError)
 
     # An object schema that is not a valid JSON Schema: that tool is refused, the others are offered.
     agent = agent_with(ScriptedLLM([]))
