@@ -6,9 +6,10 @@ users are records, so the worker holding the connection delivers them by reading
 
 - the runtime keeps a read-only view of each such session (``Runtime.follow``), folded from the log, that
   knows the last record it showed (its ``last_seq``);
-- every commit notifies ``baf_records`` with the session id (``PostgresLog``); on a notification the
-  :class:`Follower` reads the records after that seq and has the view deliver them in order, each with its
-  seq (``LiveSession.show_recorded``), exactly as the owner's own platform calls would have;
+- every commit notifies ``baf_records`` with the session id (``PostgresLog``); while it follows a session,
+  the :class:`Follower` listens to that channel, and on a notification reads the records after that seq
+  and has the view deliver them in order, each with its seq (``LiveSession.show_recorded``), exactly as the
+  owner's own platform calls would have;
 - a slow poll (the worker's ``poll_interval``) reads every followed session again, so a lost notification
   (or a reconnect of the listening connection) delays records and loses none; reading from the last seq
   shown means none is delivered twice;
@@ -26,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from baf.errors import LogError
@@ -34,7 +36,10 @@ if TYPE_CHECKING:
     from baf.core.runtime import Runtime
     from baf.log.store import SessionLog
 
-__all__ = ["Follower"]
+__all__ = ["Follower", "Listen"]
+
+#: Starts listening to the records channel, calling back with each committed session id; returns ``stop()``.
+Listen = Callable[[Callable[[str], None]], Awaitable[Callable[[], Awaitable[None]]]]
 
 logger = logging.getLogger("baf.serve")
 
@@ -44,9 +49,13 @@ class Follower:
     ``poll_interval`` seconds for all of them. A followed session with no client left on its platform is
     dropped once ``grace`` seconds have passed since it was last asked for."""
 
-    def __init__(self, runtime: Runtime, log: SessionLog, *, poll_interval: float, grace: float) -> None:
+    def __init__(
+        self, runtime: Runtime, log: SessionLog, listen: Listen, *, poll_interval: float, grace: float
+    ) -> None:
         self._runtime = runtime
         self._log = log
+        self._listen = listen
+        self._stop_listening: Callable[[], Awaitable[None]] | None = None
         self.poll_interval = poll_interval
         self.grace = grace
         self._due: set[str] = set()
@@ -67,21 +76,40 @@ class Follower:
             self._wake.set()
 
     async def run(self) -> None:
-        """Catch up what notifications name at once, and every followed session every ``poll_interval``."""
+        """Catch up what notifications name at once, and every followed session every ``poll_interval``.
+        Listens to the records channel only while it follows a session (each commit of every worker
+        notifies it)."""
         loop = asyncio.get_running_loop()
         next_poll = loop.time() + self.poll_interval
-        while True:
-            timeout = max(0.0, next_poll - loop.time())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
-            self._wake.clear()
-            due, self._due = self._due, set()
-            if loop.time() >= next_poll:
-                next_poll = loop.time() + self.poll_interval
-                self._sweep(loop.time())
-                due |= set(self._runtime.followed)
-            if due:
-                await asyncio.gather(*(self.catch_up(session_id) for session_id in due))
+        try:
+            while True:
+                timeout = max(0.0, next_poll - loop.time())
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout)
+                self._wake.clear()
+                due, self._due = self._due, set()
+                if loop.time() >= next_poll:
+                    next_poll = loop.time() + self.poll_interval
+                    self._sweep(loop.time())
+                    due |= set(self._runtime.followed)
+                # Listening before reading: a commit after the read is then notified.
+                await self._listen_while_following()
+                if due:
+                    await asyncio.gather(*(self.catch_up(session_id) for session_id in due))
+        finally:
+            if self._stop_listening is not None:
+                stop, self._stop_listening = self._stop_listening, None
+                await stop()
+
+    async def _listen_while_following(self) -> None:
+        if self._runtime.followed and self._stop_listening is None:
+            try:
+                self._stop_listening = await self._listen(lambda session_id: self.notified(session_id))
+            except Exception as exc:  # the database is away: the poll keeps every session current meanwhile
+                logger.warning("cannot listen to the records channel: %s", exc)
+        elif not self._runtime.followed and self._stop_listening is not None:
+            stop, self._stop_listening = self._stop_listening, None
+            await stop()
 
     async def catch_up(self, session_id: str) -> None:
         """Deliver the records of ``session_id`` committed after the last one its view showed."""

@@ -14,7 +14,8 @@ __all__ = ["RecordingPlatform"]
 
 
 class RecordingPlatform(Platform):
-    """Records, per session id, the replies, errors, reasoning steps and task-list updates it was sent.
+    """Records, per session id, the replies, errors, reasoning steps, task-list updates and streamed text
+    (``deltas``: ``(run_id, text)`` pairs) it was sent.
 
     ``events`` keeps everything in arrival order as ``(session_id, kind, payload)`` tuples, so tests can
     assert on the interleaving of steps and replies.
@@ -28,6 +29,7 @@ class RecordingPlatform(Platform):
         self.steps: defaultdict[str, list[Any]] = defaultdict(list)
         self.task_lists: defaultdict[str, list[list[dict[str, Any]]]] = defaultdict(list)
         self.errors: defaultdict[str, list[str]] = defaultdict(list)
+        self.deltas: defaultdict[str, list[tuple[str, str]]] = defaultdict(list)
         self.events: list[tuple[str, str, Any]] = []
 
     async def reply(self, session: Session, message: str) -> None:
@@ -45,3 +47,7 @@ class RecordingPlatform(Platform):
     async def reply_task_list_update(self, session: Session, tasks: list[dict[str, Any]]) -> None:
         self.task_lists[session.id].append(tasks)
         self.events.append((session.id, "tasks", tasks))
+
+    async def reply_delta(self, session: Session, run_id: str, text: str) -> None:
+        self.deltas[session.id].append((run_id, text))
+        self.events.append((session.id, "delta", (run_id, text)))
