@@ -14,7 +14,8 @@ __all__ = ["RecordingPlatform"]
 
 
 class RecordingPlatform(Platform):
-    """Records, per session id, the replies, errors, reasoning steps and task-list updates it was sent.
+    """Records, per session id, the replies, errors, reasoning steps, task-list updates and approval
+    requests (:class:`~baf.reasoning.approval.ApprovalRequest`) it was sent.
 
     ``events`` keeps everything in arrival order as ``(session_id, kind, payload)`` tuples, so tests can
     assert on the interleaving of steps and replies.
@@ -28,6 +29,7 @@ class RecordingPlatform(Platform):
         self.steps: defaultdict[str, list[Any]] = defaultdict(list)
         self.task_lists: defaultdict[str, list[list[dict[str, Any]]]] = defaultdict(list)
         self.errors: defaultdict[str, list[str]] = defaultdict(list)
+        self.approval_requests: defaultdict[str, list[Any]] = defaultdict(list)
         self.events: list[tuple[str, str, Any]] = []
 
     async def reply(self, session: Session, message: str) -> None:
@@ -41,6 +43,10 @@ class RecordingPlatform(Platform):
     async def reply_reasoning_step(self, session: Session, step: Any) -> None:
         self.steps[session.id].append(step)
         self.events.append((session.id, "step", step))
+
+    async def reply_approval_request(self, session: Session, request: Any) -> None:
+        self.approval_requests[session.id].append(request)
+        self.events.append((session.id, "approval_request", request))
 
     async def reply_task_list_update(self, session: Session, tasks: list[dict[str, Any]]) -> None:
         self.task_lists[session.id].append(tasks)
