@@ -249,4 +249,4 @@ def test_the_kit_runs_without_pytest_asyncio_auto_mode(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     # Strict mode skips an async test it was not told about (with a warning): none may be skipped.
-    assert "8 passed" in result.stdout and "skipped" not in result.stdout, result.stdout
+    assert "9 passed" in result.stdout and "skipped" not in result.stdout, result.stdout
