@@ -75,7 +75,7 @@ ANSWERED = KnownApproval(approved=True)
 def denial_message(tool: str, reason: str, by: str) -> str:
     """What the model reads as the result of a call a human denied."""
     who = f" by {by}" if by else ""
-    because = f" Reason given: {reason}" if reason.strip() else " No reason was given."
+    because = f" Reason given: {reason.strip().rstrip('.')}." if reason.strip() else " No reason was given."
     return (
         f"Error: the call to tool '{tool}' was denied{who} and did not run.{because} "
         "Do not call it again with the same arguments unless the user asks you to."

@@ -68,6 +68,10 @@ class WebSocketClient(ContractClient):
     async def close(self) -> None:
         await self.client.close()
 
+    async def decide(self, call_id: str, approved: bool, reason: str = "") -> bool:
+        await self.client.send({"type": "approval", "call_id": call_id, "approved": approved, "reason": reason})
+        return True
+
 
 class TestWebSocketPlatform(PlatformContract):
     def make_platform(self) -> Platform:
