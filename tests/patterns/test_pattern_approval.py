@@ -55,5 +55,5 @@ async def test_outside_a_session_a_call_that_needs_approval_is_refused_to_the_mo
     ])  # fmt: skip
     result = await ReAct().execute(llm, "send 5", tools=[Tool(transfer, requires_approval=True)])
     assert ran == [] and result.text == "I could not."
-    observation = [m for m in llm.requests[1].messages if m["role"] == "tool"][0]["content"]
+    observation = next(m for m in llm.requests[1].messages if m["role"] == "tool")["content"]
     assert "denied" in observation and "only be asked for inside a session" in observation
