@@ -24,7 +24,8 @@
     │   ├── LogReadOnlyError        append on a store opened read-only
     │   └── LeaseLostError          this worker no longer owns the session (another took it over)
     ├── LLMError                    the model could not be used
-    │   ├── LLMConnectionError      the server could not be reached (after retries)
+    │   ├── LLMConnectionError      the server could not be reached, or its streamed answer broke off
+    │   │                           (after retries)
     │   ├── LLMTimeoutError         the request took longer than its timeout (after retries)
     │   ├── LLMStatusError          a non-2xx answer after retries; ``status_code`` says which
     │   │   └── LLMRateLimitError   HTTP 429 that outlived the retries
@@ -248,7 +249,7 @@ class LLMError(BafError):
 
 
 class LLMConnectionError(LLMError):
-    """The model server could not be reached."""
+    """The model server could not be reached, or a streamed answer broke off before it was complete."""
 
 
 class LLMTimeoutError(LLMError):

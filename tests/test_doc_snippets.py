@@ -142,3 +142,14 @@ def test_every_install_command_in_the_docs_installs_an_extra_of_this_checkout() 
         match = re.fullmatch(r'pip install -e "\.\[([a-z0-9]+)\]"\s*', command)
         assert match, f"{page}: {command!r}"
         assert match.group(1) in extras, f"{page}: {command!r}"
+
+
+def test_the_working_memory_example_prints_what_its_comments_say() -> None:
+    block = python_block("reasoning_patterns.md", "MemoryManager()")
+    result = subprocess.run([sys.executable, "-c", block], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "notes on tides",
+        "llm_text: notes on notes on tides",
+        "notes on notes on tides",
+    ]

@@ -73,6 +73,17 @@ class Platform:
         """
         await self.reply(session, approval_request_text(request))
 
+    async def reply_delta(self, session: Session, run_id: str, text: str) -> None:
+        """Show a piece of the model's answer while it is written (a model that streams). Optional.
+
+        Pieces of one answer share a ``run_id``, arrive in order, and are not records: the complete
+        answer arrives afterwards as an ordinary reply (or, if the model failed, an error message),
+        which should take the place of what the pieces showed. A new ``run_id`` starts a new answer (a
+        later model turn, or a retry after the stream broke): what the old one showed is superseded.
+        Called while the model writes, not after a commit; a reconnecting client's history has only the
+        final reply. See :mod:`baf.reasoning.streaming`.
+        """
+
     async def reply_error(self, session: Session, message: str) -> None:
         """Show an error to the user. Defaults to a plain reply."""
         await self.reply(session, message)

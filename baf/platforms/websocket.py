@@ -50,6 +50,11 @@ Server → client (every live ``reply``, ``reasoning_step``, ``task_list`` and a
 ``{"type": "approval_request", "call_id": ID, "tool": NAME, "arguments": "JSON text", "step": N}``
     A tool call waits for a human decision (``docs/human_approval.md``): the UI shows it with Approve and
     Deny buttons, which send an ``approval`` frame.
+``{"type": "reply_delta", "run_id": ID, "text": "..."}``
+    A piece of an answer while the model writes it (a model that streams). Pieces with one ``run_id``
+    belong to one answer, in order; a new ``run_id`` starts a new one (a later model turn, or a retry after
+    the model's stream broke), superseding what the old one showed. Not a record: no ``seq``, and never in
+    a ``history``. The complete answer follows as a ``reply`` (or an ``error``), which takes its place.
 ``{"type": "task_list", "tasks": [{"id", "description", "status", "result"}, ...]}``
     A full snapshot; ``status`` is ``pending``, ``in_progress``, ``completed`` or ``skipped``.
 ``{"type": "history", "after_seq": N, "last_seq": M, "truncated": BOOL, "items": [...]}``
@@ -883,6 +888,15 @@ class WebSocketPlatform(Platform):
     async def reply_approval_request(self, session: Session, request: Any) -> None:
         """Send an ``approval_request`` frame: the UI shows the call with Approve and Deny buttons."""
         self._broadcast(session, {"type": "approval_request", **request.to_dict()})
+
+    async def reply_delta(self, session: Session, run_id: str, text: str) -> None:
+        """Send a ``reply_delta`` frame: a piece of an answer being written. Not a record, so no ``seq``."""
+        clients = self._routes.get(session.id)
+        if not clients:
+            return  # nobody is watching: the final reply is in the log for their history
+        encoded = json.dumps({"type": "reply_delta", "run_id": run_id, "text": text}, ensure_ascii=False)
+        for client in list(clients):
+            self._enqueue(client, encoded, session)
 
     async def reply_file(
         self, session: Session, name: str, content: bytes, mime_type: str = "", caption: str = ""

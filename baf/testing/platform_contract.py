@@ -28,7 +28,10 @@ What the contract checks:
 5. Reasoning steps and task-list updates stream without a failed delivery.
 6. The richer replies (Markdown, options, file, image) work natively or fall back, without failing.
 7. An error in a state body reaches the user as an error (or a plain reply) and the session goes on.
-8. A tool call waiting for a human's approval is shown to the user (natively, or as the default plain
+8. Text streamed while the model writes it (``reply_delta``) is shown or ignored without a failed
+   delivery, and the complete answer then arrives once, as a reply. A client that reports the pieces
+   it was shown (``Output`` kind ``"delta"``) must have been shown exactly the answer's text.
+9. A tool call waiting for a human's approval is shown to the user (natively, or as the default plain
    reply), naming the call; a decision (sent through the adapter when :meth:`ContractClient.decide`
    can, else as an :class:`~baf.core.events.ApprovalEvent` for the session) lets the loop finish.
 """
@@ -57,13 +60,14 @@ if TYPE_CHECKING:
 __all__ = ["ContractClient", "Output", "PlatformContract", "RecordingClient"]
 
 #: The kinds of :class:`Output` a client reports.
-REPLY, ERROR, OTHER = "reply", "error", "other"
+REPLY, ERROR, DELTA, OTHER = "reply", "error", "delta", "other"
 
 
 @dataclass(frozen=True, slots=True)
 class Output:
-    """Something the user saw: ``kind`` is ``"reply"``, ``"error"`` or ``"other"`` (steps, task lists,
-    anything else the adapter shows); ``text`` is what a user would read, if anything."""
+    """Something the user saw: ``kind`` is ``"reply"``, ``"error"``, ``"delta"`` (a piece of an answer
+    shown while it is written) or ``"other"`` (steps, task lists, anything else the adapter shows);
+    ``text`` is what a user would read, if anything."""
 
     kind: str
     text: str = ""
@@ -112,6 +116,8 @@ class RecordingClient(ContractClient):
                     self._seen += 1
                     if kind in (REPLY, ERROR):
                         return Output(kind, str(payload), payload)
+                    if kind == DELTA:
+                        return Output(DELTA, payload[1], payload)
                     return Output(OTHER, "", payload)
                 await asyncio.sleep(0.005)
 
@@ -314,6 +320,31 @@ class PlatformContract:
             await client.close()
 
         await self._run(_echo_body, test)
+
+    @pytest.mark.asyncio
+    async def test_streamed_text_is_followed_by_one_reply(self) -> None:
+        from baf.library.state.reasoning_state_library import reasoning_body
+
+        answer = "The answer, streamed word by word."
+        llm = ScriptedLLM([answer], stream=True)
+
+        async def test(agent: Agent, platform: Platform) -> None:
+            client = await self.open_client(agent, platform)
+            await client.send("stream it")
+            outputs = await self._until(client, lambda o: o.kind == REPLY)
+            assert outputs[-1].text == answer
+            assert not [o for o in outputs if o.kind == ERROR], outputs
+            shown = [o.text for o in outputs if o.kind == DELTA]
+            assert not shown or "".join(shown) == answer, shown
+            assert await self._delivery_errors(agent) == []
+            later: list[Output] = []
+            with contextlib.suppress(TimeoutError):
+                while True:
+                    later.append(await client.next_output(0.2))
+            assert not [o for o in later if o.kind in (REPLY, DELTA)], later  # the answer came once
+            await client.close()
+
+        await self._run(reasoning_body(llm, enable_task_planning=False), test)
 
     @pytest.mark.asyncio
     async def test_a_call_waiting_for_approval_is_shown_and_a_decision_continues_it(self) -> None:

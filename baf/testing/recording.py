@@ -14,8 +14,9 @@ __all__ = ["RecordingPlatform"]
 
 
 class RecordingPlatform(Platform):
-    """Records, per session id, the replies, errors, reasoning steps, task-list updates and approval
-    requests (:class:`~baf.reasoning.approval.ApprovalRequest`) it was sent.
+    """Records, per session id, the replies, errors, reasoning steps, task-list updates, streamed text
+    (``deltas``: ``(run_id, text)`` pairs) and approval requests
+    (:class:`~baf.reasoning.approval.ApprovalRequest`) it was sent.
 
     ``events`` keeps everything in arrival order as ``(session_id, kind, payload)`` tuples, so tests can
     assert on the interleaving of steps and replies.
@@ -30,6 +31,7 @@ class RecordingPlatform(Platform):
         self.task_lists: defaultdict[str, list[list[dict[str, Any]]]] = defaultdict(list)
         self.errors: defaultdict[str, list[str]] = defaultdict(list)
         self.approval_requests: defaultdict[str, list[Any]] = defaultdict(list)
+        self.deltas: defaultdict[str, list[tuple[str, str]]] = defaultdict(list)
         self.events: list[tuple[str, str, Any]] = []
 
     async def reply(self, session: Session, message: str) -> None:
@@ -51,3 +53,7 @@ class RecordingPlatform(Platform):
     async def reply_task_list_update(self, session: Session, tasks: list[dict[str, Any]]) -> None:
         self.task_lists[session.id].append(tasks)
         self.events.append((session.id, "tasks", tasks))
+
+    async def reply_delta(self, session: Session, run_id: str, text: str) -> None:
+        self.deltas[session.id].append((run_id, text))
+        self.events.append((session.id, "delta", (run_id, text)))

@@ -63,6 +63,8 @@ class WebSocketClient(ContractClient):
             return Output("reply", frame.get("text", ""), frame)
         if frame["type"] == "error":
             return Output("error", frame["message"], frame)
+        if frame["type"] == "reply_delta":
+            return Output("delta", frame["text"], frame)
         return Output("other", "", frame)
 
     async def close(self) -> None:
@@ -253,4 +255,4 @@ def test_the_kit_runs_without_pytest_asyncio_auto_mode(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     # Strict mode skips an async test it was not told about (with a warning): none may be skipped.
-    assert "9 passed" in result.stdout and "skipped" not in result.stdout, result.stdout
+    assert "10 passed" in result.stdout and "skipped" not in result.stdout, result.stdout

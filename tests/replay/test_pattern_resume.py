@@ -1,7 +1,9 @@
 """Crash resume of pattern states: a ``ReAct`` state, and a pipeline of two, killed with kill -9 in the
 middle of a run, finish the run after a restart: recorded model responses are used (the model is not
 asked again), a non-idempotent tool call whose result was not recorded is reported to the model as
-interrupted and never runs twice, and every question gets exactly one answer."""
+interrupted and never runs twice, and every question gets exactly one answer. The pipeline runs with a
+working memory in the session: after the restarts it holds what the runs wrote, and each second stage's
+model calls were shown the first stage's output."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import pytest
 
 from baf.log import Record, open_log
 from baf.log.projection import project
+from baf.reasoning.effects import rebuild_requests
 from baf.reasoning.resume import INTERRUPTED_TOOL_MESSAGE
 
 AGENT = Path(__file__).parent.parent / "fixtures" / "pattern_crash_agent.py"
@@ -106,6 +109,17 @@ async def test_kill_9_in_the_middle_of_a_pattern_run(tmp_path: Path, shape: str)
             if record.kind == "llm_response":
                 nonce = record.data["tool_calls"][0]["id"].split("-", 1)[1]
                 assert made[(tasks[key], record.data["turn"])][-1] == nonce
+    if shape == "pipeline":  # the working memory survived every kill
+        for group in groups:
+            question = group[0].data["details"]["request"]
+            first = next(r.data["details"]["text"] for r in group if r.kind == "reasoning_step"
+                         and r.data["kind"] == "llm_text" and r.data["details"]["pattern"] == "first")  # fmt: skip
+            seconds = [q for q in rebuild_requests(group) if q.loop == "second"]
+            assert seconds and all(f"- reasoning:first: {first}" in (q.system or "") for q in seconds), question
+        last = groups[-1][0].data["details"]["request"]
+        assert f"answer to {last} [" in p.variables["reasoning:first"]["reasoning:output"]
+        last_reply = next(r.data["text"] for r in groups[-1] if r.kind == "reply")
+        assert p.variables["reasoning:pipeline"]["reasoning:output"] == last_reply
     # The non-idempotent tool never ran twice for one call; a call cut off is reported, not repeated.
     written = effects.read_text().splitlines()
     assert len(written) == len(set(written))

@@ -10,6 +10,10 @@ every pattern step into a ``reasoning_step`` record, streamed to the platform on
 The body is resumable like the reasoning state's: after a crash the run goes again from its start over
 the records it had written (recorded model responses and tool results served, nothing written twice,
 a non-idempotent tool call without a recorded result reported to the model as interrupted), then on.
+
+With ``memory=True`` the run gets a working memory (:mod:`baf.reasoning.patterns.memory`) backed by the
+session: each scope ``reasoning:<pattern>`` is a session variable, written through the run's recorder
+like its other records, so a resumed run skips what it had written and finds the memory as it was.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
+from baf.core.session import runtime_side
 from baf.errors import ApprovalPending, LLMError, PatternError
 from baf.library.state.pattern_variables import reasoning_variables
 from baf.library.state.recording import session_recorder
@@ -24,6 +29,7 @@ from baf.llm.base import LLM, LLMResponse
 from baf.log.record import Record, RecordKind
 from baf.reasoning.effects import current_effect_source
 from baf.reasoning.patterns import LLMCallInfo, PatternStep, ReasoningPattern, ReasoningResult
+from baf.reasoning.patterns.memory import MemoryManager, is_scope
 from baf.reasoning.recorder import Recorder
 from baf.reasoning.resume import ResumeEffects
 from baf.reasoning.step import ReasoningStep, ReasoningStepKind
@@ -35,7 +41,7 @@ if TYPE_CHECKING:
     from baf.core.session import Session
     from baf.core.state import State
 
-__all__ = ["RESULT_VARIABLE", "SessionObserver", "new_pattern_state", "pattern_body"]
+__all__ = ["RESULT_VARIABLE", "SessionObserver", "new_pattern_state", "pattern_body", "session_memory"]
 
 #: The session variable holding the last run's summary (``ReasoningResult.summary()``).
 RESULT_VARIABLE = "pattern_result"
@@ -89,6 +95,7 @@ def pattern_body(
     request: Callable[[Session], str | None] | None = None,
     reply: bool = True,
     export_variables: bool = False,
+    memory: bool = False,
 ) -> Callable[[Session], Awaitable[None]]:
     """Build a state body that answers each user message by running ``pattern``.
 
@@ -104,6 +111,9 @@ def pattern_body(
         reply: Reply with the answer (or the failure message); ``False`` leaves replying to later states.
         export_variables: Also set the variables of
             :func:`~baf.library.state.pattern_variables.reasoning_variables` (``reasoning_answer``, ...).
+        memory: Run with a working memory kept in the session (:func:`session_memory`): each pattern of
+            the run (each stage of a pipeline) has its scope, a session variable ``reasoning:<name>``,
+            and sees the outputs the other scopes hold, from this run and earlier ones.
     """
 
     async def body(session: Session) -> None:
@@ -123,8 +133,9 @@ def pattern_body(
         offered = tools if tools is not None else _agent_tools(session)
         outcome, steps, paused = "error", 0, False
         try:
+            working = session_memory(session, recorder) if memory else None
             result: ReasoningResult[Any] = await pattern.execute(
-                llm, problem, tools=offered, session=session, observer=observer
+                llm, problem, tools=offered, session=session, observer=observer, memory=working
             )
             steps, outcome = result.steps_taken, result.stop_reason
             recorder.set(RESULT_VARIABLE, result.summary())
@@ -177,6 +188,18 @@ def new_pattern_state(
     state = agent.new_state(name, initial=initial)
     state.set_body(pattern_body(pattern, llm, **options))
     return state
+
+
+def session_memory(session: Session, recorder: Recorder | None = None) -> MemoryManager:
+    """A working memory (:class:`~baf.reasoning.patterns.memory.MemoryManager`) over ``session``'s
+    variables: it starts with the scopes the session holds (variables ``reasoning:<name>`` whose value
+    is an object) and writes every change of a scope as that variable, through ``recorder`` (default:
+    straight into the session). Pass it to ``pattern.execute(..., session=session, memory=...)``.
+    """
+    writer = recorder if recorder is not None else session_recorder(session)
+    variables = runtime_side(session).projection.variables
+    scopes = {name: value for name, value in variables.items() if is_scope(name, value)}
+    return MemoryManager(scopes, write=writer.set)
 
 
 def _agent_tools(session: Session) -> list[Tool]:

@@ -17,6 +17,7 @@ from typing import Any
 from baf.errors import ToolArgumentError, ToolTimeoutError
 from baf.reasoning.mcp.names import ListedTool
 from baf.reasoning.tool import Tool
+from baf.reasoning.tool_arguments import argument_error, parse_arguments
 
 __all__ = ["MCPTool"]
 
@@ -80,7 +81,7 @@ class MCPTool(Tool):
             ToolArgumentError: not JSON, not an object, or not valid under the schema (the first
                 problems listed, worded for the model to fix its call).
         """
-        args = self._parse(raw) if isinstance(raw, str | bytes | bytearray) else raw
+        args = parse_arguments(self.name, raw) if isinstance(raw, str | bytes | bytearray) else raw
         if not isinstance(args, Mapping):
             raise ToolArgumentError(
                 f"The arguments for tool '{self.name}' must be a JSON object, got {type(args).__name__}."
@@ -88,7 +89,7 @@ class MCPTool(Tool):
         args = dict(args)
         problems = [self._describe(error) for error in self._schema_validator().iter_errors(args)]
         if problems:
-            raise self._fail(sorted(problems)[:_MAX_PROBLEMS])
+            raise argument_error(self.name, sorted(problems)[:_MAX_PROBLEMS])
         return args
 
     def _schema_validator(self) -> Any:

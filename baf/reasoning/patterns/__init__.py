@@ -10,6 +10,7 @@ from baf.reasoning.patterns.base import BasePattern, ReasoningPattern
 from baf.reasoning.patterns.chain_of_thought import ChainOfThought
 from baf.reasoning.patterns.compaction import ContextCompactor
 from baf.reasoning.patterns.goal_decomposition import GoalDecomposition
+from baf.reasoning.patterns.memory import MemoryManager, WorkingMemory
 from baf.reasoning.patterns.pipeline import ReasoningPipeline
 from baf.reasoning.patterns.plan_execute import PlanAndExecute
 from baf.reasoning.patterns.prompts import PromptTemplate
@@ -30,6 +31,7 @@ __all__ = [
     "ContextCompactor",
     "GoalDecomposition",
     "LLMCallInfo",
+    "MemoryManager",
     "Meter",
     "OutputReviewer",
     "PatternObserver",
@@ -48,6 +50,7 @@ __all__ = [
     "Reflexion",
     "StopReason",
     "TreeOfThoughts",
+    "WorkingMemory",
     "as_text",
     "pattern_registry",
 ]

@@ -31,6 +31,7 @@ from baf.errors import (
 from baf.llm.base import LLM, Usage
 from baf.reasoning.patterns.accounting import Budget, Meter, PriceTable
 from baf.reasoning.patterns.compaction import ContextCompactor
+from baf.reasoning.patterns.memory import MemoryManager
 from baf.reasoning.patterns.prompts import PromptTemplate, resolve_prompts
 from baf.reasoning.patterns.result import ReasoningResult, StopReason, as_text
 from baf.reasoning.patterns.review import OutputReviewer
@@ -59,7 +60,8 @@ class ReasoningPattern(Protocol[T]):
     """Anything that can run a reasoning strategy: the built-in patterns, pipelines, your own classes.
 
     ``execute`` must accept (and may ignore) further keyword arguments: nested runs pass ``observer``,
-    ``meter`` and ``depth`` so the whole tree shares one log stream and one budget.
+    ``meter``, ``depth`` and ``memory`` so the whole tree shares one log stream, one budget and one
+    working memory.
     """
 
     name: str
@@ -174,13 +176,15 @@ class BasePattern(Generic[T]):
         observer: PatternObserver | None = None,
         meter: Meter | None = None,
         depth: int = 0,
+        memory: MemoryManager | None = None,
         **kw: Any,
     ) -> ReasoningResult[T]:
         """Run the pattern on ``input`` (text; other values are turned into text with ``as_text``).
 
         ``tools`` are offered to patterns that act (ReAct); ``session`` is passed to tools that take
         one; ``observer`` receives every step and call (``pattern_body`` passes one that records them
-        in the session log). ``meter`` and ``depth`` are set by an enclosing run.
+        in the session log). ``memory`` gives the run its working-memory scope ``reasoning:<name>``
+        (see :mod:`baf.reasoning.patterns.memory`). ``meter`` and ``depth`` are set by an enclosing run.
         """
         if kw:
             raise TypeError(f"{self.name}.execute() got unexpected arguments {sorted(kw)}")
@@ -188,7 +192,7 @@ class BasePattern(Generic[T]):
             meter = Meter(self.prices, self.budget)
         run = PatternRun(self, llm, input if isinstance(input, str) else as_text(input),
                          tools=_tool_map(tools), session=session, observer=observer, meter=meter,
-                         depth=depth)  # fmt: skip
+                         depth=depth, memory=memory.fork(self.name) if memory is not None else None)  # fmt: skip
         calls_before = len(meter.calls)
         try:
             output = await self.run(run)
@@ -199,11 +203,15 @@ class BasePattern(Generic[T]):
         except PatternLimitError as exc:
             run.emit(PatternStepKind.OBSERVATION, f"stopped: {exc}", stop_reason=_stop_reason(exc), error=str(exc))
             result = self._result(run, run.partial, _stop_reason(exc), calls_before, exc)
+            if run.memory is not None and run.partial is not None:
+                run.memory.store_output(as_text(run.partial))
             exc.partial = result
             if self.on_limit == "raise":
                 raise
             return result
         text = as_text(output)
+        if run.memory is not None:
+            run.memory.store_output(text)
         run.emit(PatternStepKind.ANSWER, text or "(no answer)", text=text, final=depth == 0,
                  success=stop_reason == StopReason.COMPLETED, stop_reason=stop_reason)  # fmt: skip
         return self._result(run, output, stop_reason, calls_before, None)

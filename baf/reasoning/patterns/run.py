@@ -25,6 +25,7 @@ from baf.llm.base import LLM, LLMResponse, ToolCall
 from baf.log.record import RecordKind
 from baf.reasoning.patterns.accounting import Meter
 from baf.reasoning.patterns.compaction import estimate_tokens
+from baf.reasoning.patterns.memory import WorkingMemory
 from baf.reasoning.patterns.steps import (
     LLMCallInfo,
     PatternObserver,
@@ -65,6 +66,7 @@ class PatternRun:
         observer: PatternObserver | None,
         meter: Meter,
         depth: int,
+        memory: WorkingMemory | None = None,
     ) -> None:
         self.pattern = pattern
         self.llm = llm
@@ -74,6 +76,8 @@ class PatternRun:
         self.observer = observer
         self.meter = meter
         self.depth = depth
+        #: The run's working-memory scope (``execute(..., memory=...)``), or ``None``.
+        self.memory = memory
         self.trace: list[PatternStep] = []
         self.steps_taken = 0
         self.partial: Any = None
@@ -109,6 +113,8 @@ class PatternRun:
         self.trace.append(step)
         if self.observer is not None:
             self.observer.on_step(step)
+        if self.memory is not None:
+            self.memory.persist_step(step)
         return step
 
     def prompt(self, slot: str, **values: Any) -> str:
@@ -127,9 +133,12 @@ class PatternRun:
         parameters: dict[str, Any] | None = None,
         llm: LLM | None = None,
     ) -> LLMResponse:
-        """One model turn of the kernel, with the step timeout, the observer, usage accounting and the budget."""
+        """One model turn of the kernel, with the step timeout, the observer, usage accounting, the budget
+        and, with a working memory, its context at the top of the system message."""
         model = llm or self.llm
         self._check_budget()
+        if self.memory is not None:
+            system = self.memory.enrich(system)
         merged = {**(self.pattern.parameters or {}), **(parameters or {})} or None
         self._calls += 1
         info = LLMCallInfo(self.pattern.name, self._calls, purpose, model.name, list(messages),
@@ -230,10 +239,11 @@ class PatternRun:
     # -- nesting and compaction ---------------------------------------------------------------------
 
     async def delegate(self, pattern: Any, input: Any) -> ReasoningResult[Any]:
-        """Run another pattern on ``input`` as part of this run (same meter, observer, tools, session)."""
+        """Run another pattern on ``input`` as part of this run (same meter, observer, tools, session and
+        working memory: the other pattern gets a scope of its own in it)."""
         result: ReasoningResult[Any] = await pattern.execute(
             self.llm, input, tools=self.tools, session=self.session, observer=self.observer,
-            meter=self.meter, depth=self.depth + 1,
+            meter=self.meter, depth=self.depth + 1, memory=self.memory.manager if self.memory is not None else None,
         )  # fmt: skip
         self.trace.extend(step for step in result.trace if step not in self.trace)
         return result
