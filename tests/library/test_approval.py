@@ -288,3 +288,22 @@ def test_requires_approval_must_be_a_flag_or_a_function() -> None:
         def act() -> str:
             """Act."""
             return ""
+
+
+async def test_a_session_with_decisions_re_runs_identically_from_its_log(tmp_path: Any) -> None:
+    from baf.replay.rerun import assert_replays
+
+    ran: list[str] = []
+    log = f"sqlite:///{tmp_path / 'approvals.db'}"
+    llm = ScriptedLLM([ScriptedLLM.tool_call("delete_file", {"path": "a"}), "done",
+                       ScriptedLLM.tool_call("delete_file", {"path": "b"}), "kept"])  # fmt: skip
+    agent = _agent(llm, ran, log=log)
+    platform = RecordingPlatform()
+    async with agent:
+        await agent.receive_message("s", "delete a", platform)
+        await _decide(agent, "s", platform, call_id="call_1", approved=True)
+        await agent.receive_message("s", "delete b", platform)
+        await _decide(agent, "s", platform, call_id="call_2", approved=False, reason="no")
+    assert ran == ["a"]
+    report = await assert_replays(log, "s", _agent(ScriptedLLM([]), ran, log=log))
+    assert report.tool_results_served == 1 and ran == ["a"]  # served from the log, never run again
