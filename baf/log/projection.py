@@ -59,9 +59,16 @@ class SessionProjection:
     held: dict[int, dict[str, Any]] = field(default_factory=dict)
     #: Whether the initial state's body has run (``session_started`` without a step yet).
     started: bool = False
+    #: A fork cut before the session's first step holds the initial state's body too, until it is continued.
+    start_held: bool = False
     #: While a global state's component is visited: the state to return to, and the global state.
     return_to: str | None = None
     visiting: str | None = None
+
+    @property
+    def holding(self) -> bool:
+        """Whether this fork holds work (messages, or its initial body) until it is continued."""
+        return bool(self.held) or self.start_held
 
     def apply(self, record: Record) -> None:
         """Fold one record into the projection."""
@@ -120,6 +127,8 @@ class SessionProjection:
             "started": self.started,
             "return_to": self.return_to,
             "visiting": self.visiting,
+            # Only when set: snapshots written before it existed read (and compare) as they are.
+            **({"start_held": True} if self.start_held else {}),
         }
 
     def _adopt(self, state: dict[str, Any]) -> None:
@@ -137,6 +146,7 @@ class SessionProjection:
         self.held = {seq: event for seq, event in state["held"]}
         self.open_step = state["open_step"]
         self.started = state["started"]
+        self.start_held = state.get("start_held", False)
         self.return_to = state["return_to"]
         self.visiting = state["visiting"]
 
@@ -183,6 +193,7 @@ def _step_started(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
         p.unstarted.pop(event_seq, None)
     p.open_step = event_seq if event_seq is not None else 0
     p.started = True
+    p.start_held = False
 
 
 def _step_finished(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
@@ -231,11 +242,14 @@ def _forked_from(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
     # baf (without "held") must not run a model or a tool by itself either.
     p.held.update(p.unstarted)
     p.unstarted.clear()
+    if p.current_state is not None and not p.started:  # cut before the first step: its body waits too
+        p.start_held = True
 
 
 def _fork_continued(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
     p.unstarted.update(p.held)
     p.held.clear()
+    p.start_held = False
 
 
 def _error(p: SessionProjection, data: dict[str, Any], seq: int) -> None:

@@ -66,6 +66,10 @@ _FIELDS: Final[dict[str, str]] = {
 }
 
 
+# Fields a state holds only when set (so states written before them read as they are).
+_OPTIONAL: Final[dict[str, str]] = {"start_held": "true"}
+
+
 def state_digest(state: dict[str, Any]) -> str:
     """SHA-256 (hex) of ``state`` as canonical JSON (sorted keys, no spaces).
 
@@ -114,10 +118,10 @@ def checked_state(session_id: str, seq: int, data: dict[str, Any]) -> dict[str, 
         raise refuse("has no state or no digest")
     if state_digest(state) != digest:
         raise refuse("does not match its digest (changed after it was written)")
-    if set(state) != set(_FIELDS):
+    if set(state) - set(_OPTIONAL) != set(_FIELDS):
         raise refuse(f"has fields {sorted(state)}, expected {sorted(_FIELDS)}")
-    for name, expected in _FIELDS.items():
-        if not _fits(name, state[name]):
+    for name, expected in (*_FIELDS.items(), *_OPTIONAL.items()):
+        if name in state and not _fits(name, state[name]):
             raise refuse(f"field {name} should be {expected}, found {state[name]!r:.60}")
     if state["last_seq"] != seq - 1:
         raise refuse(f"describes the records up to seq {state['last_seq']}, not up to seq {seq - 1}")
@@ -137,6 +141,8 @@ def _fits(name: str, value: Any) -> bool:
         return value is None
     if name == "started":
         return type(value) is bool
+    if name == "start_held":
+        return value is True
     if name == "history":
         return isinstance(value, list) and all(
             isinstance(e, list)

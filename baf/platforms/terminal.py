@@ -129,15 +129,13 @@ class TerminalPlatform(Platform):
             self._show(Text("resumed after a restart: finishing what was under way when the agent stopped",
                             style="yellow"))  # fmt: skip
             await agent.wait_idle(self.session_id)
-        held = len(runtime_side(session).projection.held)
-        if held and self.continue_fork:
-            self._show(
-                Text(
-                    f"(this fork holds {held} message{'s' if held > 1 else ''} not yet handled at its "
-                    "cut: handling it now)",
-                    style="yellow",
-                )
-            )
+        projection = runtime_side(session).projection
+        held = len(projection.held)
+        if projection.holding and self.continue_fork:
+            what = [f"{held} message{'s' if held > 1 else ''} not yet handled at its cut"] if held else []
+            if projection.start_held:
+                what.insert(0, "its initial state's body (cut before its first step)")
+            self._show(Text(f"(this fork holds {' and '.join(what)}: handling it now)", style="yellow"))
             await agent.continue_session(self.session_id)
         while not self._output_closed:
             try:
