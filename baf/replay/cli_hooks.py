@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.text import Text
 
 from baf.log import RecordKind, SessionLog
+from baf.log.redaction import Redactor
 from baf.replay.fork import fork
 from baf.replay.render import visible
 from baf.replay.rerun import RerunReport, rerun
@@ -24,9 +25,9 @@ async def rerun_command(log: SessionLog, session_id: str, agent: Agent, console:
 
 
 def print_rerun_report(report: RerunReport, console: Console) -> int:
-    """Print a re-run's report; exit status 0 when identical, 1 if not."""
+    """Print a re-run's report (redacted); exit status 0 when identical, 1 if not."""
     style = "green" if report.identical else "red"
-    console.print(Text(visible(str(report)), style=style))
+    console.print(Text(visible(Redactor.from_environment().redact_text(str(report))), style=style))
     return 0 if report.identical else 1
 
 
@@ -34,6 +35,10 @@ async def fork_command(log: SessionLog, session_id: str, at_seq: int, console: C
     """Fork the session at ``at_seq`` and print the new session id and how to continue it."""
     new_id = await fork(log, session_id, at_seq)
     records = await log.read(new_id)
+    # Ids are shown redacted, as everywhere in the CLI: one typed (or stored) before a key was set may
+    # hold it. (An agent refuses such an id anyway, so the fork's id is not lost to its user.)
+    redact = Redactor.from_environment().redact_text
+    session_id, new_id = redact(session_id), redact(new_id)
     forked = Text(visible(f"forked {session_id} at seq {at_seq} into session "))
     console.print(forked + Text(visible(new_id), style="bold"))
     # The log does not know which file defines the agent (a Python file or a YAML one): name the agent.
