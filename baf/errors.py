@@ -35,7 +35,7 @@
     │   │   └── LLMRateLimitError   HTTP 429 that outlived the retries
     │   └── LLMResponseError        the answer arrived but is not a usable completion
     ├── ToolError                   a tool call that could not be carried out
-    │   ├── ToolNotFoundError       the model named a tool that does not exist
+    │   ├── ToolNotFoundError       the model named a tool the loop does not offer
     │   ├── ToolArgumentError       arguments that are not JSON, or do not fit the tool's schema
     │   ├── ToolTimeoutError        the tool ran past its timeout
     │   ├── ToolExecutionError      the tool itself raised; the original is ``__cause__``
@@ -50,7 +50,6 @@
         ├── PatternNotFoundError    no pattern registered under that name
         └── PatternLimitError       a guard stopped the run; ``partial`` holds what was done
             ├── PatternStepLimitError     max_steps ran out
-            ├── PatternDepthLimitError    max_depth was reached where more depth was needed
             ├── PatternStepTimeoutError   a model call ran past step_timeout
             └── PatternBudgetError        the token or cost budget is spent
 
@@ -82,7 +81,6 @@ __all__ = [
     "LogStorageError",
     "PathEscapeError",
     "PatternBudgetError",
-    "PatternDepthLimitError",
     "PatternError",
     "PatternLimitError",
     "PatternNotFoundError",
@@ -160,7 +158,8 @@ class RecordNotFoundError(BafError, LookupError):
 
 class InvariantError(BafError, RuntimeError):
     """A rule baf keeps for itself was found broken, e.g. a resumed reasoning loop whose records are in an
-    order baf never writes. It means a bug in baf or a log changed by hand; it is raised, never contained."""
+    order baf never writes. It means a bug in baf or a log changed by hand; it is raised, never repaired
+    (inside a body, the engine records it as that body's error)."""
 
 
 class RuntimeStoppedError(BafError, RuntimeError):
@@ -365,10 +364,6 @@ class PatternLimitError(PatternError):
 
 class PatternStepLimitError(PatternLimitError):
     """The pattern used its ``max_steps`` without finishing."""
-
-
-class PatternDepthLimitError(PatternLimitError):
-    """The pattern needed to go deeper than its ``max_depth``."""
 
 
 class PatternStepTimeoutError(PatternLimitError):

@@ -367,3 +367,35 @@ def http_server(kind: str) -> Iterator[str]:
     finally:
         process.terminate()
         process.wait(10)
+
+
+def test_mcp_arguments_are_checked_against_the_servers_schema_with_every_problem_named() -> None:
+    """An MCP tool has a JSON schema, not a signature: it is checked as JSON Schema, after the same JSON
+    parsing as any tool, and every problem names the argument like any tool's."""
+    from baf.errors import ToolArgumentError
+    from baf.reasoning.mcp.names import ListedTool
+    from baf.reasoning.mcp.tool import MCPTool
+
+    schema = {
+        "type": "object",
+        "required": ["a", "items"],
+        "properties": {"a": {"type": "integer"}, "items": {"type": "array", "items": {"type": "string"}}},
+        "additionalProperties": False,
+    }
+
+    async def never(name: str, args: dict[str, Any]) -> str:
+        raise AssertionError("not called")
+
+    tool = MCPTool(ListedTool("add", "calc__add", "Add.", schema), "calc", never)
+    assert tool.validate_args('{"a": 1, "items": []}') == {"a": 1, "items": []}
+    with pytest.raises(ToolArgumentError) as info:
+        tool.validate_args('{"a": "two", "items": ["x", 3], "extra": 1}')
+    message = str(info.value)
+    assert message.startswith("Invalid arguments for tool 'calc__add' (3 problems):")
+    assert "- argument 'a': 'two' is not of type 'integer'" in message
+    assert "- argument 'items[1]': 3 is not of type 'string'" in message
+    assert "('extra' was unexpected)" in message
+    with pytest.raises(ToolArgumentError, match="the key 'a' appears more than once"):
+        tool.validate_args('{"a": 1, "a": 2, "items": []}')
+    with pytest.raises(ToolArgumentError, match="must be a JSON object, got array of 0 items"):
+        tool.validate_args("[]")
