@@ -11,8 +11,12 @@
     ├── SessionVariableError        a session variable that cannot be stored (not JSON-serialisable)
     ├── SessionIdError              a session id that cannot be used (empty, not text, holds a secret)
     ├── SessionNotFoundError        the log has no session by that id (also a ``LookupError``)
+    ├── RecordNotFoundError         the session has no record at that seq (``--at`` past its end; also a
+    │                               ``LookupError``)
     ├── InvariantError              baf found its own rules broken: a bug, or a log edited by hand
     │                               (also a ``RuntimeError``)
+    ├── RuntimeStoppedError         work handed to a runtime that has stopped: a sync body or tool
+    │                               submitted to its thread pool after shutdown (also a ``RuntimeError``)
     ├── LogError                    the session log broke one of its guarantees
     │   ├── LogConflictError        (session_id, seq) already exists: an append never overwrites
     │   ├── CorruptRecordError      a stored record cannot be decoded; names session and seq
@@ -31,11 +35,12 @@
     │   │   └── LLMRateLimitError   HTTP 429 that outlived the retries
     │   └── LLMResponseError        the answer arrived but is not a usable completion
     ├── ToolError                   a tool call that could not be carried out
-    │   ├── ToolNotFoundError       the model named a tool that does not exist
+    │   ├── ToolNotFoundError       the model named a tool the loop does not offer
     │   ├── ToolArgumentError       arguments that are not JSON, or do not fit the tool's schema
     │   ├── ToolTimeoutError        the tool ran past its timeout
     │   ├── ToolExecutionError      the tool itself raised; the original is ``__cause__``
     │   └── ToolServerError         the server running the tool (MCP) is not reachable or stopped mid-call
+    │       └── ToolListingError    an MCP server's tool list does not follow the MCP schema
     ├── WorkspaceError              a workspace operation was refused
     │   └── PathEscapeError         a path that would leave the workspace root
     ├── ResumeError                 a loop killed mid-run cannot go on from its records: its code now
@@ -49,7 +54,6 @@
         ├── PatternNotFoundError    no pattern registered under that name
         └── PatternLimitError       a guard stopped the run; ``partial`` holds what was done
             ├── PatternStepLimitError     max_steps ran out
-            ├── PatternDepthLimitError    max_depth was reached where more depth was needed
             ├── PatternStepTimeoutError   a model call ran past step_timeout
             └── PatternBudgetError        the token or cost budget is spent
 
@@ -85,13 +89,14 @@ __all__ = [
     "LogStorageError",
     "PathEscapeError",
     "PatternBudgetError",
-    "PatternDepthLimitError",
     "PatternError",
     "PatternLimitError",
     "PatternNotFoundError",
     "PatternStepLimitError",
     "PatternStepTimeoutError",
+    "RecordNotFoundError",
     "ResumeError",
+    "RuntimeStoppedError",
     "SessionIdError",
     "SessionNotFoundError",
     "SessionVariableError",
@@ -100,6 +105,7 @@ __all__ = [
     "ToolArgumentError",
     "ToolError",
     "ToolExecutionError",
+    "ToolListingError",
     "ToolNotFoundError",
     "ToolServerError",
     "ToolTimeoutError",
@@ -150,9 +156,23 @@ class SessionNotFoundError(BafError, LookupError):
         self.session_id = session_id
 
 
+class RecordNotFoundError(BafError, LookupError):
+    """The session has no record at this seq: it ends before it (``baf replay --at``, ``state_at``)."""
+
+    def __init__(self, session_id: str, seq: int, last_seq: int) -> None:
+        super().__init__(f"session {session_id!r} has no record {seq}: its last record is {last_seq}")
+        self.session_id, self.seq, self.last_seq = session_id, seq, last_seq
+
+
 class InvariantError(BafError, RuntimeError):
     """A rule baf keeps for itself was found broken, e.g. a resumed reasoning loop whose records are in an
-    order baf never writes. It means a bug in baf or a log changed by hand; it is raised, never contained."""
+    order baf never writes. It means a bug in baf or a log changed by hand; it is raised, never repaired
+    (inside a body, the engine records it as that body's error)."""
+
+
+class RuntimeStoppedError(BafError, RuntimeError):
+    """Work was handed to a runtime that has stopped: a sync body or tool submitted to its thread pool
+    after shutdown (an agent stopped while a session still had a step to take)."""
 
 
 class LogError(BafError):
@@ -299,6 +319,11 @@ class ToolServerError(ToolError):
     """The server that runs the tool (an MCP server) could not be reached, or stopped during the call."""
 
 
+class ToolListingError(ToolServerError):
+    """An MCP server's tool list cannot be read: it does not follow the MCP schema. At start this stops the
+    start (as a :class:`ConfigurationError` naming the server); later, the previous list stays in use."""
+
+
 class WorkspaceError(BafError):
     """A workspace operation was refused."""
 
@@ -367,10 +392,6 @@ class PatternLimitError(PatternError):
 
 class PatternStepLimitError(PatternLimitError):
     """The pattern used its ``max_steps`` without finishing."""
-
-
-class PatternDepthLimitError(PatternLimitError):
-    """The pattern needed to go deeper than its ``max_depth``."""
 
 
 class PatternStepTimeoutError(PatternLimitError):

@@ -661,10 +661,11 @@ class Agent:
     async def continue_session(self, session_id: str) -> Session:
         """Continue a fork: handle the messages it holds, and wait until they are handled.
 
-        A fork cut after a message was recorded but before it was handled holds that message: loading
-        the fork never runs a model or a tool by itself. This records ``fork_continued`` and handles what
-        was held, live. (Sending the fork a new message continues it too, held messages first.) A
-        session that holds nothing is returned as it is.
+        A fork cut after a message was recorded but before it was handled holds that message, and a fork
+        cut before the session's first step holds the initial state's body: loading the fork never runs
+        a model or a tool by itself. This records ``fork_continued`` and runs what was held, live.
+        (Sending the fork a new message continues it too, what it held first.) A session that holds
+        nothing is returned as it is.
         """
         done = await self._require_runtime().continue_session(session_id)
         await done

@@ -59,6 +59,8 @@ class SessionProjection:
     held: dict[int, dict[str, Any]] = field(default_factory=dict)
     #: Whether the initial state's body has run (``session_started`` without a step yet).
     started: bool = False
+    #: A fork cut before the session's first step holds the initial state's body too, until it is continued.
+    start_held: bool = False
     #: While a global state's component is visited: the state to return to, and the global state.
     return_to: str | None = None
     visiting: str | None = None
@@ -74,6 +76,11 @@ class SessionProjection:
     body_role: str = field(default="body", compare=False)
     #: The paused invocation this step continues (its calls were all decided), as an approvals entry.
     continuing: dict[str, Any] | None = field(default=None, compare=False)
+
+    @property
+    def holding(self) -> bool:
+        """Whether this fork holds work (messages, or its initial body) until it is continued."""
+        return bool(self.held) or self.start_held
 
     def apply(self, record: Record) -> None:
         """Fold one record into the projection."""
@@ -133,6 +140,8 @@ class SessionProjection:
             "return_to": self.return_to,
             "visiting": self.visiting,
             "approvals": self.approvals,
+            # Only when set: snapshots written before it existed read (and compare) as they are.
+            **({"start_held": True} if self.start_held else {}),
         }
 
     def _adopt(self, state: dict[str, Any]) -> None:
@@ -150,6 +159,7 @@ class SessionProjection:
         self.held = {seq: event for seq, event in state["held"]}
         self.open_step = state["open_step"]
         self.started = state["started"]
+        self.start_held = state.get("start_held", False)
         self.return_to = state["return_to"]
         self.visiting = state["visiting"]
         self.approvals = {call_id: dict(entry) for call_id, entry in state["approvals"].items()}
@@ -199,6 +209,7 @@ def _step_started(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
     p.started = True
     # Until a transition: a step with an event runs the fallback body, one without the initial body.
     p.body_since, p.body_role, p.continuing = seq + 1, "fallback" if event_seq is not None else "body", None
+    p.start_held = False
 
 
 def _step_finished(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
@@ -248,11 +259,14 @@ def _forked_from(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
     # baf (without "held") must not run a model or a tool by itself either.
     p.held.update(p.unstarted)
     p.unstarted.clear()
+    if p.current_state is not None and not p.started:  # cut before the first step: its body waits too
+        p.start_held = True
 
 
 def _fork_continued(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
     p.unstarted.update(p.held)
     p.held.clear()
+    p.start_held = False
 
 
 def _error(p: SessionProjection, data: dict[str, Any], seq: int) -> None:

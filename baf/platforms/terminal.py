@@ -1,5 +1,6 @@
 """A chat in the terminal, rendered with rich: Markdown replies, a live reasoning trace, a task panel, and
-a prompt for each tool call waiting for a human's approval."""
+a streaming model's answer printed as it is written, and a prompt for each tool call waiting for a human's
+approval."""
 
 from __future__ import annotations
 
@@ -99,6 +100,7 @@ class TerminalPlatform(Platform):
         self._prompting = False
         # What the session had recorded when the chat began: earlier conversation, shown as such.
         self._shown_upto: int | None = None
+        self._streamed = _StreamedAnswer()
 
     @property
     def output_closed(self) -> bool:
@@ -136,15 +138,13 @@ class TerminalPlatform(Platform):
             self._show(Text("resumed after a restart: finishing what was under way when the agent stopped",
                             style="yellow"))  # fmt: skip
             await agent.wait_idle(self.session_id)
-        held = len(runtime_side(session).projection.held)
-        if held and self.continue_fork:
-            self._show(
-                Text(
-                    f"(this fork holds {held} message{'s' if held > 1 else ''} not yet handled at its "
-                    "cut: handling it now)",
-                    style="yellow",
-                )
-            )
+        projection = runtime_side(session).projection
+        held = len(projection.held)
+        if projection.holding and self.continue_fork:
+            what = [f"{held} message{'s' if held > 1 else ''} not yet handled at its cut"] if held else []
+            if projection.start_held:
+                what.insert(0, "its initial state's body (cut before its first step)")
+            self._show(Text(f"(this fork holds {' and '.join(what)}: handling it now)", style="yellow"))
             await agent.continue_session(self.session_id)
         while not self._output_closed:
             if not await self._decide_waiting_calls():
@@ -269,12 +269,17 @@ class TerminalPlatform(Platform):
     async def reply(self, session: Session, message: str) -> None:
         if not self._bound(session):
             return
+        if self._streamed.ends_with(session.id, message):
+            self._end_streamed_line(session)
+            return  # printed while it was written: not twice
+        self._end_streamed_line(session)
         panel = Panel(_Markdown(message), title=session.agent.name, title_align="left", style="cyan")
         self._show(panel, session=session)
 
     async def reply_error(self, session: Session, message: str) -> None:
         if not self._bound(session):
             return
+        self._end_streamed_line(session)
         self._show(Panel(Text(message), title="error", title_align="left", style="red"), session=session)
 
     async def reply_approval_request(self, session: Session, request: ApprovalRequest) -> None:
@@ -287,6 +292,7 @@ class TerminalPlatform(Platform):
     async def reply_reasoning_step(self, session: Session, step: Any) -> None:
         if not self.show_steps or not self._bound(session):
             return
+        self._end_streamed_line(session)
         data = step.to_dict() if hasattr(step, "to_dict") else dict(step)
         kind = data.get("kind", "")
         if kind in ("reasoning_started", "reasoning_finished"):
@@ -298,6 +304,7 @@ class TerminalPlatform(Platform):
     async def reply_task_list_update(self, session: Session, tasks: list[dict[str, Any]]) -> None:
         if not self.show_steps or not tasks or not self._bound(session):
             return
+        self._end_streamed_line(session)
         table = Table(title="tasks", show_header=False, box=None, title_justify="left", title_style="bold")
         for task in tasks:
             status = str(task.get("status", "pending"))
@@ -306,6 +313,55 @@ class TerminalPlatform(Platform):
             # Text, not str: model-written descriptions must not be read as rich markup.
             table.add_row(Text(mark), Text(f"{task.get('id')}. {task.get('description', '')}{result}"))
         self._show(table, session=session)
+
+    async def reply_delta(self, session: Session, run_id: str, text: str) -> None:
+        """Print a piece of the answer as the model writes it; the reply that follows is then not printed
+        again (unless it differs from what was written: a fallback message, a repaired answer)."""
+        if not self._bound(session):
+            return
+        if self._streamed.starts(session.id, run_id):
+            self._end_streamed_line(session)
+            self._show(Text(f"{session.agent.name}: ", style="bold cyan"), end="", session=session)
+            self._streamed.begin(session.id, run_id)
+        self._streamed.add(text)
+        self._show(Text(text, style="cyan"), end="", soft_wrap=True, session=session)
+
+    def _end_streamed_line(self, session: Session) -> None:
+        """End the line a streamed answer is being printed on, before anything else is printed."""
+        if self._streamed.open:
+            self._streamed.open = False
+            self._show("", session=session)
+
+
+class _StreamedAnswer:
+    """What the terminal printed of the answer being streamed: which session and run it belongs to, its
+    text (to recognise the reply that completes it) and whether its line is still open."""
+
+    def __init__(self) -> None:
+        self.session_id: str | None = None
+        self.run_id: str | None = None
+        self.pieces: list[str] = []
+        self.open = False
+
+    def starts(self, session_id: str, run_id: str) -> bool:
+        """Whether a piece for ``run_id`` begins a new answer (rather than continuing the open one)."""
+        return not self.open or (session_id, run_id) != (self.session_id, self.run_id)
+
+    def begin(self, session_id: str, run_id: str) -> None:
+        self.session_id, self.run_id, self.pieces, self.open = session_id, run_id, [], True
+
+    def add(self, text: str) -> None:
+        self.pieces.append(text)
+
+    def ends_with(self, session_id: str, reply: str) -> bool:
+        """Whether ``reply`` is the answer last streamed for ``session_id`` (then forgotten: a second,
+        equal reply is printed)."""
+        if session_id != self.session_id or not self.pieces:
+            return False
+        same = "".join(self.pieces).strip() == reply.strip()
+        if same:
+            self.pieces = []
+        return same
 
 
 def _raw_lines(fd: int | None) -> _LineReader | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
+from baf.errors import InvariantError
 from baf.llm.base import LLMResponse, ToolCall
 from baf.log.record import Record, RecordKind
 from baf.reasoning.approval import ANSWERED, KnownApproval
@@ -36,7 +37,13 @@ INTERRUPTED_TOOL_MESSAGE = (
 class ResumeEffects:
     """An :class:`~baf.reasoning.effects.EffectSource` over the records a loop wrote before a crash (or
     before it paused for approval). ``decided``: the call ids whose decisions the event being handled
-    now completed (see the module docstring)."""
+    now completed (see the module docstring).
+
+    Raises:
+        InvariantError: the records are in an order baf never writes (a tool result before any model
+            response): the log was changed by hand, or baf has a bug. Serving them would answer calls
+            the model never made.
+    """
 
     def __init__(
         self, records: Sequence[Record], then: EffectSource | None = None, decided: Collection[str] = ()
@@ -48,7 +55,12 @@ class ResumeEffects:
         for record in records:
             if record.kind == RecordKind.LLM_RESPONSE:
                 self.responses.append(LLMResponse.from_dict(record.data))
-            elif record.kind == RecordKind.TOOL_RESULT and self.responses:
+            elif record.kind == RecordKind.TOOL_RESULT:
+                if not self.responses:  # a result always follows the response that asked for its call
+                    raise InvariantError(
+                        f"session {record.session_id!r}, seq {record.seq}: a tool_result record comes before "
+                        "any llm_response of the loop being resumed; baf never writes that order"
+                    )
                 data = record.data
                 content = str(data["content"])
                 self.results[(len(self.responses) - 1, str(data["call_id"]))] = RecordedToolResult(

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from baf.errors import ApprovalPending, ToolError, ToolExecutionError
+from baf.errors import ApprovalPending, ToolError, ToolExecutionError, ToolNotFoundError
 from baf.llm.base import LLMResponse, ToolCall
 from baf.log.record import RecordKind
 from baf.reasoning.approval import ANSWERED, ApprovalRequest, KnownApproval, denial_message
@@ -46,6 +46,7 @@ __all__ = [
     "ToolOutcome",
     "ToolRunner",
     "assistant_message",
+    "find_tool",
     "schema_of",
     "shorten",
     "step_arguments",
@@ -219,9 +220,10 @@ class ToolRunner:
         approval: KnownApproval | None = None,
     ) -> ToolOutcome:
         """Run one call; every failure becomes an error text for the model."""
-        tool = tools.get(call.name)
-        if tool is None:
-            content = f"Error: there is no tool named '{call.name}'. Available tools: {', '.join(tools) or 'none'}."
+        try:
+            tool = find_tool(tools, call.name)
+        except ToolNotFoundError as exc:
+            content = f"Error: {exc}"
             return ToolOutcome(call, content, True, len(content))
         size = len(call.arguments)
         if size > self.max_arguments:
@@ -272,6 +274,18 @@ def _any_gated(calls: Sequence[ToolCall], tools: Mapping[str, Tool]) -> bool:
         if tool is not None and getattr(tool, "requires_approval", False):
             return True
     return False
+
+
+def find_tool(tools: Mapping[str, Tool], name: str) -> Tool:
+    """The tool the model called by ``name``.
+
+    Raises:
+        ToolNotFoundError: no such tool; the message lists the ones there are, for the model.
+    """
+    tool = tools.get(name)
+    if tool is None:
+        raise ToolNotFoundError(f"there is no tool named '{name}'. Available tools: {', '.join(tools) or 'none'}.")
+    return tool
 
 
 async def _maybe_await(value: Any) -> None:

@@ -147,13 +147,48 @@
       a.download = frame.name || "file";
       bubble.appendChild(a);
     }
-    messages.appendChild(bubble);
+    placeAnswer(bubble);
     scrollDown();
   }
 
   function addError(text) {
     messages.appendChild(el("div", "msg error", "⚠ " + text));
     scrollDown();
+  }
+
+  // -- streamed answers (reply_delta frames) ------------------------------------------------------------
+
+  // One bubble shows the answer as the model writes it, as plain text. A new run_id (a later model turn,
+  // or a retry after the model's stream broke) starts it afresh; the final reply takes its place, rendered,
+  // so the answer is never shown twice. Deltas are not records: a history never holds them.
+  let streaming = null; // { bubble, runId }
+
+  function showDelta(frame) {
+    const runId = String(frame.run_id);
+    if (!streaming) {
+      const bubble = el("div", "msg assistant streaming");
+      bubble.setAttribute("aria-busy", "true");
+      messages.appendChild(bubble);
+      streaming = { bubble, runId };
+    } else if (streaming.runId !== runId) {
+      streaming.bubble.textContent = "";
+      streaming.runId = runId;
+    }
+    streaming.bubble.dataset.run = runId;
+    streaming.bubble.appendChild(document.createTextNode(String(frame.text)));
+    scrollDown();
+  }
+
+  function placeAnswer(bubble) {
+    if (streaming) {
+      streaming.bubble.replaceWith(bubble);
+      streaming = null;
+    } else messages.appendChild(bubble);
+  }
+
+  function dropStreaming() {
+    if (streaming) streaming.bubble.remove();
+    streaming = null;
   }
 
   // -- the reasoning trace --------------------------------------------------------------------------
@@ -312,6 +347,7 @@
 
   function clearView() {
     messages.replaceChildren();
+    streaming = null;
     currentTrace = null;
     echoes = [];
     showTasks([]);
@@ -371,6 +407,7 @@
     },
     history: handleHistory,
     reply(frame) { if (fresh(frame)) addReply(frame); },
+    reply_delta: showDelta,
     reasoning_step(frame) { if (fresh(frame)) addStep(frame.step || {}); },
     task_list(frame) { if (fresh(frame)) showTasks(frame.tasks || []); },
     approval_request(frame) { if (fresh(frame)) addApproval(frame); },
@@ -382,7 +419,7 @@
         send({ type: "hello" });
         return;
       }
-      if (frame.code === "agent") { if (fresh(frame)) addError(frame.message); }
+      if (frame.code === "agent") { if (fresh(frame)) { dropStreaming(); addError(frame.message); } }
       else showBanner("Error (" + frame.code + "): " + frame.message);
     },
   };
