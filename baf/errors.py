@@ -11,8 +11,12 @@
     ├── SessionVariableError        a session variable that cannot be stored (not JSON-serialisable)
     ├── SessionIdError              a session id that cannot be used (empty, not text, holds a secret)
     ├── SessionNotFoundError        the log has no session by that id (also a ``LookupError``)
+    ├── RecordNotFoundError         the session has no record at that seq (``--at`` past its end; also a
+    │                               ``LookupError``)
     ├── InvariantError              baf found its own rules broken: a bug, or a log edited by hand
     │                               (also a ``RuntimeError``)
+    ├── RuntimeStoppedError         work handed to a runtime that has stopped: a sync body or tool
+    │                               submitted to its thread pool after shutdown (also a ``RuntimeError``)
     ├── LogError                    the session log broke one of its guarantees
     │   ├── LogConflictError        (session_id, seq) already exists: an append never overwrites
     │   ├── CorruptRecordError      a stored record cannot be decoded; names session and seq
@@ -24,27 +28,32 @@
     │   ├── LogReadOnlyError        append on a store opened read-only
     │   └── LeaseLostError          this worker no longer owns the session (another took it over)
     ├── LLMError                    the model could not be used
-    │   ├── LLMConnectionError      the server could not be reached (after retries)
+    │   ├── LLMConnectionError      the server could not be reached, or its streamed answer broke off
+    │   │                           (after retries)
     │   ├── LLMTimeoutError         the request took longer than its timeout (after retries)
     │   ├── LLMStatusError          a non-2xx answer after retries; ``status_code`` says which
     │   │   └── LLMRateLimitError   HTTP 429 that outlived the retries
     │   └── LLMResponseError        the answer arrived but is not a usable completion
     ├── ToolError                   a tool call that could not be carried out
-    │   ├── ToolNotFoundError       the model named a tool that does not exist
+    │   ├── ToolNotFoundError       the model named a tool the loop does not offer
     │   ├── ToolArgumentError       arguments that are not JSON, or do not fit the tool's schema
     │   ├── ToolTimeoutError        the tool ran past its timeout
     │   ├── ToolExecutionError      the tool itself raised; the original is ``__cause__``
     │   └── ToolServerError         the server running the tool (MCP) is not reachable or stopped mid-call
+    │       └── ToolListingError    an MCP server's tool list does not follow the MCP schema
     ├── WorkspaceError              a workspace operation was refused
     │   └── PathEscapeError         a path that would leave the workspace root
     ├── ResumeError                 a loop killed mid-run cannot go on from its records: its code now
     │                               does something other than what the records say it did
+    ├── ApprovalPending             not a failure: a tool call waits for a human decision, so the loop
+    │                               stops here (``baf.reasoning.approval``; the state bodies catch it)
+    ├── ApprovalError               an approval decision that was refused: no request for that call
+    │                               waits in the session (decided already, expired, never made there)
     └── PatternError                a reasoning pattern could not finish (``baf.reasoning.patterns``)
         ├── StructuredOutputError   the model's answer does not parse into the expected model
         ├── PatternNotFoundError    no pattern registered under that name
         └── PatternLimitError       a guard stopped the run; ``partial`` holds what was done
             ├── PatternStepLimitError     max_steps ran out
-            ├── PatternDepthLimitError    max_depth was reached where more depth was needed
             ├── PatternStepTimeoutError   a model call ran past step_timeout
             └── PatternBudgetError        the token or cost budget is spent
 
@@ -55,8 +64,12 @@ record and contained; the session goes on.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "AgentFileError",
+    "ApprovalError",
+    "ApprovalPending",
     "BafError",
     "ConfigurationError",
     "CorruptRecordError",
@@ -76,13 +89,14 @@ __all__ = [
     "LogStorageError",
     "PathEscapeError",
     "PatternBudgetError",
-    "PatternDepthLimitError",
     "PatternError",
     "PatternLimitError",
     "PatternNotFoundError",
     "PatternStepLimitError",
     "PatternStepTimeoutError",
+    "RecordNotFoundError",
     "ResumeError",
+    "RuntimeStoppedError",
     "SessionIdError",
     "SessionNotFoundError",
     "SessionVariableError",
@@ -91,6 +105,7 @@ __all__ = [
     "ToolArgumentError",
     "ToolError",
     "ToolExecutionError",
+    "ToolListingError",
     "ToolNotFoundError",
     "ToolServerError",
     "ToolTimeoutError",
@@ -141,9 +156,23 @@ class SessionNotFoundError(BafError, LookupError):
         self.session_id = session_id
 
 
+class RecordNotFoundError(BafError, LookupError):
+    """The session has no record at this seq: it ends before it (``baf replay --at``, ``state_at``)."""
+
+    def __init__(self, session_id: str, seq: int, last_seq: int) -> None:
+        super().__init__(f"session {session_id!r} has no record {seq}: its last record is {last_seq}")
+        self.session_id, self.seq, self.last_seq = session_id, seq, last_seq
+
+
 class InvariantError(BafError, RuntimeError):
     """A rule baf keeps for itself was found broken, e.g. a resumed reasoning loop whose records are in an
-    order baf never writes. It means a bug in baf or a log changed by hand; it is raised, never contained."""
+    order baf never writes. It means a bug in baf or a log changed by hand; it is raised, never repaired
+    (inside a body, the engine records it as that body's error)."""
+
+
+class RuntimeStoppedError(BafError, RuntimeError):
+    """Work was handed to a runtime that has stopped: a sync body or tool submitted to its thread pool
+    after shutdown (an agent stopped while a session still had a step to take)."""
 
 
 class LogError(BafError):
@@ -240,7 +269,7 @@ class LLMError(BafError):
 
 
 class LLMConnectionError(LLMError):
-    """The model server could not be reached."""
+    """The model server could not be reached, or a streamed answer broke off before it was complete."""
 
 
 class LLMTimeoutError(LLMError):
@@ -290,6 +319,11 @@ class ToolServerError(ToolError):
     """The server that runs the tool (an MCP server) could not be reached, or stopped during the call."""
 
 
+class ToolListingError(ToolServerError):
+    """An MCP server's tool list cannot be read: it does not follow the MCP schema. At start this stops the
+    start (as a :class:`ConfigurationError` naming the server); later, the previous list stays in use."""
+
+
 class WorkspaceError(BafError):
     """A workspace operation was refused."""
 
@@ -302,6 +336,26 @@ class ResumeError(BafError):
     """A reasoning loop interrupted by a crash could not be resumed from its records: run again over
     them, it wrote something other than what it had written before (its code or configuration changed).
     The step is closed with this error, and the user is told something went wrong."""
+
+
+class ApprovalPending(BafError):
+    """Not a failure: tool calls of the current model response wait for a human decision.
+
+    The tool-call runner raises it after recording an ``approval_requested`` record per waiting call;
+    the loop that ran them (the reasoning state, a pattern) ends its step there, and an
+    :class:`~baf.core.events.ApprovalEvent` for the session continues it from the log
+    (``docs/human_approval.md``). ``calls`` are the waiting :class:`~baf.llm.base.ToolCall` objects."""
+
+    def __init__(self, calls: list[Any]) -> None:
+        names = ", ".join(f"{call.name} ({call.id})" for call in calls)
+        super().__init__(f"waiting for a human decision on {names}")
+        self.calls = calls
+
+
+class ApprovalError(BafError):
+    """An approval decision that was refused: no request for that call waits in the session (it was
+    decided already, it expired when the conversation moved on, or it was never made there), or the
+    decision is malformed. Recorded as an ``error`` and shown to the sender; nothing runs."""
 
 
 class PatternError(BafError):
@@ -338,10 +392,6 @@ class PatternLimitError(PatternError):
 
 class PatternStepLimitError(PatternLimitError):
     """The pattern used its ``max_steps`` without finishing."""
-
-
-class PatternDepthLimitError(PatternLimitError):
-    """The pattern needed to go deeper than its ``max_depth``."""
 
 
 class PatternStepTimeoutError(PatternLimitError):

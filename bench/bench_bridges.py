@@ -131,10 +131,11 @@ async def bench_mcp(calls: int, block: int, turns: int, messages: int) -> Table:
 # -- part 2: OpenTelemetry --------------------------------------------------------------------
 
 
-async def bench_otel(turns: int, messages: int) -> Table:
+async def bench_otel(turns: int, blocks: int, block: int) -> Table:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import NoOpTracerProvider
 
     from baf.telemetry import OpenTelemetryHooks
 
@@ -146,46 +147,94 @@ async def bench_otel(turns: int, messages: int) -> Table:
 
     variants: dict[str, Agent] = {"off": reasoning_agent("off", looping_model("add", turns))}
     providers = {"simple": provider(SimpleSpanProcessor), "batch": provider(BatchSpanProcessor)}
+    # A no-op tracer makes no spans: what is left is baf's own share (queue, span thread, mapping).
+    tracer_providers: dict[str, Any] = {"no-op tracer": NoOpTracerProvider()}
+    tracer_providers.update((label, tracer_provider) for label, (tracer_provider, _) in providers.items())
     hooks: dict[str, OpenTelemetryHooks] = {}
-    for label, (tracer_provider, _) in providers.items():
+    for label, tracer_provider in tracer_providers.items():
         agent = reasoning_agent(label, looping_model("add", turns))
         hooks[label] = OpenTelemetryHooks(tracer_provider=tracer_provider)
         agent.add_hook(hooks[label])
         variants[label] = agent
     for agent in variants.values():
         agent.add_tool(Tool(add))
+    sdk_tracer_provider, sdk_exporter = provider(SimpleSpanProcessor)
+    sdk_tracer = sdk_tracer_provider.get_tracer("bench")
     wall: dict[str, list[float]] = {label: [] for label in variants}
     cpu: dict[str, list[float]] = {label: [] for label in variants}
+    sdk_alone: list[float] = []
     for agent in variants.values():
         await agent.start()
     try:
-        for index in range(messages + 2):
-            for label, agent in variants.items():
+        for index in range(blocks + 1):  # block 0 warms up
+            labels = list(variants)
+            for label in labels[index % len(labels) :] + labels[: index % len(labels)]:  # each goes first in turn
+                agent = variants[label]
+                # A block of messages back to back, as a busy agent gets them: the span thread wakes on its
+                # own timer meanwhile (it may run beside the agent), then flush() makes what is left.
                 cpu_before = time.process_time()  # every thread of the process: the span thread's work too
-                value = await per_turn(agent, f"s{index}", turns)
+                started = time.perf_counter()
+                for message in range(block):
+                    await agent.receive_message(f"s{index}-{message}", "go")
+                elapsed = time.perf_counter() - started
                 if label in hooks:
-                    hooks[label].flush()  # the spans of this message are made (and exported) before the next
+                    hooks[label].flush()
+                cpu_spent = time.process_time() - cpu_before
+                if label == "simple":  # the same spans made again by the SDK alone, without baf
+                    made = providers[label][1].get_finished_spans()
+                    sdk_before = time.process_time()
+                    _make_spans(sdk_tracer, made)
+                    sdk_spent = time.process_time() - sdk_before
+                    sdk_exporter.clear()
+                    if index:
+                        sdk_alone.append(sdk_spent / (block * (turns + 1)) * 1e6)
+                if label in providers:
                     providers[label][1].clear()
-                if index >= 2:
-                    wall[label].append(value)
-                    cpu[label].append((time.process_time() - cpu_before) / (turns + 1) * 1e6)
+                if index:
+                    wall[label].append(elapsed / (block * (turns + 1)) * 1e6)
+                    cpu[label].append(cpu_spent / (block * (turns + 1)) * 1e6)
     finally:
         for agent in variants.values():
             await agent.stop()
-        for tracer_provider, _ in providers.values():
+        for tracer_provider, _ in (*providers.values(), (sdk_tracer_provider, None)):
             tracer_provider.shutdown()
 
     table = Table(title=f"OpenTelemetry hooks, content capture off, per turn ({turns} tool turns + answer, "
-                        f"zero-latency model, {messages} messages each, alternating; load {_load()})")  # fmt: skip
+                        f"zero-latency model; {blocks} blocks of {block} messages each, alternating; "
+                        f"load {_load()})")  # fmt: skip
     for column in ("hooks", "wall µs (median)", "on / off", "CPU µs, all threads (median)", "on / off"):
         table.add_column(column, justify="right")
     off_wall, off_cpu = statistics.median(wall["off"]), statistics.median(cpu["off"])
     table.add_row("off", f"{off_wall:,.0f}", "1.00", f"{off_cpu:,.0f}", "1.00")
-    for label in providers:
+    for label in tracer_providers:
         on_wall, on_cpu = statistics.median(wall[label]), statistics.median(cpu[label])
-        table.add_row(f"on, {label} span processor", f"{on_wall:,.0f}", f"{on_wall / off_wall:.2f}",
+        name = label if label == "no-op tracer" else f"{label} span processor"
+        table.add_row(f"on, {name}", f"{on_wall:,.0f}", f"{on_wall / off_wall:.2f}",
                       f"{on_cpu:,.0f}", f"{on_cpu / off_cpu:.2f}")  # fmt: skip
+    floor = statistics.median(sdk_alone)
+    table.add_row("SDK alone: the simple row's spans made without baf (added to off)", "", "",
+                  f"+{floor:,.0f}", f"{(off_cpu + floor) / off_cpu:.2f}")  # fmt: skip
     return table
+
+
+def _make_spans(tracer: Any, spans: Any) -> None:
+    """Start and end ``spans`` (finished SDK spans) again on ``tracer``, nested as they were, with their
+    attributes and events: the SDK's own cost for these spans, with no baf code around it."""
+    from opentelemetry import context, trace
+
+    made: dict[int, Any] = {}
+    root = context.Context()
+    for span in sorted(spans, key=lambda s: s.start_time):
+        parent = made.get(span.parent.span_id) if span.parent is not None else None
+        parent_context = trace.set_span_in_context(parent) if parent is not None else root
+        new = tracer.start_span(
+            span.name, context=parent_context, kind=span.kind, attributes=span.attributes, start_time=span.start_time
+        )
+        made[span.context.span_id] = new
+        for event in span.events:
+            new.add_event(event.name, event.attributes, event.timestamp)
+    for span in sorted(spans, key=lambda s: s.end_time):
+        made[span.context.span_id].end(end_time=span.end_time)
 
 
 def _load() -> str:
@@ -199,10 +248,11 @@ async def main() -> None:
     args = parser.parse_args()
     out = console()
     calls, messages = (200, 5) if args.quick else (3000, 40)
+    blocks = 4 if args.quick else 40
     if args.only in (None, "mcp"):
         out.print(await bench_mcp(calls=calls, block=50, turns=10, messages=messages))
     if args.only in (None, "otel"):
-        out.print(await bench_otel(turns=10, messages=messages))
+        out.print(await bench_otel(turns=10, blocks=blocks, block=10))
 
 
 if __name__ == "__main__":

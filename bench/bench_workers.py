@@ -6,8 +6,8 @@ Part 1. ``--sessions`` sessions (default 200) each get one message, answered aft
 
 - ``sqlite x1``: one process, the agent's own runtime over a SQLite file (durability normal);
 - ``postgres x1`` / ``postgres x2``: one or two worker processes (``python -m baf.serve.process worker``)
-  over PostgreSQL; the messages are posted to the inbox, as a platform's worker forwards them, and the
-  clock stops when the last reply record is committed.
+  over PostgreSQL; the messages are posted to the inbox all at once, as a platform's worker forwards them,
+  and the clock stops when the last reply record is committed (seen through the records channel).
 
 Part 2. Framework time per model turn with a zero-latency model (one session, 10 tool turns, median of
 ``--reps`` messages), SQLite against PostgreSQL, in the same run; target: PostgreSQL within 1.5x.
@@ -40,7 +40,7 @@ from rich.table import Table
 
 from baf.core.events import ReceiveTextEvent
 from baf.log.postgres import PostgresLog
-from baf.log.postgres_inbox import Inbox
+from baf.log.postgres_inbox import RECORDS_CHANNEL, Inbox
 
 HERE = Path(__file__).resolve().parent
 AGENT = HERE / "workers_agent.py"
@@ -94,12 +94,12 @@ async def postgres_run(server: str, workers: int, sessions: int, tool_turns: int
             inbox = Inbox(log)
             connection = await asyncpg.connect(dsn)
             try:
+                replied = Replies(connection, [f"c{i}" for i in range(sessions)])
+                await replied.listen()
                 started = time.perf_counter()
-                for i in range(sessions):
-                    sid = f"c{i}"
-                    event = ReceiveTextEvent(sid, message="Please look everything up.")
-                    await inbox.post(sid, {"event": event.to_data(), "text": event.text})
-                await all_replied(connection, sessions)
+                # All at once, as 200 clients' messages reach a platform at once (the SQLite run gathers too).
+                await asyncio.gather(*(post(inbox, f"c{i}") for i in range(sessions)))
+                await replied.wait()
                 return time.perf_counter() - started
             finally:
                 await connection.close()
@@ -112,11 +112,33 @@ async def postgres_run(server: str, workers: int, sessions: int, tool_turns: int
                 process.stdout.close()
 
 
-async def all_replied(connection: asyncpg.Connection, sessions: int) -> None:
-    """Return once ``sessions`` reply records are committed (checked every 5 ms)."""
-    count = "SELECT count(*) FROM baf_records WHERE kind = 'reply'"
-    while await connection.fetchval(count) < sessions:  # noqa: ASYNC110 - polling another process's commits
-        await asyncio.sleep(0.005)
+async def post(inbox: Inbox, session_id: str) -> None:
+    event = ReceiveTextEvent(session_id, message="Please look everything up.")
+    await inbox.post(session_id, {"event": event.to_data(), "text": event.text})
+
+
+class Replies:
+    """Waits until every session has a reply record committed: told by the records channel which sessions
+    committed something, it checks those (and only those) every 5 ms, through the primary key."""
+
+    def __init__(self, connection: asyncpg.Connection, session_ids: list[str]) -> None:
+        self.connection = connection
+        self.waiting = set(session_ids)
+        self.touched: set[str] = set()
+
+    async def listen(self) -> None:
+        await self.connection.add_listener(RECORDS_CHANNEL, lambda *args: self.touched.add(args[3]))
+
+    async def wait(self) -> None:
+        while self.waiting:
+            await asyncio.sleep(0.005)
+            touched, self.touched = self.touched & self.waiting, set()
+            if touched:
+                rows = await self.connection.fetch(
+                    "SELECT DISTINCT session_id FROM baf_records WHERE session_id = ANY($1::text[]) AND kind = 'reply'",
+                    list(touched),
+                )
+                self.waiting -= {row[0] for row in rows}
 
 
 async def per_turn(url: str, reps: int, tool_turns: int = 10) -> float:

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any, TypeVar
 
+from baf.errors import RuntimeStoppedError
+
 __all__ = ["DaemonThreadPool"]
 
 _T = TypeVar("_T")
@@ -37,10 +39,14 @@ class DaemonThreadPool(Executor):
         self._shutdown = False
 
     def submit(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> Future[_T]:
-        """Queue ``fn(*args, **kwargs)``; a thread is started if none is idle and the cap allows one."""
+        """Queue ``fn(*args, **kwargs)``; a thread is started if none is idle and the cap allows one.
+
+        Raises:
+            RuntimeStoppedError: the pool was shut down (the runtime stopped).
+        """
         with self._lock:
             if self._shutdown:
-                raise RuntimeError("cannot schedule new calls after shutdown")
+                raise RuntimeStoppedError("the runtime has stopped: its thread pool takes no new calls")
             future: Future[_T] = Future()
             self._jobs.put((future, fn, args, kwargs))
             if not self._idle.acquire(blocking=False) and len(self._threads) < self._max_workers:

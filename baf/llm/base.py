@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import abc
 import json
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
-__all__ = ["LLM", "LLMResponse", "ToolCall", "Usage"]
+__all__ = ["LLM", "LLMResponse", "TextSink", "ToolCall", "Usage"]
+
+#: Where a streaming model's text goes as it is written: awaited as ``on_text(delta, attempt)`` for each
+#: piece, in order. ``attempt`` counts from 1; a retry after a broken stream starts the answer again from
+#: its beginning under the next number, so whatever was shown of an earlier attempt is superseded.
+TextSink: TypeAlias = Callable[[str, int], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +128,9 @@ class LLM(abc.ABC):
     #: Who serves the model, as OpenTelemetry's ``gen_ai.provider.name`` names it (``"openai"``, ...);
     #: recorded with every response of a reasoning loop.
     provider: str = "unknown"
+    #: Whether :meth:`stream_with_tools` gives the text as it is written (``LLMOpenAI(stream=True)``).
+    #: The reasoning kernel calls it instead of :meth:`predict_with_tools` when this is true.
+    streams: bool = False
 
     @abc.abstractmethod
     async def predict_with_tools(
@@ -138,6 +146,22 @@ class LLM(abc.ABC):
         id, and replay matches results to calls by it. An adapter for a server that omits or repeats ids
         fills them in, as ``LLMOpenAI`` does.
         """
+
+    async def stream_with_tools(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        on_text: TextSink,
+        parameters: dict[str, Any] | None = None,
+        system_message: str | None = None,
+    ) -> LLMResponse:
+        """Run one model call like :meth:`predict_with_tools`, awaiting ``on_text(delta, attempt)`` with
+        each piece of text as the model writes it (see :data:`TextSink`), and return the complete response.
+
+        Tool calls are returned only whole, once the answer is complete. A model that cannot stream (this
+        default) answers whole and calls ``on_text`` never: the response carries the text.
+        """
+        return await self.predict_with_tools(messages, tools, parameters=parameters, system_message=system_message)
 
     async def predict(
         self,

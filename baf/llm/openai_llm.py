@@ -18,6 +18,14 @@ Local servers' looser answers are accepted where nothing is lost, each with a wa
 call without an id gets ``call_<index>``, one repeating an earlier call's id gets a suffix (``_2``, ...)
 so that every tool result names its own call, and arguments sent as an object are serialised to text.
 
+With ``stream=True`` the answer is asked for as a stream (``"stream": true``, with
+``stream_options.include_usage`` so the token counts still arrive) and :meth:`LLMOpenAI.stream_with_tools`
+hands each piece of text on as it comes (:mod:`baf.llm.openai_stream` reads and assembles the chunks).
+The retry policy above covers a stream too: one that breaks off before it is complete (the connection
+drops, or it ends without ``[DONE]`` or a ``finish_reason``) is a connection failure, retried from the
+start as attempt 2, 3, ...; only a complete answer is returned, so nothing acts on half of one. For a
+stream, ``timeout`` bounds the wait for the first piece and for each next one, not the whole answer.
+
 The API key never appears in an exception message, a log line or ``repr``: server text is redacted
 before it is quoted, and errors from the ``openai`` package are not chained (their request objects carry
 the ``Authorization`` header).
@@ -33,7 +41,7 @@ import math
 import os
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -49,7 +57,8 @@ from baf.errors import (
     LLMStatusError,
     LLMTimeoutError,
 )
-from baf.llm.base import LLM, LLMResponse, ToolCall, Usage
+from baf.llm.base import LLM, LLMResponse, TextSink, ToolCall, Usage
+from baf.llm.openai_stream import ChunkAssembler, EventReader, StreamFormatError
 from baf.log.redaction import MIN_SECRET_LENGTH, register_secret
 
 __all__ = ["LLMOpenAI"]
@@ -72,6 +81,11 @@ _RESERVED_PARAMETERS = frozenset({"model", "messages", "tools", "stream"})
 _MAX_QUOTED_CHARS = 500
 
 _REDACTED = "***"
+
+
+class _StreamCutError(Exception):
+    """A stream that broke off, or ended before it was complete; retried like a dropped connection (it
+    never leaves the client)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +122,9 @@ class LLMOpenAI(LLM):
     :param backoff: the first backoff in seconds; it doubles on each retry (with jitter).
     :param max_backoff: the cap on any single wait, including one asked for by ``Retry-After``.
     :param properties: a mapping such as the agent's properties, read for the key and URL.
+    :param stream: ask for answers as streams, so the reasoning kernel can show the text as it is written
+        (:meth:`stream_with_tools`; see the module docstring). :meth:`predict_with_tools` still asks for
+        whole answers.
 
     The underlying HTTP client is opened on first use; call :meth:`close` (or use ``async with``) to
     release its connections.
@@ -126,6 +143,7 @@ class LLMOpenAI(LLM):
         backoff: float = 0.5,
         max_backoff: float = 30.0,
         properties: Mapping[str, Any] | None = None,
+        stream: bool = False,
     ) -> None:
         if not name:
             raise ConfigurationError("LLMOpenAI needs a model name")
@@ -144,6 +162,7 @@ class LLMOpenAI(LLM):
         self.max_retries = int(max_retries)
         self.backoff = float(backoff)
         self.max_backoff = float(max_backoff)
+        self.streams = bool(stream)
 
         props: Mapping[str, Any] = properties or {}
         self.base_url: str | None = _first_set(
@@ -170,7 +189,8 @@ class LLMOpenAI(LLM):
     def __repr__(self) -> str:
         return (
             f"LLMOpenAI(name={self.name!r}, base_url={_safe_url(self.base_url)!r}, "
-            f"api_key={_REDACTED!r}, timeout={self.timeout}, max_retries={self.max_retries})"
+            f"api_key={_REDACTED!r}, timeout={self.timeout}, max_retries={self.max_retries}"
+            + (", stream=True)" if self.streams else ")")
         )
 
     async def __aenter__(self) -> LLMOpenAI:
@@ -204,6 +224,30 @@ class LLMOpenAI(LLM):
         system_message: str | None = None,
     ) -> LLMResponse:
         """Run one chat completion, retrying transient failures; see the module docstring."""
+        request = self._request(messages, tools, parameters, system_message)
+        return await self._with_retries(lambda attempt: self._attempt(request))
+
+    async def stream_with_tools(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        on_text: TextSink,
+        parameters: dict[str, Any] | None = None,
+        system_message: str | None = None,
+    ) -> LLMResponse:
+        """Run one chat completion as a stream, awaiting ``on_text(delta, attempt)`` for each piece of
+        text, and return the complete answer. A stream cut mid-way is retried from its start under the
+        next attempt number (see the module docstring); tool calls are returned only whole."""
+        request = self._request(messages, tools, parameters, system_message)
+        return await self._with_retries(lambda attempt: self._stream_attempt(request, on_text, attempt))
+
+    def _request(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        parameters: dict[str, Any] | None,
+        system_message: str | None,
+    ) -> dict[str, Any]:
         call_parameters = {**self.parameters, **(parameters or {})}
         _check_parameters(call_parameters)
         request_messages = list(messages)
@@ -218,21 +262,24 @@ class LLMOpenAI(LLM):
         }
         if tools:
             request["tools"] = tools
+        return request
 
+    async def _with_retries(self, attempt_once: Callable[[int], Awaitable[LLMResponse]]) -> LLMResponse:
+        """``attempt_once(attempt)`` for attempt 1, 2, ... until one succeeds or the retry policy gives up."""
         attempts = self.max_retries + 1
         for attempt in range(1, attempts + 1):
             try:
-                body_text = await self._attempt(request)
+                return await attempt_once(attempt)
             except openai.APIStatusError as exc:
                 failure = self._status_failure(exc)
             except (openai.APITimeoutError, TimeoutError):
                 failure = _Failure("timeout", f"no answer within {self.timeout:g} s")
             except openai.APIConnectionError as exc:
                 failure = _Failure("connection", self._redact(_root_cause(exc)))
+            except _StreamCutError as exc:
+                failure = _Failure("connection", self._redact(str(exc)))
             except openai.OpenAIError as exc:
                 failure = _Failure("other", self._redact(f"{type(exc).__name__}: {exc}"))
-            else:
-                return self._parse(body_text)
 
             if not failure.retryable or attempt == attempts:
                 # from None: the openai exception holds the request, Authorization header included.
@@ -250,15 +297,72 @@ class LLMOpenAI(LLM):
             await asyncio.sleep(delay)
         raise AssertionError("unreachable: the last attempt either returns or raises")
 
-    async def _attempt(self, request: dict[str, Any]) -> str:
-        """Send one request and return the 2xx body text; failures raise ``openai`` errors."""
+    async def _attempt(self, request: dict[str, Any]) -> LLMResponse:
+        """Send one request and parse the 2xx answer; failures raise ``openai`` errors."""
         client = self._get_client()
         # The client's own timeout applies per socket operation; this bounds the whole attempt, so a
         # server that trickles bytes cannot hold a call past ``timeout``.
         async with asyncio.timeout(self.timeout):
             raw = await client.chat.completions.with_raw_response.create(**request)
             text: str = raw.http_response.text
-            return text
+        return self._parse(text)
+
+    async def _stream_attempt(self, request: dict[str, Any], on_text: TextSink, attempt: int) -> LLMResponse:
+        """Send one streamed request, hand its text to ``on_text`` as it arrives, and return the
+        assembled answer; a stream that ends before it is complete raises :class:`_StreamCutError`."""
+        client = self._get_client()
+        create = client.chat.completions.with_streaming_response.create
+        async with asyncio.timeout(self.timeout):  # until the answer starts: status and headers
+            opened = create(**request, stream=True, stream_options={"include_usage": True})
+            response = await opened.__aenter__()
+        try:
+            if "text/event-stream" not in response.headers.get("content-type", ""):
+                # A server that ignored "stream" answered whole: as good an answer, in one piece.
+                async with asyncio.timeout(self.timeout):
+                    whole = self._parse(await response.text())
+                if whole.text:
+                    await on_text(whole.text, attempt)
+                return whole
+            return await self._read_stream(response, on_text, attempt)
+        finally:
+            await opened.__aexit__(None, None, None)
+
+    async def _read_stream(self, response: Any, on_text: TextSink, attempt: int) -> LLMResponse:
+        events, assembler = EventReader(), ChunkAssembler()
+        lines = response.iter_lines()
+        try:
+            while not assembler.done:
+                async with asyncio.timeout(self.timeout):  # the wait for each next piece
+                    try:
+                        line = await anext(lines, None)
+                    except Exception as exc:  # the HTTP library's own error: openai does not wrap a body's
+                        raise _StreamCutError(f"the answer broke off: {_root_cause(exc)}") from None
+                data = events.end() if line is None else events.feed(line)
+                if data is not None:
+                    delta = assembler.add(data)
+                    if delta:
+                        await on_text(delta, attempt)
+                if line is None:
+                    break
+        except StreamFormatError as exc:
+            raise self._bad_response(self._redact(str(exc))) from None
+        finally:
+            await lines.aclose()
+        if not assembler.complete:
+            raise _StreamCutError(
+                f"the stream ended after {assembler.chunks} chunk(s), before the answer was complete "
+                "(no finish_reason, no [DONE])"
+            )
+        message = assembler.message()
+        text = message.get("content")
+        if text is None and isinstance(message.get("refusal"), str):
+            text = message["refusal"]  # as for a whole answer: a refusal is the model's answer
+        return LLMResponse(
+            text=text,
+            tool_calls=self._parse_tool_calls(message.get("tool_calls")),
+            usage=_parse_usage(assembler.usage),
+            raw={"streamed": True, "message": message, "usage": assembler.usage},
+        )
 
     def _status_failure(self, exc: openai.APIStatusError) -> _Failure:
         response = exc.response

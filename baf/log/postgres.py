@@ -9,15 +9,19 @@ refused with a ``LogError``; see ``baf.log.postgres_schema``):
 - ``baf_sessions(session_id, ordinal)``: one row per session, ``ordinal`` from a sequence at its first
   append, so ``sessions()`` lists them in order of first record without scanning the records.
 
-**Group commit.** Every ``append`` joins a queue; one writer task takes everything queued and commits it
-in one transaction, so appends that arrive together (from many sessions) share one round trip and one WAL
-flush. Each append runs inside a savepoint of its own: an append that conflicts (``LogConflictError``) or
-that PostgreSQL refuses is rolled back alone and fails alone, while the rest of the group commits. When the
-transaction itself fails (the connection dropped, the server restarted) every append of the group fails
-with ``LogError``: none is acknowledged, none is dropped silently, and the writer reconnects for the next
-group.
+**Group commit.** Every ``append`` joins a queue; a writer task takes everything queued and commits it in
+one statement, so appends that arrive together (from many sessions) share one round trip and one WAL flush.
+The writer has a connection of its own (appends never wait for readers). It computes the unfinished-work
+index from what it knows of each session's last append, so the common group needs no read first (see
+``_Known``). If the statement is refused as a whole (a conflict, a lost lease, an inbox row gone),
+nothing of it was written and the group is committed again append by append, each in a savepoint of its
+own: the refused append fails alone (``LogConflictError``, ``LeaseLostError``, ``LogError``) while the rest
+commits. When the transaction itself fails (the connection dropped, the server restarted) every append of
+the group fails with ``LogError``: none is acknowledged, none is dropped silently, and the writer
+reconnects for the next group.
 
-Reads use a small pool of other connections, so readers never wait for the writer.
+Reads use a small pool of other connections, so readers never wait for the writer; a pool that stays busy
+fails a read with ``LogStorageError`` after ``acquire_timeout`` instead of waiting forever.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit, urlunsplit
@@ -38,12 +42,13 @@ from baf.errors import (
     LogConflictError,
     LogError,
     LogReadOnlyError,
+    LogStorageError,
 )
 from baf.log import upcast as upcast_module
 from baf.log.jsontext import decode_json, encode_json
 from baf.log.postgres_inbox import RECORDS_CHANNEL
 from baf.log.postgres_schema import SCHEMA_VERSION, prepare_schema
-from baf.log.record import Record
+from baf.log.record import Record, RecordKind
 from baf.log.store import SessionLog, check_appendable, missing_record
 from baf.log.work import IDLE, WORK_KINDS, WorkStatus, work_after
 
@@ -52,32 +57,70 @@ if TYPE_CHECKING:
 
 __all__ = ["SCHEMA_VERSION", "PostgresLog", "decode_row", "encode_row", "redact_dsn"]
 
-# One statement writes a batch: registers new sessions (in order of first appearance), inserts the
-# records and notifies RECORDS_CHANNEL per session (delivered at commit). Alone it is its own transaction:
-# one round trip for the common append. ``{fence}`` is empty, or (a worker's store) the lease check: the
-# rows are written only if every lease ($7 sessions, $8 epochs, owner $9) still has its epoch, read under
-# FOR KEY SHARE, which a takeover (SELECT ... FOR UPDATE first, see postgres_leases) waits for and which
-# heartbeats (updates of no key column) do not. No row back means no record was written: fenced off.
-_WRITE_TEMPLATE: Final = """
-WITH {fence_cte}new_sessions AS (
+# One statement commits a whole group of appends (any sessions), so that the common group costs one round trip
+# whatever its size: it checks the fences, registers new sessions, inserts the records, deletes the inbox rows
+# the appends consume, keeps the unfinished-work index and notifies RECORDS_CHANNEL per session (delivered at
+# commit). Every write is conditioned on ``ok``, so that ``ok`` false means nothing was written:
+# - with ``{fence}`` (a worker's store), every lease ($7 sessions, $8 epochs, owner $9) still has its epoch,
+#   read under FOR KEY SHARE, which a takeover (SELECT ... FOR UPDATE first, see postgres_leases) waits for
+#   and which heartbeats (updates of no key column) do not;
+# - every inbox row to consume ($11 sessions, $12 ids) is still there, locked FOR UPDATE first: a row another
+#   transaction deleted is skipped by the lock (after waiting for it), so the count comes out short.
+# The work index's new statuses are computed by the writer from the statuses it knows (see ``_Known``); the
+# statement only stores them.
+_GROUP_TEMPLATE: Final = """
+WITH {fence_cte}inbox AS MATERIALIZED (
+    SELECT i.id FROM baf_inbox i JOIN unnest($11::text[], $12::bigint[]) AS c(s, id)
+    ON i.session_id = c.s AND i.id = c.id FOR UPDATE OF i
+), ok AS (
+    SELECT {fence_ok} AND (SELECT count(*) FROM inbox) = cardinality($12::bigint[]) AS ok
+), new_sessions AS (
     INSERT INTO baf_sessions (session_id)
-    SELECT s FROM unnest($1::text[]) WITH ORDINALITY AS u(s, n) {fence_where}GROUP BY s ORDER BY min(n)
+    SELECT s FROM unnest($10::text[]) WITH ORDINALITY AS u(s, n) WHERE (SELECT ok FROM ok) ORDER BY n
     ON CONFLICT DO NOTHING
 ), written AS (
     INSERT INTO baf_records (session_id, seq, kind, data, ts, version)
     SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::float8[], $6::int[])
-    {fence_where}RETURNING session_id
+    WHERE (SELECT ok FROM ok)
+), consumed AS (
+    DELETE FROM baf_inbox i USING unnest($11::text[], $12::bigint[]) AS c(s, id)
+    WHERE i.session_id = c.s AND i.id = c.id AND (SELECT ok FROM ok) RETURNING i.id
+), work_gone AS (
+    DELETE FROM baf_work WHERE session_id = ANY($13::text[]) AND (SELECT ok FROM ok)
+), work_set AS (
+    INSERT INTO baf_work (session_id, status, unfinished)
+    SELECT * FROM unnest($14::text[], $15::text[], $16::bool[]) WHERE (SELECT ok FROM ok)
+    ON CONFLICT (session_id) DO UPDATE SET status = EXCLUDED.status, unfinished = EXCLUDED.unfinished
+), notified AS (
+    SELECT pg_notify('{channel}', s) FROM unnest($17::text[]) AS s WHERE (SELECT ok FROM ok)
 )
-SELECT pg_notify('{channel}', s) FROM (SELECT DISTINCT session_id AS s FROM written) AS d
+SELECT (SELECT ok FROM ok), (SELECT array_agg(id) FROM consumed), (SELECT count(*) FROM notified)
 """
 _FENCE_CTE: Final = """fence AS (
     SELECT l.session_id FROM baf_leases l JOIN unnest($7::text[], $8::bigint[]) AS f(s, e)
     ON l.session_id = f.s AND l.epoch = f.e WHERE l.owner = $9 FOR KEY SHARE OF l
 ), """
-_FENCE_WHERE: Final = "WHERE (SELECT count(*) FROM fence) = cardinality($7::text[]) "
-_WRITE: Final = _WRITE_TEMPLATE.format(fence_cte="", fence_where="", channel=RECORDS_CHANNEL)
-_WRITE_FENCED: Final = _WRITE_TEMPLATE.format(fence_cte=_FENCE_CTE, fence_where=_FENCE_WHERE, channel=RECORDS_CHANNEL)
+_FENCE_OK: Final = "(SELECT count(*) FROM fence) = cardinality($7::text[])"
+# Without fences, $7-$9 are still sent (empty), so both statements take the same arguments.
+_NO_FENCE_OK: Final = "cardinality($7::text[]) + cardinality($8::bigint[]) = 0 AND $9::text IS NULL"
+_GROUP: Final = _GROUP_TEMPLATE.format(fence_cte="", fence_ok=_NO_FENCE_OK, channel=RECORDS_CHANNEL)
+_GROUP_FENCED: Final = _GROUP_TEMPLATE.format(fence_cte=_FENCE_CTE, fence_ok=_FENCE_OK, channel=RECORDS_CHANNEL)
+# What the group statement cannot know: the stored work statuses of sessions the writer has no status for.
+# Locks their rows (an append of the same session elsewhere waits) and reads each session's last seq, so that the
+# status read can be known for the next appends (see ``_Known``).
+_WORK_OF: Final = """
+WITH w AS (SELECT session_id, status FROM baf_work WHERE session_id = ANY($1::text[]) FOR UPDATE)
+SELECT u.s, w.status, (SELECT max(r.seq) FROM baf_records r WHERE r.session_id = u.s)
+FROM unnest($1::text[]) AS u(s) LEFT JOIN w ON w.session_id = u.s
+"""
+#: How many sessions' work statuses a writer keeps (the least recently written are forgotten first).
+_KNOWN_LIMIT: Final = 50_000
 _SELECT: Final = "SELECT seq, kind, data, ts, version FROM baf_records WHERE session_id = $1 AND seq > $2 ORDER BY seq"
+_SELECT_FOR_LOAD: Final = """
+SELECT seq, kind, data, ts, version FROM baf_records WHERE session_id = $1 AND seq >= coalesce(
+    (SELECT max(seq) FROM baf_records WHERE session_id = $1 AND kind = 'snapshot'), 1
+) ORDER BY seq
+"""
 
 _MAX_INT64: Final = 2**63 - 1
 _MAX_INT32: Final = 2**31 - 1
@@ -123,7 +166,10 @@ class _Writer:
 class PostgresLog(SessionLog):
     """A ``SessionLog`` in the PostgreSQL database ``dsn`` names (``postgresql://user@host:port/db``).
 
-    ``pool_size`` bounds the reading connections (the writer has one of its own). ``read_only=True`` opens
+    ``pool_size`` bounds the reading connections (the writer has one of its own). More reads (and lease and
+    inbox calls) at once than that wait in line for a connection, each for at most ``acquire_timeout``
+    seconds, then fail with ``LogStorageError``: never forever. Appends do not take reading connections:
+    they queue for the writer, however many there are. ``read_only=True`` opens
     an existing log for reading: no table is created or upgraded and ``append`` raises
     ``LogReadOnlyError``.
 
@@ -145,9 +191,13 @@ class PostgresLog(SessionLog):
         read_only: bool = False,
         connect_timeout: float = 10.0,
         worker_id: str | None = None,
+        acquire_timeout: float = 30.0,
     ) -> None:
         if pool_size < 1:
             raise ValueError(f"pool_size must be >= 1, got {pool_size!r}")
+        if acquire_timeout <= 0:
+            raise ValueError(f"acquire_timeout must be > 0 seconds, got {acquire_timeout!r}")
+        self._acquire_timeout = acquire_timeout
         self._dsn = dsn
         self._pool_size = pool_size
         self._read_only = read_only
@@ -159,6 +209,7 @@ class PostgresLog(SessionLog):
         self._worker_id = worker_id
         # The sessions this worker holds a lease on, with the lease's epoch (see baf.log.postgres_leases).
         self._fences: dict[str, int] = {}
+        self._known = _Known()
 
     def __repr__(self) -> str:
         return f"PostgresLog({redact_dsn(self._dsn)!r})"
@@ -188,6 +239,43 @@ class PostgresLog(SessionLog):
             raise LogClosedError(f"{self!r} is not started")
         return pool
 
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[asyncpg.Connection]:
+        """A reading connection for one use (the lease and inbox helpers use this too). When all
+        ``pool_size`` are busy, waits in line for up to ``acquire_timeout`` seconds, then raises
+        ``LogStorageError``; a server that refuses a new connection is a ``LogStorageError`` too."""
+        pool = await self._ready_pool()
+        connection = await self._acquire(pool)
+        try:
+            yield connection
+        finally:
+            await pool.release(connection)
+
+    async def _connect(self) -> asyncpg.Connection:
+        """A writer's connection: its own, outside the pool (appends never wait for readers)."""
+        driver = _import_asyncpg()
+        try:
+            connection: asyncpg.Connection = await driver.connect(
+                self._dsn, timeout=self._connect_timeout, command_timeout=None
+            )
+        except (TimeoutError, OSError, driver.PostgresError) as exc:
+            raise LogStorageError(redact_dsn(self._dsn), f"cannot open a database connection: {exc}") from exc
+        return connection
+
+    async def _acquire(self, pool: asyncpg.Pool) -> asyncpg.Connection:
+        asyncpg = _import_asyncpg()
+        where = redact_dsn(self._dsn)
+        try:
+            return await pool.acquire(timeout=self._acquire_timeout)
+        except TimeoutError as exc:
+            raise LogStorageError(
+                where,
+                f"no database connection came free within {self._acquire_timeout:g} s: all {self._pool_size} "
+                "of the pool were busy (raise pool_size or acquire_timeout); nothing was read or written",
+            ) from exc
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise LogStorageError(where, f"cannot open a database connection: {exc}") from exc
+
     @property
     def dsn(self) -> str:
         """The database URL, password included (``repr`` hides it)."""
@@ -207,10 +295,13 @@ class PostgresLog(SessionLog):
             try:
                 pool = await asyncpg.create_pool(
                     self._dsn,
-                    min_size=1,
-                    max_size=self._pool_size + 1,
+                    # A worker's store opens its connections at once: opening one (and asyncpg's type
+                    # lookups on it) when a burst of sessions arrives would cost that burst several ms.
+                    min_size=self._pool_size if self._worker_id is not None else 1,
+                    max_size=self._pool_size,
                     timeout=self._connect_timeout,
                     command_timeout=None,
+                    reset=_no_reset,
                 )
             except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
                 raise LogError(f"cannot open the PostgreSQL log at {where}: {exc}") from exc
@@ -234,11 +325,13 @@ class PostgresLog(SessionLog):
         """Commit what is queued, stop the writer and close the connections. Idempotent."""
         self._closed = True
         writer, self._writer = self._writer, None
-        if writer is not None and writer.task is not None:
+        if writer is not None:
             writer.closing = True
             writer.wakeup.set()
-            await writer.task
+            if writer.task is not None:
+                await writer.task
         pool, self._pool = self._pool, None
+        self._known = _Known()  # the database may change before the next start
         if pool is not None:
             await pool.close()
 
@@ -294,7 +387,7 @@ class PostgresLog(SessionLog):
         await future
 
     async def _write_loop(self, writer: _Writer) -> None:
-        """Commit everything queued, group by group, until the store closes and the queue is empty."""
+        """Commit what is queued, group by group, until the store closes and the queue is empty."""
         connection: asyncpg.Connection | None = None
         try:
             while True:
@@ -307,8 +400,7 @@ class PostgresLog(SessionLog):
                 group, writer.queue = writer.queue, []
                 try:
                     if connection is None or connection.is_closed():
-                        assert self._pool is not None
-                        connection = await self._pool.acquire()
+                        connection = await self._connect()
                     await self._commit_group(connection, group)
                 except Exception as exc:
                     # The transaction failed as a whole: nothing of the group is durable. Say so to every
@@ -322,44 +414,44 @@ class PostgresLog(SessionLog):
                     for batch in group:
                         if not batch.future.done():
                             batch.future.set_exception(error)
-                    if connection is not None and self._pool is not None:
-                        with contextlib.suppress(Exception):
-                            await self._pool.release(connection, timeout=1)
+                    if connection is not None:
+                        connection.terminate()
                     connection = None
         finally:
             for batch in writer.queue:
                 if not batch.future.done():
                     batch.future.set_exception(LogClosedError(f"{self!r} closed before this append was written"))
-            if connection is not None and self._pool is not None:
+            if connection is not None:
                 with contextlib.suppress(Exception):
-                    await self._pool.release(connection)
+                    await asyncio.wait_for(connection.close(), 5)
 
     async def _commit_group(self, connection: asyncpg.Connection, group: list[_Batch]) -> None:
-        """Commit ``group``: one append alone in as few round trips as it needs (one statement for the
-        common case); several in one transaction, each in a savepoint so that it fails alone. Each
-        append's future is settled after the commit."""
-        refusals = _refusals()
-        outcomes: list[BaseException | None] = []
-        if len(group) == 1:
-            batch = group[0]
-            try:
-                if _needs_transaction(batch):
-                    async with connection.transaction():
-                        await self._write(connection, batch)
-                else:
-                    await self._write(connection, batch)  # a single statement is its own transaction
-                outcomes.append(None)
-            except refusals as exc:
-                outcomes.append(await _refusal(connection, batch, exc))
+        """Commit ``group`` and settle each append's future.
+
+        First all of it at once: one statement (one round trip) when the writer knows the work statuses of
+        the sessions it touches, else a read of them and that statement in a transaction. If that
+        is refused (a conflict, a lost lease, an inbox row gone, a value PostgreSQL rejects) nothing of it
+        was written, and the group is committed again append by append, each in a savepoint of its own, so
+        that only the refused ones fail."""
+        refused: tuple[type[BaseException], ...] = (_Refused, *_refusals())
+        try:
+            await self._commit_together(connection, group)
+        except refused:
+            pass
         else:
-            async with connection.transaction():
-                for batch in group:
-                    try:
-                        async with connection.transaction():  # a savepoint
-                            await self._write(connection, batch)
-                        outcomes.append(None)
-                    except refusals as exc:
-                        outcomes.append(await _refusal(connection, batch, exc))
+            for batch in group:
+                if not batch.future.done():
+                    batch.future.set_result(None)
+            return
+        outcomes: list[BaseException | None] = []
+        async with connection.transaction():
+            for batch in group:
+                try:
+                    async with connection.transaction():  # a savepoint
+                        await self._write_alone(connection, batch)
+                    outcomes.append(None)
+                except _refusals() as exc:
+                    outcomes.append(await _refusal(connection, batch, exc))
         for batch, outcome in zip(group, outcomes, strict=True):
             if batch.future.done():
                 continue
@@ -368,24 +460,69 @@ class PostgresLog(SessionLog):
             else:
                 batch.future.set_exception(outcome)
 
-    async def _write(self, connection: asyncpg.Connection, batch: _Batch) -> None:
-        """One append's statements: the lease check, the inbox rows it consumes, the records, the index."""
-        fences = batch.fences
-        if fences and (batch.consumes or not batch.rows):
-            await self._check_fences(connection, fences)  # before the inbox rows are touched
-            fences = None
-        if batch.consumes:
-            await _consume(connection, *batch.consumes)
-        if batch.rows:
-            columns = [list(column) for column in zip(*batch.rows, strict=True)]
-            if fences:
-                names, epochs = [name for name, _ in fences], [epoch for _, epoch in fences]
-                if not await connection.fetch(_WRITE_FENCED, *columns, names, epochs, self._worker_id):
-                    await self._check_fences(connection, fences)  # names the lost session and raises
-                    raise LeaseLostError(names[0], "a lease changed while this append was written")
-            else:
-                await connection.execute(_WRITE, *columns)
-            await _update_work(connection, batch.rows)
+    async def _commit_together(self, connection: asyncpg.Connection, group: list[_Batch]) -> None:
+        """Commit every append of ``group`` in one transaction, or raise (``_Refused`` or what PostgreSQL
+        refused) having written nothing."""
+        plan = _Plan(group, self._known)
+        if not plan.unknown:
+            ok, _ = await self._execute(connection, plan, {})  # a single statement is its own transaction
+            if not ok:
+                raise _Refused
+        else:
+            async with connection.transaction():
+                stored = await _stored_work(connection, plan.unknown)
+                ok, _ = await self._execute(connection, plan, stored)
+                if not ok:
+                    raise _Refused  # rolls the transaction back (the read's row locks)
+        self._known.learn(plan)
+
+    async def _write_alone(self, connection: asyncpg.Connection, batch: _Batch) -> None:
+        """One append, inside the caller's savepoint: raise ``LeaseLostError``, ``LogError`` (an inbox row
+        consumed already) or what PostgreSQL refused, so that it fails alone."""
+        plan = _Plan([batch], _Known())  # statuses read from the table, whatever the writer knows
+        stored = await _stored_work(connection, plan.unknown)
+        if batch.fences:
+            await self._check_fences(connection, batch.fences)  # names a lost session and raises
+        if batch.consumes is not None:
+            session_id, ids = batch.consumes
+            batch = _Batch(batch.rows, batch.future, batch.fences, (session_id, sorted(set(ids))))
+            plan = _Plan([batch], _Known())
+        ok, _ = await self._execute(connection, plan, stored)
+        if not ok and batch.consumes is not None:
+            session_id, ids = batch.consumes
+            present = await connection.fetch(
+                "SELECT id FROM baf_inbox WHERE session_id = $1 AND id = ANY($2::bigint[])", session_id, ids
+            )
+            missing = sorted(set(ids) - {row[0] for row in present})
+            raise LogError(f"session {session_id!r}: inbox message(s) {missing or ids} were consumed already")
+        if not ok:  # the fences held a moment ago, under a lock this transaction keeps: should not happen
+            raise LeaseLostError(plan.sessions[0] if plan.sessions else "?", "a lease changed during the append")
+        self._known.forget(plan.sessions)
+
+    async def _execute(
+        self, connection: asyncpg.Connection, plan: _Plan, stored: _Stored
+    ) -> tuple[bool, list[int] | None]:
+        """Run the group statement for ``plan``; ``stored`` holds the work statuses the plan did not know.
+        Returns whether the fences held (else nothing was written) and the inbox ids deleted."""
+        gone, kept = plan.work_changes(stored)
+        fences = plan.fences
+        row = await connection.fetchrow(
+            _GROUP_FENCED if self._worker_id is not None else _GROUP,
+            *plan.columns,
+            [name for name, _ in fences],
+            [epoch for _, epoch in fences],
+            self._worker_id,
+            plan.new_sessions,
+            [name for name, _ in plan.consumed],
+            [row_id for _, row_id in plan.consumed],
+            gone,
+            [name for name, _ in kept],
+            [status.to_text() for _, status in kept],
+            [status.unfinished for _, status in kept],
+            plan.sessions,
+        )
+        assert row is not None
+        return bool(row[0]), row[1]
 
     async def _check_fences(self, connection: asyncpg.Connection, fences: list[tuple[str, int]]) -> None:
         """Raise ``LeaseLostError`` unless this worker still holds every lease at its epoch. The key-share
@@ -407,8 +544,7 @@ class PostgresLog(SessionLog):
     # -- reading --------------------------------------------------------------------------------------
 
     async def read(self, session_id: str, after_seq: int = 0) -> list[Record]:
-        pool = await self._ready_pool()
-        async with pool.acquire() as connection:
+        async with self.connection() as connection:
             rows = await connection.fetch(_SELECT, session_id, after_seq)
         upcasters = upcast_module.UPCASTERS  # looked up on each call: a test may swap the registry
         for expected, row in enumerate(rows, after_seq + 1):
@@ -417,15 +553,13 @@ class PostgresLog(SessionLog):
         return [upcasters.upcast(decode_row(session_id, row)) for row in rows]
 
     async def sessions(self) -> list[str]:
-        pool = await self._ready_pool()
-        async with pool.acquire() as connection:
+        async with self.connection() as connection:
             rows = await connection.fetch("SELECT session_id FROM baf_sessions ORDER BY ordinal")
         return [row[0] for row in rows]
 
     async def unfinished_sessions(self) -> list[str]:
         """The sessions with unfinished work, from ``baf_work`` (kept by every append's transaction)."""
-        pool = await self._ready_pool()
-        async with pool.acquire() as connection:
+        async with self.connection() as connection:
             rows = await connection.fetch(
                 "SELECT w.session_id FROM baf_work w JOIN baf_sessions s USING (session_id) "
                 "WHERE w.unfinished ORDER BY s.ordinal"
@@ -433,13 +567,155 @@ class PostgresLog(SessionLog):
         return [row[0] for row in rows]
 
     async def read_for_load(self, session_id: str) -> list[Record]:
-        """The records from the latest snapshot (found through a partial index) to the end."""
-        pool = await self._ready_pool()
-        async with pool.acquire() as connection:
-            latest = await connection.fetchval(
-                "SELECT max(seq) FROM baf_records WHERE session_id = $1 AND kind = 'snapshot'", session_id
-            )
-        return await self.read(session_id, after_seq=(latest or 1) - 1)
+        """The records from the latest snapshot (found through a partial index) to the end, in one query."""
+        async with self.connection() as connection:
+            rows = await connection.fetch(_SELECT_FOR_LOAD, session_id)
+        upcasters = upcast_module.UPCASTERS
+        expected = rows[0][0] if rows and rows[0][1] == "snapshot" else 1
+        for row in rows:
+            if row[0] != expected:  # seqs have no gaps (guarantee 3): a missing record is corruption
+                raise missing_record(session_id, expected, row[0])
+            expected += 1
+        return [upcasters.upcast(decode_row(session_id, row)) for row in rows]
+
+
+#: Work statuses read from ``baf_work`` (idle when it has no row), with each session's last seq (None: none).
+_Stored = dict[str, tuple[WorkStatus, int | None]]
+
+
+class _Refused(Exception):
+    """The group statement wrote nothing (a lease, an inbox row): commit the appends one by one to see which."""
+
+
+class _Known:
+    """What a writer knows of the sessions it wrote: the last seq it committed and the work status after it.
+
+    That status is the one ``baf_work`` holds as long as nobody else appended to the session since, and
+    nobody else can have: the next append's first seq must follow the known last one, and if another writer
+    had appended that seq, the primary key would refuse this append. So a known session's appends need no
+    read of ``baf_work``, and the group goes in one statement. A session the writer knows is registered in
+    ``baf_sessions`` too. Bounded: the least recently written sessions are forgotten (their next append reads).
+    """
+
+    __slots__ = ("_entries",)
+
+    def __init__(self) -> None:
+        self._entries: dict[str, tuple[int, WorkStatus]] = {}
+
+    def __contains__(self, session_id: str) -> bool:
+        return session_id in self._entries
+
+    def before(self, session_id: str, first_seq: int) -> WorkStatus | None:
+        """The status before ``first_seq``, if known (``None``: read it)."""
+        if first_seq == 1:
+            return IDLE  # nothing was written before the first record
+        entry = self._entries.get(session_id)
+        if entry is None or entry[0] != first_seq - 1:
+            return None
+        return entry[1]
+
+    def learn(self, plan: _Plan) -> None:
+        """Remember what ``plan`` committed."""
+        entries = self._entries
+        for session_id, status in plan.after.items():
+            entries.pop(session_id, None)
+            if status is not None:
+                entries[session_id] = (plan.last_seq[session_id], status)
+        while len(entries) > _KNOWN_LIMIT:
+            del entries[next(iter(entries))]
+
+    def forget(self, session_ids: list[str]) -> None:
+        """Know nothing more of ``session_ids`` (their next appends read ``baf_work``)."""
+        for session_id in session_ids:
+            self._entries.pop(session_id, None)
+
+
+class _Plan:
+    """The arguments of the group statement for some appends, and the work statuses they lead to."""
+
+    __slots__ = (
+        "_before", "_first", "_work", "after", "columns", "consumed", "fences", "last_seq", "new_sessions",
+        "sessions", "unknown",
+    )  # fmt: skip
+
+    def __init__(self, group: list[_Batch], known: _Known) -> None:
+        rows = [row for batch in group for row in batch.rows]
+        self.columns: list[list[Any]] = [list(column) for column in zip(*rows, strict=True)] if rows else [[]] * 6
+        self.fences: list[tuple[str, int]] = list(
+            dict.fromkeys(pair for batch in group if batch.fences for pair in batch.fences)
+        )
+        self.consumed: list[tuple[str, int]] = [
+            (batch.consumes[0], row_id) for batch in group if batch.consumes for row_id in batch.consumes[1]
+        ]
+        by_session: dict[str, list[Row]] = {}
+        for row in rows:
+            by_session.setdefault(row[0], []).append(row)
+        self.sessions: list[str] = list(by_session)
+        self.new_sessions: list[str] = [name for name in by_session if name not in known]
+        self.last_seq: dict[str, int] = {}
+        #: The status after the appends, per session written (``None``: not known, forget it).
+        self.after: dict[str, WorkStatus | None] = {}
+        self._before: dict[str, WorkStatus | None] = {}
+        self._first: dict[str, int] = {}
+        self._work: dict[str, list[Row]] = {}
+        self.unknown: list[str] = []
+        for name, session_rows in by_session.items():
+            session_rows.sort(key=lambda row: row[1])
+            first, last = session_rows[0][1], session_rows[-1][1]
+            before = known.before(name, first)
+            self._before[name] = before
+            self._first[name] = first
+            # Only a run of seqs without holes can be known afterwards (another writer may fill a hole).
+            self.last_seq[name] = last if last - first + 1 == len(session_rows) else -1
+            work = [row for row in session_rows if row[2] in WORK_KINDS]
+            if work:
+                self._work[name] = work
+                if before is None:
+                    self.unknown.append(name)
+            self.after[name] = before if self.last_seq[name] > 0 else None
+
+    def work_changes(self, stored: _Stored) -> tuple[list[str], list[tuple[str, WorkStatus]]]:
+        """The sessions whose ``baf_work`` row goes (now idle) and the rows to write, given the statuses
+        ``stored`` read for the unknown sessions (with their last seq)."""
+        gone: list[str] = []
+        kept: list[tuple[str, WorkStatus]] = []
+        for name, work in self._work.items():
+            before = self._before[name]
+            exact = before is not None
+            if before is None:
+                before, last = stored.get(name, (IDLE, None))
+                exact = last == self._first[name] - 1
+            status = before
+            for _, seq, kind, text, _ts, _version in work:
+                data = decode_json(text) if kind == RecordKind.STEP_STARTED else _NO_DATA
+                status = work_after(status, kind, seq, data)
+            if status == IDLE and before != IDLE:
+                gone.append(name)
+            elif status != IDLE and status != before:
+                kept.append((name, status))
+            self.after[name] = status if exact and self.last_seq[name] > 0 else None
+        return gone, kept
+
+
+#: ``work_after`` reads the data of ``step_started`` records only.
+_NO_DATA: Final[dict[str, Any]] = {}
+
+
+async def _stored_work(connection: asyncpg.Connection, sessions: list[str]) -> _Stored:
+    """The stored work statuses (idle when there is no row) and last seqs of ``sessions``, rows locked."""
+    if not sessions:
+        return {}
+    rows = await connection.fetch(_WORK_OF, sessions)
+    return {row[0]: (IDLE if row[1] is None else WorkStatus.from_text(row[1]), row[2]) for row in rows}
+
+
+async def _no_reset(_connection: asyncpg.Connection) -> None:
+    """What a connection needs when it goes back to the pool, beyond the rollback asyncpg always does: nothing.
+
+    asyncpg's default reset (``RESET ALL``, ``UNLISTEN *``, ``CLOSE ALL``, unlocking advisory locks) costs a
+    round trip per use; the store's connections change no setting, listen on nothing (listeners have
+    connections of their own), keep no cursor outside a transaction and take only transaction-scoped locks.
+    """
 
 
 def _refusals() -> tuple[type[BaseException], ...]:
@@ -455,48 +731,6 @@ async def _refusal(connection: asyncpg.Connection, batch: _Batch, exc: BaseExcep
     if isinstance(exc, _import_asyncpg().UniqueViolationError):
         return await _conflict_of(connection, batch.rows)
     return ValueError(f"PostgreSQL refused the append: {exc}")
-
-
-def _needs_transaction(batch: _Batch) -> bool:
-    """Whether an append needs more than its one write statement (fencing, the inbox, the work index)."""
-    return bool(batch.consumes or any(row[2] in WORK_KINDS for row in batch.rows))
-
-
-async def _update_work(connection: asyncpg.Connection, rows: list[Row]) -> None:
-    """Fold the work kinds among ``rows`` into ``baf_work`` (in the append's transaction)."""
-    work_rows = [row for row in rows if row[2] in WORK_KINDS]
-    if not work_rows:
-        return
-    sessions = list(dict.fromkeys(row[0] for row in work_rows))
-    stored = await connection.fetch(
-        "SELECT session_id, status FROM baf_work WHERE session_id = ANY($1::text[]) FOR UPDATE", sessions
-    )
-    before = {row[0]: WorkStatus.from_text(row[1]) for row in stored}
-    after = dict(before)
-    for session_id, seq, kind, text, _ts, _version in sorted(work_rows, key=lambda row: (row[0], row[1])):
-        after[session_id] = work_after(after.get(session_id, IDLE), kind, seq, decode_json(text))
-    idle = [name for name, status in after.items() if status == IDLE and name in before]
-    busy = [(name, status) for name, status in after.items() if status != IDLE and status != before.get(name)]
-    if idle:
-        await connection.execute("DELETE FROM baf_work WHERE session_id = ANY($1::text[])", idle)
-    if busy:
-        await connection.execute(
-            "INSERT INTO baf_work (session_id, status, unfinished) "
-            "SELECT * FROM unnest($1::text[], $2::text[], $3::bool[]) "
-            "ON CONFLICT (session_id) DO UPDATE SET status = EXCLUDED.status, unfinished = EXCLUDED.unfinished",
-            [name for name, _ in busy],
-            [status.to_text() for _, status in busy],
-            [status.unfinished for _, status in busy],
-        )
-
-
-async def _consume(connection: asyncpg.Connection, session_id: str, ids: list[int]) -> None:
-    deleted = await connection.fetch(
-        "DELETE FROM baf_inbox WHERE session_id = $1 AND id = ANY($2::bigint[]) RETURNING id", session_id, ids
-    )
-    if len(deleted) != len(set(ids)):
-        missing = sorted(set(ids) - {row[0] for row in deleted})
-        raise LogError(f"session {session_id!r}: inbox message(s) {missing} were consumed already")
 
 
 async def _conflict_of(connection: asyncpg.Connection, rows: list[Row]) -> LogConflictError:

@@ -35,6 +35,12 @@ RECORDS_CHANNEL = "baf_records"
 
 logger = logging.getLogger("baf.log.postgres")
 
+# The row and its notification, in one round trip (the notification is delivered when the row commits).
+_POST = f"""
+WITH posted AS (INSERT INTO baf_inbox (session_id, payload) VALUES ($1, $2) RETURNING id)
+SELECT id, pg_notify('{INBOX_CHANNEL}', $1) FROM posted
+"""
+
 
 @dataclass(frozen=True, slots=True)
 class InboxMessage:
@@ -57,16 +63,13 @@ class Inbox:
         """Store a message for ``session_id`` durably and wake its owner; return the row's id."""
         encoded = encode_json(payload)
         text = encoded.decode() if isinstance(encoded, bytes) else encoded
-        async with self._log.pool.acquire() as connection, connection.transaction():
-            row_id = await connection.fetchval(
-                "INSERT INTO baf_inbox (session_id, payload) VALUES ($1, $2) RETURNING id", session_id, text
-            )
-            await connection.execute("SELECT pg_notify($1, $2)", INBOX_CHANNEL, session_id)
+        async with self._log.connection() as connection:
+            row_id = await connection.fetchval(_POST, session_id, text)  # one statement: its own transaction
         return int(row_id)
 
     async def pending(self, session_id: str, limit: int = 100) -> list[InboxMessage]:
         """The messages waiting for ``session_id``, oldest first."""
-        async with self._log.pool.acquire() as connection:
+        async with self._log.connection() as connection:
             rows = await connection.fetch(
                 "SELECT id, payload FROM baf_inbox WHERE session_id = $1 ORDER BY id LIMIT $2", session_id, limit
             )
@@ -76,7 +79,7 @@ class Inbox:
         """Which of ``session_ids`` have messages waiting (oldest first)."""
         if not session_ids:
             return []
-        async with self._log.pool.acquire() as connection:
+        async with self._log.connection() as connection:
             rows = await connection.fetch(
                 "SELECT session_id FROM baf_inbox WHERE session_id = ANY($1::text[]) "
                 "GROUP BY session_id ORDER BY min(id)",
@@ -84,9 +87,13 @@ class Inbox:
             )
         return [row[0] for row in rows]
 
-    async def listen(self, on_session: Callable[[str, str], None]) -> Callable[[], Any]:
-        """Call ``on_session(channel, session_id)`` for every notification on the inbox and records
-        channels; return an async ``stop()``. One connection of its own, outside the pool."""
+    async def listen(
+        self, on_session: Callable[[str, str], None], channels: tuple[str, ...] = (INBOX_CHANNEL, RECORDS_CHANNEL)
+    ) -> Callable[[], Any]:
+        """Call ``on_session(channel, session_id)`` for every notification on ``channels`` (by default the
+        inbox and the records channels); return an async ``stop()``. One connection of its own, outside the
+        pool. Listen only to what you use: every commit notifies the records channel, and each notification
+        costs each listener a wake-up."""
         import asyncpg
 
         connection: asyncpg.Connection = await asyncpg.connect(self._log.dsn)
@@ -97,7 +104,7 @@ class Inbox:
             except Exception:
                 logger.exception("an inbox listener failed")
 
-        for channel in (INBOX_CHANNEL, RECORDS_CHANNEL):
+        for channel in channels:
             await connection.add_listener(channel, notified)
 
         async def stop() -> None:

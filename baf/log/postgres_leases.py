@@ -20,9 +20,15 @@ if TYPE_CHECKING:
 
 __all__ = ["LeaseInfo", "Leases"]
 
+# One statement, one round trip. The lease row is locked FOR UPDATE before anything else (the INSERT's source
+# row needs the locking CTE scanned first), so no append checking the old epoch (FOR KEY SHARE) can commit
+# after the epoch changed; the upsert alone would not do it, as updating no key column takes a lock that does
+# not conflict with KEY SHARE. NOWAIT: a lease row locked now is being appended under by its owner, or taken
+# by another worker, and waiting would only hold a connection to learn that someone else has the session.
 _ACQUIRE = """
+WITH locked AS MATERIALIZED (SELECT session_id FROM baf_leases WHERE session_id = $1 FOR UPDATE NOWAIT)
 INSERT INTO baf_leases AS l (session_id, owner, epoch, expires_at)
-VALUES ($1, $2, 1, now() + make_interval(secs => $3))
+SELECT $1, $2, 1, now() + make_interval(secs => $3) FROM (SELECT count(*) FROM locked) AS lock_first
 ON CONFLICT (session_id) DO UPDATE
     SET owner = EXCLUDED.owner,
         epoch = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at >= now() THEN l.epoch ELSE l.epoch + 1 END,
@@ -58,7 +64,7 @@ class Leases:
 
     async def register(self) -> None:
         """Write (or refresh) this worker's heartbeat row."""
-        async with self._log.pool.acquire() as connection:
+        async with self._log.connection() as connection:
             await connection.execute(
                 "INSERT INTO baf_workers (worker_id) VALUES ($1) "
                 "ON CONFLICT (worker_id) DO UPDATE SET heartbeat_at = now()",
@@ -67,12 +73,15 @@ class Leases:
 
     async def acquire(self, session_id: str) -> int | None:
         """Take ``session_id``'s lease if it is free, expired or already ours; return its epoch, or ``None``
-        when another worker holds it. On success the store is fenced with the epoch."""
-        async with self._log.pool.acquire() as connection, connection.transaction():
-            # FOR UPDATE first: a takeover waits for the appends checking the old epoch (FOR KEY SHARE),
-            # so none of them can commit after the epoch changed.
-            await connection.execute("SELECT 1 FROM baf_leases WHERE session_id = $1 FOR UPDATE", session_id)
-            epoch = await connection.fetchval(_ACQUIRE, session_id, self.worker_id, self.ttl)
+        when another worker holds it or its lease row is busy (an append or a takeover under way: the session
+        is someone's). On success the store is fenced with the epoch."""
+        import asyncpg
+
+        try:
+            async with self._log.connection() as connection:
+                epoch = await connection.fetchval(_ACQUIRE, session_id, self.worker_id, self.ttl)
+        except asyncpg.LockNotAvailableError:
+            return None
         if epoch is None:
             return None
         self._log.fence(session_id, int(epoch))
@@ -84,7 +93,7 @@ class Leases:
         self._log.unfence(session_id)
         if epoch is None:
             return
-        async with self._log.pool.acquire() as connection:
+        async with self._log.connection() as connection:
             await connection.execute(
                 "UPDATE baf_leases SET expires_at = now() - interval '1 second' "
                 "WHERE session_id = $1 AND owner = $2 AND epoch = $3",
@@ -121,7 +130,7 @@ class Leases:
         over meanwhile is lost even if it has expired again since.
         """
         fenced = self._log.fenced()
-        async with self._log.pool.acquire() as connection, connection.transaction():
+        async with self._log.connection() as connection, connection.transaction():
             await connection.execute(
                 "INSERT INTO baf_workers (worker_id) VALUES ($1) "
                 "ON CONFLICT (worker_id) DO UPDATE SET heartbeat_at = now()",
@@ -144,15 +153,26 @@ class Leases:
 
     async def owner_of(self, session_id: str) -> LeaseInfo | None:
         """The lease on ``session_id``, or ``None`` if no worker ever took it."""
-        async with self._log.pool.acquire() as connection:
+        async with self._log.connection() as connection:
             row = await connection.fetchrow(
                 "SELECT owner, epoch, expires_at >= now() FROM baf_leases WHERE session_id = $1", session_id
             )
         return None if row is None else LeaseInfo(row[0], int(row[1]), bool(row[2]))
 
+    async def unowned_unfinished(self, limit: int = 1000) -> list[str]:
+        """Sessions with unfinished work (``baf_work``) and no live lease: their owner died (or never was)."""
+        async with self._log.connection() as connection:
+            rows = await connection.fetch(
+                "SELECT w.session_id FROM baf_work w JOIN baf_sessions s USING (session_id) "
+                "LEFT JOIN baf_leases l USING (session_id) "
+                "WHERE w.unfinished AND (l.session_id IS NULL OR l.expires_at < now()) ORDER BY s.ordinal LIMIT $1",
+                limit,
+            )
+        return [row[0] for row in rows]
+
     async def unowned_with_mail(self, limit: int = 100) -> list[str]:
         """Sessions with inbox messages waiting and no live lease: any live worker may take them."""
-        async with self._log.pool.acquire() as connection:
+        async with self._log.connection() as connection:
             rows = await connection.fetch(
                 "SELECT i.session_id FROM baf_inbox i LEFT JOIN baf_leases l ON l.session_id = i.session_id "
                 "WHERE l.session_id IS NULL OR l.expires_at < now() "

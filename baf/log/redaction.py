@@ -112,8 +112,10 @@ class Redactor:
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         self._own: set[str] = set()
         self._lock = threading.Lock()
-        # The compiled patterns (see _build), and the registry version they were built for.
+        # The compiled patterns (see _build), the secrets they match, and the registry version they were
+        # built for.
         self._patterns: _Patterns = (None, None, None)
+        self._secrets: tuple[str, ...] = ()
         self._built_for = -1
         for secret in secrets:
             self.add(secret)
@@ -167,6 +169,23 @@ class Redactor:
         pattern, _, escaped = self._current_patterns()
         return text if pattern is None else _sub(text, pattern, escaped)
 
+    def unfinished_secret(self, text: str) -> int:
+        """How many characters at the end of ``text`` could be the beginning of a secret (0: none).
+
+        For text shown while it is still being written (a model's streamed answer): holding those
+        characters back until more arrive means a secret split across two pieces is still replaced
+        whole. Secrets written with escapes are not looked for here (see :meth:`redact_text`)."""
+        self._current_patterns()
+        longest = 0
+        for secret in self._secrets:
+            start = text.find(secret[0], max(len(text) - len(secret) + 1, 0))
+            while start != -1:
+                if secret.startswith(text[start:]):
+                    longest = max(longest, len(text) - start)
+                    break
+                start = text.find(secret[0], start + 1)
+        return longest
+
     def redact_record(self, record: Record) -> Record:
         """``record`` with its data (and session id) redacted; the same object when clean."""
         pattern, _, escaped = self._current_patterns()
@@ -183,7 +202,9 @@ class Redactor:
         if self._built_for == version:
             return self._patterns  # one attribute, so a thread never sees halves of two builds
         with self._lock, _registry_lock:
-            self._patterns = _build(self._own | _registry)
+            secrets = self._own | _registry
+            self._patterns = _build(secrets)
+            self._secrets = tuple(secrets)
             self._built_for = _registry_version
             return self._patterns
 

@@ -18,6 +18,7 @@ match means the code no longer does what it did before the restart: :class:`~baf
 
 from __future__ import annotations
 
+import functools
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
@@ -25,6 +26,7 @@ from typing import Any
 from baf.errors import ResumeError
 from baf.log.record import Record, RecordKind
 from baf.reasoning.effects import EffectSource, current_effect_source
+from baf.reasoning.streaming import TextDeltas
 
 __all__ = ["Recorder"]
 
@@ -135,6 +137,20 @@ class Recorder:
         replaying: those steps were streamed (or were due) before the restart."""
         if not self._prefix and self._live is not None:
             self._live.queue_platform_call(method, *payload)
+
+    def text_deltas(self) -> TextDeltas | None:
+        """Where a model turn's text goes while the model writes it: the session platform's
+        ``reply_delta`` (see :mod:`baf.reasoning.streaming`); ``None`` without a session or a platform.
+        Made right after the turn's request is recorded: its seq names the streamed answer."""
+        live = self._live
+        send = getattr(getattr(live, "platform", None), "reply_delta", None)
+        if send is None:
+            return None
+
+        def failed(exc: BaseException) -> None:
+            live.report_error("streaming a reply to the platform failed", "platform", exc)
+
+        return TextDeltas(functools.partial(send, live.session), live.projection.last_seq, self._redactor, failed)
 
     async def commit(self) -> None:
         """Make what was recorded durable (and deliver what was queued)."""

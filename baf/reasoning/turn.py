@@ -24,8 +24,8 @@ turns the records back into full requests. An ``llm_response`` carries
 (``provider``, the model client's, for OpenTelemetry's ``gen_ai.provider.name``; absent in older records).
 Records written before version 2 are lifted by the upcasters in :mod:`baf.log.upcast`.
 
-Streaming (text deltas forwarded as they arrive) would hang off :meth:`ModelTurns.take`, where the
-model is called; only the complete response is ever recorded.
+With a model that streams (``LLM.streams``), the text of a live turn goes to the platform as it is
+written (:mod:`baf.reasoning.streaming`); only the complete response is ever recorded.
 """
 
 from __future__ import annotations
@@ -115,7 +115,9 @@ class ModelTurns:
                                   None, self.loop, turn)  # fmt: skip
             response = source.llm_response(request)
         if response is None:  # the one place a loop calls its model (inline: a coroutine less per turn)
-            if time_limit is None:
+            if model.streams:
+                response = await self._streamed(model, messages, tools, parameters, system, purpose, time_limit)
+            elif time_limit is None:
                 response = await model.predict_with_tools(messages, tools, parameters=parameters or None,
                                                           system_message=system)  # fmt: skip
             else:
@@ -132,6 +134,28 @@ class ModelTurns:
             data["cost"] = cost
         self.recorder.record(RecordKind.LLM_RESPONSE, data)
         return Turn(response, latency_ms, cost)
+
+    async def _streamed(
+        self,
+        model: LLM,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        parameters: dict[str, Any] | None,
+        system: str | None,
+        purpose: str | None,
+        time_limit: float | None,
+    ) -> LLMResponse:
+        """The model's answer with its text streamed to the platform (see :mod:`baf.reasoning.streaming`).
+        A compaction's summary is nobody's answer: it, and any turn without a platform, is asked whole."""
+        deltas = self.recorder.text_deltas() if purpose != "compaction" else None
+        async with asyncio.timeout(time_limit):
+            if deltas is None:
+                return await model.predict_with_tools(messages, tools, parameters=parameters or None,
+                                                      system_message=system)  # fmt: skip
+            response = await model.stream_with_tools(messages, tools, deltas, parameters=parameters or None,
+                                                     system_message=system)  # fmt: skip
+            await deltas.finish()
+        return response
 
     def _record_request(
         self,

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from baf.errors import RecordNotFoundError
 from baf.log.projection import SessionProjection
 from baf.log.record import Record, RecordKind
 from baf.reasoning.step import ReasoningStepKind
@@ -62,7 +63,8 @@ class SessionSnapshot:
 def state_at(session_id: str, records: Iterable[Record], seq: int | None = None) -> SessionSnapshot:
     """Fold ``records`` up to and including ``seq`` (all of them when ``None``).
 
-    Raises ``LookupError`` if ``seq`` is beyond the session's last record.
+    Raises:
+        RecordNotFoundError: ``seq`` is beyond the session's last record (also a ``LookupError``).
     """
     projection = SessionProjection(session_id)
     snapshot = SessionSnapshot(seq or 0, projection)
@@ -83,6 +85,6 @@ def state_at(session_id: str, records: Iterable[Record], seq: int | None = None)
             elif kind == ReasoningStepKind.REASONING_FINISHED:
                 snapshot.reasoning_in_flight = False
     if seq is not None and projection.last_seq < seq:
-        raise LookupError(f"session {session_id!r} has no record {seq}: its last record is {projection.last_seq}")
+        raise RecordNotFoundError(session_id, seq, projection.last_seq)
     snapshot.seq = projection.last_seq
     return snapshot

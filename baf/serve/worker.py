@@ -72,9 +72,10 @@ class Worker:
         self.inbox = Inbox(self.log)
         self.poll_interval = poll_interval
         self.runtime = Runtime(agent, self.log, router=self)
-        self._wanted: set[str] = set()  # sessions with mail to take, by notification
-        self._wake = asyncio.Event()
-        self._taking: dict[str, asyncio.Lock] = {}
+        # One taker task per session with mail to take; a session wanted again while its taker runs is
+        # taken once more after (its new message may have missed the taker's read of the inbox).
+        self._takers: dict[str, asyncio.Task[None]] = {}
+        self._again: set[str] = set()
         self._tasks: list[asyncio.Task[None]] = []
         self._stop_listening: Any = None
 
@@ -84,23 +85,25 @@ class Worker:
         """Open the log, register, start the agent (its platforms too) and the worker's loops."""
         await self.log.start()
         await self.leases.register()
-        self._stop_listening = await self.inbox.listen(self._notified)
+        # Only the inbox channel: a worker does not follow other workers' records (each notification would
+        # cost it a wake-up on every commit of every worker).
+        self._stop_listening = await self.inbox.listen(self._notified, channels=(INBOX_CHANNEL,))
         await self.agent.start(self.runtime)
         self._tasks = [
             asyncio.create_task(self._heartbeats(), name="baf-worker-heartbeat"),
-            asyncio.create_task(self._mail(), name="baf-worker-mail"),
+            asyncio.create_task(self._poll(), name="baf-worker-poll"),  # looks for waiting work at once
         ]
-        self._wake.set()  # look for waiting work at once
 
     async def stop(self) -> None:
         """Stop the loops and the agent (steps finish, the log is flushed), then give the leases up so
         other workers can take the sessions at once."""
-        for task in self._tasks:
+        tasks = [*self._tasks, *self._takers.values()]
+        self._tasks = []
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        self._tasks = []
         if self._stop_listening is not None:
             await self._stop_listening()
             self._stop_listening = None
@@ -133,8 +136,24 @@ class Worker:
 
     def _notified(self, channel: str, session_id: str) -> None:
         if channel == INBOX_CHANNEL:
-            self._wanted.add(session_id)
-            self._wake.set()
+            self._want(session_id)
+
+    def _want(self, session_id: str) -> None:
+        """Take ``session_id``'s waiting mail soon, without waiting for other sessions' takes."""
+        if session_id in self._takers:
+            self._again.add(session_id)
+        elif self._tasks:  # started and not stopping
+            self._takers[session_id] = asyncio.create_task(self._taker(session_id), name="baf-worker-take")
+
+    async def _taker(self, session_id: str) -> None:
+        try:
+            while True:
+                self._again.discard(session_id)
+                await self._take_logged(session_id)
+                if session_id not in self._again:
+                    return
+        finally:
+            self._takers.pop(session_id, None)
 
     async def _heartbeats(self) -> None:
         interval = self.leases.ttl / 3
@@ -149,26 +168,15 @@ class Worker:
                 logger.warning("worker %s: lost session %s to another worker", self.worker_id, session_id)
                 self.runtime.drop(session_id)
 
-    async def _mail(self) -> None:
-        """Take notified mail at once; every ``poll_interval``, look for what notifications missed and for
-        sessions whose owner died."""
-        loop = asyncio.get_running_loop()
-        next_poll = loop.time()
+    async def _poll(self) -> None:
+        """Every ``poll_interval``, look for what notifications missed and for sessions whose owner died."""
         while True:
-            timeout = max(0.0, next_poll - loop.time())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
-            self._wake.clear()
-            wanted, self._wanted = self._wanted, set()
-            if loop.time() >= next_poll:
-                next_poll = loop.time() + self.poll_interval
-                try:
-                    wanted |= set(await self._orphans())
-                except Exception as exc:
-                    logger.warning("worker %s: poll failed: %s", self.worker_id, exc)
-            # Sessions are taken concurrently (each in order under its own lock): one slow load must not
-            # hold up the others' messages.
-            await asyncio.gather(*(self._take_logged(session_id) for session_id in wanted))
+            try:
+                for session_id in await self._orphans():
+                    self._want(session_id)
+            except Exception as exc:
+                logger.warning("worker %s: poll failed: %s", self.worker_id, exc)
+            await asyncio.sleep(self.poll_interval)
 
     async def _take_logged(self, session_id: str) -> None:
         try:
@@ -178,23 +186,18 @@ class Worker:
 
     async def _orphans(self) -> list[str]:
         """Sessions to take: waiting messages of sessions no live worker holds (or this one does), and
-        unfinished sessions of dead workers."""
+        unfinished sessions no live worker holds (their owner died). A session whose taker is running is
+        left to it."""
         found = await self.leases.unowned_with_mail()
         found += await self.inbox.sessions_with_mail(list(self.log.fenced()))
-        for session_id in await self.log.unfinished_sessions():
-            if session_id in self.log.fenced():
-                continue
-            info = await self.leases.owner_of(session_id)
-            if info is None or not info.live:
-                found.append(session_id)
-        return list(dict.fromkeys(found))
+        found += await self.leases.unowned_unfinished()
+        return [session_id for session_id in dict.fromkeys(found) if session_id not in self._takers]
 
     async def _take(self, session_id: str) -> None:
         """Own ``session_id`` (if free) and move its waiting messages into its log, in arrival order."""
-        lock = self._taking.setdefault(session_id, asyncio.Lock())
-        async with lock:
-            if session_id not in self.log.fenced() and not await self.claim(session_id):
-                return  # a live worker owns it: its own notification or poll takes the mail
-            await self.runtime.get_or_create(session_id)  # loads it, resuming an interrupted step
-            for message in await self.inbox.pending(session_id):
-                await self.runtime.receive_forwarded(session_id, message.id, message.payload, message.error)
+        # Called by the session's one taker task (see _want), so never twice at once for a session.
+        if session_id not in self.log.fenced() and not await self.claim(session_id):
+            return  # a live worker owns it: its own notification or poll takes the mail
+        await self.runtime.get_or_create(session_id)  # loads it, resuming an interrupted step
+        for message in await self.inbox.pending(session_id):
+            await self.runtime.receive_forwarded(session_id, message.id, message.payload, message.error)

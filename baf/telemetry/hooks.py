@@ -5,8 +5,10 @@ own, which folds it through the one mapping (:mod:`baf.telemetry.mapping`) and s
 ends spans on the tracer, at the times the records carry. Nothing of OpenTelemetry runs on the agent's
 path: writing a record costs one append to a deque, so a slow or unreachable collector can never slow a
 step or fail it (a span processor that exports synchronously blocks that thread, not the agent). The
-thread works in batches: when a step ends, and every 50 ms meanwhile. If it falls behind by
-``max_queue`` records, further records are dropped, with one warning.
+thread works in batches, every 50 ms (and at once on :meth:`OpenTelemetryHooks.flush`). It is not woken
+when a step ends: a thread woken mid-turn takes the GIL from the event loop at each ``select()``, and
+those hand-overs cost the process more CPU than making the spans (``bench/bench_bridges.py``). If it
+falls behind by ``max_queue`` records, further records are dropped, with one warning.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 from baf.core.hooks import StepHooks
 from baf.errors import ConfigurationError
-from baf.log.record import RecordKind
 from baf.telemetry.mapping import SCOPE_NAME, SpanAction, SpanMapper
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ class OpenTelemetryHooks(StepHooks):
         self._tracer = self.tracer_provider.get_tracer(SCOPE_NAME)
         self._otel = _Otel()
         # A deque, not a queue.Queue: appending takes no lock and wakes no thread. The span thread drains
-        # it every few milliseconds, and at once when a step ends (one wake-up per step, not per record).
+        # it every 50 ms, in one batch.
         self._pending: collections.deque[tuple[Agent, Record]] = collections.deque()
         self._wake = threading.Event()
         self._busy = False
@@ -87,8 +88,6 @@ class OpenTelemetryHooks(StepHooks):
                                "spans will be missing or unfinished", self.max_queue)  # fmt: skip
             return
         self._pending.append((session.agent, record))
-        if record.kind == RecordKind.STEP_FINISHED:
-            self._wake.set()
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until every queued record is turned into spans, then flush the tracer provider; whether
@@ -132,6 +131,8 @@ class OpenTelemetryHooks(StepHooks):
     def _feed(
         self, agent: Agent, record: Record, mappers: dict[str, SpanMapper], spans: dict[tuple[str, str], Any]
     ) -> None:
+        if SpanMapper.ignores(record):
+            return
         mapper = mappers.get(record.session_id)
         if mapper is None:
             mapper = mappers[record.session_id] = SpanMapper(
@@ -148,27 +149,30 @@ class OpenTelemetryHooks(StepHooks):
             if action.leaf:  # made at its end, with every attribute at once: half the SDK's work per span
                 spans[key] = _Leaf(action)
             else:
-                spans[key] = self._start_span(session_id, action, spans, action.attributes)
+                span = self._start_span(session_id, action, spans, action.attributes)
+                # Its children start in its context: made once here, not once per child.
+                spans[key] = _Open(span, self._otel.set_span_in_context(span))
             return
-        span = spans.get(key)
-        if span is None:
+        entry = spans.get(key)
+        if entry is None:
             return
-        if isinstance(span, _Leaf):
+        if isinstance(entry, _Leaf):
             if action.op == "event":
-                span.events.append(action)
+                entry.events.append(action)
             else:
-                span.start.attributes.update(action.attributes)
-                span.error = action.error if action.error is not None else span.error
+                entry.start.attributes.update(action.attributes)
+                entry.error = action.error if action.error is not None else entry.error
             if action.op != "end":
                 return
             del spans[key]
-            made = self._start_span(session_id, span.start, spans, span.start.attributes)
-            for event in span.events:
+            made = self._start_span(session_id, entry.start, spans, entry.start.attributes)
+            for event in entry.events:
                 made.add_event(event.name, event.attributes, event.time_ns)
-            if span.error is not None:
-                made.set_status(self._status_error(span.error))
+            if entry.error is not None:
+                made.set_status(self._status_error(entry.error))
             made.end(end_time=action.time_ns)
             return
+        span = entry.span
         if action.op == "event":
             span.add_event(action.name, action.attributes, action.time_ns)
             return
@@ -185,13 +189,23 @@ class OpenTelemetryHooks(StepHooks):
     ) -> Any:
         parent = spans.get((session_id, action.parent)) if action.parent is not None else None
         # A step is the root of its own trace: never the parent of whatever is current in this thread.
-        parent_context = self._otel.set_span_in_context(parent) if parent is not None else self._otel.root_context()
+        parent_context = parent.context if isinstance(parent, _Open) else self._otel.root
         kind = self._otel.client if action.kind == "client" else self._otel.internal
         return self._tracer.start_span(action.name, context=parent_context, kind=kind, attributes=attributes,
                                        start_time=action.time_ns)  # fmt: skip
 
     def _status_error(self, description: str) -> Any:
         return self._otel.status(self._otel.error, description)
+
+
+class _Open:
+    """A step or reasoning span, started, with the context its children start in."""
+
+    __slots__ = ("context", "span")
+
+    def __init__(self, span: Any, context: Any) -> None:
+        self.span = span
+        self.context = context
 
 
 class _Leaf:
@@ -213,6 +227,6 @@ class _Otel:
         from opentelemetry.trace import SpanKind, Status, StatusCode
 
         self.set_span_in_context = trace.set_span_in_context
-        self.root_context = context.Context
+        self.root = context.Context()  # empty, so a step never nests in what is current (immutable: shared)
         self.client, self.internal = SpanKind.CLIENT, SpanKind.INTERNAL
         self.status, self.error = Status, StatusCode.ERROR

@@ -52,7 +52,8 @@ class SpanAction:
 
     ``key`` names the span within its session (stable: derived from the seq of the record that opened
     it); ``parent`` is the key of its parent (``None`` for a step, the root of its trace). ``error``
-    (on ``end`` or ``set``) marks the span's status as ERROR with that description.
+    (on ``end`` or ``set``) marks the span's status as ERROR with that description; ``attributes`` on
+    ``end`` are set before the span ends.
     """
 
     op: Literal["start", "event", "set", "end"]
@@ -117,6 +118,15 @@ class SpanMapper:
         """The actions ``record`` causes (often none)."""
         handler = _HANDLERS.get(record.kind)
         return handler(self, record) if handler is not None else []
+
+    @staticmethod
+    def ignores(record: Record) -> bool:
+        """Whether ``record`` causes no action and changes no mapper (a variable set, a reasoning step
+        other than a run's start or end: about half of a reasoning session's records), so an applier
+        may skip it without looking up the session's mapper."""
+        if record.kind == RecordKind.REASONING_STEP:
+            return record.data.get("kind") not in _RUN_BOUNDS
+        return record.kind not in _HANDLERS
 
     def finish(self, ts: float, reason: str = "not finished when the log ends") -> list[SpanAction]:
         """End every open span at ``ts``, marked as errors with ``reason`` (a step a crash left open)."""
@@ -216,9 +226,9 @@ class SpanMapper:
         if kind == ReasoningStepKind.REASONING_FINISHED and self._reasoning is not None:
             key, outcome = self._reasoning, details.get("outcome")
             actions = self._close_all(nanos(record.ts), "the reasoning run ended first", keep=key)
-            actions.append(SpanAction("set", key, nanos(record.ts), attributes={
-                "baf.reasoning.outcome": outcome, "baf.reasoning.steps": details.get("steps")}))  # fmt: skip
-            actions.append(self._end(key, record, None if outcome in _SUCCESS_OUTCOMES else f"outcome: {outcome}"))
+            attributes = {"baf.reasoning.outcome": outcome, "baf.reasoning.steps": details.get("steps")}
+            error = None if outcome in _SUCCESS_OUTCOMES else f"outcome: {outcome}"
+            actions.append(self._end(key, record, error, attributes))
             self._reasoning = None
             return actions
         return []
@@ -265,8 +275,7 @@ class SpanMapper:
         }  # fmt: skip
         if self.capture_content:
             attributes["gen_ai.output.messages"] = self._json(_output_messages(data, calls))
-        actions.append(SpanAction("set", key, nanos(record.ts), attributes=attributes))
-        actions.append(self._end(key, record, None))
+        actions.append(self._end(key, record, None, attributes))
         for call in calls:
             call_id = str(call.get("id"))
             tool = f"tool/{record.seq}/{call_id}"
@@ -297,8 +306,7 @@ class SpanMapper:
             attributes["gen_ai.tool.call.result"] = self._content(_text(data.get("content")))
         if data.get("is_error"):
             attributes["error.type"] = "tool_error"
-        actions.append(SpanAction("set", key, nanos(record.ts), attributes=attributes))
-        actions.append(self._end(key, record, "the tool call failed" if data.get("is_error") else None))
+        actions.append(self._end(key, record, "the tool call failed" if data.get("is_error") else None, attributes))
         return actions
 
     # -- helpers ----------------------------------------------------------------------------------
@@ -309,14 +317,17 @@ class SpanMapper:
         leaf = key.startswith(("chat/", "tool/"))
         return SpanAction("start", key, nanos(record.ts), name, parent, kind, _present(attributes), leaf=leaf)
 
-    def _end(self, key: str, record: Record, error: str | None) -> SpanAction:
-        return self._end_at(key, nanos(record.ts), error)
+    def _end(self, key: str, record: Record, error: str | None, attributes: dict[str, Any] | None = None) -> SpanAction:
+        return self._end_at(key, nanos(record.ts), error, attributes)
 
-    def _end_at(self, key: str, time_ns: int, error: str | None) -> SpanAction:
+    def _end_at(
+        self, key: str, time_ns: int, error: str | None, attributes: dict[str, Any] | None = None
+    ) -> SpanAction:
         if key in self._open:
             self._open.remove(key)
         self._errors.discard(key)
-        return SpanAction("end", key, time_ns, error=error)
+        # An end sets its span's last attributes too: one action, not a "set" and an "end".
+        return SpanAction("end", key, time_ns, attributes=attributes if attributes is not None else {}, error=error)
 
     def _event(self, name: str, record: Record, attributes: dict[str, Any]) -> list[SpanAction]:
         target = self._innermost()
@@ -413,6 +424,9 @@ def _output_messages(data: dict[str, Any], calls: list[dict[str, Any]]) -> list[
               for c in calls]  # fmt: skip
     return [{"role": "assistant", "parts": parts, "finish_reason": "tool_calls" if calls else "stop"}]
 
+
+#: The reasoning steps that open or close a span (the others are shown by the chat and tool spans).
+_RUN_BOUNDS = frozenset({ReasoningStepKind.REASONING_STARTED, ReasoningStepKind.REASONING_FINISHED})
 
 _HANDLERS: dict[str, Callable[[SpanMapper, Record], list[SpanAction]]] = {
     RecordKind.STEP_STARTED: SpanMapper._step_started,

@@ -18,11 +18,12 @@ import copy
 import dataclasses
 import inspect
 import json
+import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
-from baf.llm.base import LLM, LLMResponse, ToolCall
+from baf.llm.base import LLM, LLMResponse, TextSink, ToolCall
 
 __all__ = [
     "FunctionLLM",
@@ -164,10 +165,15 @@ class ScriptedLLM(_TestLLM):
     the script allows raises :class:`ScriptExhaustedError`.
 
     :param delay: seconds to ``asyncio.sleep`` before each answer, to simulate latency.
+    :param stream: stream the text of each answer word by word (:meth:`stream_with_tools`), as a
+        streaming model does, so a platform's ``reply_delta`` can be tested without a server.
     """
 
-    def __init__(self, responses: Sequence[ScriptItem], *, name: str = "scripted", delay: float = 0.0) -> None:
+    def __init__(
+        self, responses: Sequence[ScriptItem], *, name: str = "scripted", delay: float = 0.0, stream: bool = False
+    ) -> None:
         super().__init__(name)
+        self.streams = stream
         for index, item in enumerate(responses):
             if not isinstance(item, LLMResponse | str | BaseException):
                 raise TypeError(
@@ -215,6 +221,22 @@ class ScriptedLLM(_TestLLM):
         if isinstance(item, BaseException):
             raise item
         return self._finish(item)
+
+    async def stream_with_tools(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        on_text: TextSink,
+        parameters: dict[str, Any] | None = None,
+        system_message: str | None = None,
+    ) -> LLMResponse:
+        """The next scripted item, its text handed to ``on_text`` word by word first (attempt 1)."""
+        response = await self.predict_with_tools(messages, tools, parameters, system_message)
+        text = response.text if isinstance(response, LLMResponse) else None
+        if isinstance(text, str):
+            for piece in re.findall(r"\s*\S+\s*|\s+", text):
+                await on_text(piece, 1)
+        return response
 
 
 #: The signature of a FunctionLLM function: ``fn(messages, tools, *, parameters, system_message)``.

@@ -28,6 +28,12 @@ What the contract checks:
 5. Reasoning steps and task-list updates stream without a failed delivery.
 6. The richer replies (Markdown, options, file, image) work natively or fall back, without failing.
 7. An error in a state body reaches the user as an error (or a plain reply) and the session goes on.
+8. Text streamed while the model writes it (``reply_delta``) is shown or ignored without a failed
+   delivery, and the complete answer then arrives once, as a reply. A client that reports the pieces
+   it was shown (``Output`` kind ``"delta"``) must have been shown exactly the answer's text.
+9. A tool call waiting for a human's approval is shown to the user (natively, or as the default plain
+   reply), naming the call; a decision (sent through the adapter when :meth:`ContractClient.decide`
+   can, else as an :class:`~baf.core.events.ApprovalEvent` for the session) lets the loop finish.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from baf.core.agent import Agent
-from baf.core.events import ReceiveTextEvent
+from baf.core.events import ApprovalEvent, ReceiveTextEvent
 from baf.core.platform import Platform
 from baf.llm.base import LLMResponse, ToolCall
 from baf.testing.llms import ScriptedLLM
@@ -54,13 +60,14 @@ if TYPE_CHECKING:
 __all__ = ["ContractClient", "Output", "PlatformContract", "RecordingClient"]
 
 #: The kinds of :class:`Output` a client reports.
-REPLY, ERROR, OTHER = "reply", "error", "other"
+REPLY, ERROR, DELTA, OTHER = "reply", "error", "delta", "other"
 
 
 @dataclass(frozen=True, slots=True)
 class Output:
-    """Something the user saw: ``kind`` is ``"reply"``, ``"error"`` or ``"other"`` (steps, task lists,
-    anything else the adapter shows); ``text`` is what a user would read, if anything."""
+    """Something the user saw: ``kind`` is ``"reply"``, ``"error"``, ``"delta"`` (a piece of an answer
+    shown while it is written) or ``"other"`` (steps, task lists, anything else the adapter shows);
+    ``text`` is what a user would read, if anything."""
 
     kind: str
     text: str = ""
@@ -80,6 +87,11 @@ class ContractClient(abc.ABC):
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Disconnect. Optional."""
+
+    async def decide(self, call_id: str, approved: bool, reason: str = "") -> bool:
+        """Decide on the tool call ``call_id`` as this user would (a button, a command). Optional: return
+        ``False`` when the adapter offers no way, and the contract sends the decision as an event."""
+        return False
 
 
 class RecordingClient(ContractClient):
@@ -104,6 +116,8 @@ class RecordingClient(ContractClient):
                     self._seen += 1
                     if kind in (REPLY, ERROR):
                         return Output(kind, str(payload), payload)
+                    if kind == DELTA:
+                        return Output(DELTA, payload[1], payload)
                     return Output(OTHER, "", payload)
                 await asyncio.sleep(0.005)
 
@@ -136,6 +150,10 @@ class PlatformContract:
 
     #: Seconds to wait for any one output.
     wait: float = 5.0
+    #: Whether a reply the agent makes on its own, between the user's messages (after an approval
+    #: decision), reaches the user. ``False`` for a request/response channel (A2A: a reply belongs to the
+    #: task of a message); the contract then checks that reply in the log instead.
+    replies_between_messages: bool = True
 
     def make_platform(self) -> Platform:
         """A new, unstarted adapter (listening on a free port if it listens at all)."""
@@ -302,3 +320,64 @@ class PlatformContract:
             await client.close()
 
         await self._run(_echo_body, test)
+
+    @pytest.mark.asyncio
+    async def test_streamed_text_is_followed_by_one_reply(self) -> None:
+        from baf.library.state.reasoning_state_library import reasoning_body
+
+        answer = "The answer, streamed word by word."
+        llm = ScriptedLLM([answer], stream=True)
+
+        async def test(agent: Agent, platform: Platform) -> None:
+            client = await self.open_client(agent, platform)
+            await client.send("stream it")
+            outputs = await self._until(client, lambda o: o.kind == REPLY)
+            assert outputs[-1].text == answer
+            assert not [o for o in outputs if o.kind == ERROR], outputs
+            shown = [o.text for o in outputs if o.kind == DELTA]
+            assert not shown or "".join(shown) == answer, shown
+            assert await self._delivery_errors(agent) == []
+            later: list[Output] = []
+            with contextlib.suppress(TimeoutError):
+                while True:
+                    later.append(await client.next_output(0.2))
+            assert not [o for o in later if o.kind in (REPLY, DELTA)], later  # the answer came once
+            await client.close()
+
+        await self._run(reasoning_body(llm, enable_task_planning=False), test)
+
+    @pytest.mark.asyncio
+    async def test_a_call_waiting_for_approval_is_shown_and_a_decision_continues_it(self) -> None:
+        from baf.library.state.reasoning_state_library import reasoning_body
+
+        llm = ScriptedLLM([LLMResponse(None, [ToolCall("c-approve-1", "guarded", '{"x": 1}')]), "Done."])
+        ran: list[int] = []
+
+        def guarded(x: int) -> str:
+            """A tool that needs approval."""
+            ran.append(x)
+            return "ran"
+
+        async def test(agent: Agent, platform: Platform) -> None:
+            client = await self.open_client(agent, platform)
+            await client.send("do it")
+            shown = await self._until(client, lambda o: "c-approve-1" in f"{o.text} {o.payload!r}")
+            assert not [o for o in shown if o.kind == ERROR], shown
+            assert ran == []
+            if not await client.decide("c-approve-1", True):
+                (session_id,) = await agent.log.sessions()
+                await agent.receive_event(ApprovalEvent(session_id, call_id="c-approve-1", approved=True))
+            if self.replies_between_messages:
+                outputs = await self._until(client, lambda o: o.kind == REPLY and o.text == "Done.")
+                assert not [o for o in outputs if o.kind == ERROR], outputs
+            else:  # a request/response channel: what the loop says after the decision is in the log
+                await agent.wait_idle()
+                (session_id,) = await agent.log.sessions()
+                assert [r.data["text"] for r in await agent.log.read(session_id) if r.kind == "reply"][-1] == "Done."
+            assert ran == [1] and await self._delivery_errors(agent) == []
+            await client.close()
+
+        agent, platform = self._agent(reasoning_body(llm, enable_task_planning=False))
+        agent.new_tool(guarded, requires_approval=True)
+        async with agent:
+            await test(agent, platform)

@@ -7,6 +7,9 @@ loopback when a port is given:
   after answering), ``hang`` (never answers), ``big`` (a 10 MB result), ``grow`` (adds a tool and
   announces the changed list), ``whoami`` (the Authorization header it received); with
   ``BAF_TEST_STARTS`` set, each process start appends its pid to that file;
+- ``calc_legacy``: ``calc`` serving only the 2025 protocol's ``initialize`` handshake (no
+  ``server/discover``, no ``subscriptions/listen``), so ``grow`` announces its list with
+  ``notifications/tools/list_changed``;
 - ``not_object``: ``ok`` and ``bad``, whose input schema is not an object schema;
 - ``bad_schema``: ``ok`` and ``bad``, whose object schema is not a valid JSON Schema;
 - ``duplicate``: two tools named ``twin``, and ``single``;
@@ -27,7 +30,7 @@ from mcp.server import Server
 from mcp.server.mcpserver import Context, MCPServer
 
 
-def calc() -> MCPServer:
+def calc(legacy: bool = False) -> MCPServer:
     app = MCPServer("calc")
     starts = os.environ.get("BAF_TEST_STARTS")
     if starts:
@@ -78,7 +81,10 @@ def calc() -> MCPServer:
             return "extra!"
 
         app.add_tool(extra)
-        await ctx.notify_tools_changed()
+        if legacy:  # the 2025 protocol's notification (notify_tools_changed reaches subscriptions/listen only)
+            await ctx.session.send_tool_list_changed()
+        else:
+            await ctx.notify_tools_changed()
         return "grown"
 
     @app.tool()
@@ -88,6 +94,16 @@ def calc() -> MCPServer:
         return "stdio" if request is None else str(request.headers.get("authorization"))
 
     return app
+
+
+async def serve_handshake_only(server: Server[Any]) -> None:
+    """Serve ``server`` over stdio in the handshake era only, as servers before the 2026 protocol do (the
+    SDK's own loop for that era, which its streamable HTTP transport uses)."""
+    from mcp.server.runner import serve_loop
+    from mcp.server.stdio import stdio_server
+
+    async with server.lifespan(server) as state, stdio_server() as (read, write):
+        await serve_loop(server, read, write, lifespan_state=state, init_options=server.create_initialization_options())
 
 
 def listing_server(name: str, tools: list[types.Tool]) -> Server[Any]:
@@ -111,8 +127,11 @@ def main() -> None:
     if kind == "mute":
         time.sleep(3600)
         return
-    if kind == "calc":
-        app = calc()
+    if kind in ("calc", "calc_legacy"):
+        app = calc(legacy=kind == "calc_legacy")
+        if kind == "calc_legacy":
+            asyncio.run(serve_handshake_only(app._lowlevel_server))
+            return
         if len(sys.argv) > 2:
             app.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
         else:

@@ -17,7 +17,7 @@ from baf import Agent, ReceiveTextEvent, Session
 from baf.core import runtime as runtime_module
 from baf.core.session import runtime_side
 from baf.core.threadpool import DaemonThreadPool
-from baf.errors import LogClosedError
+from baf.errors import LogClosedError, RuntimeStoppedError
 from baf.log import open_log
 from baf.log.memory import MemoryLog
 from baf.log.record import Record
@@ -351,8 +351,9 @@ def test_daemon_thread_pool_caps_threads_and_cancels_queued_calls() -> None:
     assert len(pool._threads) == 2 and all(t.daemon for t in pool._threads)
     pool.shutdown(wait=False, cancel_futures=True)
     assert queued.cancelled()
-    with pytest.raises(RuntimeError, match="after shutdown"):
+    with pytest.raises(RuntimeStoppedError, match="the runtime has stopped") as caught:
         pool.submit(print)
+    assert isinstance(caught.value, RuntimeError)  # what an Executor raises after shutdown
     gate.set()
     assert all(f.result(timeout=5) is True for f in running)
     for thread in pool._threads:

@@ -3,6 +3,10 @@
 Each POST to ``/v1/chat/completions`` takes the next :class:`Reply` from the queue (or a 500 saying the
 script ran out) and records what it received, with the time it arrived, so tests can check both the
 request body and the waits between retries.
+
+A :class:`StreamReply` answers as a stream of server-sent events (what ``"stream": true`` asks for),
+with a pause between events, and can drop the connection mid-body; :func:`streamed` builds one from
+text pieces and :func:`tool_call_fragment` builds the events that carry pieces of tool calls.
 """
 
 from __future__ import annotations
@@ -17,7 +21,18 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["FakeOpenAIServer", "RecordedRequest", "Reply", "completion", "error_reply", "serve"]
+__all__ = [
+    "FakeOpenAIServer",
+    "RecordedRequest",
+    "Reply",
+    "StreamReply",
+    "chunk",
+    "completion",
+    "error_reply",
+    "serve",
+    "streamed",
+    "tool_call_fragment",
+]
 
 
 @dataclass(frozen=True)
@@ -28,6 +43,67 @@ class Reply:
     body: dict[str, Any] | str | bytes = ""
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0  # seconds to wait before answering (to provoke client timeouts)
+
+
+@dataclass(frozen=True)
+class StreamReply:
+    """A streamed 200 answer: each event is one ``data:`` line (a dict as JSON, a str as it is, e.g.
+    ``"[DONE]"``), sent ``interval`` seconds after the previous one.
+
+    ``drop_after``: after that many events the connection is closed although the ``Content-Length``
+    sent promised the whole stream, as a server or proxy dying mid-answer does.
+    """
+
+    events: list[dict[str, Any] | str]
+    interval: float = 0.0
+    drop_after: int | None = None
+    content_type: str = "text/event-stream"
+
+
+def chunk(delta: dict[str, Any] | None = None, finish_reason: str | None = None, **fields: Any) -> dict[str, Any]:
+    """One ``chat.completion.chunk`` event with a single choice holding ``delta``."""
+    choice: dict[str, Any] = {"index": 0, "delta": delta or {}, "finish_reason": finish_reason}
+    return {"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": 1_700_000_000,
+            "model": "fake-model", "choices": [choice], **fields}  # fmt: skip
+
+
+def tool_call_fragment(
+    index: int | None, id: str | None = None, name: str | None = None, arguments: str | None = None
+) -> dict[str, Any]:
+    """A chunk carrying one fragment of a tool call (``None`` fields are left out)."""
+    fragment: dict[str, Any] = {}
+    if index is not None:
+        fragment["index"] = index
+    if id is not None:
+        fragment["id"] = id
+        fragment["type"] = "function"
+    function = {key: value for key, value in (("name", name), ("arguments", arguments)) if value is not None}
+    if function:
+        fragment["function"] = function
+    return chunk({"tool_calls": [fragment]})
+
+
+def streamed(
+    *pieces: str,
+    tool_calls: list[dict[str, Any]] | None = None,
+    prompt_tokens: int = 7,
+    completion_tokens: int = 3,
+    interval: float = 0.0,
+    drop_after: int | None = None,
+    done: bool = True,
+) -> StreamReply:
+    """A stream as OpenAI sends it: a role chunk, a chunk per text piece, the ``tool_calls`` chunks
+    given (see :func:`tool_call_fragment`), a chunk with the finish reason, a usage chunk, ``[DONE]``."""
+    events: list[dict[str, Any] | str] = [chunk({"role": "assistant", "content": ""})]
+    events += [chunk({"content": piece}) for piece in pieces]
+    events += tool_calls or []
+    events.append(chunk({}, finish_reason="tool_calls" if tool_calls else "stop"))
+    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+             "total_tokens": prompt_tokens + completion_tokens}  # fmt: skip
+    events.append({"id": "chatcmpl-test", "object": "chat.completion.chunk", "choices": [], "usage": usage})
+    if done:
+        events.append("[DONE]")
+    return StreamReply(events, interval=interval, drop_after=drop_after)
 
 
 @dataclass(frozen=True)
@@ -126,6 +202,9 @@ class _Handler(BaseHTTPRequestHandler):
                 reply = owner.replies.get_nowait()
             except queue.Empty:
                 reply = error_reply(500, "fake server: the test scripted no reply for this request")
+        if isinstance(reply, StreamReply):
+            self._stream(reply)
+            return
         if reply.delay and owner.stopping.wait(reply.delay):
             return  # the server is closing; nobody is waiting for this answer any more
         payload = reply.body
@@ -142,6 +221,27 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _stream(self, reply: StreamReply) -> None:
+        owner = self.server.owner
+        encoded = [
+            f"data: {json.dumps(event) if isinstance(event, dict) else event}\n\n".encode() for event in reply.events
+        ]
+        self.send_response(200)
+        self.send_header("Content-Type", reply.content_type)
+        self.send_header("Cache-Control", "no-cache")
+        if reply.drop_after is not None:
+            # The whole stream's length is promised, so the client can tell the answer was cut short.
+            self.send_header("Content-Length", str(sum(len(data) for data in encoded)))
+        self.end_headers()
+        sent = encoded if reply.drop_after is None else encoded[: reply.drop_after]
+        for number, data in enumerate(sent):
+            if number and reply.interval and owner.stopping.wait(reply.interval):
+                return
+            self.wfile.write(data)
+            self.wfile.flush()
+        owner.streams_sent += 1
+        # Returning ends the connection (HTTP/1.0): the end of a complete stream, or the drop of a cut one.
+
     def log_message(self, format: str, *args: Any) -> None:
         pass  # keep test output clean
 
@@ -150,7 +250,9 @@ class FakeOpenAIServer:
     """The server plus its script and its recorded requests. Use :func:`serve` to run one."""
 
     def __init__(self) -> None:
-        self.replies: queue.Queue[Reply] = queue.Queue()
+        self.replies: queue.Queue[Reply | StreamReply] = queue.Queue()
+        #: Streams sent to the end of their script (a dropped one counts once its part was sent).
+        self.streams_sent = 0
         self.requests: list[RecordedRequest] = []
         self.stopping = threading.Event()
         self._server = _Server(self)
@@ -165,7 +267,7 @@ class FakeOpenAIServer:
         host, port = self._server.server_address[:2]
         return f"http://{host!s}:{port}/v1"
 
-    def script(self, *replies: Reply) -> None:
+    def script(self, *replies: Reply | StreamReply) -> None:
         """Queue replies, answered in order."""
         for reply in replies:
             self.replies.put(reply)

@@ -15,7 +15,7 @@ import asyncpg
 import pytest
 from pg_cluster import SCRIPT
 
-from baf.errors import LeaseLostError, LogConflictError, LogError, LogReadOnlyError
+from baf.errors import LeaseLostError, LogConflictError, LogError, LogReadOnlyError, LogStorageError
 from baf.log import Record, open_log
 from baf.log.postgres import PostgresLog
 from baf.log.postgres_inbox import INBOX_CHANNEL, RECORDS_CHANNEL, Inbox
@@ -159,6 +159,94 @@ async def test_commits_wake_listeners_of_the_records_channel(postgres_dsn: str) 
             assert await asyncio.wait_for(heard.get(), 5) == (RECORDS_CHANNEL, "followed")
         finally:
             await stop()
+
+
+async def test_in_a_group_an_append_whose_inbox_row_is_gone_fails_alone(
+    worker_logs: tuple[PostgresLog, PostgresLog],
+) -> None:
+    a, _ = worker_logs
+    leases = Leases(a)
+    for name in ("s", *(f"t{i}" for i in range(10))):
+        await leases.acquire(name)
+    row_id = await Inbox(a).post("s", {"text": "once"})
+    await a.append_consuming([rec("s", 1, "once")], "s", [row_id])
+    results = await asyncio.gather(
+        a.append_consuming([rec("s", 2, "twice")], "s", [row_id]),  # consumed already: all of it is refused
+        *(a.append([rec(f"t{i}", 1)]) for i in range(10)),
+        return_exceptions=True,
+    )
+    assert isinstance(results[0], LogError) and "consumed already" in str(results[0])
+    assert results[1:] == [None] * 10
+    assert [r.data["text"] for r in await a.read("s")] == ["once"]
+    assert [len(await a.read(f"t{i}")) for i in range(10)] == [1] * 10
+
+
+def work_rec(session_id: str, seq: int, kind: str, **data: object) -> Record:
+    return Record(session_id, seq, kind, dict(data), 1.5, 1)
+
+
+async def test_the_work_index_stays_right_when_another_store_appended_in_between(postgres_dsn: str) -> None:
+    # Each writer remembers the work status after its own appends; an append by another store in between
+    # must not let it build on what it remembers.
+    async with PostgresLog(postgres_dsn) as first, PostgresLog(postgres_dsn) as second:
+        await first.append([work_rec("s", 1, "session_started"), work_rec("s", 2, "step_started", event_seq=None)])
+        await first.append([work_rec("s", 3, "step_finished", event_seq=None)])
+        assert await first.unfinished_sessions() == []
+        await second.append([work_rec("s", 4, "message_received", text="hi")])  # another process's append
+        assert await first.unfinished_sessions() == ["s"]
+        await first.append([work_rec("s", 5, "step_started", event_seq=4)])  # handles it: a step is open
+        await first.append([work_rec("s", 6, "step_finished", event_seq=4)])
+        assert await second.unfinished_sessions() == []
+        await second.append([work_rec("s", 7, "message_received", text="again")])
+        await first.append([work_rec("s", 8, "note")])  # no work kind: changes nothing
+        assert await first.unfinished_sessions() == ["s"]  # message 7 still waits
+        rows = await query(postgres_dsn, "SELECT status FROM baf_work WHERE session_id = 's'")
+        assert '"unhandled":[7]' in rows[0][0]
+
+
+# -- a pool exhausted -------------------------------------------------------------------------------------
+
+
+async def test_more_calls_at_once_than_connections_queue_and_all_complete(postgres_dsn: str) -> None:
+    async with PostgresLog(postgres_dsn, worker_id="w", pool_size=1) as log:
+        leases, inbox, names = Leases(log), Inbox(log), [f"s{i}" for i in range(40)]
+        epochs = await asyncio.gather(*(leases.acquire(name) for name in names))  # 40 claims, 1 connection
+        assert epochs == [1] * 40
+        ids = await asyncio.gather(*(inbox.post(name, {"text": name}) for name in names))
+        await asyncio.gather(*(log.append_consuming([rec(n, 1, n)], n, [i]) for n, i in zip(names, ids, strict=True)))
+        read = await asyncio.gather(*(log.read(name) for name in names), *(inbox.pending(name) for name in names))
+        assert [[r.data["text"] for r in records] for records in read[:40]] == [[name] for name in names]
+        assert read[40:] == [[]] * 40  # every message consumed once
+
+
+async def test_a_pool_that_stays_busy_fails_with_a_typed_error_instead_of_hanging(postgres_dsn: str) -> None:
+    async with PostgresLog(postgres_dsn, worker_id="w", pool_size=1, acquire_timeout=0.3) as log:
+        leases = Leases(log)
+        assert await leases.acquire("s") == 1
+        await log.append([rec("s", 1)])  # the writer holds its own connection from here on
+        async with log.connection():  # ... and this holds the only reading one
+            with pytest.raises(LogStorageError, match=r"no database connection came free within 0\.3 s"):
+                await asyncio.wait_for(log.read("s"), 5)
+            with pytest.raises(LogStorageError, match="pool were busy"):
+                await asyncio.wait_for(leases.acquire("t"), 5)
+            with pytest.raises(LogStorageError):
+                await asyncio.wait_for(Inbox(log).post("s", {"text": "x"}), 5)
+            await asyncio.wait_for(log.append([rec("s", 2)]), 5)  # appends do not queue behind reads
+        assert [r.seq for r in await log.read("s")] == [1, 2]  # freed: reads go on
+
+
+async def test_a_takeover_does_not_wait_for_a_busy_lease_row(worker_logs: tuple[PostgresLog, PostgresLog]) -> None:
+    a, b = worker_logs
+    await Leases(a, ttl=0.1).acquire("s")
+    await asyncio.sleep(0.2)  # a's lease expired, but a is in the middle of an append (its lease row locked)
+    connection = await asyncpg.connect(a.dsn)
+    try:
+        async with connection.transaction():
+            await connection.execute("SELECT 1 FROM baf_leases WHERE session_id = 's' FOR KEY SHARE")
+            assert await asyncio.wait_for(Leases(b).acquire("s"), 2) is None  # not now: retried later
+    finally:
+        await connection.close()
+    assert await Leases(b).acquire("s") == 2
 
 
 # -- leases and fencing -----------------------------------------------------------------------------------
@@ -305,10 +393,18 @@ async def test_a_server_restart_fails_unacknowledged_appends_loudly_then_recover
     try:
         async with PostgresLog(dsn) as log:
             await log.append([rec("s", 1)])
+            # Hold the append in flight: another transaction inserts the same key and does not commit, so
+            # the append's statement waits for it ... when the server restarts.
+            blocker = await asyncpg.connect(dsn)
+            await blocker.execute("BEGIN; INSERT INTO baf_records VALUES ('s', 2, 'note', '{}', 1.5, 1)")
+            in_flight = asyncio.create_task(log.append([rec("s", 2)]))
+            await asyncio.sleep(0.5)
+            assert not in_flight.done()
             restarted = await asyncio.to_thread(_run, *pg_ctl, "-m", "fast", "restart")
             assert restarted.returncode == 0, restarted.stderr
             with pytest.raises(LogError, match="not acknowledged"):
-                await log.append([rec("s", 2)])  # the writer's connection died with the server
+                await in_flight  # the writer's connection died with the server, mid-statement
+            blocker.terminate()
             await log.append([rec("s", 2)])  # the next group reconnects
             assert [r.seq for r in await log.read("s")] == [1, 2]
     finally:

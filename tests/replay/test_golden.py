@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from baf.errors import UnknownRecordVersionError
+from baf.errors import RecordNotFoundError, UnknownRecordVersionError
 from baf.log.projection import project
 from baf.log.record import CURRENT_VERSION
 from baf.replay import build_timeline, export_otel, state_at
@@ -89,8 +89,10 @@ def test_golden_log_state_at_points(tmp_path: Path) -> None:
     assert mid.projection.current_state == "reasoning_state"
     end = state_at(GOLDEN_SESSION, records)
     assert not end.reasoning_in_flight and [t["status"] for t in end.tasks] == ["completed", "skipped"]
-    with pytest.raises(LookupError, match="no record 999"):
+    with pytest.raises(RecordNotFoundError, match="no record 999") as caught:
         state_at(GOLDEN_SESSION, records, 999)
+    assert isinstance(caught.value, LookupError) and caught.value.seq == 999
+    assert caught.value.last_seq == records[-1].seq
 
 
 def test_golden_log_exports(tmp_path: Path) -> None:

@@ -26,10 +26,10 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from baf.errors import ConfigurationError, ToolError, ToolServerError
+from baf.errors import ConfigurationError, ToolError, ToolListingError, ToolServerError
 from baf.reasoning.mcp.content import render_content
 
-__all__ = ["ListingError", "MCPConnection", "ServerSpec"]
+__all__ = ["MCPConnection", "ServerSpec"]
 
 #: Listing pages read before a listing is taken as complete: a server that pages forever cannot hang us.
 _MAX_PAGES = 100
@@ -133,10 +133,12 @@ class MCPConnection:
             except Exception as exc:
                 problem = f"{type(exc).__name__}: {exc}"
                 if not first.done():
-                    first.set_exception(ConfigurationError(
+                    error = ConfigurationError(
                         f"MCP server {self.spec.name!r} ({self.spec.describe()}) could not be started: "
                         f"{_reason(exc)}{self._stderr_note()}"
-                    ))  # fmt: skip
+                    )
+                    error.__cause__ = _unwrapped(exc)  # set here: start() raises it, in another task
+                    first.set_exception(error)
                     return
             finally:
                 self._client = None
@@ -322,7 +324,7 @@ async def _list_tools(client: Any) -> Listing:
         except ValidationError as exc:
             # The SDK checks the whole listing against the protocol's schema: one bad tool spoils it.
             problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])
-            raise ListingError(f"its tool list does not follow the MCP schema ({problems})") from None
+            raise ToolListingError(f"its tool list does not follow the MCP schema ({problems})") from None
         listing.extend((tool.name, tool.description, tool.input_schema) for tool in page.tools)
         cursor = page.next_cursor
         if cursor is None:
@@ -330,14 +332,16 @@ async def _list_tools(client: Any) -> Listing:
     return listing
 
 
-class ListingError(Exception):
-    """A server's tool list that cannot be read."""
+def _unwrapped(exc: BaseException) -> BaseException:
+    """``exc`` out of the one-member groups task groups wrap it in."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
 
 
 def _reason(exc: BaseException) -> str:
     """The innermost meaningful message of a start failure (task groups wrap them in groups)."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
+    exc = _unwrapped(exc)
     if isinstance(exc, BaseExceptionGroup):
         return "; ".join(_reason(e) for e in exc.exceptions)
-    return str(exc) if isinstance(exc, ListingError) else f"{type(exc).__name__}: {exc}"
+    return str(exc) if isinstance(exc, ToolListingError) else f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,107 @@
+"""``reply_delta`` frames on the WebSocket: a model streaming over real HTTP, a real websocket client."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from llm.fake_openai_server import serve, streamed
+
+from baf import Agent
+from baf.library.state.reasoning_state_library import new_reasoning_state
+from baf.llm import LLMOpenAI
+from baf.llm.base import LLM
+from baf.platforms.websocket import WebSocketPlatform
+from baf.testing import ScriptedLLM
+
+from .helpers import Client
+
+
+@asynccontextmanager
+async def serving(llm: LLM) -> AsyncIterator[WebSocketPlatform]:
+    agent = Agent("streamer", log="memory://")
+    state = new_reasoning_state(agent, llm, enable_task_planning=False)
+    state.when_event().go_to(state)
+    platform = WebSocketPlatform("127.0.0.1", 0)
+    agent.add_platform(platform)
+    async with agent:
+        yield platform
+
+
+def answer_frames(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [f for f in frames if f["type"] in ("reply_delta", "reply")]
+
+
+async def test_deltas_arrive_as_frames_then_one_reply() -> None:
+    with serve() as server:
+        server.script(streamed("Streaming ", "**works**", " here.", interval=0.05))
+        llm = LLMOpenAI("fake-model", base_url=server.base_url, stream=True, timeout=5.0)
+        async with serving(llm) as platform:
+            client = await Client.open(platform.ws_url)
+            await client.hello()
+            await client.send({"type": "message", "text": "does it stream?"})
+            reply, frames = await client.until("reply")
+            later = await client.drain(0.2)
+            await client.close()
+        await llm.close()
+    deltas = [f for f in frames if f["type"] == "reply_delta"]
+    assert [f["text"] for f in deltas] == ["Streaming ", "**works**", " here."]
+    assert len({f["run_id"] for f in deltas}) == 1
+    assert all("seq" not in f for f in deltas)  # not records
+    assert reply["text"] == "Streaming **works** here." and isinstance(reply["seq"], int)
+    # The deltas came before the reply, and the answer was not sent again afterwards.
+    assert answer_frames(frames)[-1] is reply
+    assert not answer_frames(later)
+
+
+async def test_a_broken_stream_starts_a_new_run_id_on_the_wire() -> None:
+    with serve() as server:
+        server.script(streamed("Half ", "a thought", drop_after=3), streamed("Whole ", "answer."))
+        llm = LLMOpenAI("fake-model", base_url=server.base_url, stream=True, timeout=5.0, backoff=0.01)
+        async with serving(llm) as platform:
+            client = await Client.open(platform.ws_url)
+            await client.hello()
+            await client.send({"type": "message", "text": "go"})
+            reply, frames = await client.until("reply")
+            await client.close()
+        await llm.close()
+    deltas = [(f["run_id"], f["text"]) for f in frames if f["type"] == "reply_delta"]
+    first, second = deltas[0][0], deltas[-1][0]
+    assert first != second and first.endswith(".1") and second.endswith(".2")
+    assert "".join(text for run_id, text in deltas if run_id == second) == "Whole answer."
+    assert reply["text"] == "Whole answer."
+
+
+async def test_every_connection_of_the_session_gets_the_deltas_and_history_has_only_the_reply() -> None:
+    async with serving(ScriptedLLM(["one two three"], stream=True)) as platform:
+        first = await Client.open(platform.ws_url)
+        await first.hello()
+        assert first.token is not None
+        second = await Client.open(platform.ws_url)
+        await second.hello(resume=first.token)
+        await first.send({"type": "message", "text": "count"})
+        _, seen_first = await first.until("reply")
+        _, seen_second = await second.until("reply")
+        for seen in (seen_first, seen_second):
+            assert "".join(f["text"] for f in seen if f["type"] == "reply_delta") == "one two three"
+        # A client that comes back later gets the answer once, from the log: no deltas there.
+        third = await Client.open(platform.ws_url)
+        await third.hello(resume=first.token)
+        history, _ = await third.until("history")
+        assert [i["type"] for i in history["items"] if i["type"] in ("reply", "reply_delta")] == ["reply"]
+        for client in (first, second, third):
+            await client.close()
+
+
+async def test_a_client_not_bound_to_the_session_gets_no_deltas() -> None:
+    async with serving(ScriptedLLM(["private words"], stream=True)) as platform:
+        alice = await Client.open(platform.ws_url)
+        await alice.hello()
+        bob = await Client.open(platform.ws_url)
+        await bob.hello()
+        await alice.send({"type": "message", "text": "hi"})
+        await alice.until("reply")
+        assert not [f for f in await bob.drain(0.2) if f["type"] == "reply_delta"]
+        await alice.close()
+        await bob.close()
