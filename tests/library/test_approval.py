@@ -307,3 +307,24 @@ async def test_a_session_with_decisions_re_runs_identically_from_its_log(tmp_pat
     assert ran == ["a"]
     report = await assert_replays(log, "s", _agent(ScriptedLLM([]), ran, log=log))
     assert report.tool_results_served == 1 and ran == ["a"]  # served from the log, never run again
+
+
+async def test_the_request_is_redacted_and_an_approved_call_that_held_a_secret_does_not_run_redacted() -> None:
+    ran: list[str] = []
+    secret = "hunter2-the-password"
+    llm = ScriptedLLM([ScriptedLLM.tool_call("delete_file", {"path": f"/vault/{secret}"}), "I will ask again"])
+    agent = _agent(llm, ran)
+    agent.mark_secret(secret)
+    platform = RecordingPlatform()
+    async with agent:
+        await agent.receive_message("s", "delete it", platform)
+        (request,) = platform.approval_requests["s"]
+        (recorded,) = await records_of(agent, "s", RecordKind.APPROVAL_REQUESTED)
+        await _decide(agent, "s", platform, call_id=request.call_id, approved=True)
+    assert secret not in request.arguments and "[REDACTED]" in request.arguments
+    assert secret not in recorded.data["arguments"] and "[REDACTED]" in recorded.data["arguments"]
+    # The call goes on from the log, which never holds the secret: running it would pass "[REDACTED]" to
+    # the tool, so it does not run, and the model is told why.
+    assert ran == []
+    told = tool_messages(llm.last_request)[0]["content"]
+    assert "held a secret" in told and "did not run" in told
