@@ -328,3 +328,26 @@ async def test_the_request_is_redacted_and_an_approved_call_that_held_a_secret_d
     assert ran == []
     told = tool_messages(llm.last_request)[0]["content"]
     assert "held a secret" in told and "did not run" in told
+
+
+async def test_one_invocation_can_pause_several_times_and_goes_on_from_all_its_records() -> None:
+    ran: list[str] = []
+    llm = ScriptedLLM([ScriptedLLM.tool_call("delete_file", {"path": "a"}),
+                       ScriptedLLM.tool_call("delete_file", {"path": "b"}),
+                       ScriptedLLM.tool_call("delete_file", {"path": "c"}), "all three handled"])  # fmt: skip
+    agent = _agent(llm, ran)
+    platform = RecordingPlatform()
+    async with agent:
+        await agent.receive_message("s", "delete a, b and c", platform)
+        for number, approved in ((1, True), (2, False), (3, True)):
+            assert [r.call_id for r in platform.approval_requests["s"]][-1] == f"call_{number}"
+            await _decide(agent, "s", platform, call_id=f"call_{number}", approved=approved)
+        records = await records_of(agent, "s")
+    assert ran == ["a", "c"] and platform.replies["s"] == ["all three handled"]
+    assert llm.calls == 4  # every recorded response was served on each continuation, never asked again
+    contents = [m["content"] for m in tool_messages(llm.last_request)]
+    assert contents[0] == "deleted a" and "denied" in contents[1] and contents[2] == "deleted c"
+    started = [r for r in records if r.kind == RecordKind.REASONING_STEP and r.data["kind"] == "reasoning_started"]
+    assert len(started) == 1  # one invocation across three pauses
+    decided = [r.data["since"] for r in records if r.kind == RecordKind.APPROVAL_DECIDED]
+    assert len(set(decided)) == 1 and decided[0] == started[0].seq  # all decisions continue that invocation
