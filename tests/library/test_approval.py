@@ -351,3 +351,18 @@ async def test_one_invocation_can_pause_several_times_and_goes_on_from_all_its_r
     assert len(started) == 1  # one invocation across three pauses
     decided = [r.data["since"] for r in records if r.kind == RecordKind.APPROVAL_DECIDED]
     assert len(set(decided)) == 1 and decided[0] == started[0].seq  # all decisions continue that invocation
+
+
+async def test_a_decision_for_a_loop_whose_state_is_gone_is_recorded_and_the_user_told() -> None:
+    ran: list[str] = []
+    log = "memory://"
+    agent = _agent(ScriptedLLM([ScriptedLLM.tool_call("delete_file", {"path": "a"})]), ran, log=log)
+    platform = RecordingPlatform()
+    async with agent:
+        await agent.receive_message("s", "delete a", platform)
+        # The state's body is replaced by one that cannot resume (a new version of the agent).
+        agent.states[0].body = lambda session: None  # what a redeploy with another body looks like
+        await _decide(agent, "s", platform, call_id="call_1", approved=True)
+        errors = await records_of(agent, "s", RecordKind.ERROR)
+    assert ran == [] and "cannot go on" in platform.errors["s"][0]
+    assert errors[-1].data["source"] == "approval"
