@@ -493,7 +493,9 @@ class _ReasoningRun:
                       f"{call.name} {'failed' if outcome.is_error else 'returned'}", details)  # fmt: skip
 
         prepare = self._prepare if self.task_list is not None else None
-        await self.runner.run(step, calls, self.current_tools(), after_call=after_call, prepare=prepare,
+        # Against the tools this turn's request offered (``call_llm`` read them): the ones the model chose
+        # from. Reading the agent's registry again cost ~1 % of a turn (bench/ab_instructions.py).
+        await self.runner.run(step, calls, self._tools, after_call=after_call, prepare=prepare,
                               always_live=_is_planning_tool)  # fmt: skip
 
     def _prepare(self, call: ToolCall, tool: Tool) -> PlanningCall | None:
