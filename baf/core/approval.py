@@ -78,7 +78,13 @@ async def take_decision(live: LiveSession, event: ApprovalEvent) -> Continuation
     await live.flush()  # the decision is durable before anything acts on it
     first = entry["event_seq"] or since  # the message the invocation answers comes before it
     records = await live.runtime.log.read(live.id, first - 1)
-    return _continuation(live.session, entry, records, frozenset(held_with))
+    paused = _continuation(live.session, entry, records, frozenset(held_with))
+    if paused is None:  # the agent changed: no resumable body where the loop paused (told, not silent)
+        problem = (f"the loop that asked for this decision ran in the {entry['role']} of state {entry['state']!r}, "
+                   "which this agent no longer has as a resumable body; it cannot go on")  # fmt: skip
+        live.record_error("approval", ApprovalError(problem), call_id=event.call_id)
+        live.queue_platform_call("reply_error", f"The decision was recorded, but {problem}.")
+    return paused
 
 
 def continuation_after_crash(session: Session, records: Sequence[Record]) -> Continuation | None:

@@ -29,6 +29,7 @@ from baf.llm.base import ToolCall
 
 __all__ = [
     "ANSWERED",
+    "REDACTED_ARGUMENTS_MESSAGE",
     "ApprovalPolicy",
     "ApprovalRequest",
     "KnownApproval",
@@ -70,6 +71,16 @@ class KnownApproval:
 #: What :meth:`~baf.reasoning.resume.ResumeEffects.approval` says of a call whose result is recorded:
 #: it ran (or was refused) before, and no approval applies to it any more.
 ANSWERED = KnownApproval(approved=True)
+
+
+#: What the model reads for an approved call whose arguments held one of the agent's secrets: the log
+#: keeps them redacted, and the call goes on from the log, so it cannot run with the real value.
+REDACTED_ARGUMENTS_MESSAGE = (
+    "Error: the call to tool '{tool}' was approved, but its arguments held a secret, which baf never keeps "
+    "in its log; continued from the log after the wait, the call would get '[REDACTED]' instead, so it did "
+    "not run. Call it again without the secret in the arguments (a tool should take secrets from its own "
+    "configuration)."
+)
 
 
 def denial_message(tool: str, reason: str, by: str) -> str:

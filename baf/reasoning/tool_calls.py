@@ -33,7 +33,14 @@ from typing import TYPE_CHECKING, Any
 from baf.errors import ApprovalPending, ToolError, ToolExecutionError, ToolNotFoundError
 from baf.llm.base import LLMResponse, ToolCall
 from baf.log.record import RecordKind
-from baf.reasoning.approval import ANSWERED, ApprovalRequest, KnownApproval, denial_message
+from baf.log.redaction import REDACTED
+from baf.reasoning.approval import (
+    ANSWERED,
+    REDACTED_ARGUMENTS_MESSAGE,
+    ApprovalRequest,
+    KnownApproval,
+    denial_message,
+)
 from baf.reasoning.effects import ReplayGuardError
 from baf.reasoning.tool import Tool
 
@@ -233,6 +240,9 @@ class ToolRunner:
             return ToolOutcome(call, content, True, len(content))
         if approval is not None and approval.approved is False:
             content = denial_message(call.name, approval.reason, approval.by)
+            return ToolOutcome(call, content, True, len(content))
+        if approval is not None and REDACTED in call.arguments:  # read back from the log: not what was sent
+            content = REDACTED_ARGUMENTS_MESSAGE.format(tool=call.name)
             return ToolOutcome(call, content, True, len(content))
         context = prepare(call, tool) if prepare is not None else None
         timeout = None if tool.timeout is not None else self.timeout

@@ -307,3 +307,62 @@ async def test_a_session_with_decisions_re_runs_identically_from_its_log(tmp_pat
     assert ran == ["a"]
     report = await assert_replays(log, "s", _agent(ScriptedLLM([]), ran, log=log))
     assert report.tool_results_served == 1 and ran == ["a"]  # served from the log, never run again
+
+
+async def test_the_request_is_redacted_and_an_approved_call_that_held_a_secret_does_not_run_redacted() -> None:
+    ran: list[str] = []
+    secret = "hunter2-the-password"
+    llm = ScriptedLLM([ScriptedLLM.tool_call("delete_file", {"path": f"/vault/{secret}"}), "I will ask again"])
+    agent = _agent(llm, ran)
+    agent.mark_secret(secret)
+    platform = RecordingPlatform()
+    async with agent:
+        await agent.receive_message("s", "delete it", platform)
+        (request,) = platform.approval_requests["s"]
+        (recorded,) = await records_of(agent, "s", RecordKind.APPROVAL_REQUESTED)
+        await _decide(agent, "s", platform, call_id=request.call_id, approved=True)
+    assert secret not in request.arguments and "[REDACTED]" in request.arguments
+    assert secret not in recorded.data["arguments"] and "[REDACTED]" in recorded.data["arguments"]
+    # The call goes on from the log, which never holds the secret: running it would pass "[REDACTED]" to
+    # the tool, so it does not run, and the model is told why.
+    assert ran == []
+    told = tool_messages(llm.last_request)[0]["content"]
+    assert "held a secret" in told and "did not run" in told
+
+
+async def test_one_invocation_can_pause_several_times_and_goes_on_from_all_its_records() -> None:
+    ran: list[str] = []
+    llm = ScriptedLLM([ScriptedLLM.tool_call("delete_file", {"path": "a"}),
+                       ScriptedLLM.tool_call("delete_file", {"path": "b"}),
+                       ScriptedLLM.tool_call("delete_file", {"path": "c"}), "all three handled"])  # fmt: skip
+    agent = _agent(llm, ran)
+    platform = RecordingPlatform()
+    async with agent:
+        await agent.receive_message("s", "delete a, b and c", platform)
+        for number, approved in ((1, True), (2, False), (3, True)):
+            assert [r.call_id for r in platform.approval_requests["s"]][-1] == f"call_{number}"
+            await _decide(agent, "s", platform, call_id=f"call_{number}", approved=approved)
+        records = await records_of(agent, "s")
+    assert ran == ["a", "c"] and platform.replies["s"] == ["all three handled"]
+    assert llm.calls == 4  # every recorded response was served on each continuation, never asked again
+    contents = [m["content"] for m in tool_messages(llm.last_request)]
+    assert contents[0] == "deleted a" and "denied" in contents[1] and contents[2] == "deleted c"
+    started = [r for r in records if r.kind == RecordKind.REASONING_STEP and r.data["kind"] == "reasoning_started"]
+    assert len(started) == 1  # one invocation across three pauses
+    decided = [r.data["since"] for r in records if r.kind == RecordKind.APPROVAL_DECIDED]
+    assert len(set(decided)) == 1 and decided[0] == started[0].seq  # all decisions continue that invocation
+
+
+async def test_a_decision_for_a_loop_whose_state_is_gone_is_recorded_and_the_user_told() -> None:
+    ran: list[str] = []
+    log = "memory://"
+    agent = _agent(ScriptedLLM([ScriptedLLM.tool_call("delete_file", {"path": "a"})]), ran, log=log)
+    platform = RecordingPlatform()
+    async with agent:
+        await agent.receive_message("s", "delete a", platform)
+        # The state's body is replaced by one that cannot resume (a new version of the agent).
+        agent.states[0].body = lambda session: None  # what a redeploy with another body looks like
+        await _decide(agent, "s", platform, call_id="call_1", approved=True)
+        errors = await records_of(agent, "s", RecordKind.ERROR)
+    assert ran == [] and "cannot go on" in platform.errors["s"][0]
+    assert errors[-1].data["source"] == "approval"
