@@ -46,6 +46,10 @@
     │   └── PathEscapeError         a path that would leave the workspace root
     ├── ResumeError                 a loop killed mid-run cannot go on from its records: its code now
     │                               does something other than what the records say it did
+    ├── ApprovalPending             not a failure: a tool call waits for a human decision, so the loop
+    │                               stops here (``baf.reasoning.approval``; the state bodies catch it)
+    ├── ApprovalError               an approval decision that was refused: no request for that call
+    │                               waits in the session (decided already, expired, never made there)
     └── PatternError                a reasoning pattern could not finish (``baf.reasoning.patterns``)
         ├── StructuredOutputError   the model's answer does not parse into the expected model
         ├── PatternNotFoundError    no pattern registered under that name
@@ -61,8 +65,12 @@ record and contained; the session goes on.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "AgentFileError",
+    "ApprovalError",
+    "ApprovalPending",
     "BafError",
     "ConfigurationError",
     "CorruptRecordError",
@@ -345,6 +353,26 @@ class ResumeError(BafError):
     """A reasoning loop interrupted by a crash could not be resumed from its records: run again over
     them, it wrote something other than what it had written before (its code or configuration changed).
     The step is closed with this error, and the user is told something went wrong."""
+
+
+class ApprovalPending(BafError):
+    """Not a failure: tool calls of the current model response wait for a human decision.
+
+    The tool-call runner raises it after recording an ``approval_requested`` record per waiting call;
+    the loop that ran them (the reasoning state, a pattern) ends its step there, and an
+    :class:`~baf.core.events.ApprovalEvent` for the session continues it from the log
+    (``docs/human_approval.md``). ``calls`` are the waiting :class:`~baf.llm.base.ToolCall` objects."""
+
+    def __init__(self, calls: list[Any]) -> None:
+        names = ", ".join(f"{call.name} ({call.id})" for call in calls)
+        super().__init__(f"waiting for a human decision on {names}")
+        self.calls = calls
+
+
+class ApprovalError(BafError):
+    """An approval decision that was refused: no request for that call waits in the session (it was
+    decided already, it expired when the conversation moved on, or it was never made there), or the
+    decision is malformed. Recorded as an ``error`` and shown to the sender; nothing runs."""
 
 
 class PatternError(BafError):

@@ -14,6 +14,7 @@ import binascii
 from typing import Any
 
 from baf.log.record import Record, RecordKind
+from baf.reasoning.approval import ApprovalRequest
 from baf.reasoning.step import ReasoningStep
 
 __all__ = ["platform_call_of"]
@@ -33,6 +34,12 @@ def platform_call_of(record: Record) -> tuple[str, tuple[Any, ...]] | None:
     if kind == RecordKind.TASK_LIST:
         tasks = data.get("tasks")
         return "reply_task_list_update", (tasks if isinstance(tasks, list) else [],)
+    if kind == RecordKind.APPROVAL_REQUESTED:
+        request = ApprovalRequest(
+            str(data.get("call_id", "")), str(data.get("name", "")), str(data.get("arguments", "")),
+            int(data.get("step", 0) or 0),
+        )  # fmt: skip
+        return "reply_approval_request", (request,)
     if kind == RecordKind.ERROR:
         shown = data.get("shown")  # what the engine showed the user for a body that raised
         return ("reply_error", (shown,)) if isinstance(shown, str) else None

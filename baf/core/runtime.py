@@ -471,7 +471,7 @@ class Runtime:
                 "the process stopped while this step was running; the step was not resumed",
                 tell_user=bool(projection.open_step),
             )  # fmt: skip
-        if not projection.started:
+        if not projection.started and not projection.start_held:
             self._schedule(live, _Item("start"))
         for seq, data in sorted(projection.unstarted.items()):
             self._schedule(live, _Item("event", event_from_data(session_id, data), seq))
@@ -563,7 +563,7 @@ class Runtime:
                 forwarded.set_result(None)
                 return None, forwarded
         live = await self._get_live(event.session_id, platform)
-        if live.projection.held:
+        if live.projection.holding:
             # A new message to a fork is the user continuing it: what it held comes first, in order.
             self._release_held(live)
         record = live.record(RecordKind.MESSAGE_RECEIVED, data)
@@ -593,7 +593,7 @@ class Runtime:
             await live.flush()
             return
         event = event_from_data(session_id, data["event"])
-        if live.projection.held:
+        if live.projection.holding:
             self._release_held(live)
         record = live.record(RecordKind.MESSAGE_RECEIVED, data)
         live.writer.consume_inbox(inbox_id)
@@ -622,7 +622,7 @@ class Runtime:
         are handled (at once if there were none)."""
         live = await self._get_live(session_id, None)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        if not live.projection.held:
+        if not live.projection.holding:
             done.set_result(None)
             return done
         self._release_held(live, done)
@@ -635,9 +635,13 @@ class Runtime:
         return done
 
     def _release_held(self, live: LiveSession, done: asyncio.Future[None] | None = None) -> None:
-        """Record ``fork_continued`` and queue the held messages (the last one settles ``done``)."""
+        """Record ``fork_continued`` and queue what the fork held: the initial body if it was cut before
+        the first step, then the messages (the last item settles ``done``)."""
         held = sorted(live.projection.held.items())
+        start = live.projection.start_held
         live.record(RecordKind.FORK_CONTINUED, {"seqs": [seq for seq, _ in held]})  # the fold releases them
+        if start:
+            self._schedule(live, _Item("start", done=None if held else done))
         for index, (seq, data) in enumerate(held):
             last = index == len(held) - 1
             self._schedule(live, _Item("event", event_from_data(live.id, data), seq, done if last else None))

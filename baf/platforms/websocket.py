@@ -24,6 +24,11 @@ Client → server:
 ``{"type": "message", "text": "..."}``
     A user message for the connection's session. Answers arrive as ``reply`` / ``reasoning_step`` /
     ``task_list`` / ``error`` frames.
+``{"type": "approval", "call_id": ID, "approved": BOOL, "reason": "..."}``
+    A decision on a tool call waiting for approval in the connection's session (``reason`` optional, for
+    a denial). It becomes an :class:`~baf.core.events.ApprovalEvent` of that session, with the client's
+    address as the approver; a call that does not wait in that session is refused with an ``agent``
+    error frame (never acted on in another session).
 ``{"type": "reset"}``
     Leave the current session (its log is kept) and start a new one: answered with a new ``welcome``.
 ``{"type": "history", "after_seq": N}``
@@ -42,6 +47,9 @@ Server → client (every live ``reply``, ``reasoning_step``, ``task_list`` and a
     ``{"type": "reply", "format": "options", "text", "options": [...]}``.
 ``{"type": "reasoning_step", "step": {"kind", "step", "summary", "details"}}``
     ``kind`` ``reasoning_started`` opens a trace group and ``reasoning_finished`` closes it.
+``{"type": "approval_request", "call_id": ID, "tool": NAME, "arguments": "JSON text", "step": N}``
+    A tool call waits for a human decision (``docs/human_approval.md``): the UI shows it with Approve and
+    Deny buttons, which send an ``approval`` frame.
 ``{"type": "reply_delta", "run_id": ID, "text": "..."}``
     A piece of an answer while the model writes it (a model that streams). Pieces with one ``run_id``
     belong to one answer, in order; a new ``run_id`` starts a new one (a later model turn, or a retry after
@@ -51,7 +59,9 @@ Server → client (every live ``reply``, ``reasoning_step``, ``task_list`` and a
     A full snapshot; ``status`` is ``pending``, ``in_progress``, ``completed`` or ``skipped``.
 ``{"type": "history", "after_seq": N, "last_seq": M, "truncated": BOOL, "items": [...]}``
     Items in log order, each with its ``seq`` and a ``type``: ``user`` / ``reply`` (``text``),
-    ``reasoning_step`` (``step``), ``task_list`` (``tasks``), ``error`` (``message``: the errors that were
+    ``reasoning_step`` (``step``), ``task_list`` (``tasks``), ``approval_request`` (as the live frame),
+    ``approval_decision`` (``call_id``, ``approved``, ``reason``, ``by``), ``approval_expired``
+    (``call_ids``), ``error`` (``message``: the errors that were
     shown live, as they were shown; a failed tool or model call shows as its step or reply). ``reply`` items carry
     the same ``format`` / ``options`` / ``name`` / ``mime_type`` / ``data`` as the live ``reply`` frame.
 ``{"type": "error", "code": CODE, "message": "..."}``
@@ -132,7 +142,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
-from baf.core.events import ReceiveTextEvent
+from baf.core.events import ApprovalEvent, ReceiveTextEvent
 from baf.core.platform import Platform
 from baf.core.session import runtime_side
 from baf.errors import ConfigurationError, LogClosedError
@@ -728,6 +738,30 @@ class WebSocketPlatform(Platform):
         if not done.done():
             client.pending.add(done)
 
+    async def _on_approval(self, client: _Client, frame: dict[str, Any]) -> None:
+        """A decision from the UI's Approve / Deny buttons: an ``ApprovalEvent`` of the connection's own
+        session (a client cannot name another), checked again by the engine against what waits there."""
+        call_id, approved, reason = frame.get("call_id"), frame.get("approved"), frame.get("reason", "")
+        if not isinstance(call_id, str) or not call_id or len(call_id) > 200 or not isinstance(approved, bool):
+            self._error(client, "bad_frame", "an approval needs a 'call_id' string and 'approved' true or false")
+            return
+        if not isinstance(reason, str) or len(reason) > 2000:
+            self._error(client, "bad_frame", "'reason' must be a string of at most 2000 characters")
+            return
+        if client.session_id is None:
+            self._error(client, "no_session", "send hello first")
+            return
+        assert self.agent is not None, "add the platform to an agent first"
+        event = ApprovalEvent(client.session_id, call_id=call_id, approved=approved, reason=reason,
+                              approver=f"web client {_address(client.ws)}")  # fmt: skip
+        try:
+            await self.agent.receive_event(event, self)
+        except Exception as exc:
+            log_exception(
+                logger, self._redactor(), "session %s: the agent could not take a decision", client.session_id
+            )
+            self._error(client, "unavailable", f"the decision was not accepted ({type(exc).__name__}); try again")
+
     async def _on_reset(self, client: _Client, frame: dict[str, Any]) -> None:
         self._new_session(client)
 
@@ -767,6 +801,7 @@ class WebSocketPlatform(Platform):
         "hello": _on_hello,
         "resume": _on_hello,
         "message": _on_message,
+        "approval": _on_approval,
         "reset": _on_reset,
         "history": _on_history,
     }
@@ -888,6 +923,10 @@ class WebSocketPlatform(Platform):
         """Send a ``task_list`` frame (a full snapshot)."""
         self._broadcast(session, {"type": "task_list", "tasks": tasks})
 
+    async def reply_approval_request(self, session: Session, request: Any) -> None:
+        """Send an ``approval_request`` frame: the UI shows the call with Approve and Deny buttons."""
+        self._broadcast(session, {"type": "approval_request", **request.to_dict()})
+
     async def reply_delta(self, session: Session, run_id: str, text: str) -> None:
         """Send a ``reply_delta`` frame: a piece of an answer being written. Not a record, so no ``seq``."""
         clients = self._routes.get(session.id)
@@ -945,6 +984,8 @@ def history_items(records: Sequence[Record]) -> list[dict[str, Any]]:
             items.append({"seq": record.seq, "type": "reasoning_step", "step": data})
         elif record.kind == RecordKind.TASK_LIST:
             items.append({"seq": record.seq, "type": "task_list", "tasks": data.get("tasks", [])})
+        elif record.kind in _APPROVAL_ITEMS:
+            items.append(_APPROVAL_ITEMS[record.kind](record))
         elif record.kind == RecordKind.ERROR:
             # Only the errors the user was shown live (a body or fallback that raised), with the text shown
             # then: a tool's or the model's failure reached the user as a step or an apology reply, and
@@ -956,6 +997,22 @@ def history_items(records: Sequence[Record]) -> list[dict[str, Any]]:
                 message = f"an error occurred ({data.get('source')}: {data.get('type', 'Error')})"
                 items.append({"seq": record.seq, "type": "error", "message": message})
     return items
+
+
+# The approval records as history items: a resumed view shows the request, and whether it was decided.
+_APPROVAL_ITEMS: dict[str, Callable[[Record], dict[str, Any]]] = {
+    RecordKind.APPROVAL_REQUESTED: lambda r: {
+        "seq": r.seq, "type": "approval_request", "call_id": r.data.get("call_id"), "tool": r.data.get("name"),
+        "arguments": r.data.get("arguments", ""), "step": r.data.get("step", 0),
+    },
+    RecordKind.APPROVAL_DECIDED: lambda r: {
+        "seq": r.seq, "type": "approval_decision", "call_id": r.data.get("call_id"),
+        "approved": r.data.get("approved"), "reason": r.data.get("reason", ""), "by": r.data.get("by", ""),
+    },
+    RecordKind.APPROVAL_EXPIRED: lambda r: {
+        "seq": r.seq, "type": "approval_expired", "call_ids": r.data.get("call_ids", []),
+    },
+}  # fmt: skip
 
 
 def _binary_reply(fmt: str, content: bytes, mime_type: str, caption: str, name: str) -> dict[str, Any]:
