@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
@@ -529,7 +530,44 @@ async def _conflict_of(connection: asyncpg.Connection, rows: list[Row]) -> LogCo
 
 def encode_row(record: Record) -> Row:
     """``record`` as a ``baf_records`` row, or ``TypeError``/``ValueError`` for what cannot be stored."""
-    where = f"session {record.session_id!r} seq {record.seq!r}"
+    session_id, seq, kind, version, ts, data = (
+        record.session_id, record.seq, record.kind, record.version, record.ts, record.data,
+    )  # fmt: skip
+    # Exact types are the common case and cheap to test; anything else gets the careful checks.
+    if not (
+        type(session_id) is str
+        and type(kind) is str
+        and type(seq) is int
+        and type(version) is int
+        and type(ts) is float
+        and type(data) is dict
+        and seq <= _MAX_INT64
+        and version <= _MAX_INT32
+        and math.isfinite(ts)
+    ):
+        _check_fields(record)
+    try:
+        encoded = encode_json(data)
+    except (TypeError, ValueError) as exc:  # ValueError: a circular reference
+        raise TypeError(f"{_where(record)}: data is not JSON: {exc}") from exc
+    if isinstance(encoded, bytes):
+        text = encoded.decode()  # orjson's output: valid UTF-8, control characters (NUL too) escaped
+    else:
+        text = encoded
+        _check_text(record, "data", text)
+    if not (session_id.isascii() and kind.isascii()) or "\x00" in session_id or "\x00" in kind:
+        _check_text(record, "session_id", session_id)
+        _check_text(record, "kind", kind)
+    return (str(session_id), int(seq), str(kind), text, float(ts), int(version))
+
+
+def _where(record: Record) -> str:
+    return f"session {record.session_id!r} seq {record.seq!r}"
+
+
+def _check_fields(record: Record) -> None:
+    """Raise what ``record``'s fields cannot be stored as (the careful path of ``encode_row``)."""
+    where = _where(record)
     if not isinstance(record.session_id, str):
         raise TypeError(f"{where}: session_id must be str, not {type(record.session_id).__name__}")
     if not isinstance(record.kind, str):
@@ -544,21 +582,16 @@ def encode_row(record: Record) -> Row:
         raise TypeError(f"{where}: ts must be a finite number, not {ts!r}")
     if not isinstance(record.data, dict):
         raise TypeError(f"{where}: data must be a dict, not {type(record.data).__name__}")
-    try:
-        encoded = encode_json(record.data)
-    except (TypeError, ValueError) as exc:  # ValueError: a circular reference
-        raise TypeError(f"{where}: data is not JSON: {exc}") from exc
-    text = encoded.decode() if isinstance(encoded, bytes) else encoded
-    texts: tuple[tuple[str, str], ...] = (("session_id", record.session_id), ("kind", record.kind), ("data", text))
-    for name, field_text in texts:
-        if "\x00" in field_text:  # PostgreSQL text cannot hold NUL; JSON escapes it inside strings
-            raise ValueError(f"{where}: {name} contains a NUL character")
-        if not field_text.isascii():
-            try:
-                field_text.encode("utf-8")
-            except UnicodeEncodeError as exc:
-                raise ValueError(f"{where}: {name} is not valid Unicode: {exc}") from exc
-    return (str(record.session_id), int(record.seq), str(record.kind), text, float(ts), int(record.version))
+
+
+def _check_text(record: Record, name: str, text: str) -> None:
+    if "\x00" in text:  # PostgreSQL text cannot hold NUL; JSON escapes it inside strings
+        raise ValueError(f"{_where(record)}: {name} contains a NUL character")
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"{_where(record)}: {name} is not valid Unicode: {exc}") from exc
 
 
 def decode_row(session_id: str, row: Any) -> Record:
