@@ -92,3 +92,28 @@ def test_missing_sessions_and_broken_invariants_have_their_own_errors() -> None:
                                                                                    LookupError)  # fmt: skip
     assert issubclass(errors.InvariantError, errors.BafError) and issubclass(errors.InvariantError, RuntimeError)
     assert str(errors.SessionNotFoundError("s9")) == "session 's9' has no records in this log"
+
+
+def test_every_error_of_the_tree_is_raised_somewhere() -> None:
+    """An error class nothing raises is a promise the code does not keep (users catch it in vain): each
+    class of the tree is built somewhere in baf (``raise X(...)``, or made and raised a line later), or
+    is the base of classes that are."""
+    import ast
+    from pathlib import Path
+
+    from baf import errors
+
+    built: set[str] = set()
+    for path in Path(baf.__file__).parent.rglob("*.py"):
+        if path.name == "errors.py" and path.parent.name == "baf":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call):
+                func = node.func
+                built.add(
+                    func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+                )
+    classes = [getattr(errors, name) for name in errors.__all__]
+    bases = {base.__name__ for cls in classes for base in cls.__mro__[1:]}
+    never = [cls.__name__ for cls in classes if cls.__name__ not in built and cls.__name__ not in bases]
+    assert never == []

@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import json
 import math
+import secrets
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
@@ -489,6 +490,22 @@ class PostgresLog(SessionLog):
                 raise missing_record(session_id, expected, row[0])
             expected += 1
         return [upcasters.upcast(decode_row(session_id, row)) for row in rows]
+
+    async def shared_secret(self, name: str) -> bytes | None:
+        """The secret ``name`` kept in ``baf_meta`` (32 random bytes, made by the first worker that asks):
+        every worker over this database signs and checks with the same key (a resume token issued by one
+        worker is good on the others). Whoever can read the database can read it, as they can read the
+        conversations. A read-only store only reads it (``None`` if it was never made)."""
+        key = f"secret:{name}"
+        async with self.connection() as connection:
+            if not self._read_only:
+                await connection.execute(
+                    "INSERT INTO baf_meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
+                    key,
+                    secrets.token_hex(32),
+                )
+            value = await connection.fetchval("SELECT value FROM baf_meta WHERE key = $1", key)
+        return bytes.fromhex(value) if value is not None else None
 
 
 async def _no_reset(_connection: asyncpg.Connection) -> None:

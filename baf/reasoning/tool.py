@@ -15,7 +15,9 @@ the OpenAI function schema the model sees::
     tool.schema        # {"type": "function", "function": {"name": "search", ...}}
     await tool.run('{"query": "shoes"}')   # validated, called, rendered to a string
 
-Rules the schema follows (and :meth:`Tool.validate_args` enforces):
+The arguments are checked by one pydantic validator per tool, built once from the signature and run in
+strict JSON mode; the schema the model sees is generated from that same validator
+(:mod:`baf.reasoning.tool_arguments`). The rules it follows:
 
 - ``str``, ``int``, ``float``, ``bool`` map to ``string``, ``integer``, ``number``, ``boolean``. A boolean
   is never accepted as a number; an integer is accepted for a ``float`` (and converted); a number with a
@@ -30,10 +32,13 @@ Rules the schema follows (and :meth:`Tool.validate_args` enforces):
 - A pydantic ``BaseModel`` becomes a nested object schema, inlined (no ``$ref``); the argument arrives as
   a model instance. Recursive models cannot be inlined and are refused.
 - Other types pydantic understands (``datetime``, ``UUID``, ``TypedDict``, ``Annotated`` with
-  constraints, ...) use pydantic's JSON schema, and are validated by pydantic in strict JSON mode.
+  constraints, ...) are described and checked by pydantic.
 - An unannotated parameter (or ``Any``) accepts any JSON value.
+- Descriptions come from the docstring's ``Args:`` section (:mod:`baf.reasoning.tool_docstring`), or
+  from ``Annotated[X, "text"]``.
 - A parameter named ``session``, or annotated with a class named ``Session``, is injected by the runtime
-  (:meth:`Tool.call`'s ``session``) and never appears in the schema. A leading ``self`` is ignored.
+  (:meth:`Tool.call`'s ``session``) and never appears in the schema. A leading ``self`` is ignored
+  (:mod:`baf.reasoning.tool_signature`).
 - ``*args`` and ``**kwargs`` are refused with :class:`~baf.errors.ConfigurationError`: the model can
   only send named arguments, and a schema cannot describe "anything else".
 """
@@ -58,9 +63,8 @@ from baf.errors import (
     ToolExecutionError,
     ToolTimeoutError,
 )
-from baf.reasoning.tool_arguments import argument_error, parse_arguments, validate_arguments
+from baf.reasoning.tool_arguments import ArgumentsValidator, argument_error
 from baf.reasoning.tool_docstring import docstring_of, parse_docstring
-from baf.reasoning.tool_schema import parameters_schema
 from baf.reasoning.tool_signature import EMPTY, ToolParameter, read_signature
 
 __all__ = ["Tool", "parse_docstring", "tool"]
@@ -88,6 +92,10 @@ class Tool:
         idempotent: True when running the tool twice with the same arguments is harmless. The runtime
             may then re-run a call whose result was not recorded before a crash; a non-idempotent call
             is reported instead of repeated.
+        requires_approval: ``True`` when a human must approve each call before it runs, or a policy
+            ``(session, call) -> bool`` deciding per call (``call`` is the model's
+            :class:`~baf.llm.base.ToolCall`). A call that needs approval is recorded and waits; the
+            loop goes on once a decision arrives (``docs/human_approval.md``).
 
     Raises:
         ConfigurationError: ``*args``/``**kwargs``, an invalid name, a bad timeout, or a parameter type
@@ -101,6 +109,7 @@ class Tool:
         description: str | None = None,
         timeout: float | None = None,
         idempotent: bool = False,
+        requires_approval: bool | Callable[[Any, Any], bool] = False,
     ) -> None:
         if not callable(fn):
             raise ConfigurationError(f"a tool wraps a callable, got {type(fn).__name__}")
@@ -113,8 +122,13 @@ class Tool:
             raise ConfigurationError(f"tool {resolved_name!r}: timeout must be a positive number of seconds")
         self.fn = fn
         self.name: str = resolved_name
+        if not isinstance(requires_approval, bool) and not callable(requires_approval):
+            raise ConfigurationError(
+                f"tool {resolved_name!r}: requires_approval must be True, False or a function (session, call) -> bool"
+            )
         self.timeout = timeout
         self.idempotent = idempotent
+        self.requires_approval = requires_approval
         doc_description, doc_args = parse_docstring(docstring_of(fn))
         self.description: str = description if description is not None else doc_description
         # An object whose __call__ is async counts too (B004 is about callable(), not this).
@@ -126,12 +140,13 @@ class Tool:
         self._session_param: str | None = read.session_param
         self._skipped: frozenset[str] = read.skipped
         self._params: dict[str, ToolParameter] = read.parameters
+        self._arguments = ArgumentsValidator(resolved_name, read.parameters)
         self._schema: dict[str, Any] = {
             "type": "function",
             "function": {
                 "name": self.name,
                 "description": self.description,
-                "parameters": parameters_schema(self.name, self._params),
+                "parameters": self._arguments.json_schema,
             },
         }
 
@@ -174,8 +189,7 @@ class Tool:
             ToolArgumentError: listing every problem at once (not JSON, not an object, missing or unknown
                 arguments, wrong types), worded for the model to fix its call.
         """
-        args = parse_arguments(self.name, raw) if isinstance(raw, str | bytes | bytearray) else raw
-        return validate_arguments(self.name, self._params, args)
+        return self._arguments.validate(raw)
 
     # ---- calling ----------------------------------------------------------------------------------------
 
@@ -294,6 +308,7 @@ def tool(
     description: str | None = None,
     timeout: float | None = None,
     idempotent: bool = False,
+    requires_approval: bool | Callable[[Any, Any], bool] = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -305,6 +320,7 @@ def tool(
     description: str | None = None,
     timeout: float | None = None,
     idempotent: bool = False,
+    requires_approval: bool | Callable[[Any, Any], bool] = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Decorator form of :class:`Tool`: ``@tool`` or ``@tool(timeout=5)``.
 
@@ -312,6 +328,7 @@ def tool(
     """
 
     def decorate(function: Callable[..., Any]) -> Tool:
-        return Tool(function, name=name, description=description, timeout=timeout, idempotent=idempotent)
+        return Tool(function, name=name, description=description, timeout=timeout, idempotent=idempotent,
+                    requires_approval=requires_approval)  # fmt: skip
 
     return decorate(fn) if fn is not None else decorate

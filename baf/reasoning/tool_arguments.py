@@ -1,36 +1,76 @@
 """Checking the arguments a model sent for a tool, with every problem named for the model to fix.
 
-:func:`parse_arguments` reads the JSON text (refusing what JSON would silently change: a repeated key,
-a number beyond any float, ``NaN``); :func:`validate_arguments` checks the object against the tool's
-parameters and converts values to the annotated types; :func:`argument_error` words the problems as
-one :class:`~baf.errors.ToolArgumentError`.
+Each tool has one :class:`ArgumentsValidator`, built once from its parameters: a pydantic validator (a
+``TypedDict`` of the parameters, ``extra="forbid"``) run in strict JSON mode, and the JSON schema the
+model is shown, generated from that same validator. So what the model is told and what is checked
+cannot drift apart.
 
-Rules: a boolean is never accepted as a number; an integer is accepted for a ``float`` (and converted);
-a number with a zero fraction (``3.0``) is accepted for an ``int``, as JSON Schema defines ``integer``.
-Arrays convert to the annotated container, ``Enum`` values to members, objects to pydantic models.
-Other types pydantic understands are validated by pydantic in strict JSON mode.
+A call is checked in two steps:
+
+1. :func:`parse_arguments` reads the JSON text and refuses what JSON would silently change: a repeated
+   key (the last would win), a number beyond any float (it would arrive as infinity), ``NaN`` and
+   ``Infinity`` (not JSON), a byte-order mark. Empty text means ``{}``.
+2. The validator checks the object and converts values to the annotated types (``Enum`` members,
+   pydantic models, tuples, sets, dates, ...). Strict JSON mode takes no ``"5"`` for ``5`` and no
+   ``true`` for ``1``; two rules of JSON Schema are kept on top of it: a number with a zero fraction
+   (``3.0``) is an ``int``, and a ``Literal`` value matches only a value of the same JSON type (pydantic
+   would take ``true`` for ``Literal[1]``).
+
+``null`` for a parameter with a default whose type has no null means "not given" (models often send it
+for what they leave unset): the default applies. An ``X | None`` parameter without a default that the
+model left out arrives as ``None``.
+
+Every problem is reported at once, each naming the argument (``address.street``, ``tags[1]``) and
+what was expected, in JSON words (:func:`argument_error`)::
+
+    Invalid arguments for tool 'search' (2 problems):
+    - missing required argument 'query' (string)
+    - argument 'limit': expected integer, got string "ten"
+    Fix the arguments and call the tool again.
 """
 
 from __future__ import annotations
 
+import enum
 import json
 import math
-from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, Literal, get_args, get_origin
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from typing import Annotated, Any, Literal, NotRequired, Required, Union, cast, get_args, get_origin
 
 import pydantic
+import pydantic_core
+from pydantic import BeforeValidator, ConfigDict, Field
+from typing_extensions import TypedDict
 
-from baf.errors import ToolArgumentError
-from baf.reasoning.tool_schema import ARRAY_ORIGINS, adapter_for, is_enum, is_model, str_metadata_only
+from baf.errors import ConfigurationError, ToolArgumentError
+from baf.reasoning.tool_schema import model_facing_schema
 from baf.reasoning.tool_signature import EMPTY, ToolParameter, is_union
 
-__all__ = ["argument_error", "describe_value", "parse_arguments", "validate_arguments"]
+__all__ = [
+    "ArgumentsValidator",
+    "argument_error",
+    "argument_path",
+    "describe_value",
+    "not_an_object",
+    "parse_arguments",
+]
 
 _NoneType = type(None)
-_EMPTY = EMPTY
-_is_union = is_union
 _EXCERPT_CHARS = 200
 _VALUE_CHARS = 40
+_ARRAYS: tuple[Any, ...] = (list, tuple, set, frozenset, Sequence)
+_MAPPINGS: tuple[Any, ...] = (dict, Mapping)
+_SCHEMA_ERRORS = (
+    pydantic.PydanticSchemaGenerationError,
+    pydantic.PydanticUserError,
+    pydantic_core.SchemaError,
+)
+
+
+# --------------------------------------------------------------------------------------------------------
+# The JSON text
+# --------------------------------------------------------------------------------------------------------
 
 
 def _no_constants(token: str) -> Any:
@@ -62,14 +102,19 @@ _ARGUMENTS_DECODER = json.JSONDecoder(
 )
 
 
+def _text_of(raw: str | bytes | bytearray) -> str:
+    return raw.decode("utf-8", errors="replace") if isinstance(raw, bytes | bytearray) else raw
+
+
 def parse_arguments(tool_name: str, raw: str | bytes | bytearray) -> Any:
     """The JSON value of ``raw``; empty text means ``{}`` (some servers send it for a call without
     arguments).
 
     Raises:
-        ToolArgumentError: not JSON (with the reason and an excerpt of what was received).
+        ToolArgumentError: not JSON, or JSON that would silently change (see the module docstring),
+            with the reason and an excerpt of what was received.
     """
-    text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes | bytearray) else raw
+    text = _text_of(raw)
     if not text.strip():
         return {}
     try:
@@ -98,42 +143,396 @@ def argument_error(tool_name: str, problems: Sequence[str]) -> ToolArgumentError
     )
 
 
-def validate_arguments(tool_name: str, params: Mapping[str, ToolParameter], args: Any) -> dict[str, Any]:
-    """Check a parsed arguments value against ``params``; the arguments to call the function with.
+def argument_path(loc: Sequence[int | str]) -> str:
+    """How a place in the arguments is named in messages: ``address.street``, ``tags[1]``."""
+    return _format_path(str(loc[0]), loc[1:]) if loc else ""
 
-    An optional parameter without a default that the model left out is returned as ``None``; one with a
-    default that it left out or sent as ``null`` (where its type has no null) is left out so the
-    function's default applies.
+
+def not_an_object(tool_name: str, value: Any) -> ToolArgumentError:
+    """The error for arguments that are valid JSON but not an object."""
+    got = describe_value(value)
+    return ToolArgumentError(f"The arguments for tool '{tool_name}' must be a JSON object, got {got}.")
+
+
+# --------------------------------------------------------------------------------------------------------
+# The validator
+# --------------------------------------------------------------------------------------------------------
+
+
+class ArgumentsValidator:
+    """The arguments check of one tool, and the JSON schema of its arguments object.
+
+    Args:
+        tool_name: Used in error messages.
+        params: The parameters the model fills (see :func:`~baf.reasoning.tool_signature.read_signature`).
 
     Raises:
-        ToolArgumentError: not an object, or listing every problem at once (missing or unknown
-            arguments, wrong types).
+        ConfigurationError: a parameter type pydantic cannot validate or describe in JSON schema, a
+            ``dict`` whose keys are not ``str``, or a model that refers to itself; naming the parameter.
     """
-    if not isinstance(args, Mapping):
-        raise ToolArgumentError(
-            f"The arguments for tool '{tool_name}' must be a JSON object, got {describe_value(args)}."
+
+    def __init__(self, tool_name: str, params: Mapping[str, ToolParameter]) -> None:
+        self.tool_name = tool_name
+        self._params = dict(params)
+        self._null_means_default = frozenset(
+            name for name, param in params.items() if param.default is not EMPTY and not _takes_null(param.annotation)
         )
-    problems: list[str] = []
-    unknown = [str(key) for key in args if key not in params]
-    if unknown:
-        accepted = ", ".join(params) or "no arguments"
-        names = ", ".join(f"'{key}'" for key in unknown)
-        plural = "s" if len(unknown) > 1 else ""
-        problems.append(f"unknown argument{plural} {names} (accepted: {accepted})")
-    validated: dict[str, Any] = {}
-    for name, param in params.items():
-        if name in args:
-            value = args[name]
-            if value is None and param.default is not _EMPTY and _refuses_null(param.annotation):
-                continue  # null where the type has no null: taken as not given, so the default applies
-            validated[name] = _check(value, param.annotation, name, problems)
-        elif param.required:
-            problems.append(f"missing required argument '{name}' ({_describe_type(param.annotation)})")
-        elif param.default is _EMPTY:
-            validated[name] = None
-    if problems:
-        raise argument_error(tool_name, problems)
-    return validated
+        self._none_when_missing = tuple(
+            name for name, param in params.items() if param.default is EMPTY and param.nullable
+        )
+        fields = {name: self._field(param) for name, param in params.items()}
+        # Built at run time from the signature, so typed as Any: a type checker cannot follow it.
+        arguments: Any = cast(Any, TypedDict)(f"{tool_name}_arguments", fields)
+        arguments.__pydantic_config__ = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+        try:
+            self._adapter: pydantic.TypeAdapter[dict[str, Any]] = pydantic.TypeAdapter(arguments)
+            generated = self._adapter.json_schema()
+        except (*_SCHEMA_ERRORS, pydantic.errors.PydanticInvalidForJsonSchema) as exc:
+            raise self._unusable_type(exc) from exc
+        try:
+            schema = model_facing_schema(generated)
+        except ConfigurationError as exc:
+            raise self._unusable_type(exc) from exc
+        #: The JSON schema of the arguments object, as the model is shown it.
+        self.json_schema: dict[str, Any] = {
+            "type": "object",
+            "properties": schema.get("properties", {}),
+            "required": schema.get("required", []),
+            "additionalProperties": False,
+        }
+
+    def validate(self, raw: str | bytes | bytearray | Mapping[str, Any]) -> dict[str, Any]:
+        """Check the model's arguments (JSON text, or a mapping); the arguments to call the function with.
+
+        Raises:
+            ToolArgumentError: not JSON, not an object, or listing every problem at once.
+        """
+        if isinstance(raw, str | bytes | bytearray):
+            args = parse_arguments(self.tool_name, raw)
+            text = _text_of(raw) if args else "{}"
+        else:
+            args, text = raw, None
+        if not isinstance(args, Mapping):
+            raise not_an_object(self.tool_name, args)
+        nulls = self._null_means_default
+        if any(args.get(name, 0) is None for name in nulls):
+            # null where the type has no null: taken as not given, so the default applies
+            args = {key: value for key, value in args.items() if not (value is None and key in nulls)}
+            text = None
+        try:
+            if text is not None:
+                validated = self._adapter.validate_json(text, strict=True)
+            else:
+                validated = self._validate_mapping(args)
+        except pydantic.ValidationError as exc:
+            raise argument_error(self.tool_name, self._problems(exc, args)) from None
+        for name in self._none_when_missing:
+            validated.setdefault(name, None)
+        return validated
+
+    def _validate_mapping(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """Arguments handed in by code rather than a model: JSON-mode rules on their JSON form, so
+        ``"blue"`` and ``Color.BLUE`` both arrive as the member; anything with no JSON form as it is."""
+        try:
+            text = pydantic_core.to_json(args)
+        except pydantic_core.PydanticSerializationError:
+            return self._adapter.validate_python(args, strict=True)
+        return self._adapter.validate_json(text, strict=True)
+
+    def _field(self, param: ToolParameter) -> Any:
+        try:
+            annotation = _json_rules(param.annotation)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"tool {self.tool_name!r}, parameter {param.name!r}: {exc}") from exc
+        description = param.description or _annotated_text(param.annotation) or None
+        extra: dict[str, Any] | None = None
+        if param.default is not EMPTY:
+            try:
+                extra = {"default": json.loads(pydantic_core.to_json(param.default))}
+            except (TypeError, ValueError, pydantic_core.PydanticSerializationError):
+                pass  # a default with no JSON form is simply not advertised
+        field = cast(Any, Annotated)[annotation, Field(description=description, json_schema_extra=extra)]
+        return cast(Any, Required)[field] if param.required else cast(Any, NotRequired)[field]
+
+    def _unusable_type(self, error: Exception) -> ConfigurationError:
+        """Name the parameter whose type broke the validator or its schema."""
+        for name, param in self._params.items():
+            try:
+                model_facing_schema(pydantic.TypeAdapter(_json_rules(param.annotation)).json_schema())
+            except Exception as exc:
+                return ConfigurationError(
+                    f"tool {self.tool_name!r}, parameter {name!r}: cannot build a JSON schema for the type "
+                    f"{param.annotation!r}: {exc}"
+                )
+        return ConfigurationError(f"tool {self.tool_name!r}: cannot build its arguments schema: {error}")
+
+    # ---- problems, in words for the model -----------------------------------------------------------
+
+    def _problems(self, exc: pydantic.ValidationError, args: Mapping[str, Any]) -> list[str]:
+        unknown: list[str] = []
+        problems: list[str] = []
+        for error in exc.errors(include_url=False):
+            loc, kind = error["loc"], error["type"]
+            if not loc or loc[0] not in self._params:
+                if loc and kind == "extra_forbidden":
+                    unknown.append(str(loc[0]))
+                else:
+                    problems.append(_lower_first(error["msg"]))
+                continue
+            name = str(loc[0])
+            annotation = self._params[name].annotation
+            if len(loc) == 1 and kind == "missing":
+                problems.append(f"missing required argument '{name}' ({_describe_type(annotation)})")
+            else:
+                problems.append(_problem(name, annotation, loc[1:], error, args))
+        if unknown:
+            accepted = ", ".join(self._params) or "no arguments"
+            names = ", ".join(f"'{key}'" for key in unknown)
+            problems.insert(0, f"unknown argument{'s' if len(unknown) > 1 else ''} {names} (accepted: {accepted})")
+        return list(dict.fromkeys(problems))  # the arms of a union report one problem each time
+
+
+# Error kinds that mean "not the expected type", answered with what the type is; other kinds (a
+# constraint such as ``ge=0``, a date in the wrong format) keep pydantic's own sentence.
+_TYPE_ERRORS = frozenset({
+    "literal_error", "enum", "int_from_float", "int_parsing", "float_parsing", "bool_parsing", "none_required",
+    "union_tag_invalid", "is_instance_of", "model_type", "model_attributes_type", "dataclass_type",
+})  # fmt: skip
+
+
+def _problem(name: str, annotation: Any, rest: tuple[int | str, ...], error: Any, args: Mapping[str, Any]) -> str:
+    """One problem below argument ``name``: pydantic's location followed through the annotation as far
+    as it goes, so the message can say what was expected there."""
+    tp, followed, union = _locate(annotation, rest)
+    path = _format_path(name, rest[:followed])
+    found, value = _value_at(args, (name, *rest[:followed]))
+    kind = error["type"]
+    if not found:
+        value = error["input"]
+    if kind == "finite_number" and isinstance(value, int) and not isinstance(value, bool):
+        return f"argument '{path}': expected number, got {describe_value(value)}, too large for a number"
+    if union or (followed == len(rest) and _describable(tp) and _is_type_error(kind, tp)):
+        return f"argument '{path}': expected {_describe_type(tp)}, got {describe_value(value)}"
+    where = _format_path(path, rest[followed:])
+    if kind == "missing":
+        return f"argument '{where}': missing required field"
+    if kind == "extra_forbidden":
+        return f"argument '{where}': unknown field"
+    return f"argument '{where}': {_lower_first(error['msg'])}, got {describe_value(error['input'])}"
+
+
+def _is_type_error(kind: str, tp: Any) -> bool:
+    if kind.endswith("_type") or kind in _TYPE_ERRORS:
+        return True
+    return kind in ("too_long", "too_short") and _fixed_tuple(_strip(tp))  # a fixed tuple's length is its type
+
+
+def _locate(tp: Any, rest: tuple[int | str, ...]) -> tuple[Any, int, bool]:
+    """Follow ``rest`` through ``tp``: the type reached, how many parts it followed, and whether it
+    stopped at a union of several types (pydantic then reports each arm; the problem is the union's)."""
+    for index, part in enumerate(rest):
+        inner = _strip(tp)
+        if is_union(get_origin(inner)):
+            return tp, index, True
+        child = _child(inner, part)
+        if child is _NOT_FOLLOWED:
+            return tp, index, False
+        tp = child
+    return tp, len(rest), False
+
+
+_NOT_FOLLOWED = object()
+
+
+def _child(tp: Any, part: int | str) -> Any:
+    origin, args = get_origin(tp), get_args(tp)
+    container = origin or tp
+    if container in _ARRAYS and isinstance(part, int):
+        if _fixed_tuple(tp):
+            return args[part] if part < len(args) else _NOT_FOLLOWED
+        return args[0] if args else Any
+    if container in _MAPPINGS and isinstance(part, str) and part != "[key]":
+        return args[1] if args else Any
+    if _is_model(tp) and isinstance(part, str) and part in tp.model_fields:
+        return tp.model_fields[part].annotation
+    return _NOT_FOLLOWED
+
+
+def _value_at(args: Any, loc: Sequence[int | str]) -> tuple[bool, Any]:
+    value = args
+    for part in loc:
+        if isinstance(value, Mapping) and part in value:
+            value = value[part]
+        elif isinstance(value, list | tuple) and isinstance(part, int) and 0 <= part < len(value):
+            value = value[part]
+        else:
+            return False, None
+    return True, value
+
+
+def _format_path(path: str, loc: Sequence[int | str]) -> str:
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return path
+
+
+def _lower_first(text: str) -> str:
+    return text[:1].lower() + text[1:]
+
+
+# --------------------------------------------------------------------------------------------------------
+# Annotations
+# --------------------------------------------------------------------------------------------------------
+
+
+def _whole_number(value: Any) -> Any:
+    """``3.0`` is an integer in JSON Schema; strict pydantic refuses it, so it is converted first."""
+    if type(value) is float and value.is_integer():
+        return int(value)
+    return value
+
+
+_JSON_INT = Annotated[int, BeforeValidator(_whole_number)]
+
+
+def _same_json_value(choices: tuple[Any, ...]) -> Callable[[Any], Any]:
+    """A check that lets through only a literal of the same JSON type (no ``true`` for ``1``)."""
+
+    def check(value: Any) -> Any:
+        if isinstance(value, bool | int | float) and not any(
+            type(choice) is type(value) and choice == value for choice in choices
+        ):
+            raise pydantic_core.PydanticCustomError("literal_error", "Input should be one of the listed values")
+        return value  # pydantic checks the rest
+
+    return check
+
+
+def _json_rules(tp: Any) -> Any:
+    """``tp`` with the two JSON Schema rules strict pydantic lacks (see the module docstring) applied at
+    every level baf reads (unions, containers, ``Annotated``); pydantic models keep their own rules.
+
+    Raises:
+        ConfigurationError: a ``dict`` whose keys are not ``str`` (JSON object keys are strings).
+    """
+    if tp is int:
+        return _JSON_INT
+    origin, args = get_origin(tp), get_args(tp)
+    if origin is None or not args:
+        return tp
+    if origin is Literal:
+        return Annotated[tp, BeforeValidator(_same_json_value(args))]
+    if origin is Annotated:
+        if args[0] is int:  # listed last, the conversion runs first, before any constraint (ge=0) is checked
+            return Annotated[(int, *args[1:], BeforeValidator(_whole_number))]
+        return Annotated[(_json_rules(args[0]), *args[1:])]
+    if is_union(origin):
+        return Union[tuple(_json_rules(arm) for arm in args)]  # noqa: UP007 - built from a tuple
+    if origin in _MAPPINGS:
+        key_type, value_type = args
+        if key_type not in (str, Any):
+            raise ConfigurationError(f"dict keys must be str (JSON object keys are strings), not in {tp}")
+        return origin[key_type, _json_rules(value_type)]
+    if origin in _ARRAYS:
+        if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+            return tuple[_json_rules(args[0]), ...]  # type: ignore[misc]
+        return origin[tuple(_json_rules(arg) for arg in args)]
+    return tp
+
+
+def _takes_null(tp: Any) -> bool:
+    """Whether ``null`` is a value of ``tp``: ``Any``, ``X | None``, ``Literal[..., None]``, ``None``."""
+    if tp is Any or tp is EMPTY or tp is object or tp is None or tp is _NoneType:
+        return True
+    origin, args = get_origin(tp), get_args(tp)
+    if origin is Annotated:
+        return _takes_null(args[0])
+    if is_union(origin):
+        return any(_takes_null(arm) for arm in args)
+    return origin is Literal and None in args
+
+
+def _annotated_text(tp: Any) -> str | None:
+    """The description written as ``Annotated[X, "text"]``."""
+    if get_origin(tp) is not Annotated:
+        return None
+    texts = [item for item in get_args(tp)[1:] if isinstance(item, str)]
+    return " ".join(texts) or None
+
+
+def _strip(tp: Any) -> Any:
+    """``tp`` without ``Annotated`` and without a ``| None`` around a single type."""
+    while True:
+        origin, args = get_origin(tp), get_args(tp)
+        if origin is Annotated:
+            tp = args[0]
+            continue
+        arms = [arm for arm in args if arm is not _NoneType] if is_union(origin) else []
+        if len(arms) == 1:
+            tp = arms[0]
+            continue
+        return tp
+
+
+def _fixed_tuple(tp: Any) -> bool:
+    args = get_args(tp)
+    return get_origin(tp) is tuple and bool(args) and not (len(args) == 2 and args[1] is Ellipsis)
+
+
+def _is_model(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, pydantic.BaseModel)
+
+
+def _is_enum(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, enum.Enum)
+
+
+_SIMPLE = {str: "string", bool: "boolean", int: "integer", float: "number"}
+
+
+def _describable(tp: Any) -> bool:
+    """Whether :func:`_describe_type` names ``tp`` in JSON words (rather than by its Python name)."""
+    origin, args = get_origin(tp), get_args(tp)
+    if origin is Annotated:
+        return _describable(args[0])
+    if is_union(origin):
+        return all(_describable(arm) for arm in args)
+    container = origin or tp
+    return (
+        tp in (Any, EMPTY, object, None, _NoneType) or tp in _SIMPLE or origin is Literal or _is_enum(tp)
+        or _is_model(tp) or container in _ARRAYS or container in _MAPPINGS
+    )  # fmt: skip
+
+
+def _describe_type(tp: Any) -> str:
+    """How an expected type is named in error messages, in JSON vocabulary the model understands."""
+    if tp is Any or tp is EMPTY or tp is object:
+        return "any JSON value"
+    if tp is None or tp is _NoneType:
+        return "null"
+    if tp in _SIMPLE:
+        return _SIMPLE[tp]
+    origin, args = get_origin(tp), get_args(tp)
+    if origin is Annotated:
+        return _describe_type(args[0])
+    if is_union(origin):
+        return " or ".join(_describe_type(arg) for arg in args)
+    if origin is Literal:
+        return "one of " + ", ".join(json.dumps(arg) for arg in args)
+    if _is_enum(tp):
+        return "one of " + ", ".join(json.dumps(member.value) for member in tp)
+    if _is_model(tp):
+        return f"object ({tp.__name__})"
+    container = origin or tp
+    if container in _ARRAYS:
+        if _fixed_tuple(tp):
+            return f"array of exactly {len(args)} items"
+        return f"array of {_describe_type(args[0])}" if args else "array"
+    if container in _MAPPINGS:
+        return f"object with {_describe_type(args[1])} values" if args else "object"
+    if isinstance(tp, typing.ForwardRef):
+        return tp.__forward_arg__
+    return getattr(tp, "__name__", str(tp))
 
 
 def _shorten(text: str, limit: int) -> str:
@@ -147,7 +546,7 @@ def describe_value(value: Any) -> str:
     if isinstance(value, bool):
         return f"boolean {json.dumps(value)}"
     if isinstance(value, int):
-        return f"integer {value}"
+        return f"integer {_shorten(str(value), _VALUE_CHARS)}"
     if isinstance(value, float):
         return f"number {value!r}"
     if isinstance(value, str):
@@ -157,180 +556,3 @@ def describe_value(value: Any) -> str:
     if isinstance(value, dict):
         return "object"
     return type(value).__name__
-
-
-def _describe_type(tp: Any) -> str:
-    """How an expected type is named in error messages, in JSON vocabulary the model understands."""
-    if tp is Any or tp is _EMPTY or tp is object:
-        return "any JSON value"
-    if tp is None or tp is _NoneType:
-        return "null"
-    simple = {str: "string", bool: "boolean", int: "integer", float: "number"}
-    if tp in simple:
-        return simple[tp]
-    origin, args = get_origin(tp), get_args(tp)
-    if origin is Annotated:
-        return _describe_type(args[0])
-    if _is_union(origin):
-        return " or ".join(_describe_type(arg) for arg in args)
-    if origin is Literal:
-        return "one of " + ", ".join(json.dumps(arg) for arg in args)
-    if is_enum(tp):
-        return "one of " + ", ".join(json.dumps(member.value) for member in tp)
-    if is_model(tp):
-        return f"object ({tp.__name__})"
-    container = origin or tp
-    if container in ARRAY_ORIGINS:
-        if container is tuple and args and not (len(args) == 2 and args[1] is Ellipsis):
-            return f"array of exactly {len(args)} items"
-        return f"array of {_describe_type(args[0])}" if args else "array"
-    if container in (dict, Mapping):
-        return f"object with {_describe_type(args[1])} values" if args else "object"
-    return getattr(tp, "__name__", str(tp))
-
-
-def _same_json_value(expected: Any, received: Any) -> bool:
-    # type() identity keeps True from matching 1 (and 1 from matching 1.0), as in JSON.
-    return type(expected) is type(received) and expected == received
-
-
-def _format_path(path: str, loc: Sequence[Any]) -> str:
-    for part in loc:
-        path += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return path
-
-
-def _check_with_pydantic(value: Any, tp: Any, path: str, problems: list[str]) -> Any:
-    adapter = adapter_for(tp)
-    try:
-        try:
-            payload = json.dumps(value)
-        except TypeError:  # a Python object handed in by code rather than a model: validate it as is
-            return adapter.validate_python(value)
-        # Strict JSON mode gives the same rules as the top level: no "5" for 5, no true for 1, while
-        # still reading ISO dates, UUID strings and arrays for tuples the way JSON spells them.
-        return adapter.validate_json(payload, strict=True)
-    except pydantic.ValidationError as exc:
-        for error in exc.errors(include_url=False):
-            where = _format_path(path, error["loc"])
-            if error["type"] == "missing":
-                problems.append(f"argument '{where}': missing required field")
-            else:
-                problems.append(
-                    f"argument '{where}': {error['msg'][:1].lower()}{error['msg'][1:]}, "
-                    f"got {describe_value(error['input'])}"
-                )
-        return None
-
-
-def _check(value: Any, tp: Any, path: str, problems: list[str]) -> Any:
-    """Validate ``value`` against ``tp``; return the converted value, appending problems found."""
-    if tp is Any or tp is _EMPTY or tp is object:
-        return value
-
-    def wrong() -> None:
-        problems.append(f"argument '{path}': expected {_describe_type(tp)}, got {describe_value(value)}")
-
-    if tp is None or tp is _NoneType:
-        if value is not None:
-            wrong()
-        return None
-    if tp is bool or tp is str:
-        if not isinstance(value, tp):
-            wrong()
-        return value
-    if tp is int:
-        if isinstance(value, float) and not isinstance(value, bool) and value.is_integer():
-            return int(value)
-        if not isinstance(value, int) or isinstance(value, bool):
-            wrong()
-        return value
-    if tp is float:
-        if not isinstance(value, int | float) or isinstance(value, bool):
-            wrong()
-            return value
-        try:
-            return float(value)
-        except OverflowError:  # an integer beyond any float: a problem with the call, not the tool failing
-            shown = _shorten(str(value), _VALUE_CHARS)
-            problems.append(f"argument '{path}': expected a number, got {shown}, too large for one")
-            return value
-    origin, args = get_origin(tp), get_args(tp)
-    if origin is Annotated:
-        if str_metadata_only(args[1:]):
-            return _check(value, args[0], path, problems)
-        return _check_with_pydantic(value, tp, path, problems)
-    if _is_union(origin):
-        if value is None and _NoneType in args:
-            return None
-        arms = [arg for arg in args if arg is not _NoneType]
-        arm_problems: list[str] = []
-        for arm in arms:
-            arm_problems = []
-            converted = _check(value, arm, path, arm_problems)
-            if not arm_problems:
-                return converted
-        if len(arms) == 1 and isinstance(value, list | dict):
-            problems.extend(arm_problems)  # inside a structure, the arm's own messages say where it broke
-        else:
-            wrong()
-        return value
-    if origin is Literal:
-        for option in args:
-            if _same_json_value(option, value):
-                return option
-        wrong()
-        return value
-    if is_enum(tp):
-        if isinstance(value, tp):
-            return value
-        for member in tp:
-            if _same_json_value(member.value, value):
-                return member
-        wrong()
-        return value
-    if is_model(tp):
-        if isinstance(value, tp):
-            return value
-        if not isinstance(value, dict):
-            wrong()
-            return value
-        return _check_with_pydantic(value, tp, path, problems)
-    container = origin or tp
-    if container in ARRAY_ORIGINS:
-        if not isinstance(value, list | tuple):
-            wrong()
-            return value
-        if container is tuple and args and not (len(args) == 2 and args[1] is Ellipsis):
-            item_types = list(args)
-            if len(value) != len(item_types):
-                wrong()
-                return value
-            return tuple(
-                _check(item, item_type, f"{path}[{i}]", problems)
-                for i, (item, item_type) in enumerate(zip(value, item_types, strict=True))
-            )
-        item_type = args[0] if args else Any
-        items = [_check(item, item_type, f"{path}[{i}]", problems) for i, item in enumerate(value)]
-        if container in (set, frozenset):
-            try:
-                return container(items)
-            except TypeError:
-                problems.append(f"argument '{path}': items of a set must be hashable values")
-                return value
-        return tuple(items) if container is tuple else items
-    if container in (dict, Mapping):
-        if not isinstance(value, dict):
-            wrong()
-            return value
-        value_type = args[1] if args else Any
-        return {key: _check(item, value_type, f"{path}.{key}", problems) for key, item in value.items()}
-    return _check_with_pydantic(value, tp, path, problems)
-
-
-def _refuses_null(annotation: Any) -> bool:
-    """Whether ``null`` is not a valid value of ``annotation`` (``Any``, ``X | None`` and ``Literal[..., None]``
-    accept it)."""
-    problems: list[str] = []
-    _check(None, annotation, "", problems)
-    return bool(problems)

@@ -11,7 +11,9 @@ with itself as the runtime's :class:`~baf.core.routing.SessionRouter`:
   is dropped without another write;
 - a slow poll (``poll_interval``, at least a second) covers lost notifications, and takes over the
   sessions of workers that died: unfinished sessions and waiting messages whose leases expired. A taken
-  session resumes as after a restart: recorded model answers are served from the log, not asked again.
+  session resumes as after a restart: recorded model answers are served from the log, not asked again;
+- a session another worker runs, whose client is connected to this worker's platform, is delivered by
+  following its records (``baf.serve.follower``).
 
 A session no worker holds whose mail every worker is told about (a message forwarded from elsewhere, a
 dead worker's session) goes to one live worker chosen by rendezvous hashing of the session id over the
@@ -30,13 +32,15 @@ import logging
 import os
 import socket
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from baf.core.runtime import Runtime
 from baf.errors import LogError
 from baf.log.postgres import PostgresLog
-from baf.log.postgres_inbox import INBOX_CHANNEL, Inbox
+from baf.log.postgres_inbox import INBOX_CHANNEL, RECORDS_CHANNEL, Inbox
 from baf.log.postgres_leases import WORKERS_CHANNEL, Leases
+from baf.serve.follower import Follower
 
 if TYPE_CHECKING:
     from baf.core.agent import Agent
@@ -83,6 +87,10 @@ class Worker:
         self.inbox = Inbox(self.log)
         self.poll_interval = poll_interval
         self.runtime = Runtime(agent, self.log, router=self)
+        #: Delivers the sessions other workers run to this worker's clients of them.
+        self.follower = Follower(
+            self.runtime, self.log, self._listen_to_records, poll_interval=poll_interval, grace=2 * poll_interval
+        )
         # One taker task per session with mail to take; a session wanted again while its taker runs is
         # taken once more after (its new message may have missed the taker's read of the inbox).
         self._takers: dict[str, asyncio.Task[None]] = {}
@@ -99,15 +107,19 @@ class Worker:
         """Open the log, register, start the agent (its platforms too) and the worker's loops."""
         await self.log.start()
         # Listening before registering, and listing the live workers after: a worker starting at the same
-        # time is either heard registering or listed. Not the records channel: a worker does not follow
-        # other workers' records (each notification would cost it a wake-up on every commit of every worker).
+        # time is either heard registering or listed. Not the records channel: a worker follows other
+        # workers' records only while a client of theirs is connected here (the follower listens to them
+        # then: each notification costs a wake-up).
         self._stop_listening = await self.inbox.listen(self._notified, channels=(INBOX_CHANNEL, WORKERS_CHANNEL))
         await self.leases.register()
         self._peers = await self.leases.live_workers()
+        for platform in self.agent.platforms:  # the other workers on this host listen on the same ports
+            platform.share_with_workers()
         await self.agent.start(self.runtime)
         self._tasks = [
             asyncio.create_task(self._heartbeats(), name="baf-worker-heartbeat"),
             asyncio.create_task(self._poll(), name="baf-worker-poll"),  # looks for waiting work at once
+            asyncio.create_task(self.follower.run(), name="baf-worker-follower"),
         ]
 
     async def stop(self) -> None:
@@ -137,8 +149,14 @@ class Worker:
     # -- the runtime's router -------------------------------------------------------------------------
 
     async def claim(self, session_id: str) -> bool:
-        """Take the session's lease if no live worker holds it."""
-        return await self.leases.acquire(session_id) is not None
+        """Take the session's lease if no live worker holds it. A session this worker followed is caught
+        up first: its clients here get what the previous owner wrote, then what this worker writes."""
+        if session_id in self.log.fenced():
+            return True
+        if await self.leases.acquire(session_id) is None:
+            return False
+        await self.follower.finish(session_id)
+        return True
 
     async def forward(self, session_id: str, data: dict[str, Any], platform: Platform | None) -> None:
         """Put the message in the inbox; its owner is notified and takes it."""
@@ -147,6 +165,14 @@ class Worker:
     async def release(self, session_id: str) -> None:
         """Give the session's lease up."""
         await self.leases.release(session_id)
+
+    def follow(self, session_id: str) -> None:
+        """Keep ``session_id`` (another worker runs it) current for this worker's clients of it."""
+        self.follower.follow(session_id)
+
+    async def _listen_to_records(self, on_session: Callable[[str], None]) -> Callable[[], Awaitable[None]]:
+        """Listen to the records channel (every commit's session id); return an async ``stop()``."""
+        return await self.inbox.listen(lambda _channel, session_id: on_session(session_id), (RECORDS_CHANNEL,))
 
     # -- loops ----------------------------------------------------------------------------------------
 
@@ -197,6 +223,17 @@ class Worker:
             for session_id in lost:
                 logger.warning("worker %s: lost session %s to another worker", self.worker_id, session_id)
                 self.runtime.drop(session_id)
+                await self._follow_if_watched(session_id)
+
+    async def _follow_if_watched(self, session_id: str) -> None:
+        """A session this worker lost: its clients here follow it from the log from now on."""
+        platform = next((p for p in self.agent.platforms if p.has_client(session_id)), None)
+        if platform is None:
+            return
+        try:
+            await self.runtime.follow(session_id, platform)
+        except LogError as exc:  # the database is away: the client gets it on its next message or reconnect
+            logger.warning("worker %s: cannot follow session %s: %s", self.worker_id, session_id, exc)
 
     async def _poll(self) -> None:
         """Every ``poll_interval``, look for what notifications missed and for sessions whose owner died."""

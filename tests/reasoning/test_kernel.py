@@ -128,3 +128,33 @@ async def test_a_10_mb_argument_is_refused_and_stored_once(tmp_path: Path, engin
         pad = next(r.data["value"] for r in records if r.kind == "variable_set")
         assert payload not in json.dumps(pad) and '"arguments_size": 10000012' in json.dumps(pad)
     assert db.stat().st_size < 15_000_000  # was ~60 MB: the argument stored six times
+
+
+def test_an_unknown_tool_is_a_tool_not_found_error_naming_the_ones_there_are() -> None:
+    from baf.errors import ToolNotFoundError
+    from baf.reasoning.tool import Tool
+    from baf.reasoning.tool_calls import find_tool
+
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    tools = {"add": Tool(add)}
+    assert find_tool(tools, "add") is tools["add"]
+    with pytest.raises(ToolNotFoundError, match=r"^there is no tool named 'sub'. Available tools: add.$"):
+        find_tool(tools, "sub")
+    with pytest.raises(ToolNotFoundError, match="Available tools: none"):
+        find_tool({}, "sub")
+
+
+def test_resuming_records_in_an_order_baf_never_writes_is_an_invariant_error() -> None:
+    """A tool result before any model response of the loop: serving it would answer a call the model
+    never made, so the resume stops with the session and seq instead of skipping the record."""
+    from baf.errors import InvariantError
+    from baf.log.record import Record, RecordKind
+    from baf.reasoning.resume import ResumeEffects
+
+    started = Record("s1", 4, RecordKind.REASONING_STEP, {"kind": "reasoning_started"})
+    stray = Record("s1", 5, RecordKind.TOOL_RESULT, {"step": 1, "call_id": "c1", "name": "add", "content": "3",
+                                                      "is_error": False, "original_size": 1})  # fmt: skip
+    with pytest.raises(InvariantError, match=r"session 's1', seq 5: a tool_result record comes before any"):
+        ResumeEffects([started, stray])

@@ -204,7 +204,7 @@ def test_pydantic_model_is_inlined_without_refs() -> None:
                 "type": "object",
                 "properties": {
                     "street": {"type": "string"},
-                    "zip_code": {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": None},
+                    "zip_code": {"type": ["integer", "null"], "default": None},
                 },
                 "required": ["street"],
             },
@@ -216,7 +216,7 @@ def test_pydantic_model_is_inlined_without_refs() -> None:
                     "type": "object",
                     "properties": {
                         "street": {"type": "string"},
-                        "zip_code": {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": None},
+                        "zip_code": {"type": ["integer", "null"], "default": None},
                     },
                     "required": ["street"],
                 },
@@ -492,7 +492,7 @@ def test_every_problem_is_collected_in_one_message() -> None:
         '- argument \'order\': expected one of "asc", "desc", got string "up"',
         '- argument \'color\': expected one of "red", "blue", got string "green"',
         "- argument 'address.street': missing required field",
-        "- argument 'address.zip_code': input should be a valid integer, got string \"x\"",
+        "- argument 'address.zip_code': expected integer or null, got string \"x\"",
         "- argument 'scores.a': expected integer, got number 1.5",
     ]:
         assert line in message, line
@@ -522,8 +522,8 @@ def test_nested_model_rules_are_strict_like_the_top_level() -> None:
         pass
 
     message = problems_of({"address": {"street": 5, "zip_code": True}}, Tool(fn))
-    assert "argument 'address.street': input should be a valid string, got integer 5" in message
-    assert "argument 'address.zip_code'" in message and "got boolean true" in message
+    assert "argument 'address.street': expected string, got integer 5" in message
+    assert "argument 'address.zip_code': expected integer or null, got boolean true" in message
     assert "expected object (Address), got array" in problems_of({"address": []}, Tool(fn))
 
 
@@ -578,7 +578,7 @@ def test_arguments_json_would_silently_change_are_refused(raw: str, reason: str)
 
 def test_an_integer_too_large_for_a_float_parameter_is_an_argument_problem() -> None:
     message = problems_of('{"name": "n", "count": 1, "ratio": ' + "9" * 400 + ', "flag": true, "tags": []}')
-    assert "argument 'ratio': expected a number, got 99999" in message and "too large for one" in message
+    assert "argument 'ratio': expected number, got integer 99999" in message and "too large for a number" in message
 
 
 def test_a_byte_order_mark_is_refused_as_json_loads_refuses_it() -> None:
@@ -857,3 +857,91 @@ async def test_tool_decorator_both_forms() -> None:
     assert multiply.name == "mul" and multiply.idempotent and multiply.timeout == 1
     assert await multiply.run('{"a": 2, "b": 4}') == "8"
     assert repr(add) == "Tool(name='add', parameters=['a', 'b'])"
+
+
+# ---- one pydantic validator per tool ---------------------------------------------------------------------
+
+
+def test_constraints_are_both_shown_and_checked() -> None:
+    """The schema the model sees and the check come from the same validator: a constraint written once
+    appears in both, and its own sentence names the argument."""
+
+    def page(size: Annotated[int, Field(ge=1, le=50)] = 10, word: Annotated[str, Field(min_length=2)] = "ab") -> None:
+        pass
+
+    t = Tool(page)
+    assert t.parameters["properties"]["size"] == {"type": "integer", "minimum": 1, "maximum": 50, "default": 10}
+    assert t.validate_args('{"size": 50.0}') == {"size": 50}  # a whole number still counts as an integer
+    message = problems_of('{"size": 0, "word": "a"}', t)
+    assert "(2 problems)" in message
+    assert "- argument 'size': input should be greater than or equal to 1, got integer 0" in message
+    assert "- argument 'word': string should have at least 2 characters, got string \"a\"" in message
+
+
+def test_a_union_is_one_problem_naming_every_arm() -> None:
+    def fn(key: int | str, keys: list[int | str]) -> None:
+        pass
+
+    message = problems_of('{"key": 1.5, "keys": [1, "a", true, {}]}', Tool(fn))
+    assert message.startswith("Invalid arguments for tool 'fn' (3 problems):")
+    assert "- argument 'key': expected integer or string, got number 1.5" in message
+    assert "- argument 'keys[2]': expected integer or string, got boolean true" in message
+    assert "- argument 'keys[3]': expected integer or string, got object" in message
+
+
+def test_problems_deep_inside_containers_and_models_name_the_place() -> None:
+    def fn(index: dict[str, list[int]], orders: list[Order]) -> None:
+        pass
+
+    message = problems_of('{"index": {"k": [1, "2"]}, "orders": [{"id": 1, "address": {"street": 3}}]}', Tool(fn))
+    assert "- argument 'index.k[1]': expected integer, got string \"2\"" in message
+    assert "- argument 'orders[0].address.street': expected string, got integer 3" in message
+
+
+def test_one_value_literal_is_an_enum_and_optional_model_is_nullable() -> None:
+    def fn(mode: Literal["fast"], where: Address | None = None) -> None:
+        pass
+
+    properties = Tool(fn).parameters["properties"]
+    assert properties["mode"] == {"type": "string", "enum": ["fast"]}
+    assert properties["where"]["type"] == ["object", "null"] and properties["where"]["default"] is None
+    assert "expected object (Address) or null, got array of 0 items" in problems_of(
+        {"mode": "fast", "where": []}, Tool(fn)
+    )
+
+
+def test_arguments_handed_in_by_code_follow_the_json_rules() -> None:
+    def fn(color: Color, pair: tuple[int, str], address: Address, anything: Any = None) -> None:
+        pass
+
+    marker = object()
+    args = Tool(fn).validate_args(
+        {"color": Color.BLUE, "pair": (1, "a"), "address": Address(street="s"), "anything": marker}
+    )
+    assert args == {"color": Color.BLUE, "pair": (1, "a"), "address": Address(street="s"), "anything": marker}
+    assert Tool(fn).validate_args({"color": "red", "pair": [2, "b"], "address": {"street": "t"}}) == {
+        "color": Color.RED,
+        "pair": (2, "b"),
+        "address": Address(street="t"),
+    }
+
+
+def test_null_for_a_default_with_a_non_json_container_still_uses_json_rules() -> None:
+    # Dropping a null (so the default applies) must not change how the other arguments are read.
+    def fn(pair: tuple[int, str], color: Color = Color.RED, days: int = 3) -> None:
+        pass
+
+    assert Tool(fn).validate_args('{"pair": [1, "a"], "color": "blue", "days": null}') == {
+        "pair": (1, "a"),
+        "color": Color.BLUE,
+    }
+
+
+def test_a_type_pydantic_cannot_describe_names_the_parameter() -> None:
+    from collections.abc import Callable
+
+    def fn(ok: int, hook: Callable[[int], int]) -> None:
+        pass
+
+    with pytest.raises(ConfigurationError, match=r"tool 'fn', parameter 'hook'"):
+        Tool(fn)

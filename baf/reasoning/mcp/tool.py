@@ -14,17 +14,18 @@ import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from baf.errors import ToolArgumentError, ToolTimeoutError
+from baf.errors import ToolTimeoutError
 from baf.reasoning.mcp.names import ListedTool
 from baf.reasoning.tool import Tool
-from baf.reasoning.tool_arguments import argument_error, parse_arguments
+from baf.reasoning.tool_arguments import argument_error, argument_path, not_an_object, parse_arguments
 
 __all__ = ["MCPTool"]
 
 #: Calls the server: ``(mcp_name, arguments) -> text``; raises ``ToolError`` for an error result.
 Caller = Callable[[str, dict[str, Any]], Awaitable[str]]
 
-_MAX_PROBLEMS = 5
+#: Problems listed for one call; a huge wrong payload would otherwise give the model a wall of text.
+_MAX_PROBLEMS = 20
 
 
 class MCPTool(Tool):
@@ -35,15 +36,24 @@ class MCPTool(Tool):
         server: The name the server was added under (``agent.add_mcp_server(name, ...)``).
         caller: What runs a call (the server connection, or the re-run guard).
         timeout: Seconds a call may take; ``None`` leaves it to the reasoning state's ``tool_timeout``.
+        requires_approval: Each call waits for a human decision (``docs/human_approval.md``).
     """
 
-    def __init__(self, listed: ListedTool, server: str, caller: Caller, timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        listed: ListedTool,
+        server: str,
+        caller: Caller,
+        timeout: float | None = None,
+        requires_approval: bool = False,
+    ) -> None:
         # Not Tool.__init__: that derives the schema from a Python signature; here the server gives it.
         self.fn = caller
         self.name = listed.name
         self.description = listed.description
         self.timeout = timeout
         self.idempotent = False  # nothing says a remote tool is; a crash mid-call is reported, not repeated
+        self.requires_approval = requires_approval
         self.server = server
         self.mcp_name = listed.mcp_name
         self._is_async = True
@@ -68,19 +78,23 @@ class MCPTool(Tool):
     def validate_args(self, raw: str | bytes | Mapping[str, Any]) -> dict[str, Any]:
         """Parse the model's arguments and check them against the server's input schema.
 
+        The server gives a JSON schema, not a Python signature, so it is checked as JSON Schema (with
+        the ``jsonschema`` package the MCP client depends on), after the same JSON parsing as any tool.
+
         Raises:
-            ToolArgumentError: not JSON, not an object, or not valid under the schema (the first
-                problems listed, worded for the model to fix its call).
+            ToolArgumentError: not JSON, not an object, or not valid under the schema: every problem
+                (up to 20), each naming the argument, worded for the model to fix its call.
         """
         args = parse_arguments(self.name, raw) if isinstance(raw, str | bytes | bytearray) else raw
         if not isinstance(args, Mapping):
-            raise ToolArgumentError(
-                f"The arguments for tool '{self.name}' must be a JSON object, got {type(args).__name__}."
-            )
+            raise not_an_object(self.name, args)
         args = dict(args)
-        problems = [self._describe(error) for error in self._schema_validator().iter_errors(args)]
-        if problems:
-            raise argument_error(self.name, sorted(problems)[:_MAX_PROBLEMS])
+        errors = sorted(self._schema_validator().iter_errors(args), key=lambda error: [*map(str, error.absolute_path)])
+        if errors:
+            problems = [self._describe(error) for error in errors[:_MAX_PROBLEMS]]
+            if len(errors) > _MAX_PROBLEMS:
+                problems.append(f"... and {len(errors) - _MAX_PROBLEMS} more")
+            raise argument_error(self.name, problems)
         return args
 
     def _schema_validator(self) -> Any:
@@ -93,9 +107,9 @@ class MCPTool(Tool):
 
     @staticmethod
     def _describe(error: Any) -> str:
-        where = "/".join(str(part) for part in error.absolute_path)
         message = error.message if len(error.message) <= 300 else error.message[:300] + "…"
-        return f"{where}: {message}" if where else message
+        path = list(error.absolute_path)
+        return f"argument '{argument_path(path)}': {message}" if path else message
 
     async def call(self, args: Mapping[str, Any], session: Any = None) -> Any:
         """Run the call on the server and return the text the model reads.

@@ -23,7 +23,6 @@ from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar, runtime_c
 from baf.errors import (
     ConfigurationError,
     PatternBudgetError,
-    PatternDepthLimitError,
     PatternLimitError,
     PatternStepTimeoutError,
     StructuredOutputError,
@@ -307,8 +306,6 @@ def _stop_reason(exc: PatternLimitError) -> str:
         return StopReason.BUDGET
     if isinstance(exc, PatternStepTimeoutError):
         return StopReason.TIMEOUT
-    if isinstance(exc, PatternDepthLimitError):
-        return StopReason.MAX_DEPTH
     return StopReason.MAX_STEPS
 
 

@@ -22,7 +22,6 @@ class StopReason:
 
     COMPLETED = "completed"
     MAX_STEPS = "max_steps"
-    MAX_DEPTH = "max_depth"
     TIMEOUT = "timeout"
     BUDGET = "budget"
     NOT_APPROVED = "not_approved"  # a critic never approved (Reflexion)
