@@ -14,33 +14,44 @@ with itself as the runtime's :class:`~baf.core.routing.SessionRouter`:
   session resumes as after a restart: recorded model answers are served from the log, not asked again;
 - a session another worker runs, whose client is connected to this worker's platform, is delivered by
   following its records (``baf.serve.follower``).
+
+A session no worker holds whose mail every worker is told about (a message forwarded from elsewhere, a
+dead worker's session) goes to one live worker chosen by rendezvous hashing of the session id over the
+live workers' ids, so such sessions spread evenly instead of going to whichever worker reads its
+notifications first, and the others spend no round trip on them. If the chosen worker does not take it (it
+died, or is slow), the others' poll finds it and, after a moment (``DEFER_SECONDS``), takes it. A message a
+worker's own client sends is claimed there at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import os
 import socket
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from baf.core.runtime import Runtime
 from baf.errors import LogError
 from baf.log.postgres import PostgresLog
 from baf.log.postgres_inbox import INBOX_CHANNEL, RECORDS_CHANNEL, Inbox
-from baf.log.postgres_leases import Leases
+from baf.log.postgres_leases import WORKERS_CHANNEL, Leases
 from baf.serve.follower import Follower
 
 if TYPE_CHECKING:
     from baf.core.agent import Agent
     from baf.core.platform import Platform
 
-__all__ = ["Worker", "default_worker_id"]
+__all__ = ["DEFER_SECONDS", "Worker", "default_worker_id"]
 
 logger = logging.getLogger("baf.serve")
+
+#: How long a worker that is not a free session's chosen one waits before it tries to take the session.
+DEFER_SECONDS: Final = 0.05
 
 
 def default_worker_id() -> str:
@@ -84,6 +95,9 @@ class Worker:
         # taken once more after (its new message may have missed the taker's read of the inbox).
         self._takers: dict[str, asyncio.Task[None]] = {}
         self._again: set[str] = set()
+        self._polled: set[str] = set()
+        self._peers: list[str] = []  # the live workers, refreshed with each heartbeat and when one comes or goes
+        self._refreshing: asyncio.Future[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stop_listening: Any = None
 
@@ -92,10 +106,13 @@ class Worker:
     async def start(self) -> None:
         """Open the log, register, start the agent (its platforms too) and the worker's loops."""
         await self.log.start()
+        # Listening before registering, and listing the live workers after: a worker starting at the same
+        # time is either heard registering or listed. Not the records channel: a worker follows other
+        # workers' records only while a client of theirs is connected here (the follower listens to them
+        # then: each notification costs a wake-up).
+        self._stop_listening = await self.inbox.listen(self._notified, channels=(INBOX_CHANNEL, WORKERS_CHANNEL))
         await self.leases.register()
-        # Only the inbox channel: a worker follows other workers' records only while a client of theirs is
-        # connected here (the follower listens to them then: each notification costs a wake-up).
-        self._stop_listening = await self.inbox.listen(self._notified, channels=(INBOX_CHANNEL,))
+        self._peers = await self.leases.live_workers()
         for platform in self.agent.platforms:  # the other workers on this host listen on the same ports
             platform.share_with_workers()
         await self.agent.start(self.runtime)
@@ -159,12 +176,23 @@ class Worker:
 
     # -- loops ----------------------------------------------------------------------------------------
 
-    def _notified(self, channel: str, session_id: str) -> None:
+    def _notified(self, channel: str, payload: str) -> None:
         if channel == INBOX_CHANNEL:
-            self._want(session_id)
+            self._want(payload)  # a session id
+        elif channel == WORKERS_CHANNEL and self._stop_listening is not None and payload != self.worker_id:
+            self._refreshing = asyncio.ensure_future(self._refresh_peers())  # kept: tasks are weakly held
 
-    def _want(self, session_id: str) -> None:
-        """Take ``session_id``'s waiting mail soon, without waiting for other sessions' takes."""
+    async def _refresh_peers(self) -> None:
+        try:
+            self._peers = await self.leases.live_workers()
+        except Exception as exc:  # the next heartbeat refreshes them
+            logger.warning("worker %s: cannot list the live workers: %s", self.worker_id, exc)
+
+    def _want(self, session_id: str, polled: bool = False) -> None:
+        """Take ``session_id``'s waiting mail soon, without waiting for other sessions' takes. ``polled``: the
+        poll found it (a notification was lost, or the worker chosen for it did not take it)."""
+        if polled:
+            self._polled.add(session_id)
         if session_id in self._takers:
             self._again.add(session_id)
         elif self._tasks:  # started and not stopping
@@ -174,7 +202,9 @@ class Worker:
         try:
             while True:
                 self._again.discard(session_id)
-                await self._take_logged(session_id)
+                polled = session_id in self._polled
+                self._polled.discard(session_id)
+                await self._take_logged(session_id, polled)
                 if session_id not in self._again:
                     return
         finally:
@@ -186,6 +216,7 @@ class Worker:
             await asyncio.sleep(interval)
             try:
                 lost = await self.leases.heartbeat()
+                self._peers = await self.leases.live_workers()
             except Exception as exc:  # the database is away: appends are fenced anyway, retry next time
                 logger.warning("worker %s: heartbeat failed: %s", self.worker_id, exc)
                 continue
@@ -209,16 +240,25 @@ class Worker:
         while True:
             try:
                 for session_id in await self._orphans():
-                    self._want(session_id)
+                    self._want(session_id, polled=True)
             except Exception as exc:
                 logger.warning("worker %s: poll failed: %s", self.worker_id, exc)
             await asyncio.sleep(self.poll_interval)
 
-    async def _take_logged(self, session_id: str) -> None:
+    async def _take_logged(self, session_id: str, polled: bool) -> None:
         try:
-            await self._take(session_id)
+            await self._take(session_id, polled)
         except LogError as exc:  # a lease lost meanwhile, the database away: the next poll retries
             logger.warning("worker %s: session %s: %s", self.worker_id, session_id, exc)
+
+    def _chosen_for(self, session_id: str) -> bool:
+        """Whether this worker is the one the rendezvous hash picks for ``session_id`` among the live ones."""
+        peers = self._peers
+        if len(peers) < 2:
+            return True
+        key = session_id.encode()
+        chosen = max(peers, key=lambda peer: hashlib.blake2b(peer.encode() + b"\0" + key, digest_size=8).digest())
+        return chosen == self.worker_id
 
     async def _orphans(self) -> list[str]:
         """Sessions to take: waiting messages of sessions no live worker holds (or this one does), and
@@ -229,11 +269,16 @@ class Worker:
         found += await self.leases.unowned_unfinished()
         return [session_id for session_id in dict.fromkeys(found) if session_id not in self._takers]
 
-    async def _take(self, session_id: str) -> None:
+    async def _take(self, session_id: str, polled: bool = False) -> None:
         """Own ``session_id`` (if free) and move its waiting messages into its log, in arrival order."""
         # Called by the session's one taker task (see _want), so never twice at once for a session.
-        if session_id not in self.log.fenced() and not await self.claim(session_id):
-            return  # a live worker owns it: its own notification or poll takes the mail
+        if session_id not in self.log.fenced():
+            if not self._chosen_for(session_id):
+                if not polled:
+                    return  # notified: the chosen worker takes it (the poll stands in if it does not)
+                await asyncio.sleep(DEFER_SECONDS)  # the chosen worker first; if it still does not, this one
+            if not await self.claim(session_id):
+                return  # a live worker owns it: its own notification or poll takes the mail
         await self.runtime.get_or_create(session_id)  # loads it, resuming an interrupted step
         for message in await self.inbox.pending(session_id):
             await self.runtime.receive_forwarded(session_id, message.id, message.payload, message.error)
