@@ -55,8 +55,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _fail(command: str, error: object) -> int:
-    """Print ``baf COMMAND: error`` on stderr; the exit status of usage and configuration errors."""
-    Console(stderr=True, highlight=False).print(Text(visible(f"baf {command}: {error}"), style="red"), soft_wrap=True)
+    """Print ``baf COMMAND: error`` on stderr; the exit status of usage and configuration errors.
+
+    Redacted: an error may quote what the user typed (a session id holding a key of the environment)."""
+    shown = Redactor.from_environment().redact_text(f"baf {command}: {error}")
+    Console(stderr=True, highlight=False).print(Text(visible(shown), style="red"), soft_wrap=True)
     return 2
 
 

@@ -401,6 +401,7 @@ class Agent:
         description: str | None = None,
         timeout: float | None = None,
         idempotent: bool = False,
+        requires_approval: bool | Callable[[Any, Any], bool] = False,
     ) -> Callable[[Callable[..., Any]], Tool]: ...
 
     def tool(
@@ -412,11 +413,15 @@ class Agent:
         description: str | None = None,
         timeout: float | None = None,
         idempotent: bool = False,
+        requires_approval: bool | Callable[[Any, Any], bool] = False,
     ) -> Tool | Callable[[Callable[..., Any]], Tool]:
-        """Decorator registering a function as a tool: ``@agent.tool`` or ``@agent.tool(timeout=5)``."""
+        """Decorator registering a function as a tool: ``@agent.tool`` or ``@agent.tool(timeout=5)``;
+        ``@agent.tool(requires_approval=True)`` makes each call wait for a human decision (see
+        :class:`~baf.reasoning.tool.Tool` and ``docs/human_approval.md``)."""
 
         def register(function: Callable[..., Any]) -> Tool:
-            return self.add_tool(Tool(function, name, description, timeout=timeout, idempotent=idempotent))
+            return self.add_tool(Tool(function, name, description, timeout=timeout, idempotent=idempotent,
+                                      requires_approval=requires_approval))  # fmt: skip
 
         return register(fn) if fn is not None else register
 
@@ -656,10 +661,11 @@ class Agent:
     async def continue_session(self, session_id: str) -> Session:
         """Continue a fork: handle the messages it holds, and wait until they are handled.
 
-        A fork cut after a message was recorded but before it was handled holds that message: loading
-        the fork never runs a model or a tool by itself. This records ``fork_continued`` and handles what
-        was held, live. (Sending the fork a new message continues it too, held messages first.) A
-        session that holds nothing is returned as it is.
+        A fork cut after a message was recorded but before it was handled holds that message, and a fork
+        cut before the session's first step holds the initial state's body: loading the fork never runs
+        a model or a tool by itself. This records ``fork_continued`` and runs what was held, live.
+        (Sending the fork a new message continues it too, what it held first.) A session that holds
+        nothing is returned as it is.
         """
         done = await self._require_runtime().continue_session(session_id)
         await done

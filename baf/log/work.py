@@ -9,7 +9,8 @@ A session has **unfinished work** when its records show any of:
   (``step_resumed`` continues the same step, so it changes nothing here).
 
 A fork's ``forked_from`` record *holds* the messages still unhandled at its cut (a debugging copy never
-acts by itself): they are not work until a ``fork_continued`` record releases them.
+acts by itself), and the initial state's body if the cut is before the first step: they are not work
+until a ``fork_continued`` record releases them.
 
 This is the rule ``baf.core.runtime`` applies when it loads a session (``SessionProjection.started``,
 ``unstarted`` and ``open_step``), folded over only the kinds of ``WORK_KINDS``, so that a store can keep it
@@ -25,6 +26,7 @@ an append that leaves a session idle removes its row.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -60,6 +62,8 @@ class WorkStatus:
     unhandled: frozenset[int] = frozenset()
     #: Seqs of messages a fork holds (not work until ``fork_continued`` releases them).
     held: frozenset[int] = frozenset()
+    #: A fork cut before the first step holds the initial body too (``awaiting_start`` once released).
+    start_held: bool = False
 
     @property
     def unfinished(self) -> bool:
@@ -74,6 +78,7 @@ class WorkStatus:
                 "open": self.open_step,
                 "unhandled": sorted(self.unhandled),
                 "held": sorted(self.held),
+                **({"start_held": True} if self.start_held else {}),  # rows of an older baf lack it
             }
         ).decode()
 
@@ -83,14 +88,19 @@ class WorkStatus:
         try:
             value = orjson.loads(text)
             start, open_step, unhandled, held = value["start"], value["open"], value["unhandled"], value["held"]
-        except (ValueError, TypeError, KeyError) as exc:
+            start_held = value.get("start_held", False)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise ValueError(f"not a work status: {text!r:.80}") from exc
-        if not isinstance(start, bool) or not (open_step is None or type(open_step) is int):
+        if (
+            not isinstance(start, bool)
+            or not isinstance(start_held, bool)
+            or not (open_step is None or type(open_step) is int)
+        ):
             raise ValueError(f"not a work status: {text!r:.80}")
         for seqs in (unhandled, held):
             if not isinstance(seqs, list) or any(type(seq) is not int for seq in seqs):
                 raise ValueError(f"not a work status: {text!r:.80}")
-        return cls(start, open_step, frozenset(unhandled), frozenset(held))
+        return cls(start, open_step, frozenset(unhandled), frozenset(held), start_held)
 
 
 #: The status of a session with nothing to do (and of a session with no records).
@@ -104,21 +114,28 @@ def work_after(status: WorkStatus, kind: str, seq: int, data: Mapping[str, Any])
     an event: the fold (``SessionProjection``) is the one that reports such a record as corrupt.
     """
     if kind == RecordKind.MESSAGE_RECEIVED:
-        return WorkStatus(status.awaiting_start, status.open_step, status.unhandled | {seq}, status.held)
+        return dataclasses.replace(status, unhandled=status.unhandled | {seq})
     if kind == RecordKind.STEP_STARTED:
         event_seq = data.get("event_seq")
         if type(event_seq) is not int:
             event_seq = None
         unhandled = status.unhandled - {event_seq} if event_seq is not None else status.unhandled
-        return WorkStatus(False, event_seq if event_seq is not None else 0, unhandled, status.held)
+        open_step = event_seq if event_seq is not None else 0
+        return dataclasses.replace(
+            status, awaiting_start=False, start_held=False, open_step=open_step, unhandled=unhandled
+        )
     if kind == RecordKind.STEP_FINISHED:
-        return WorkStatus(status.awaiting_start, None, status.unhandled, status.held)
+        return dataclasses.replace(status, open_step=None)
     if kind == RecordKind.SESSION_STARTED:
-        return WorkStatus(True, status.open_step, status.unhandled, status.held)
+        return dataclasses.replace(status, awaiting_start=True)
     if kind == RecordKind.FORKED_FROM:
-        return WorkStatus(status.awaiting_start, status.open_step, frozenset(), status.held | status.unhandled)
+        return dataclasses.replace(status, awaiting_start=False, unhandled=frozenset(),
+                                   held=status.held | status.unhandled,
+                                   start_held=status.start_held or status.awaiting_start)  # fmt: skip
     if kind == RecordKind.FORK_CONTINUED:
-        return WorkStatus(status.awaiting_start, status.open_step, status.unhandled | status.held, frozenset())
+        return dataclasses.replace(status, awaiting_start=status.awaiting_start or status.start_held,
+                                   unhandled=status.unhandled | status.held, held=frozenset(),
+                                   start_held=False)  # fmt: skip
     return status
 
 

@@ -1,4 +1,6 @@
-"""A chat in the terminal, rendered with rich: Markdown replies, a live reasoning trace, a task panel."""
+"""A chat in the terminal, rendered with rich: Markdown replies, a live reasoning trace, a task panel, and
+a streaming model's answer printed as it is written, and a prompt for each tool call waiting for a human's
+approval."""
 
 from __future__ import annotations
 
@@ -20,12 +22,14 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
+from baf.core.events import ApprovalEvent
 from baf.core.platform import Platform
 from baf.core.session import runtime_side
 from baf.errors import LogClosedError
 
 if TYPE_CHECKING:
     from baf.core.session import Session
+    from baf.reasoning.approval import ApprovalRequest
 
 __all__ = ["TerminalPlatform"]
 
@@ -63,6 +67,10 @@ class TerminalPlatform(Platform):
     ``continue_fork=True`` (what ``baf run --session ID`` sets) the chat continues it first, saying so;
     otherwise it stays held until the user continues it (``Agent.continue_session``, a new message).
 
+    A tool call waiting for approval is shown with its arguments, and before the next message the chat
+    asks about it: ``y`` approves, ``n`` or an empty line denies, any other text denies with that text as
+    the reason (the model reads it). The same happens for calls still waiting when the chat starts.
+
     Lines are read from ``input_fd`` if given. Otherwise a terminal is read with ``input()`` (line
     editing and history work), and piped or redirected input straight from its file descriptor.
     """
@@ -92,6 +100,7 @@ class TerminalPlatform(Platform):
         self._prompting = False
         # What the session had recorded when the chat began: earlier conversation, shown as such.
         self._shown_upto: int | None = None
+        self._streamed = _StreamedAnswer()
 
     @property
     def output_closed(self) -> bool:
@@ -129,17 +138,17 @@ class TerminalPlatform(Platform):
             self._show(Text("resumed after a restart: finishing what was under way when the agent stopped",
                             style="yellow"))  # fmt: skip
             await agent.wait_idle(self.session_id)
-        held = len(runtime_side(session).projection.held)
-        if held and self.continue_fork:
-            self._show(
-                Text(
-                    f"(this fork holds {held} message{'s' if held > 1 else ''} not yet handled at its "
-                    "cut: handling it now)",
-                    style="yellow",
-                )
-            )
+        projection = runtime_side(session).projection
+        held = len(projection.held)
+        if projection.holding and self.continue_fork:
+            what = [f"{held} message{'s' if held > 1 else ''} not yet handled at its cut"] if held else []
+            if projection.start_held:
+                what.insert(0, "its initial state's body (cut before its first step)")
+            self._show(Text(f"(this fork holds {' and '.join(what)}: handling it now)", style="yellow"))
             await agent.continue_session(self.session_id)
         while not self._output_closed:
+            if not await self._decide_waiting_calls():
+                break
             try:
                 text = await self._read_line()
             except (EOFError, KeyboardInterrupt):
@@ -154,9 +163,34 @@ class TerminalPlatform(Platform):
                 self._show(Panel(Text(f"{type(exc).__name__}: {exc}"), title="error", style="red"))
         agent.request_stop()
 
-    async def _read_line(self) -> str:
+    async def _decide_waiting_calls(self) -> bool:
+        """Ask about each tool call of the chat's session that waits for approval, and send the answers
+        (waiting until each is handled). False when the input ended meanwhile."""
+        assert self.agent is not None
+        session = self.agent.sessions.get(self.session_id)
+        if session is None:
+            return True
+        waiting = [(call_id, entry["name"]) for call_id, entry in runtime_side(session).projection.approvals.items()
+                   if not entry["decided"]]  # fmt: skip
+        for call_id, tool in waiting:
+            try:
+                answer = (await self._read_line(f"approve {tool}? [y/N, or a reason to deny] ")).strip()
+            except (EOFError, KeyboardInterrupt):
+                return False
+            approved = answer.lower() in ("y", "yes")
+            reason = "" if approved or answer.lower() in ("", "n", "no") else answer
+            event = ApprovalEvent(self.session_id, call_id=call_id, approved=approved, reason=reason,
+                                  approver=f"terminal user {os.environ.get('USER') or ''}".strip())  # fmt: skip
+            try:
+                await (await self.agent.receive_event(event, self))
+            except Exception as exc:  # the log refused a write: say so, keep the chat alive
+                self._show(Panel(Text(f"{type(exc).__name__}: {exc}"), title="error", style="red"))
+        return True
+
+    async def _read_line(self, prompt: str | None = None) -> str:
         """Read one line in a daemon thread: a blocked read must not keep the process alive after
         Ctrl-C, which a thread of the default executor would (it is joined at shutdown)."""
+        shown = self.prompt if prompt is None else prompt
         loop = asyncio.get_running_loop()
         result: asyncio.Future[str] = loop.create_future()
 
@@ -172,14 +206,14 @@ class TerminalPlatform(Platform):
 
         def read() -> None:
             try:
-                value, error = (lines.read_line() if lines else self.console.input(self.prompt)), None
+                value, error = (lines.read_line() if lines else self.console.input(shown)), None
             except BaseException as exc:  # EOFError, KeyboardInterrupt, OSError: handed to the loop
                 value, error = None, exc
             with contextlib.suppress(RuntimeError):  # the loop may be closed already
                 loop.call_soon_threadsafe(settle, value, error)
 
         if lines is not None:
-            self._show(self.prompt, end="", markup=False, highlight=False)
+            self._show(shown, end="", markup=False, highlight=False)
         self._prompting = True
         threading.Thread(target=read, name="baf-terminal-input", daemon=True).start()
         try:
@@ -235,17 +269,30 @@ class TerminalPlatform(Platform):
     async def reply(self, session: Session, message: str) -> None:
         if not self._bound(session):
             return
+        if self._streamed.ends_with(session.id, message):
+            self._end_streamed_line(session)
+            return  # printed while it was written: not twice
+        self._end_streamed_line(session)
         panel = Panel(_Markdown(message), title=session.agent.name, title_align="left", style="cyan")
         self._show(panel, session=session)
 
     async def reply_error(self, session: Session, message: str) -> None:
         if not self._bound(session):
             return
+        self._end_streamed_line(session)
         self._show(Panel(Text(message), title="error", title_align="left", style="red"), session=session)
+
+    async def reply_approval_request(self, session: Session, request: ApprovalRequest) -> None:
+        """Show the call waiting for approval; the chat asks for the decision before the next message."""
+        if not self._bound(session):
+            return
+        body = Text(f"{request.tool}({request.arguments})\ncall {request.call_id}: answer below (y approves)")
+        self._show(Panel(body, title="approval needed", title_align="left", style="yellow"), session=session)
 
     async def reply_reasoning_step(self, session: Session, step: Any) -> None:
         if not self.show_steps or not self._bound(session):
             return
+        self._end_streamed_line(session)
         data = step.to_dict() if hasattr(step, "to_dict") else dict(step)
         kind = data.get("kind", "")
         if kind in ("reasoning_started", "reasoning_finished"):
@@ -257,6 +304,7 @@ class TerminalPlatform(Platform):
     async def reply_task_list_update(self, session: Session, tasks: list[dict[str, Any]]) -> None:
         if not self.show_steps or not tasks or not self._bound(session):
             return
+        self._end_streamed_line(session)
         table = Table(title="tasks", show_header=False, box=None, title_justify="left", title_style="bold")
         for task in tasks:
             status = str(task.get("status", "pending"))
@@ -265,6 +313,55 @@ class TerminalPlatform(Platform):
             # Text, not str: model-written descriptions must not be read as rich markup.
             table.add_row(Text(mark), Text(f"{task.get('id')}. {task.get('description', '')}{result}"))
         self._show(table, session=session)
+
+    async def reply_delta(self, session: Session, run_id: str, text: str) -> None:
+        """Print a piece of the answer as the model writes it; the reply that follows is then not printed
+        again (unless it differs from what was written: a fallback message, a repaired answer)."""
+        if not self._bound(session):
+            return
+        if self._streamed.starts(session.id, run_id):
+            self._end_streamed_line(session)
+            self._show(Text(f"{session.agent.name}: ", style="bold cyan"), end="", session=session)
+            self._streamed.begin(session.id, run_id)
+        self._streamed.add(text)
+        self._show(Text(text, style="cyan"), end="", soft_wrap=True, session=session)
+
+    def _end_streamed_line(self, session: Session) -> None:
+        """End the line a streamed answer is being printed on, before anything else is printed."""
+        if self._streamed.open:
+            self._streamed.open = False
+            self._show("", session=session)
+
+
+class _StreamedAnswer:
+    """What the terminal printed of the answer being streamed: which session and run it belongs to, its
+    text (to recognise the reply that completes it) and whether its line is still open."""
+
+    def __init__(self) -> None:
+        self.session_id: str | None = None
+        self.run_id: str | None = None
+        self.pieces: list[str] = []
+        self.open = False
+
+    def starts(self, session_id: str, run_id: str) -> bool:
+        """Whether a piece for ``run_id`` begins a new answer (rather than continuing the open one)."""
+        return not self.open or (session_id, run_id) != (self.session_id, self.run_id)
+
+    def begin(self, session_id: str, run_id: str) -> None:
+        self.session_id, self.run_id, self.pieces, self.open = session_id, run_id, [], True
+
+    def add(self, text: str) -> None:
+        self.pieces.append(text)
+
+    def ends_with(self, session_id: str, reply: str) -> bool:
+        """Whether ``reply`` is the answer last streamed for ``session_id`` (then forgotten: a second,
+        equal reply is printed)."""
+        if session_id != self.session_id or not self.pieces:
+            return False
+        same = "".join(self.pieces).strip() == reply.strip()
+        if same:
+            self.pieces = []
+        return same
 
 
 def _raw_lines(fd: int | None) -> _LineReader | None:

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.text import Text
 
-from baf.log import SessionLog
+from baf.log import RecordKind, SessionLog
+from baf.log.redaction import Redactor
 from baf.replay.fork import fork
 from baf.replay.render import visible
 from baf.replay.rerun import RerunReport, rerun
@@ -24,26 +25,37 @@ async def rerun_command(log: SessionLog, session_id: str, agent: Agent, console:
 
 
 def print_rerun_report(report: RerunReport, console: Console) -> int:
-    """Print a re-run's report; exit status 0 when identical, 1 if not."""
+    """Print a re-run's report (redacted); exit status 0 when identical, 1 if not."""
     style = "green" if report.identical else "red"
-    console.print(Text(visible(str(report)), style=style))
+    console.print(Text(visible(Redactor.from_environment().redact_text(str(report))), style=style))
     return 0 if report.identical else 1
 
 
 async def fork_command(log: SessionLog, session_id: str, at_seq: int, console: Console) -> int:
     """Fork the session at ``at_seq`` and print the new session id and how to continue it."""
     new_id = await fork(log, session_id, at_seq)
+    records = await log.read(new_id)
+    # Ids are shown redacted, as everywhere in the CLI: one typed (or stored) before a key was set may
+    # hold it. (An agent refuses such an id anyway, so the fork's id is not lost to its user.)
+    redact = Redactor.from_environment().redact_text
+    session_id, new_id = redact(session_id), redact(new_id)
     forked = Text(visible(f"forked {session_id} at seq {at_seq} into session "))
     console.print(forked + Text(visible(new_id), style="bold"))
-    console.print(Text(visible(f"continue it in the terminal: baf run agent.py --session {new_id}")))
-    console.print(Text(visible(f"or in Python: await agent.receive_message({new_id!r}, ...)")))
-    held = (await log.read(new_id))[-1].data.get("held")
+    # The log does not know which file defines the agent (a Python file or a YAML one): name the agent.
+    started = next((r for r in records if r.kind == RecordKind.SESSION_STARTED), None)
+    agent_name = started.data.get("agent") if started is not None else None
+    whose = f" (the .py or .yaml file that defines agent {agent_name!r})" if isinstance(agent_name, str) else ""
+    console.print(Text(visible(f"continue it in the terminal: baf run AGENT_FILE --session {new_id}{whose}")))
+    console.print(Text(visible(f"or in Python: await agent.continue_session({new_id!r})")))
+    origin = records[-1].data
+    held = [f"message {', '.join(f'#{seq}' for seq in origin.get('held') or [])}"] if origin.get("held") else []
+    if origin.get("start_held"):
+        held.insert(0, "the initial state's body")
     if held:
-        shown = ", ".join(f"#{seq}" for seq in held)
         console.print(
             Text(
-                f"it holds message {shown}, recorded but not handled at the cut: nothing runs until you "
-                "continue it (baf run, agent.continue_session or a new message)",
+                f"it holds {' and '.join(held)}, not run at the cut: nothing runs until you continue it "
+                "(baf run, agent.continue_session or a new message)",
                 style="yellow",
             )
         )

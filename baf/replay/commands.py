@@ -81,8 +81,9 @@ def report_unreadable(rows: list[dict[str, Any]], command: str) -> int:
     2 if there was one (the listing shows the others, but the log is not sound), else 0."""
     errors = [row["unreadable"] for row in rows if row.get("unreadable") is not None]
     stderr = Console(stderr=True, highlight=False)
+    redactor = Redactor.from_environment()  # an error names its session, whose id may hold a key
     for error in errors:
-        stderr.print(Text(visible(f"baf {command}: {error}"), style="red"), soft_wrap=True)
+        stderr.print(Text(visible(redactor.redact_text(f"baf {command}: {error}")), style="red"), soft_wrap=True)
     return 2 if errors else 0
 
 
@@ -101,8 +102,8 @@ async def replay(log: SessionLog, options: ReplayOptions, console: Console, labe
             records = await log.read(options.session)
             if not records:
                 # Following a session before its first record is how one watches it start: wait for it.
-                console.print(Text(f"waiting for session {options.session!r} to start (Ctrl-C to stop)",
-                                   style="dim"))  # fmt: skip
+                waiting = redactor.redact_text(f"waiting for session {options.session!r} to start (Ctrl-C to stop)")
+                console.print(Text(visible(waiting), style="dim"))
             after = _tail_start(records, options)
         try:
             await follow(log, options.session, console, after_seq=after, poll=options.poll,
@@ -118,7 +119,8 @@ async def replay(log: SessionLog, options: ReplayOptions, console: Console, labe
     if redactor.active:
         records = [redactor.redact_record(r) for r in records]
     if options.at is not None:
-        snapshot = state_at(options.session, records, options.at)
+        # The records' session ids are redacted already; the id as typed is shown the same way.
+        snapshot = state_at(redactor.redact_text(options.session), records, options.at)
         if options.json:
             console.file.write(visible_json(json.dumps(snapshot.to_dict(), ensure_ascii=False, default=str)) + "\n")
         else:

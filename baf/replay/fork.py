@@ -11,9 +11,11 @@ and ``forked_from`` carries ``inside_step: true``; ``inside_step="refuse"`` rais
 naming the step boundaries around ``at_seq`` instead.
 
 A debugging copy never acts by itself: messages recorded but not yet handled by ``at_seq`` are *held*
-(listed in ``forked_from`` as ``held``). Loading the fork does not handle them; the user continues it
-explicitly with ``await agent.continue_session(new_id)`` (or ``baf run agent.py --session NEW_ID``, or
-by sending the fork a new message), which records ``fork_continued`` and handles them in order.
+(listed in ``forked_from`` as ``held``), and so is the initial state's body of a fork cut before the
+session's first step (``start_held``): the fork is a faithful prefix. Loading the fork does not run
+them; the user continues it explicitly with ``await agent.continue_session(new_id)`` (or ``baf run
+AGENT --session NEW_ID``, or by sending the fork a new message), which records ``fork_continued`` and
+runs them in order (the initial body first).
 """
 
 from __future__ import annotations
@@ -74,9 +76,12 @@ async def fork(
             }, now))  # fmt: skip
             closing = {"event_seq": event_seq, "interrupted": True, "interrupted_by": "fork"}
             copied.append(Record(new_id, at_seq + 2, RecordKind.STEP_FINISHED, closing, now))
-        held = sorted(project(new_id, copied).unstarted)
+        at_cut = project(new_id, copied)
+        held = sorted(at_cut.unstarted)
         if held:
             origin["held"] = held
+        if at_cut.current_state is not None and not at_cut.started:
+            origin["start_held"] = True  # cut before the first step: the initial body waits too
         copied.append(Record(new_id, copied[-1].seq + 1, RecordKind.FORKED_FROM, origin, now))
         await writable.append(copied)
     return new_id

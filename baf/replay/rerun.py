@@ -263,6 +263,9 @@ class _Segment:
     inputs: list[Record]
     #: The fork cut inside a step: the re-run goes on past the cut, and only what came before is compared.
     cut_inside_step: bool = False
+    #: The fork cut before the session's first step: the code ran nothing in this part (the fork holds
+    #: the initial body, and runs it when continued, in the next part).
+    cut_before_start: bool = False
 
 
 def _segments(recorded: Sequence[Record]) -> list[_Segment]:
@@ -275,7 +278,8 @@ def _segments(recorded: Sequence[Record]) -> list[_Segment]:
         waiting = project(recorded[0].session_id, recorded[: start + len(records)]).unstarted
         inputs = [r for r in _inputs(records) if r.seq not in waiting]
         inside = bool(recorded[index].data.get("inside_step"))
-        segments.append(_Segment(list(recorded[:start]), records, inputs, inside))
+        before_start = recorded[index].data.get("start_held") is True
+        segments.append(_Segment(list(recorded[:start]), records, inputs, inside, before_start))
         start = index + 1
     rest = list(recorded[start:])
     segments.append(_Segment(list(recorded[:start]), rest, _inputs(rest)))
@@ -287,6 +291,10 @@ async def _run(agent: Agent, session_id: str, segment: _Segment, effects: LogEff
     records the runtime wrote."""
     if agent.running:
         raise ConfigurationError(f"agent {agent.name!r} is running; re-run it from a stopped agent")
+    if segment.cut_before_start and not segment.inputs:
+        # Only ``session_started`` stands before the cut, and no code ran: running the agent here would
+        # start its initial body, which the fork holds.
+        return list(segment.records)
     store = MemoryLog()
     if segment.seed:
         await store.start()

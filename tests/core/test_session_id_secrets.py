@@ -116,3 +116,42 @@ async def test_the_cli_redacts_a_secret_in_an_id_of_a_log_written_before_it_was_
         assert result.returncode == 0, (args, result.stderr)
         flat = result.stdout.replace("\n", "").replace("│", "").replace(" ", "")
         assert SECRET not in flat, args
+
+
+async def test_the_cli_never_echoes_a_typed_session_id_holding_a_secret(tmp_path: Path) -> None:
+    db = tmp_path / "old.db"
+    async with agent_on(db) as agent:
+        await agent.receive_message(f"user-{SECRET}", "hi")  # nothing marked yet: stored as it is
+    (tmp_path / "keeper.py").write_text(AGENT_FILE.format(db=db))
+    env = {"SERVICE_API_KEY": SECRET}
+    stored, missing = f"user-{SECRET}", f"nobody-{SECRET}"
+    for args, status in (
+        (("replay", str(db), stored, "--at", "2"), 0),  # the state at a seq, headed by its session id
+        (("replay", str(db), stored, "--at", "99"), 2),  # an error quoting the id
+        (("replay", str(db), stored, "--rerun", "keeper.py"), 2),  # the agent refuses the id, without it
+        (("replay", str(db), stored, "--fork-at", "2"), 0),  # the fork and its new id
+        (("replay", str(db), missing), 2),
+        (("log", str(db), missing), 2),
+        (("export", str(db), missing), 2),
+    ):
+        result = baf(*args, cwd=tmp_path, env=env, columns=400)
+        assert result.returncode == status, (args, result.stdout, result.stderr)
+        flat = (result.stdout + result.stderr).replace("\n", "").replace("│", "").replace(" ", "")
+        assert SECRET not in flat, args
+        assert "[REDACTED]" in flat or "refused" in flat, args
+
+
+AGENT_FILE = """
+from baf import Agent
+
+agent = Agent("keeper", log="sqlite:///{db}")
+state = agent.new_state("main", initial=True)
+
+
+def body(session):
+    session.reply("hello")
+
+
+state.set_body(body)
+state.when_event().go_to(state)
+"""

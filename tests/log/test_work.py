@@ -33,6 +33,15 @@ def test_a_fork_holds_its_messages_until_continued() -> None:
     assert WorkStatus.from_text(WorkStatus(held=frozenset({4})).to_text()).held == {4}
 
 
+def test_a_fork_cut_before_the_first_step_holds_the_initial_body_until_continued() -> None:
+    status = work_of([(RecordKind.SESSION_STARTED, 1, {}), (RecordKind.FORKED_FROM, 2, {})])
+    assert status == WorkStatus(start_held=True) and not status.unfinished
+    assert WorkStatus.from_text(status.to_text()) == status
+    assert "start_held" not in IDLE.to_text()  # rows without it (an older baf's) read as before
+    status = work_after(status, RecordKind.FORK_CONTINUED, 3, {"seqs": []})
+    assert status == WorkStatus(awaiting_start=True) and status.unfinished
+
+
 def test_a_damaged_event_seq_counts_as_a_step_without_an_event() -> None:
     status = work_of([(RecordKind.MESSAGE_RECEIVED, 1, {}), (RecordKind.STEP_STARTED, 2, {"event_seq": "1"})])
     assert status == WorkStatus(open_step=0, unhandled=frozenset({1}))
@@ -68,9 +77,14 @@ def test_the_rule_is_what_the_runtime_reads_from_the_projection(seed: int) -> No
         kind, make = random.choice(KINDS)
         records.append(Record("s", seq, kind, make(messages)))
     projection = project("s", records)
-    expected = not projection.started or projection.open_step is not None or bool(projection.unstarted)
+    expected = (
+        (not projection.started and not projection.start_held)
+        or projection.open_step is not None
+        or bool(projection.unstarted)
+    )
     status = work_of((r.kind, r.seq, r.data) for r in records)
     assert status.unfinished == expected
     assert status.open_step == projection.open_step
     assert status.unhandled == set(projection.unstarted)
     assert status.held == set(projection.held)
+    assert status.start_held == projection.start_held

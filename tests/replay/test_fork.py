@@ -12,9 +12,10 @@ from baf.core.session import runtime_side
 from baf.errors import SessionNotFoundError
 from baf.library.state.reasoning_state_library import new_reasoning_state
 from baf.llm.base import LLM
-from baf.log import open_log
+from baf.log import Record, open_log
 from baf.log.projection import project
 from baf.replay.fork import fork
+from baf.replay.rerun import assert_replays
 from baf.testing import ScriptedLLM
 
 
@@ -171,3 +172,73 @@ async def test_a_new_message_to_a_holding_fork_continues_it_first(db_url: str) -
     assert kinds[:3] == ["forked_from", "fork_continued", "message_received"]
     assert [h.text for h in project(new_id, after).history][-4:] == ["question one", "question two", "answer one",
                                                                      "answer two"]  # fmt: skip
+
+
+def greeter(url: str, greeted: list[str]) -> Agent:
+    """An agent whose initial body acts (it notes the session and greets); messages are echoed."""
+    agent = Agent("greeter", log=url)
+    hello = agent.new_state("hello", initial=True)
+    echo = agent.new_state("echo")
+
+    def greet(session: Session) -> None:
+        greeted.append(session.id)
+        session.reply("welcome")
+
+    def answer(session: Session) -> None:
+        if session.event is not None:
+            session.reply(f"you said {session.event.text}")
+
+    hello.set_body(greet)
+    echo.set_body(answer)
+    hello.when_event().go_to(echo)
+    echo.when_event().go_to(echo)
+    return agent
+
+
+async def test_a_fork_cut_before_the_first_step_holds_the_initial_body(db_url: str) -> None:
+    greeted: list[str] = []
+    async with greeter(db_url, greeted) as agent:
+        await agent.receive_message("s", "hi")
+        records = await agent.log.read("s")
+    assert [r.kind for r in records[:2]] == ["session_started", "step_started"]
+    new_id = await fork(db_url, "s", 1)  # the session started, its initial body not run yet
+    async with open_log(db_url) as log:
+        forked = await log.read(new_id)
+    assert forked[-1].data == {"session": "s", "seq": 1, "start_held": True}
+
+    # A faithful prefix: loading it (and starting an agent on the log) runs nothing.
+    greeted.clear()
+    async with greeter(db_url, greeted) as agent:
+        session = await agent.get_or_create_session(new_id)
+        await agent.wait_idle()
+        assert greeted == [] and (await agent.log.read(new_id)) == forked
+        assert runtime_side(session).projection.start_held and session.current_state.name == "hello"
+    async with greeter(db_url, greeted) as agent:
+        await agent.wait_idle()
+        assert greeted == [] and (await agent.log.read(new_id)) == forked
+        await agent.continue_session(new_id)  # now the initial body runs, once
+        after = await agent.log.read(new_id)
+    assert greeted == [new_id]
+    assert [r.kind for r in after[len(forked) : len(forked) + 2]] == ["fork_continued", "step_started"]
+    assert [h.text for h in project(new_id, after).history] == ["welcome"]
+    await assert_replays(db_url, new_id, greeter("memory://", []))  # a re-run runs it where it ran
+
+
+async def test_a_message_to_a_fork_cut_before_the_first_step_runs_the_initial_body_first(db_url: str) -> None:
+    greeted: list[str] = []
+    async with greeter(db_url, greeted) as agent:
+        await agent.receive_message("s", "hi")
+    new_id = await fork(db_url, "s", 1)
+    async with greeter(db_url, greeted) as agent:
+        await agent.receive_message(new_id, "again")
+        after = await agent.log.read(new_id)
+    assert greeted == ["s", new_id]
+    # As in a session that starts with a message: the message is recorded, the initial body runs, then it.
+    assert [h.text for h in project(new_id, after).history] == ["again", "welcome", "you said again"]
+    original = [h.text for h in project("s", await read_log(db_url, "s")).history]
+    assert original == ["hi", "welcome", "you said hi"]
+
+
+async def read_log(url: str, session_id: str) -> list[Record]:
+    async with open_log(url) as log:
+        return await log.read(session_id)

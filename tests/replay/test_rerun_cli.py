@@ -139,7 +139,11 @@ async def test_baf_run_session_continues_a_held_fork(shop: Path) -> None:
     holding = [r for r in await records_of("s") if r.kind == "message_received"][1].seq
     forked = baf("replay", "shop.db", "s", "--fork-at", str(holding), cwd=shop)
     assert forked.returncode == 0, forked.stderr
-    assert f"baf run agent.py --session s@{holding}" in forked.stdout
+    # The log does not say which file defines the agent (shop_agent.py here): the hint names the agent.
+    assert f"baf run AGENT_FILE --session s@{holding} (the .py or .yaml file that defines agent 'shop')" in (
+        forked.stdout
+    )
+    assert "agent.py" not in forked.stdout
     assert f"it holds message #{holding}" in forked.stdout
     # Another agent loading the log leaves it alone ...
     async with load() as agent:
