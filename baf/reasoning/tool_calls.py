@@ -150,8 +150,7 @@ class ToolRunner:
                 await _maybe_await(before_call(call))
         await self.recorder.commit()  # the response is durable before any tool runs
         # The usual turn: one task of its own (context as with gather), no gather future. Through gather a
-        # turn costs ~40,000 instructions more (of ~690,000; bench/ab_instructions.py): the gather's own
-        # future resolves one event-loop round later.
+        # turn costs ~40,000 instructions more (of ~690,000; bench/ab_instructions.py).
         if len(calls) == 1:
             outcomes = [await start(calls[0])]
         else:
