@@ -18,7 +18,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from baf.log.postgres import PostgresLog
 
-__all__ = ["LeaseInfo", "Leases"]
+__all__ = ["WORKERS_CHANNEL", "LeaseInfo", "Leases"]
+
+#: Notified with a worker's id when it registers or leaves, so that the others refresh their list of peers.
+WORKERS_CHANNEL = "baf_workers"
 
 # One statement, one round trip. The lease row is locked FOR UPDATE before anything else (the INSERT's source
 # row needs the locking CTE scanned first), so no append checking the old epoch (FOR KEY SHARE) can commit
@@ -63,11 +66,12 @@ class Leases:
         self.ttl = ttl
 
     async def register(self) -> None:
-        """Write (or refresh) this worker's heartbeat row."""
+        """Write (or refresh) this worker's heartbeat row, and tell the other workers."""
         async with self._log.connection() as connection:
             await connection.execute(
-                "INSERT INTO baf_workers (worker_id) VALUES ($1) "
-                "ON CONFLICT (worker_id) DO UPDATE SET heartbeat_at = now()",
+                "WITH registered AS (INSERT INTO baf_workers (worker_id) VALUES ($1) "
+                "ON CONFLICT (worker_id) DO UPDATE SET heartbeat_at = now()) "
+                f"SELECT pg_notify('{WORKERS_CHANNEL}', $1)",
                 self.worker_id,
             )
 
@@ -119,7 +123,11 @@ class Leases:
                 list(held.values()),
                 self.worker_id,
             )
-            await connection.execute("DELETE FROM baf_workers WHERE worker_id = $1", self.worker_id)
+            await connection.execute(
+                "WITH gone AS (DELETE FROM baf_workers WHERE worker_id = $1) "
+                f"SELECT pg_notify('{WORKERS_CHANNEL}', $1)",
+                self.worker_id,
+            )
         finally:
             await connection.close()
 
@@ -158,6 +166,16 @@ class Leases:
                 "SELECT owner, epoch, expires_at >= now() FROM baf_leases WHERE session_id = $1", session_id
             )
         return None if row is None else LeaseInfo(row[0], int(row[1]), bool(row[2]))
+
+    async def live_workers(self) -> list[str]:
+        """The workers whose heartbeat is younger than ``ttl`` (this one included once registered)."""
+        async with self._log.connection() as connection:
+            rows = await connection.fetch(
+                "SELECT worker_id FROM baf_workers WHERE heartbeat_at > now() - make_interval(secs => $1) "
+                "ORDER BY worker_id",
+                self.ttl,
+            )
+        return [row[0] for row in rows]
 
     async def unowned_unfinished(self, limit: int = 1000) -> list[str]:
         """Sessions with unfinished work (``baf_work``) and no live lease: their owner died (or never was)."""
