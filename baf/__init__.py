@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from baf.core import (
         Agent,
+        ApprovalEvent,
         Event,
         ReceiveFileEvent,
         ReceiveJSONEvent,
@@ -30,6 +31,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Agent",
+    "ApprovalEvent",
     "Event",
     "Platform",
     "ReceiveFileEvent",

@@ -26,6 +26,7 @@
     │   ├── LogStorageError         the store's file or database failed (damaged, unreadable, disk
     │   │                           error); names the path, and the session and seq where known
     │   ├── LogReadOnlyError        append on a store opened read-only
+    │   ├── LogInUseError           another process writes this SQLite log; names the file and the holder
     │   └── LeaseLostError          this worker no longer owns the session (another took it over)
     ├── LLMError                    the model could not be used
     │   ├── LLMConnectionError      the server could not be reached, or its streamed answer broke off
@@ -45,6 +46,10 @@
     │   └── PathEscapeError         a path that would leave the workspace root
     ├── ResumeError                 a loop killed mid-run cannot go on from its records: its code now
     │                               does something other than what the records say it did
+    ├── ApprovalPending             not a failure: a tool call waits for a human decision, so the loop
+    │                               stops here (``baf.reasoning.approval``; the state bodies catch it)
+    ├── ApprovalError               an approval decision that was refused: no request for that call
+    │                               waits in the session (decided already, expired, never made there)
     └── PatternError                a reasoning pattern could not finish (``baf.reasoning.patterns``)
         ├── StructuredOutputError   the model's answer does not parse into the expected model
         ├── PatternNotFoundError    no pattern registered under that name
@@ -60,8 +65,12 @@ record and contained; the session goes on.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "AgentFileError",
+    "ApprovalError",
+    "ApprovalPending",
     "BafError",
     "ConfigurationError",
     "CorruptRecordError",
@@ -77,6 +86,7 @@ __all__ = [
     "LogClosedError",
     "LogConflictError",
     "LogError",
+    "LogInUseError",
     "LogReadOnlyError",
     "LogStorageError",
     "PathEscapeError",
@@ -247,6 +257,21 @@ class LogReadOnlyError(LogError):
     """``append`` on a store opened read-only (``SQLiteLog(path, read_only=True)``); nothing was written."""
 
 
+class LogInUseError(LogError):
+    """A second process opened a SQLite log for writing while another writes it (one writing process per
+    file: ``baf.log.sqlite_lock``). ``path`` is the log; ``holder`` says which process holds it (pid, host,
+    command line) when it could be read. Reading (``read_only=True``) is not refused."""
+
+    def __init__(self, path: object, holder: str | None = None) -> None:
+        who = f"by {holder}" if holder else "by another process"
+        super().__init__(
+            f"{path}: this SQLite log is already open for writing {who}; a SQLite log has one writing process "
+            "(stop that one, open the log read-only, or use PostgreSQL for many workers: baf serve)"
+        )
+        self.path = path
+        self.holder = holder
+
+
 class LeaseLostError(LogError):
     """An append for a session this worker no longer owns: its lease was taken over (a newer epoch) or
     was never held. Nothing was written; the worker must drop the session (``baf.log.postgres_leases``)."""
@@ -328,6 +353,26 @@ class ResumeError(BafError):
     """A reasoning loop interrupted by a crash could not be resumed from its records: run again over
     them, it wrote something other than what it had written before (its code or configuration changed).
     The step is closed with this error, and the user is told something went wrong."""
+
+
+class ApprovalPending(BafError):
+    """Not a failure: tool calls of the current model response wait for a human decision.
+
+    The tool-call runner raises it after recording an ``approval_requested`` record per waiting call;
+    the loop that ran them (the reasoning state, a pattern) ends its step there, and an
+    :class:`~baf.core.events.ApprovalEvent` for the session continues it from the log
+    (``docs/human_approval.md``). ``calls`` are the waiting :class:`~baf.llm.base.ToolCall` objects."""
+
+    def __init__(self, calls: list[Any]) -> None:
+        names = ", ".join(f"{call.name} ({call.id})" for call in calls)
+        super().__init__(f"waiting for a human decision on {names}")
+        self.calls = calls
+
+
+class ApprovalError(BafError):
+    """An approval decision that was refused: no request for that call waits in the session (it was
+    decided already, it expired when the conversation moved on, or it was never made there), or the
+    decision is malformed. Recorded as an ``error`` and shown to the sender; nothing runs."""
 
 
 class PatternError(BafError):

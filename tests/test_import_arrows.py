@@ -41,10 +41,12 @@ DEPENDS_ON: dict[str, set[str]] = {
 #: Arrows narrower than their layer: (from package, to package) -> the modules allowed.
 ONLY: dict[tuple[str, str], set[str]] = {
     ("core", "reasoning"): {
+        "baf.reasoning.approval",  # the request a platform is shown (Platform.reply_approval_request)
         "baf.reasoning.tool",
         "baf.reasoning.skill",
         "baf.reasoning.workspace",
         "baf.reasoning.toolset",
+        "baf.reasoning.step",  # ReasoningStep, rebuilt from its record for delivery from the log
     },
     ("llm", "log"): {"baf.log.redaction"},
 }
@@ -228,7 +230,8 @@ def test_the_check_sees_wrong_arrows(tmp_path: Path) -> None:
         ("baf.replay", True): "core does not depend on replay",
         ("baf.library.demo", True): "core does not depend on library",
         ("baf.reasoning.effects", False): (
-            "core uses only ['baf.reasoning.skill', 'baf.reasoning.tool', 'baf.reasoning.toolset', "
-            "'baf.reasoning.workspace'] of reasoning"
+            "core uses only ['baf.reasoning.approval', 'baf.reasoning.skill', 'baf.reasoning.step', "
+            "'baf.reasoning.tool', "
+            "'baf.reasoning.toolset', 'baf.reasoning.workspace'] of reasoning"
         ),
     }

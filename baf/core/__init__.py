@@ -1,7 +1,7 @@
 """Agents, states, sessions, inbound events and the engine step."""
 
 from baf.core.agent import Agent
-from baf.core.events import Event, ReceiveFileEvent, ReceiveJSONEvent, ReceiveTextEvent, WildcardEvent
+from baf.core.events import ApprovalEvent, Event, ReceiveFileEvent, ReceiveJSONEvent, ReceiveTextEvent, WildcardEvent
 from baf.core.hooks import StepHooks
 from baf.core.intent import Intent, IntentParameter, IntentPrediction
 from baf.core.intent_classifier import ClassifierAnswer, IntentClassifier, WordOverlapClassifier
@@ -12,6 +12,7 @@ from baf.core.transition import Transition
 
 __all__ = [
     "Agent",
+    "ApprovalEvent",
     "ClassifierAnswer",
     "Event",
     "Intent",

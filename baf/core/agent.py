@@ -401,6 +401,7 @@ class Agent:
         description: str | None = None,
         timeout: float | None = None,
         idempotent: bool = False,
+        requires_approval: bool | Callable[[Any, Any], bool] = False,
     ) -> Callable[[Callable[..., Any]], Tool]: ...
 
     def tool(
@@ -412,11 +413,15 @@ class Agent:
         description: str | None = None,
         timeout: float | None = None,
         idempotent: bool = False,
+        requires_approval: bool | Callable[[Any, Any], bool] = False,
     ) -> Tool | Callable[[Callable[..., Any]], Tool]:
-        """Decorator registering a function as a tool: ``@agent.tool`` or ``@agent.tool(timeout=5)``."""
+        """Decorator registering a function as a tool: ``@agent.tool`` or ``@agent.tool(timeout=5)``;
+        ``@agent.tool(requires_approval=True)`` makes each call wait for a human decision (see
+        :class:`~baf.reasoning.tool.Tool` and ``docs/human_approval.md``)."""
 
         def register(function: Callable[..., Any]) -> Tool:
-            return self.add_tool(Tool(function, name, description, timeout=timeout, idempotent=idempotent))
+            return self.add_tool(Tool(function, name, description, timeout=timeout, idempotent=idempotent,
+                                      requires_approval=requires_approval))  # fmt: skip
 
         return register(fn) if fn is not None else register
 

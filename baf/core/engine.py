@@ -9,6 +9,10 @@ runtime continues the step (:func:`find_resumption`): it records ``step_resumed`
 ``resume`` with the records that body had written, instead of the body; automatic transitions,
 ``step_finished`` and the commit follow as usual. Any other open step is closed as interrupted, since
 its body may already have acted outside baf. The reasoning body is resumable.
+
+**Approvals.** An :class:`~baf.core.events.ApprovalEvent` matches no transition: the step takes the
+decision and, once every call held with it is decided, continues the body that paused for it
+(:mod:`baf.core.approval`). A message with text expires the calls still waiting before it is handled.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from baf.core.events import Event, ReceiveJSONEvent, ReceiveTextEvent, event_from_data
+from baf.core.approval import continuation_after_crash, expire_approvals, take_decision
+from baf.core.events import ApprovalEvent, Event, ReceiveJSONEvent, ReceiveTextEvent, event_from_data
 from baf.core.hooks import StepHooks
 from baf.core.intent_routing import entering_global, predict_intent, return_transition
 from baf.core.stopping import Cut
@@ -76,11 +81,17 @@ async def run_step(
         live.record(RecordKind.STEP_RESUMED if resume else RecordKind.STEP_STARTED, {"event_seq": event_seq})
         await hooks.before_step(session, event)
         if resume is not None:
-            await _run_body(live, resume.state, resume.body, resume.role)
+            await _run_body(live, resume.state, resume.body, resume.role, resume.answers)
         elif enter_current:
             state = session.current_state
             await _run_body(live, state, state.body, "body")
+        elif isinstance(event, ApprovalEvent):
+            paused = await take_decision(live, event)
+            if paused is not None:
+                await _run_body(live, paused.state, paused.body, paused.role, (paused.event, paused.event_seq))
         elif event is not None:
+            if live.projection.approvals and event.text is not None:
+                expire_approvals(live, "a new message arrived before the decision")
             await predict_intent(live, event)  # recorded, for the transitions that route on intents
             transition = await _fire(live, EVENT_TRIGGER)
             if transition is not None:
@@ -138,6 +149,9 @@ class Resumption:
     state: State
     role: str
     body: Body  # the body's ``resume`` bound to the records it had written
+    #: The event (and its seq) the body answers, when not the step's own: a body paused for approval
+    #: that a decision was continuing answers the message its invocation began with.
+    answers: tuple[Event | None, int | None] | None = None
 
 
 def find_resumption(session: Session, records: Sequence[Record]) -> Resumption | None:
@@ -153,6 +167,11 @@ def find_resumption(session: Session, records: Sequence[Record]) -> Resumption |
     event_seq = records[start].data.get("event_seq")
     received = next((r for r in records if r.seq == event_seq and r.kind == RecordKind.MESSAGE_RECEIVED), None)
     event = event_from_data(session.id, received.data["event"]) if received is not None else None
+    if isinstance(event, ApprovalEvent):  # a decision was continuing a paused body
+        paused = continuation_after_crash(session, records)
+        if paused is None:
+            return None
+        return Resumption(event, event_seq, paused.state, paused.role, paused.body, (paused.event, paused.event_seq))
     state = session.current_state
     moves = [i for i in range(start, len(records)) if records[i].kind == RecordKind.TRANSITION]
     if moves:
@@ -193,13 +212,19 @@ def _move(live: LiveSession, transition: Transition, extra: dict[str, object]) -
     live.machine_model.state = transition.dest.name
 
 
-async def _run_body(live: LiveSession, state: State, body: Body, role: str) -> None:
+async def _run_body(
+    live: LiveSession, state: State, body: Body, role: str, answers: tuple[Event | None, int | None] | None = None
+) -> None:
     """Run a body, sync ones in the agent's worker threads so a slow one cannot stall other sessions.
-    An exception is recorded as an ``error`` and contained: the session goes on."""
+    An exception is recorded as an ``error`` and contained: the session goes on. ``answers``: the event
+    (and seq) the body sees as the one it handles, when not the step's own (see :class:`Resumption`)."""
     # Write ahead: the inbound message, the step start and the transition are durable before the body
     # can act. A LogError here propagates: the body must not run on an unrecorded event.
     await live.flush()
     session = live.session
+    if answers is not None:
+        step_event = live.event, live.event_seq
+        live.event, live.event_seq = answers
     try:
         if inspect.iscoroutinefunction(body):
             await body(session)
@@ -213,3 +238,6 @@ async def _run_body(live: LiveSession, state: State, body: Body, role: str) -> N
         live.report_error(f"{role} of state {state.name!r} raised", role, exc, state=state.name, shown=shown)
         # Shown on the platform once the error record is durable.
         live.queue_platform_call("reply_error", shown)
+    finally:
+        if answers is not None:
+            live.event, live.event_seq = step_event

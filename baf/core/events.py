@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from baf.core.intent import IntentPrediction
 
 __all__ = [
+    "ApprovalEvent",
     "Event",
     "ReceiveFileEvent",
     "ReceiveJSONEvent",
@@ -132,6 +133,25 @@ class ReceiveFileEvent(Event):
     @property
     def text(self) -> str | None:
         return self.caption or f"[file {self.name}]"
+
+
+@dataclass
+class ApprovalEvent(Event):
+    """A human's decision on a tool call that waits for approval (``docs/human_approval.md``).
+
+    A platform sends it for the session it serves, naming the call (``call_id``, from the request it
+    was shown through :meth:`~baf.core.platform.Platform.reply_approval_request`). ``approved`` runs
+    the call; otherwise the model is told it was denied, with ``reason``. ``approver`` says who decided
+    (recorded with the decision). It is an ordinary inbound event: recorded first, handled in the
+    session's order, routed to the worker that owns the session. A decision for a call that does not
+    wait in *this* session is refused (recorded as an error, shown to the sender); nothing runs.
+    """
+
+    call_id: str = ""
+    approved: bool = False
+    reason: str = ""
+    approver: str = ""
+    type_name: ClassVar[str] = "approval"
 
 
 def event_from_data(session_id: str, data: dict[str, Any]) -> Event:

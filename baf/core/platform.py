@@ -8,8 +8,20 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from baf.core.agent import Agent
     from baf.core.session import Session
+    from baf.reasoning.approval import ApprovalRequest
 
-__all__ = ["Platform"]
+__all__ = ["Platform", "approval_request_text"]
+
+
+def approval_request_text(request: ApprovalRequest) -> str:
+    """A request for approval as a plain-text (Markdown) message: what the default
+    :meth:`Platform.reply_approval_request` sends."""
+    arguments = request.arguments if len(request.arguments) <= 2000 else request.arguments[:2000] + " …"
+    return (
+        f"I would like to run the tool `{request.tool}` with these arguments:\n\n```json\n{arguments}\n```\n\n"
+        f"It needs a human's approval first (call `{request.call_id}`). It waits for a decision; "
+        "sending a new message cancels it."
+    )
 
 
 class Platform:
@@ -38,6 +50,18 @@ class Platform:
     async def stop(self) -> None:
         """Stop accepting traffic and release resources. Called by ``agent.stop()``."""
 
+    def has_client(self, session_id: str) -> bool:
+        """Whether a client of ``session_id`` is connected to this platform in this process now, waiting
+        for what the session shows. A worker among many (``baf.serve``) shows such a session even while
+        another worker runs it, by following its log. Default ``False``: a platform that reaches its users
+        through a service (a bot API) is served by whichever worker runs the session."""
+        return False
+
+    def share_with_workers(self) -> None:
+        """Called by ``baf.serve`` before :meth:`start`, in each of several worker processes running this
+        agent on one host: a platform that listens on a port lets them all listen on it (the WebSocket
+        platform: ``SO_REUSEPORT``, the kernel spreads the connections). Default: nothing."""
+
     async def reply(self, session: Session, message: str) -> None:
         """Send a text reply (Markdown allowed) to the session's user."""
         raise NotImplementedError(f"{type(self).__name__} must implement reply()")
@@ -47,6 +71,19 @@ class Platform:
 
     async def reply_task_list_update(self, session: Session, tasks: list[dict[str, Any]]) -> None:
         """Show the current task list of a reasoning loop. Optional."""
+
+    async def reply_approval_request(self, session: Session, request: ApprovalRequest) -> None:
+        """Show a tool call that waits for a human's approval (``docs/human_approval.md``): the tool, its
+        arguments (secrets redacted) and the ``call_id`` an :class:`~baf.core.events.ApprovalEvent`
+        names to decide it. Called once the request is durable; the loop has already ended its step,
+        so this must not wait for the decision: the decision arrives later, as an event.
+
+        The default sends a plain :meth:`reply` describing the request. A channel that can take the
+        decision (buttons, a prompt) overrides this and sends ``ApprovalEvent(session.id, call_id=...,
+        approved=..., reason=..., approver=...)`` through ``agent.receive_event`` when the human
+        answers. Until then the call waits; a new message from the user expires it.
+        """
+        await self.reply(session, approval_request_text(request))
 
     async def reply_delta(self, session: Session, run_id: str, text: str) -> None:
         """Show a piece of the model's answer while it is written (a model that streams). Optional.

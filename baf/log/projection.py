@@ -67,6 +67,18 @@ class SessionProjection:
     #: While a global state's component is visited: the state to return to, and the global state.
     return_to: str | None = None
     visiting: str | None = None
+    #: Tool calls waiting for a human decision, by call id (``docs/human_approval.md``): each
+    #: ``{"seq", "name", "arguments", "step", "decided", "since", "event_seq", "state", "role"}``, where
+    #: ``seq`` is its ``approval_requested`` record and the last four say which paused invocation it
+    #: belongs to (its first record, the event it answers, the state and the body that ran it). A call
+    #: stays here, marked ``decided``, until every call held with it is decided too.
+    approvals: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Only meaningful while a step is open, so snapshots (taken between steps) do not keep them:
+    #: The seq of the first record of the body running now, and which body it is (``body`` or ``fallback``).
+    body_since: int = field(default=0, compare=False)
+    body_role: str = field(default="body", compare=False)
+    #: The paused invocation this step continues (its calls were all decided), as an approvals entry.
+    continuing: dict[str, Any] | None = field(default=None, compare=False)
 
     @property
     def holding(self) -> bool:
@@ -130,6 +142,7 @@ class SessionProjection:
             "started": self.started,
             "return_to": self.return_to,
             "visiting": self.visiting,
+            "approvals": self.approvals,
             # Only when set: snapshots written before they existed read (and compare) as they are.
             **({"start_held": True} if self.start_held else {}),
             **({"deliveries": [[key, seq] for key, seq in self.deliveries.items()]} if self.deliveries else {}),
@@ -154,6 +167,7 @@ class SessionProjection:
         self.deliveries = {key: seq for key, seq in state.get("deliveries", [])}
         self.return_to = state["return_to"]
         self.visiting = state["visiting"]
+        self.approvals = {call_id: dict(entry) for call_id, entry in state["approvals"].items()}
 
 
 def project(session_id: str, records: Iterable[Record], *, snapshots: bool = True) -> SessionProjection:
@@ -206,6 +220,8 @@ def _step_started(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
         p.unstarted.pop(event_seq, None)
     p.open_step = event_seq if event_seq is not None else 0
     p.started = True
+    # Until a transition: a step with an event runs the fallback body, one without the initial body.
+    p.body_since, p.body_role, p.continuing = seq + 1, "fallback" if event_seq is not None else "body", None
     p.start_held = False
 
 
@@ -225,6 +241,7 @@ def _transition(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
             _corrupt(p, seq, "transition", "visiting", visiting, "a state name or null")
         p.return_to, p.visiting = return_to, visiting
     p.current_state = dest
+    p.body_since, p.body_role = seq + 1, "body"
 
 
 def _variable_set(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
@@ -269,6 +286,44 @@ def _error(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
     p.errors += 1
 
 
+def _approval_requested(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
+    call_id, name = data.get("call_id", _MISSING), data.get("name", _MISSING)
+    if not isinstance(call_id, str):
+        _corrupt(p, seq, "approval_requested", "call_id", call_id, "text")
+    if not isinstance(name, str):
+        _corrupt(p, seq, "approval_requested", "name", name, "text")
+    # Held while continuing a paused invocation: the invocation is still the one that began the pause.
+    origin = p.continuing or {"since": p.body_since, "event_seq": p.open_step or 0, "state": p.current_state,
+                              "role": p.body_role}  # fmt: skip
+    p.approvals[call_id] = {"seq": seq, "name": name, "arguments": str(data.get("arguments", "")),
+                            "step": data.get("step"), "decided": False, **origin}  # fmt: skip
+
+
+def _approval_decided(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
+    call_id = data.get("call_id", _MISSING)
+    if not isinstance(call_id, str):
+        _corrupt(p, seq, "approval_decided", "call_id", call_id, "text")
+    entry = p.approvals.get(call_id)
+    if entry is None:
+        return
+    p.approvals[call_id] = {**entry, "decided": True}
+    since = entry["since"]
+    held_with = [key for key, other in p.approvals.items() if other["since"] == since]
+    if all(p.approvals[key]["decided"] for key in held_with):
+        # The last of the calls held together: this step continues their invocation.
+        for key in held_with:
+            del p.approvals[key]
+        p.continuing = {name: entry[name] for name in ("since", "event_seq", "state", "role")}
+
+
+def _approval_expired(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
+    call_ids = data.get("call_ids", _MISSING)
+    if not isinstance(call_ids, list):
+        _corrupt(p, seq, "approval_expired", "call_ids", call_ids, "a list of call ids")
+    for call_id in call_ids:
+        p.approvals.pop(call_id, None)
+
+
 def _snapshot(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
     state = checked_state(p.session_id, seq, data)
     if p.last_seq == 0 and p.first_ts is None:
@@ -299,5 +354,8 @@ _HANDLERS: dict[str, Callable[[SessionProjection, dict[str, Any], int], None]] =
     RecordKind.FORKED_FROM: _forked_from,
     RecordKind.FORK_CONTINUED: _fork_continued,
     RecordKind.SNAPSHOT: _snapshot,
+    RecordKind.APPROVAL_REQUESTED: _approval_requested,
+    RecordKind.APPROVAL_DECIDED: _approval_decided,
+    RecordKind.APPROVAL_EXPIRED: _approval_expired,
 }
 _HANDLERS_WITHOUT_SNAPSHOTS = {kind: handler for kind, handler in _HANDLERS.items() if kind != RecordKind.SNAPSHOT}

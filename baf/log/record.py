@@ -41,6 +41,14 @@ class RecordKind:
     TOOL_RESULT = "tool_result"
     REASONING_STEP = "reasoning_step"
     TASK_LIST = "task_list"
+    #: A tool call waits for a human decision: ``{step, call_id, name, arguments}`` (written by the
+    #: tool-call runner; ``docs/human_approval.md``).
+    APPROVAL_REQUESTED = "approval_requested"
+    #: The decision on one: ``{call_id, name, approved, reason, by, request_seq, since}`` (written by the
+    #: engine when an ``ApprovalEvent`` arrives; the record's ``ts`` says when).
+    APPROVAL_DECIDED = "approval_decided"
+    #: Requests dropped undecided because the conversation moved on: ``{call_ids, reason}``.
+    APPROVAL_EXPIRED = "approval_expired"
     # Written by the pattern catalogue and by users: any other string is a valid kind too.
 
 

@@ -63,7 +63,10 @@ _FIELDS: Final[dict[str, str]] = {
     "started": "a boolean",
     "return_to": "text or null",
     "visiting": "text or null",
+    "approvals": "an object of objects",
 }
+#: Fields a snapshot written by an older baf may lack, and the value they then have.
+_ADDED_LATER: Final[dict[str, Any]] = {"approvals": {}}
 
 
 # Fields a state holds only when set (so states written before them read as they are).
@@ -118,6 +121,9 @@ def checked_state(session_id: str, seq: int, data: dict[str, Any]) -> dict[str, 
         raise refuse("has no state or no digest")
     if state_digest(state) != digest:
         raise refuse("does not match its digest (changed after it was written)")
+    missing = {name: value for name, value in _ADDED_LATER.items() if name not in state}
+    if missing:  # a snapshot from before these fields: they hold what a fold without their records holds
+        state = {**state, **json_copy(missing)}
     if set(state) - set(_OPTIONAL) != set(_FIELDS):
         raise refuse(f"has fields {sorted(state)}, expected {sorted(_FIELDS)}")
     for name, expected in (*_FIELDS.items(), *_OPTIONAL.items()):
@@ -133,6 +139,8 @@ def _fits(name: str, value: Any) -> bool:
         return value is None or isinstance(value, str)
     if name == "variables":
         return isinstance(value, dict)
+    if name == "approvals":
+        return isinstance(value, dict) and all(isinstance(entry, dict) for entry in value.values())
     if name in ("last_seq", "errors"):
         return type(value) is int and value >= 0
     if name in ("first_ts", "last_ts"):

@@ -1,5 +1,6 @@
 """A chat in the terminal, rendered with rich: Markdown replies, a live reasoning trace, a task panel, and
-a streaming model's answer printed as it is written."""
+a streaming model's answer printed as it is written, and a prompt for each tool call waiting for a human's
+approval."""
 
 from __future__ import annotations
 
@@ -21,12 +22,14 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
+from baf.core.events import ApprovalEvent
 from baf.core.platform import Platform
 from baf.core.session import runtime_side
 from baf.errors import LogClosedError
 
 if TYPE_CHECKING:
     from baf.core.session import Session
+    from baf.reasoning.approval import ApprovalRequest
 
 __all__ = ["TerminalPlatform"]
 
@@ -63,6 +66,10 @@ class TerminalPlatform(Platform):
     A fork (``baf.replay.fork``) cut before it handled a message holds that message; with
     ``continue_fork=True`` (what ``baf run --session ID`` sets) the chat continues it first, saying so;
     otherwise it stays held until the user continues it (``Agent.continue_session``, a new message).
+
+    A tool call waiting for approval is shown with its arguments, and before the next message the chat
+    asks about it: ``y`` approves, ``n`` or an empty line denies, any other text denies with that text as
+    the reason (the model reads it). The same happens for calls still waiting when the chat starts.
 
     Lines are read from ``input_fd`` if given. Otherwise a terminal is read with ``input()`` (line
     editing and history work), and piped or redirected input straight from its file descriptor.
@@ -126,10 +133,10 @@ class TerminalPlatform(Platform):
         self._show(Text(f"session {self.session_id}{_where(agent.log)}", style="dim"), soft_wrap=True)
         # Bound between commits: what was delivered before is in the history printed here, what comes
         # after is printed live; nothing twice, nothing glued to a prompt.
-        await runtime_side(session).read_delivered(lambda upto: self._print_history(session, upto, earlier))
+        # The resumed work may finish before the history is read: the notice goes between what the log held
+        # before the restart and anything that work produced, printed or live.
+        await runtime_side(session).read_delivered(lambda upto: self._print_history(session, upto, earlier, resumed))
         if resumed:
-            self._show(Text("resumed after a restart: finishing what was under way when the agent stopped",
-                            style="yellow"))  # fmt: skip
             await agent.wait_idle(self.session_id)
         projection = runtime_side(session).projection
         held = len(projection.held)
@@ -140,6 +147,8 @@ class TerminalPlatform(Platform):
             self._show(Text(f"(this fork holds {' and '.join(what)}: handling it now)", style="yellow"))
             await agent.continue_session(self.session_id)
         while not self._output_closed:
+            if not await self._decide_waiting_calls():
+                break
             try:
                 text = await self._read_line()
             except (EOFError, KeyboardInterrupt):
@@ -154,9 +163,34 @@ class TerminalPlatform(Platform):
                 self._show(Panel(Text(f"{type(exc).__name__}: {exc}"), title="error", style="red"))
         agent.request_stop()
 
-    async def _read_line(self) -> str:
+    async def _decide_waiting_calls(self) -> bool:
+        """Ask about each tool call of the chat's session that waits for approval, and send the answers
+        (waiting until each is handled). False when the input ended meanwhile."""
+        assert self.agent is not None
+        session = self.agent.sessions.get(self.session_id)
+        if session is None:
+            return True
+        waiting = [(call_id, entry["name"]) for call_id, entry in runtime_side(session).projection.approvals.items()
+                   if not entry["decided"]]  # fmt: skip
+        for call_id, tool in waiting:
+            try:
+                answer = (await self._read_line(f"approve {tool}? [y/N, or a reason to deny] ")).strip()
+            except (EOFError, KeyboardInterrupt):
+                return False
+            approved = answer.lower() in ("y", "yes")
+            reason = "" if approved or answer.lower() in ("", "n", "no") else answer
+            event = ApprovalEvent(self.session_id, call_id=call_id, approved=approved, reason=reason,
+                                  approver=f"terminal user {os.environ.get('USER') or ''}".strip())  # fmt: skip
+            try:
+                await (await self.agent.receive_event(event, self))
+            except Exception as exc:  # the log refused a write: say so, keep the chat alive
+                self._show(Panel(Text(f"{type(exc).__name__}: {exc}"), title="error", style="red"))
+        return True
+
+    async def _read_line(self, prompt: str | None = None) -> str:
         """Read one line in a daemon thread: a blocked read must not keep the process alive after
         Ctrl-C, which a thread of the default executor would (it is joined at shutdown)."""
+        shown = self.prompt if prompt is None else prompt
         loop = asyncio.get_running_loop()
         result: asyncio.Future[str] = loop.create_future()
 
@@ -172,14 +206,14 @@ class TerminalPlatform(Platform):
 
         def read() -> None:
             try:
-                value, error = (lines.read_line() if lines else self.console.input(self.prompt)), None
+                value, error = (lines.read_line() if lines else self.console.input(shown)), None
             except BaseException as exc:  # EOFError, KeyboardInterrupt, OSError: handed to the loop
                 value, error = None, exc
             with contextlib.suppress(RuntimeError):  # the loop may be closed already
                 loop.call_soon_threadsafe(settle, value, error)
 
         if lines is not None:
-            self._show(self.prompt, end="", markup=False, highlight=False)
+            self._show(shown, end="", markup=False, highlight=False)
         self._prompting = True
         threading.Thread(target=read, name="baf-terminal-input", daemon=True).start()
         try:
@@ -187,9 +221,10 @@ class TerminalPlatform(Platform):
         finally:
             self._prompting = False
 
-    async def _print_history(self, session: Session, upto: int, earlier: int) -> None:
+    async def _print_history(self, session: Session, upto: int, earlier: int, resumed: bool = False) -> None:
         """The conversation up to seq ``upto`` (what was delivered before the chat was bound); what the
-        log held before this chat (up to seq ``earlier``) is marked as the earlier conversation."""
+        log held before this chat (up to seq ``earlier``) is marked as the earlier conversation. With
+        ``resumed``, the notice that unfinished work is being finished follows it."""
         self._shown_upto = upto
         history = [entry for entry in session.chat_history() if entry.seq <= upto]
         before = [entry for entry in history if entry.seq <= earlier]
@@ -199,6 +234,9 @@ class TerminalPlatform(Platform):
             self._print_line(entry.role, entry.text)
         if before:
             self._show(Rule(Text("now", style="dim"), style="dim"))
+        if resumed:
+            self._show(Text("resumed after a restart: finishing what was under way when the agent stopped",
+                            style="yellow"))  # fmt: skip
         for entry in history[len(before) :]:
             self._print_line(entry.role, entry.text)
 
@@ -247,6 +285,13 @@ class TerminalPlatform(Platform):
             return
         self._end_streamed_line(session)
         self._show(Panel(Text(message), title="error", title_align="left", style="red"), session=session)
+
+    async def reply_approval_request(self, session: Session, request: ApprovalRequest) -> None:
+        """Show the call waiting for approval; the chat asks for the decision before the next message."""
+        if not self._bound(session):
+            return
+        body = Text(f"{request.tool}({request.arguments})\ncall {request.call_id}: answer below (y approves)")
+        self._show(Panel(body, title="approval needed", title_align="left", style="yellow"), session=session)
 
     async def reply_reasoning_step(self, session: Session, step: Any) -> None:
         if not self.show_steps or not self._bound(session):

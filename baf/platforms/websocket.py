@@ -24,6 +24,11 @@ Client → server:
 ``{"type": "message", "text": "..."}``
     A user message for the connection's session. Answers arrive as ``reply`` / ``reasoning_step`` /
     ``task_list`` / ``error`` frames.
+``{"type": "approval", "call_id": ID, "approved": BOOL, "reason": "..."}``
+    A decision on a tool call waiting for approval in the connection's session (``reason`` optional, for
+    a denial). It becomes an :class:`~baf.core.events.ApprovalEvent` of that session, with the client's
+    address as the approver; a call that does not wait in that session is refused with an ``agent``
+    error frame (never acted on in another session).
 ``{"type": "reset"}``
     Leave the current session (its log is kept) and start a new one: answered with a new ``welcome``.
 ``{"type": "history", "after_seq": N}``
@@ -42,6 +47,9 @@ Server → client (every live ``reply``, ``reasoning_step``, ``task_list`` and a
     ``{"type": "reply", "format": "options", "text", "options": [...]}``.
 ``{"type": "reasoning_step", "step": {"kind", "step", "summary", "details"}}``
     ``kind`` ``reasoning_started`` opens a trace group and ``reasoning_finished`` closes it.
+``{"type": "approval_request", "call_id": ID, "tool": NAME, "arguments": "JSON text", "step": N}``
+    A tool call waits for a human decision (``docs/human_approval.md``): the UI shows it with Approve and
+    Deny buttons, which send an ``approval`` frame.
 ``{"type": "reply_delta", "run_id": ID, "text": "..."}``
     A piece of an answer while the model writes it (a model that streams). Pieces with one ``run_id``
     belong to one answer, in order; a new ``run_id`` starts a new one (a later model turn, or a retry after
@@ -51,7 +59,9 @@ Server → client (every live ``reply``, ``reasoning_step``, ``task_list`` and a
     A full snapshot; ``status`` is ``pending``, ``in_progress``, ``completed`` or ``skipped``.
 ``{"type": "history", "after_seq": N, "last_seq": M, "truncated": BOOL, "items": [...]}``
     Items in log order, each with its ``seq`` and a ``type``: ``user`` / ``reply`` (``text``),
-    ``reasoning_step`` (``step``), ``task_list`` (``tasks``), ``error`` (``message``: the errors that were
+    ``reasoning_step`` (``step``), ``task_list`` (``tasks``), ``approval_request`` (as the live frame),
+    ``approval_decision`` (``call_id``, ``approved``, ``reason``, ``by``), ``approval_expired``
+    (``call_ids``), ``error`` (``message``: the errors that were
     shown live, as they were shown; a failed tool or model call shows as its step or reply). ``reply`` items carry
     the same ``format`` / ``options`` / ``name`` / ``mime_type`` / ``data`` as the live ``reply`` frame.
 ``{"type": "error", "code": CODE, "message": "..."}``
@@ -100,8 +110,13 @@ Security
 - Each connection has a send queue of ``send_queue_size`` frames and ``max_queued_bytes`` bytes; a
   ``history`` frame holds the newest items that fit half that, and a connection gets one at a time.
   Delivery only enqueues, so the agent never waits for a client; a client whose queue is full (it
-  stopped reading) is disconnected and a ``delivery_dropped`` record is written to the session log. It
+  stopped reading) is disconnected and a ``delivery_dropped`` record is written to the session log (by the
+  worker that runs the session; a ``baf serve`` worker that only follows it for this client logs it). It
   can resume later and get its history.
+- Under ``baf serve`` a client may be connected to a worker that does not run its session: that worker
+  delivers the session's records by following the log (``baf.serve.follower``), each frame with its
+  ``seq`` as above; every worker shares the port (``SO_REUSEPORT``) and the resume-token secret (kept in
+  the PostgreSQL log).
 
 The platform holds no session state beyond which connections are bound to which session id.
 """
@@ -127,10 +142,10 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
-from baf.core.events import ReceiveTextEvent
+from baf.core.events import ApprovalEvent, ReceiveTextEvent
 from baf.core.platform import Platform
 from baf.core.session import runtime_side
-from baf.errors import ConfigurationError
+from baf.errors import ConfigurationError, LogClosedError
 from baf.log.record import Record, RecordKind
 from baf.log.redaction import Redactor, log_exception
 from baf.platforms.limits import ClientLimits, ConnectionBudget, RateLimiter
@@ -224,6 +239,10 @@ class WebSocketPlatform(Platform):
         limits: Connections, new sessions and frames per second a client may use (see
             :class:`~baf.platforms.limits.ClientLimits` for the defaults).
         examples: Questions to suggest; the browser UI shows them as buttons while the chat is empty.
+        reuse_port: Listen with ``SO_REUSEPORT``, so that several processes share the port and the kernel
+            spreads connections over them. ``baf serve`` sets it on its workers (see
+            :meth:`~baf.core.platform.Platform.share_with_workers`); off otherwise, so a second copy of
+            an agent on a taken port fails at start instead of sharing it unnoticed.
     """
 
     name = "websocket"
@@ -253,6 +272,7 @@ class WebSocketPlatform(Platform):
         max_queued_bytes: int = 8 * 1024 * 1024,
         limits: ClientLimits | None = None,
         examples: Sequence[str] = (),
+        reuse_port: bool = False,
     ) -> None:
         super().__init__()
         if min(max_message_size, send_queue_size, history_limit, max_pending_messages, max_queued_bytes) < 1:
@@ -284,6 +304,7 @@ class WebSocketPlatform(Platform):
         self.max_queued_bytes = max_queued_bytes
         self.limits = limits if limits is not None else ClientLimits()
         self.examples = [str(example) for example in examples]
+        self.reuse_port = reuse_port
         self._limiter = RateLimiter(self.limits)
         self._server: Server | None = None
         # The only per-session state: which connections show which session.
@@ -323,7 +344,7 @@ class WebSocketPlatform(Platform):
         if self._server is not None:
             return
         if not self._secret_given:
-            self._secret = await asyncio.to_thread(self._kept_secret)
+            self._secret = await self._kept_secret()
         try:
             self._server = await serve(
                 self._handle,
@@ -337,6 +358,7 @@ class WebSocketPlatform(Platform):
                 close_timeout=self.close_timeout,
                 compression=self.compression,
                 server_header=None,
+                reuse_port=self.reuse_port,
             )
         except OSError as exc:  # mostly: the port is taken, by another agent or a second copy of this one
             reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
@@ -345,12 +367,21 @@ class WebSocketPlatform(Platform):
         where = f"{self.ws_url} (browser UI: {self.url})" if self.ui else self.ws_url
         logger.info("websocket platform listening on %s", where)  # agent.run() shows baf's INFO lines
 
-    def _kept_secret(self) -> bytes:
-        """The secret kept beside the agent's log file, or this process's own if the log has no file."""
-        log_path = getattr(self.agent.log, "path", None) if self.agent is not None else None
-        if not isinstance(log_path, os.PathLike | str):
+    async def _kept_secret(self) -> bytes:
+        """The secret kept beside the log file the agent runs over, or in the log itself (PostgreSQL: the
+        same for every worker, so a token one issued is good on the others), or this process's own."""
+        if self.agent is None:
             return self._secret
-        return load_or_create_secret(secret_path_beside(log_path, "websocket"))
+        log = self.agent.runtime.log if self.agent.running else self.agent.log
+        log_path = getattr(log, "path", None)
+        if isinstance(log_path, os.PathLike | str):
+            return await asyncio.to_thread(load_or_create_secret, secret_path_beside(log_path, "websocket"))
+        shared = await log.shared_secret("websocket")
+        return shared if shared is not None else self._secret
+
+    def share_with_workers(self) -> None:
+        """Share the port with the other worker processes of ``baf serve`` on this host (``SO_REUSEPORT``)."""
+        self.reuse_port = True
 
     async def stop(self) -> None:
         """Close every connection and stop listening."""
@@ -514,8 +545,21 @@ class WebSocketPlatform(Platform):
         if self.agent is None or client.session_id is None:
             return None
         with contextlib.suppress(Exception):
-            return self.agent.sessions.get(client.session_id)
+            return self._shown_session(client.session_id)
         return None
+
+    def _shown_session(self, session_id: str) -> Session | None:
+        """The session if this process runs it, or follows it for its clients (another worker runs it)."""
+        assert self.agent is not None
+        runtime = self.agent.runtime
+        session = runtime.sessions.get(session_id)
+        if session is None and (followed := runtime.followed.get(session_id)) is not None:
+            session = followed.session
+        return session
+
+    def has_client(self, session_id: str) -> bool:
+        """Whether a connection here shows ``session_id``."""
+        return session_id in self._routes
 
     def _enqueue(self, client: _Client, frame: str, session: Session | None = None, *, history: bool = False) -> None:
         """Queue a frame without waiting; a full queue means the client stopped reading: drop it."""
@@ -552,10 +596,13 @@ class WebSocketPlatform(Platform):
             transport.abort()
         logger.warning("websocket client %s of session %s dropped: %s", client.ws.id, client.session_id, reason)
         if session is not None:
-            session.record(
-                DELIVERY_DROPPED,
-                {"platform": self.name, "connection": str(client.ws.id), "reason": reason, "frames": pending + 1},
-            )
+            try:
+                session.record(
+                    DELIVERY_DROPPED,
+                    {"platform": self.name, "connection": str(client.ws.id), "reason": reason, "frames": pending + 1},
+                )
+            except LogClosedError:  # another worker runs the session (this one follows it): logged only
+                return
             # Durable now: an idle session's next commit may be far off, and a crash meanwhile would lose it.
             flush = asyncio.ensure_future(runtime_side(session).flush())
             self._flushes.add(flush)
@@ -691,6 +738,30 @@ class WebSocketPlatform(Platform):
         if not done.done():
             client.pending.add(done)
 
+    async def _on_approval(self, client: _Client, frame: dict[str, Any]) -> None:
+        """A decision from the UI's Approve / Deny buttons: an ``ApprovalEvent`` of the connection's own
+        session (a client cannot name another), checked again by the engine against what waits there."""
+        call_id, approved, reason = frame.get("call_id"), frame.get("approved"), frame.get("reason", "")
+        if not isinstance(call_id, str) or not call_id or len(call_id) > 200 or not isinstance(approved, bool):
+            self._error(client, "bad_frame", "an approval needs a 'call_id' string and 'approved' true or false")
+            return
+        if not isinstance(reason, str) or len(reason) > 2000:
+            self._error(client, "bad_frame", "'reason' must be a string of at most 2000 characters")
+            return
+        if client.session_id is None:
+            self._error(client, "no_session", "send hello first")
+            return
+        assert self.agent is not None, "add the platform to an agent first"
+        event = ApprovalEvent(client.session_id, call_id=call_id, approved=approved, reason=reason,
+                              approver=f"web client {_address(client.ws)}")  # fmt: skip
+        try:
+            await self.agent.receive_event(event, self)
+        except Exception as exc:
+            log_exception(
+                logger, self._redactor(), "session %s: the agent could not take a decision", client.session_id
+            )
+            self._error(client, "unavailable", f"the decision was not accepted ({type(exc).__name__}); try again")
+
     async def _on_reset(self, client: _Client, frame: dict[str, Any]) -> None:
         self._new_session(client)
 
@@ -730,6 +801,7 @@ class WebSocketPlatform(Platform):
         "hello": _on_hello,
         "resume": _on_hello,
         "message": _on_message,
+        "approval": _on_approval,
         "reset": _on_reset,
         "history": _on_history,
     }
@@ -752,11 +824,12 @@ class WebSocketPlatform(Platform):
 
     async def _read_log(self, session_id: str, after_seq: int) -> list[Record]:
         assert self.agent is not None
-        return list(await self.agent.log.read(session_id, after_seq))
+        # The runtime's log: a worker of ``baf serve`` runs the agent over the shared one, not the agent's own.
+        return list(await self.agent.runtime.log.read(session_id, after_seq))
 
     async def _send_history(self, client: _Client, after_seq: int) -> None:
         assert client.session_id is not None and self.agent is not None
-        session = self.agent.sessions.get(client.session_id)
+        session = self._shown_session(client.session_id)
         if session is not None:
             # Replies may be streaming to this client: read between their sends, as a resume does.
             await self._read_and_bind(client, session, after_seq, welcome=False)
@@ -850,6 +923,10 @@ class WebSocketPlatform(Platform):
         """Send a ``task_list`` frame (a full snapshot)."""
         self._broadcast(session, {"type": "task_list", "tasks": tasks})
 
+    async def reply_approval_request(self, session: Session, request: Any) -> None:
+        """Send an ``approval_request`` frame: the UI shows the call with Approve and Deny buttons."""
+        self._broadcast(session, {"type": "approval_request", **request.to_dict()})
+
     async def reply_delta(self, session: Session, run_id: str, text: str) -> None:
         """Send a ``reply_delta`` frame: a piece of an answer being written. Not a record, so no ``seq``."""
         clients = self._routes.get(session.id)
@@ -907,6 +984,8 @@ def history_items(records: Sequence[Record]) -> list[dict[str, Any]]:
             items.append({"seq": record.seq, "type": "reasoning_step", "step": data})
         elif record.kind == RecordKind.TASK_LIST:
             items.append({"seq": record.seq, "type": "task_list", "tasks": data.get("tasks", [])})
+        elif record.kind in _APPROVAL_ITEMS:
+            items.append(_APPROVAL_ITEMS[record.kind](record))
         elif record.kind == RecordKind.ERROR:
             # Only the errors the user was shown live (a body or fallback that raised), with the text shown
             # then: a tool's or the model's failure reached the user as a step or an apology reply, and
@@ -918,6 +997,22 @@ def history_items(records: Sequence[Record]) -> list[dict[str, Any]]:
                 message = f"an error occurred ({data.get('source')}: {data.get('type', 'Error')})"
                 items.append({"seq": record.seq, "type": "error", "message": message})
     return items
+
+
+# The approval records as history items: a resumed view shows the request, and whether it was decided.
+_APPROVAL_ITEMS: dict[str, Callable[[Record], dict[str, Any]]] = {
+    RecordKind.APPROVAL_REQUESTED: lambda r: {
+        "seq": r.seq, "type": "approval_request", "call_id": r.data.get("call_id"), "tool": r.data.get("name"),
+        "arguments": r.data.get("arguments", ""), "step": r.data.get("step", 0),
+    },
+    RecordKind.APPROVAL_DECIDED: lambda r: {
+        "seq": r.seq, "type": "approval_decision", "call_id": r.data.get("call_id"),
+        "approved": r.data.get("approved"), "reason": r.data.get("reason", ""), "by": r.data.get("by", ""),
+    },
+    RecordKind.APPROVAL_EXPIRED: lambda r: {
+        "seq": r.seq, "type": "approval_expired", "call_ids": r.data.get("call_ids", []),
+    },
+}  # fmt: skip
 
 
 def _binary_reply(fmt: str, content: bytes, mime_type: str, caption: str, name: str) -> dict[str, Any]:

@@ -92,6 +92,10 @@ class Tool:
         idempotent: True when running the tool twice with the same arguments is harmless. The runtime
             may then re-run a call whose result was not recorded before a crash; a non-idempotent call
             is reported instead of repeated.
+        requires_approval: ``True`` when a human must approve each call before it runs, or a policy
+            ``(session, call) -> bool`` deciding per call (``call`` is the model's
+            :class:`~baf.llm.base.ToolCall`). A call that needs approval is recorded and waits; the
+            loop goes on once a decision arrives (``docs/human_approval.md``).
 
     Raises:
         ConfigurationError: ``*args``/``**kwargs``, an invalid name, a bad timeout, or a parameter type
@@ -105,6 +109,7 @@ class Tool:
         description: str | None = None,
         timeout: float | None = None,
         idempotent: bool = False,
+        requires_approval: bool | Callable[[Any, Any], bool] = False,
     ) -> None:
         if not callable(fn):
             raise ConfigurationError(f"a tool wraps a callable, got {type(fn).__name__}")
@@ -117,8 +122,13 @@ class Tool:
             raise ConfigurationError(f"tool {resolved_name!r}: timeout must be a positive number of seconds")
         self.fn = fn
         self.name: str = resolved_name
+        if not isinstance(requires_approval, bool) and not callable(requires_approval):
+            raise ConfigurationError(
+                f"tool {resolved_name!r}: requires_approval must be True, False or a function (session, call) -> bool"
+            )
         self.timeout = timeout
         self.idempotent = idempotent
+        self.requires_approval = requires_approval
         doc_description, doc_args = parse_docstring(docstring_of(fn))
         self.description: str = description if description is not None else doc_description
         # An object whose __call__ is async counts too (B004 is about callable(), not this).
@@ -298,6 +308,7 @@ def tool(
     description: str | None = None,
     timeout: float | None = None,
     idempotent: bool = False,
+    requires_approval: bool | Callable[[Any, Any], bool] = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -309,6 +320,7 @@ def tool(
     description: str | None = None,
     timeout: float | None = None,
     idempotent: bool = False,
+    requires_approval: bool | Callable[[Any, Any], bool] = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Decorator form of :class:`Tool`: ``@tool`` or ``@tool(timeout=5)``.
 
@@ -316,6 +328,7 @@ def tool(
     """
 
     def decorate(function: Callable[..., Any]) -> Tool:
-        return Tool(function, name=name, description=description, timeout=timeout, idempotent=idempotent)
+        return Tool(function, name=name, description=description, timeout=timeout, idempotent=idempotent,
+                    requires_approval=requires_approval)  # fmt: skip
 
     return decorate(fn) if fn is not None else decorate

@@ -15,8 +15,10 @@ order they finished in. Nothing a model sends crashes the loop.
 A ``tool_result`` record is ``{"step", "call_id", "name", "content", "is_error", "original_size"}``:
 ``content`` is exactly what the model reads; ``original_size`` its length before the cut.
 
-A human-approval pause would hang off :meth:`ToolRunner.run` before a call is started: a call held for
-approval is recorded and left for the decision, the others go on.
+Before any of a response's calls runs, the calls of tools that need a human's approval are held
+(:mod:`baf.reasoning.approval`): each gets an ``approval_requested`` record and the runner raises
+:class:`~baf.errors.ApprovalPending`, so none of the response's calls runs until every held one is
+decided; then they run as above, a denied one answered with the denial instead of running.
 """
 
 from __future__ import annotations
@@ -28,9 +30,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from baf.errors import ToolError, ToolExecutionError, ToolNotFoundError
+from baf.errors import ApprovalPending, ToolError, ToolExecutionError, ToolNotFoundError
 from baf.llm.base import LLMResponse, ToolCall
 from baf.log.record import RecordKind
+from baf.log.redaction import REDACTED
+from baf.reasoning.approval import (
+    ANSWERED,
+    REDACTED_ARGUMENTS_MESSAGE,
+    ApprovalRequest,
+    KnownApproval,
+    denial_message,
+)
 from baf.reasoning.effects import ReplayGuardError
 from baf.reasoning.tool import Tool
 
@@ -113,21 +123,29 @@ class ToolRunner:
         ``before_call(call)`` (sync or async) runs just before a call may start (a loop records its "calling" step
         there); ``after_call(outcome)`` right after its result is recorded. ``prepare(call, tool)``
         runs in the call's own task when calls run together (context variables it sets are the
-        call's; one at a time, in the loop's task), its return value
+        call's); a response's only call, and calls run one at a time, run in the loop's own task, and so
+        does ``prepare``. Its return value is
         kept as ``outcome.context``; calls of tools for which ``always_live(tool)`` is true always run,
         even while resuming or re-running (tools that only change the loop's own state).
         """
 
+        decided = self._hold(step, calls, tools) if _any_gated(calls, tools) else None
+
         def start(call: ToolCall) -> asyncio.Task[ToolOutcome]:
-            return asyncio.create_task(self._one(call, tools, step, prepare, always_live))
+            approval = decided.get(call.id) if decided else None
+            return asyncio.create_task(self._one(call, tools, step, prepare, always_live, approval))
 
         outcomes: list[ToolOutcome] = []
-        if self.max_parallel == 1:  # in the loop's own task: one call at a time needs no task of its own
+        # One call at a time needs no task of its own: it runs in the loop's task. A task for the only call
+        # of a response (most turns) cost ~43,000 instructions of a ~690,000-instruction turn
+        # (bench/ab_instructions.py).
+        if self.max_parallel == 1 or len(calls) == 1:
             for call in calls:
                 if before_call is not None:
                     await _maybe_await(before_call(call))
                 await self.recorder.commit()  # the response and this step are durable before the tool runs
-                outcome = await self._one(call, tools, step, prepare, always_live)
+                approval = decided.get(call.id) if decided else None
+                outcome = await self._one(call, tools, step, prepare, always_live, approval)
                 self._record(step, outcome, after_call)
                 outcomes.append(outcome)
             return outcomes
@@ -135,13 +153,61 @@ class ToolRunner:
             for call in calls:
                 await _maybe_await(before_call(call))
         await self.recorder.commit()  # the response is durable before any tool runs
-        if len(calls) == 1:  # the usual turn: one task of its own (context as with gather), no gather future
-            outcomes = [await start(calls[0])]
-        else:
-            outcomes = list(await asyncio.gather(*(start(call) for call in calls)))
+        outcomes = list(await asyncio.gather(*(start(call) for call in calls)))
         for outcome in outcomes:
             self._record(step, outcome, after_call)
         return outcomes
+
+    def _hold(self, step: int, calls: Sequence[ToolCall], tools: Mapping[str, Tool]) -> dict[str, KnownApproval]:
+        """The decisions on this response's calls that needed approval, by call id. Calls that need one
+        and have none are recorded (``approval_requested``), shown to the platform once durable, and
+        :class:`~baf.errors.ApprovalPending` is raised: nothing of this response runs yet."""
+        source = self.recorder.source
+        known_of = getattr(source, "approval", None)  # what the log says, while resuming
+        held: list[ToolCall] = []
+        decided: dict[str, KnownApproval] = {}
+        for call in calls:
+            tool = tools.get(call.name)
+            if (
+                tool is None
+                or not getattr(tool, "requires_approval", False)
+                or len(call.arguments) > self.max_arguments
+            ):
+                continue  # refused anyway (no such tool, arguments too long): nothing to approve
+            known = known_of(call) if known_of is not None else None
+            if known is ANSWERED:
+                continue  # its result is recorded: it ran (or was refused) before the restart
+            if known is not None:
+                if known.approved is None:
+                    held.append(call)  # asked before, still undecided
+                else:
+                    decided[call.id] = known
+                continue
+            if not self._needs_approval(tool, call, step):
+                continue
+            if self.recorder.session is None:
+                decided[call.id] = KnownApproval(False, "approval can only be asked for inside a session", "baf")
+                continue
+            request = ApprovalRequest(call.id, call.name, call.arguments, step)
+            self.recorder.record(RecordKind.APPROVAL_REQUESTED, {"step": step, "call_id": call.id, "name": call.name,
+                                                                  "arguments": call.arguments})  # fmt: skip
+            self.recorder.stream("reply_approval_request", request)
+            held.append(call)
+        if held:
+            raise ApprovalPending(held)
+        return decided
+
+    def _needs_approval(self, tool: Tool, call: ToolCall, step: int) -> bool:
+        """The tool's ``requires_approval``, a policy asked for this call. A policy that raises is recorded
+        and the call waits for a human: an error must not let a call through unasked."""
+        policy = tool.requires_approval
+        if not callable(policy):
+            return bool(policy)
+        try:
+            return bool(policy(self.session, call))
+        except Exception as exc:
+            self.recorder.record_error("approval", exc, tool=call.name, call_id=call.id, step=step)
+            return True
 
     def _record(self, step: int, outcome: ToolOutcome, after_call: Callable[[ToolOutcome], Any] | None) -> None:
         call = outcome.call
@@ -159,6 +225,7 @@ class ToolRunner:
         step: int,
         prepare: Callable[[ToolCall, Tool], Any] | None,
         always_live: Callable[[Tool], bool] | None,
+        approval: KnownApproval | None = None,
     ) -> ToolOutcome:
         """Run one call; every failure becomes an error text for the model."""
         try:
@@ -171,6 +238,12 @@ class ToolRunner:
             content = (f"Error: the arguments for tool '{call.name}' are {size} characters long; at most "
                        f"{self.max_arguments} are accepted. The call was not run. Send less at once (for "
                        "example in several calls).")  # fmt: skip
+            return ToolOutcome(call, content, True, len(content))
+        if approval is not None and approval.approved is False:
+            content = denial_message(call.name, approval.reason, approval.by)
+            return ToolOutcome(call, content, True, len(content))
+        if approval is not None and REDACTED in call.arguments:  # read back from the log: not what was sent
+            content = REDACTED_ARGUMENTS_MESSAGE.format(tool=call.name)
             return ToolOutcome(call, content, True, len(content))
         context = prepare(call, tool) if prepare is not None else None
         timeout = None if tool.timeout is not None else self.timeout
@@ -203,6 +276,15 @@ class ToolRunner:
             kept = self.recorder.redact(content)[:limit]
             content = f"{kept}\n[output truncated: {size} characters in all, the first {limit} shown]"
         return ToolOutcome(call, content, is_error, size, context)
+
+
+def _any_gated(calls: Sequence[ToolCall], tools: Mapping[str, Tool]) -> bool:
+    """Whether a call of this response is for a tool that may need approval (most responses: none)."""
+    for call in calls:
+        tool = tools.get(call.name)
+        if tool is not None and getattr(tool, "requires_approval", False):
+            return True
+    return False
 
 
 def find_tool(tools: Mapping[str, Tool], name: str) -> Tool:

@@ -208,7 +208,9 @@ def _same(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> bool:
 
 
 def _well_formed(response: Any) -> bool:
-    """The common case, checked fast (exact types; anything else gets the full check below)."""
+    """The common case, checked fast (exact types; anything else gets the full check below). Saves
+    ~6,000 instructions of a ~680,000-instruction turn against always calling :func:`check_response`
+    (``bench/ab_instructions.py``)."""
     if type(response) is not LLMResponse or type(response.usage) is not Usage:
         return False
     text, calls = response.text, response.tool_calls

@@ -7,7 +7,10 @@ Records are fine-grained (a reasoning turn writes an ``llm_request``, an ``llm_r
 - a reasoning invocation (``reasoning_started`` .. ``reasoning_finished``): one ``reasoning`` group
   whose children are its LLM calls, tool calls, task-list changes and remaining steps;
 - an LLM call: the ``llm_request`` and its ``llm_response`` (model, tokens, latency, what it asked for);
-- a tool call: the call from the response and its ``tool_result``, matched by call id.
+- a tool call: the call from the response and its ``tool_result``, matched by call id;
+- a human approval: the request, the decision (who, approve or deny, why; the entry's time is when) or
+  its expiry, one entry each. A reasoning group that paused for a decision stays open across the pause,
+  so the decision and what the loop did after it are in the same group.
 
 :class:`TimelineBuilder` is incremental (``feed`` one record at a time, ``finish`` at the end), so the
 viewer can stop after one screen of a long session and ``--follow`` can feed records as they land.
@@ -58,6 +61,7 @@ class EntryKind:
     TOOL_CALL = "tool_call"
     TASK_LIST = "task_list"
     STEP = "step"
+    APPROVAL = "approval"
     ENGINE = "engine"
     RECORD = "record"
 
@@ -154,6 +158,8 @@ class TimelineBuilder:
         self._last_error: dict[str, Any] = {}
         # The intent prediction of the message being handled: the transition it caused names it.
         self._prediction: Record | None = None
+        # Approval requests not decided yet, by call id: their entries close when the decision comes.
+        self._requests: dict[str, Entry] = {}
 
     def feed(self, record: Record) -> list[Entry]:
         """Take the next record; return the top-level entries it completed."""
@@ -203,7 +209,8 @@ class TimelineBuilder:
     def _engine(self, record: Record) -> list[Entry]:
         # A reasoning invocation runs within one step: if it is still open when its step ends, it was cut
         # short (the agent stopped, or a fork was cut inside it), and what follows is not part of it.
-        done = self.finish() if record.kind == RecordKind.STEP_FINISHED else []
+        paused = self._group is not None and self._group.data.get("awaiting_approval")
+        done = self.finish() if record.kind == RecordKind.STEP_FINISHED and not paused else []
         for group in done:
             group.status = "error"  # not "open": it will not go on
         # A crash-interrupted step, or one a restart resumed, is worth seeing; routine steps are not.
@@ -368,6 +375,40 @@ class TimelineBuilder:
             entry.status = "error"
         return self._place(entry)
 
+    def _approval(self, record: Record) -> list[Entry]:
+        d = record.data
+        group = self._group
+        waiting: set[str] = set(group.data.get("awaiting_approval") or ()) if group is not None else set()
+        call = f"{d.get('name')} (call {d.get('call_id')})"
+        if record.kind == RecordKind.APPROVAL_REQUESTED:
+            waiting.add(str(d.get("call_id")))
+            entry = _entry(EntryKind.APPROVAL, record, f"approval requested: {d.get('name')}({d.get('arguments')})")
+            entry.status = "open"  # until decided
+            self._requests[str(d.get("call_id"))] = entry
+        elif record.kind == RecordKind.APPROVAL_DECIDED:
+            waiting.discard(str(d.get("call_id")))
+            request = self._requests.pop(str(d.get("call_id")), None)
+            if request is not None:
+                request.status = "ok"
+            verdict = "approved" if d.get("approved") else "denied"
+            by = f" by {d.get('by')}" if d.get("by") else ""
+            reason = f": {d.get('reason')}" if d.get("reason") else ""
+            entry = _entry(EntryKind.APPROVAL, record, f"{verdict}{by}: {call}{reason}")
+            entry.status = "ok" if d.get("approved") else "error"
+        else:
+            ids = [str(i) for i in d.get("call_ids") or []]
+            waiting.difference_update(ids)
+            entry = _entry(EntryKind.APPROVAL, record, f"approval expired ({d.get('reason')}): {', '.join(ids)}")
+            entry.status = "error"
+        if group is not None:
+            group.data["awaiting_approval"] = sorted(waiting)
+        placed = self._place(entry)
+        if record.kind == RecordKind.APPROVAL_EXPIRED and group is not None and not waiting:
+            self._group = None  # the paused loop will not go on
+            group.status = "error"
+            placed.append(group)
+        return placed
+
 
 def _llm_title(response: dict[str, Any], request: dict[str, Any] | None = None) -> str:
     """``model step N  → calls a, b`` or ``→ "text"`` (the call labelled from its request when there is one)."""
@@ -407,6 +448,9 @@ _DISPATCH = {
     RecordKind.TASK_LIST: TimelineBuilder._task_list,
     RecordKind.REASONING_STEP: TimelineBuilder._reasoning_step,
     RecordKind.FORKED_FROM: TimelineBuilder._forked_from,
+    RecordKind.APPROVAL_REQUESTED: TimelineBuilder._approval,
+    RecordKind.APPROVAL_DECIDED: TimelineBuilder._approval,
+    RecordKind.APPROVAL_EXPIRED: TimelineBuilder._approval,
     "intent_predicted": TimelineBuilder._intent,
 }
 

@@ -243,7 +243,7 @@ class SpanMapper:
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "chat", "gen_ai.request.model": model, "gen_ai.conversation.id": self.session_id,
             "baf.seq": record.seq, "baf.reasoning.step": data.get("step"),
-            "baf.loop": data.get("loop") or data.get("pattern"),
+            "baf.loop": data.get("loop"),
         }  # fmt: skip
         if self.capture_content:
             self._requests.append(record)

@@ -31,6 +31,9 @@ What the contract checks:
 8. Text streamed while the model writes it (``reply_delta``) is shown or ignored without a failed
    delivery, and the complete answer then arrives once, as a reply. A client that reports the pieces
    it was shown (``Output`` kind ``"delta"``) must have been shown exactly the answer's text.
+9. A tool call waiting for a human's approval is shown to the user (natively, or as the default plain
+   reply), naming the call; a decision (sent through the adapter when :meth:`ContractClient.decide`
+   can, else as an :class:`~baf.core.events.ApprovalEvent` for the session) lets the loop finish.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from baf.core.agent import Agent
-from baf.core.events import ReceiveTextEvent
+from baf.core.events import ApprovalEvent, ReceiveTextEvent
 from baf.core.platform import Platform
 from baf.llm.base import LLMResponse, ToolCall
 from baf.testing.llms import ScriptedLLM
@@ -84,6 +87,11 @@ class ContractClient(abc.ABC):
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Disconnect. Optional."""
+
+    async def decide(self, call_id: str, approved: bool, reason: str = "") -> bool:
+        """Decide on the tool call ``call_id`` as this user would (a button, a command). Optional: return
+        ``False`` when the adapter offers no way, and the contract sends the decision as an event."""
+        return False
 
 
 class RecordingClient(ContractClient):
@@ -142,6 +150,10 @@ class PlatformContract:
 
     #: Seconds to wait for any one output.
     wait: float = 5.0
+    #: Whether a reply the agent makes on its own, between the user's messages (after an approval
+    #: decision), reaches the user. ``False`` for a request/response channel (A2A: a reply belongs to the
+    #: task of a message); the contract then checks that reply in the log instead.
+    replies_between_messages: bool = True
 
     def make_platform(self) -> Platform:
         """A new, unstarted adapter (listening on a free port if it listens at all)."""
@@ -333,3 +345,39 @@ class PlatformContract:
             await client.close()
 
         await self._run(reasoning_body(llm, enable_task_planning=False), test)
+
+    @pytest.mark.asyncio
+    async def test_a_call_waiting_for_approval_is_shown_and_a_decision_continues_it(self) -> None:
+        from baf.library.state.reasoning_state_library import reasoning_body
+
+        llm = ScriptedLLM([LLMResponse(None, [ToolCall("c-approve-1", "guarded", '{"x": 1}')]), "Done."])
+        ran: list[int] = []
+
+        def guarded(x: int) -> str:
+            """A tool that needs approval."""
+            ran.append(x)
+            return "ran"
+
+        async def test(agent: Agent, platform: Platform) -> None:
+            client = await self.open_client(agent, platform)
+            await client.send("do it")
+            shown = await self._until(client, lambda o: "c-approve-1" in f"{o.text} {o.payload!r}")
+            assert not [o for o in shown if o.kind == ERROR], shown
+            assert ran == []
+            if not await client.decide("c-approve-1", True):
+                (session_id,) = await agent.log.sessions()
+                await agent.receive_event(ApprovalEvent(session_id, call_id="c-approve-1", approved=True))
+            if self.replies_between_messages:
+                outputs = await self._until(client, lambda o: o.kind == REPLY and o.text == "Done.")
+                assert not [o for o in outputs if o.kind == ERROR], outputs
+            else:  # a request/response channel: what the loop says after the decision is in the log
+                await agent.wait_idle()
+                (session_id,) = await agent.log.sessions()
+                assert [r.data["text"] for r in await agent.log.read(session_id) if r.kind == "reply"][-1] == "Done."
+            assert ran == [1] and await self._delivery_errors(agent) == []
+            await client.close()
+
+        agent, platform = self._agent(reasoning_body(llm, enable_task_planning=False))
+        agent.new_tool(guarded, requires_approval=True)
+        async with agent:
+            await test(agent, platform)

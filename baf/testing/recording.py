@@ -14,8 +14,9 @@ __all__ = ["RecordingPlatform"]
 
 
 class RecordingPlatform(Platform):
-    """Records, per session id, the replies, errors, reasoning steps, task-list updates and streamed text
-    (``deltas``: ``(run_id, text)`` pairs) it was sent.
+    """Records, per session id, the replies, errors, reasoning steps, task-list updates, streamed text
+    (``deltas``: ``(run_id, text)`` pairs) and approval requests
+    (:class:`~baf.reasoning.approval.ApprovalRequest`) it was sent.
 
     ``events`` keeps everything in arrival order as ``(session_id, kind, payload)`` tuples, so tests can
     assert on the interleaving of steps and replies.
@@ -29,6 +30,7 @@ class RecordingPlatform(Platform):
         self.steps: defaultdict[str, list[Any]] = defaultdict(list)
         self.task_lists: defaultdict[str, list[list[dict[str, Any]]]] = defaultdict(list)
         self.errors: defaultdict[str, list[str]] = defaultdict(list)
+        self.approval_requests: defaultdict[str, list[Any]] = defaultdict(list)
         self.deltas: defaultdict[str, list[tuple[str, str]]] = defaultdict(list)
         self.events: list[tuple[str, str, Any]] = []
 
@@ -43,6 +45,10 @@ class RecordingPlatform(Platform):
     async def reply_reasoning_step(self, session: Session, step: Any) -> None:
         self.steps[session.id].append(step)
         self.events.append((session.id, "step", step))
+
+    async def reply_approval_request(self, session: Session, request: Any) -> None:
+        self.approval_requests[session.id].append(request)
+        self.events.append((session.id, "approval_request", request))
 
     async def reply_task_list_update(self, session: Session, tasks: list[dict[str, Any]]) -> None:
         self.task_lists[session.id].append(tasks)

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from baf import Agent
+from baf import Agent, ApprovalEvent
 from baf.errors import ConfigurationError, ToolListingError, ToolServerError
 from baf.library.state.reasoning_state_library import new_reasoning_state
 from baf.log.record import Record
@@ -110,6 +110,19 @@ async def test_stdio_tools_are_listed_namespaced_called_recorded_and_rerun_witho
     report = await assert_replays(log, "s", agent)
     assert report.tool_results_served == 2  # the call with bad arguments was refused again, not served
     assert started(starts) == [pid]
+
+
+async def test_a_server_added_with_requires_approval_waits_for_a_decision_before_each_call() -> None:
+    llm = ScriptedLLM([ScriptedLLM.tool_call("calc__add", {"a": 2, "b": 3}), "five"])
+    agent = agent_with(llm)
+    agent.add_mcp_server("calc", command=server("calc"), requires_approval=True)
+    async with agent:
+        await asyncio.wait_for(agent.receive_message("s", "add"), 30)
+        assert await tool_results(agent) == [] and llm.calls == 1  # waits: nothing was sent to the server
+        done = await agent.receive_event(ApprovalEvent("s", call_id="call_1", approved=True, approver="ops"))
+        await asyncio.wait_for(done, 30)
+        results = await tool_results(agent)
+    assert [(r["name"], r["content"]) for r in results] == [("calc__add", "5")]
 
 
 async def test_http_server_gets_the_headers_and_answers(tmp_path: Path) -> None:
@@ -297,8 +310,8 @@ async def test_two_tools_with_one_name_are_both_refused(caplog: pytest.LogCaptur
 
 def test_configuration_errors_are_clear() -> None:
     agent = Agent("cfg", log="memory://")
-    with pytest.raises(ConfigurationError, match="requires_approval=True is not supported"):
-        agent.add_mcp_server("a", command=["x"], requires_approval=True)
+    with pytest.raises(ConfigurationError, match="requires_approval must be True or False"):
+        agent.add_mcp_server("a", command=["x"], requires_approval="yes")
     with pytest.raises(ConfigurationError, match="either command"):
         agent.add_mcp_server("a", command=["x"], url="http://127.0.0.1:1/mcp")
     with pytest.raises(ConfigurationError, match="url must be"):

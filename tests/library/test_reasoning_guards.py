@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import pydantic
+import pytest
 
 from baf import Agent
 from baf.library.state.reasoning_state_library import new_reasoning_state
@@ -15,6 +16,7 @@ from baf.log import Record
 from baf.reasoning.effects import rebuild_requests
 from baf.reasoning.patterns import Budget, ContextCompactor, Price, PriceTable
 from baf.replay import build_timeline
+from baf.replay.rerun import assert_replays
 from baf.replay.timeline import flatten
 from baf.testing import FunctionLLM, RecordingPlatform, ScriptedLLM
 
@@ -77,6 +79,29 @@ async def test_a_budget_spent_by_a_response_asking_for_parallel_tool_calls_runs_
     assert [e.status for _, e in flatten(build_timeline(records)) if e.title.startswith("budget_spent")] == ["error"]
 
 
+async def test_a_budget_crossed_between_two_turns_of_parallel_calls_keeps_the_log_paired_and_replayable() -> None:
+    def calls(turn: int) -> list[ToolCall]:
+        return [ToolCall(f"t{turn}c{i}", "fetch", json.dumps({"key": f"t{turn}k{i}"})) for i in range(3)]
+
+    def build(llm: Any, ran: list[str]) -> Agent:
+        return agent_with(llm, ran, budget=Budget(max_tokens=1000), max_parallel_tools=3)
+
+    llm = ScriptedLLM([LLMResponse(tool_calls=calls(1), usage=Usage(400, 100)),
+                       LLMResponse(tool_calls=calls(2), usage=Usage(400, 100))])  # fmt: skip
+    ran: list[str] = []
+    agent = build(llm, ran)
+    records, platform = await converse(agent, "go")
+    assert sorted(ran) == ["t1k0", "t1k1", "t1k2"]  # the first turn's calls ran together, the second's never
+    results = {r.data["call_id"]: r.data for r in records if r.kind == "tool_result"}
+    asked = [c["id"] for r in records if r.kind == "llm_response" for c in r.data["tool_calls"]]
+    assert sorted(results) == sorted(asked)
+    assert [results[f"t2c{i}"]["content"] for i in range(3)] == ["Error: not run (token budget spent: 1000 of "
+                                                                "1000 tokens used)."] * 3  # fmt: skip
+    assert platform.replies["s"][0].startswith("I stopped before finishing (token budget spent")
+    # The stop is decided from recorded usage: a re-run over the log stops at the same point.
+    await assert_replays(agent.log, "s", build(ScriptedLLM([]), []))
+
+
 async def test_cost_is_recorded_per_call_and_per_invocation() -> None:
     llm = ScriptedLLM([LLMResponse(tool_calls=[ToolCall("c1", "fetch", '{"key": "a"}')], usage=Usage(100, 10)),
                        LLMResponse(text="done", usage=Usage(200, 20))], name="priced")  # fmt: skip
@@ -136,6 +161,22 @@ async def test_compaction_drops_old_turns_keeping_calls_and_results_paired() -> 
     assert any(t.startswith("compaction: compacted") for t in shown), shown
 
 
+@pytest.mark.parametrize("mode", ["drop", "summarize"])
+async def test_a_cut_landing_on_parallel_tool_results_moves_back_to_their_call(mode: str) -> None:
+    # Two calls a turn and keep_last=2: the last two messages are always the results of one turn, so a
+    # plain "keep the last two" would keep results whose call was compacted away.
+    compactor = ContextCompactor(max_tokens=300, keep_last=2, mode=mode)  # type: ignore[arg-type]
+    records, platform = await converse(agent_with(looping_model(4), [], compactor=compactor), "fetch them all")
+    assert platform.replies["s"] == ["all fetched"]
+    assert len(steps(records, "compaction")) >= 2
+    requests = [r for r in rebuild_requests(records) if r.messages[-1].get("role") == "tool"]
+    assert len(requests) >= 3
+    for request in requests:
+        assert_paired(request.messages)
+        # What was kept of the last turn: its assistant message with both calls, then both results.
+        assert [m["role"] for m in request.messages[-3:]] == ["assistant", "tool", "tool"]
+
+
 async def test_compaction_by_summary_is_a_recorded_model_turn() -> None:
     compactor = ContextCompactor(max_tokens=600, keep_last=3, mode="summarize")
     records, platform = await converse(agent_with(looping_model(3), [], compactor=compactor), "fetch them all")
@@ -162,6 +203,15 @@ async def test_a_typed_answer_gets_one_repair_turn() -> None:
     pad = scratchpad(records)
     assert pad["output"] == {"city": "Oslo", "celsius": -3.5} and pad["outcome"] == "answered"
     assert len(steps(records, "output_invalid")) == 1
+
+
+async def test_a_typed_answer_is_validated_strictly() -> None:
+    # A number written as a string would pass pydantic's lax mode; the typed answer is strict.
+    llm = ScriptedLLM(['{"city": "Oslo", "celsius": "-3.5"}', '{"city": "Oslo", "celsius": -3.5}'])
+    records, platform = await converse(agent_with(llm, [], output_type=Weather), "weather?")
+    assert platform.replies["s"] == ['{"city": "Oslo", "celsius": -3.5}']
+    (invalid,) = steps(records, "output_invalid")
+    assert "celsius" in invalid["details"]["error"]
 
 
 async def test_a_typed_answer_wrong_twice_ends_with_a_clear_error() -> None:

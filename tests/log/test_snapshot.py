@@ -108,3 +108,31 @@ def test_a_refused_snapshot_leaves_the_projection_as_it_was() -> None:
     with pytest.raises(CorruptSnapshotError):
         projection.apply(snapshot_at(history(), damaged(lambda d: d.update(digest="x"))))
     assert projection == before
+
+
+def _paused() -> list[Record]:
+    """A step that held a tool call for approval (seq 8), then ended."""
+    records = history()[:7]
+    records.append(Record("s", 8, RecordKind.APPROVAL_REQUESTED,
+                          {"step": 0, "call_id": "c1", "name": "pay", "arguments": "{}"}, 14.5))  # fmt: skip
+    records.append(Record("s", 9, RecordKind.STEP_FINISHED, {"event_seq": 4}, 15.0))
+    return records
+
+
+def test_a_call_waiting_for_approval_is_kept_by_a_snapshot() -> None:
+    records = _paused()
+    snapshot = snapshot_at(records)
+    loaded = project("s", [snapshot])
+    assert loaded == project("s", [*records, snapshot])
+    entry = loaded.approvals["c1"]
+    # The paused invocation: its first record (after the transition at 6), the event it answers, where.
+    assert (entry["since"], entry["event_seq"], entry["state"], entry["role"], entry["decided"]) == (
+        7, 4, "busy", "body", False,
+    )  # fmt: skip
+
+
+def test_a_snapshot_from_before_approvals_loads_with_none_waiting() -> None:
+    state = snapshot_data(project("s", history()))["state"]
+    del state["approvals"]  # what an older baf wrote
+    loaded = project("s", [snapshot_at(history(), seal(state))])
+    assert loaded.approvals == {} and loaded.last_seq == 12  # the snapshot itself is seq 12

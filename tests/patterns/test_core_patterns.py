@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from baf.errors import (
     PatternStepTimeoutError,
     StructuredOutputError,
 )
-from baf.llm.base import LLMResponse, Usage
+from baf.llm.base import LLMResponse, ToolCall, Usage
 from baf.reasoning.patterns import (
     Budget,
     ChainOfThought,
@@ -215,6 +216,27 @@ async def test_react_max_steps_and_compaction() -> None:
     last = llm.requests[-1].messages
     assert last[0]["content"].startswith("count") and len(last) <= 4  # the task stays, old turns go
     assert last[1]["role"] == "assistant"  # never a tool result without its call
+
+
+async def test_react_compaction_keeps_parallel_calls_with_their_results() -> None:
+    # Two calls a step and keep_last=2: the last two messages are one step's results; the kept tail must
+    # start at the assistant message that asked for them.
+    calls = iter(range(100))
+
+    def two_at_a_time(messages: list[dict[str, Any]], tools: list[dict[str, Any]], **_: Any) -> LLMResponse:
+        n = next(calls)
+        return LLMResponse(tool_calls=[ToolCall(f"a{n}", "add", json.dumps({"a": n, "b": 1})),
+                                       ToolCall(f"b{n}", "add", json.dumps({"a": n, "b": 2}))])  # fmt: skip
+
+    llm = FunctionLLM(two_at_a_time)
+    pattern = ReAct(max_steps=5, max_parallel_tools=2, compactor=ContextCompactor(max_tokens=200, keep_last=2))
+    result = await pattern.execute(llm, "count " * 20, tools=[Tool(add)])
+    assert sum(s.kind == "compaction" for s in result.trace) >= 2
+    for request in llm.requests[1:]:
+        roles = [m["role"] for m in request.messages]
+        assert roles[-3:] == ["assistant", "tool", "tool"], roles
+        asked = {c["id"] for m in request.messages for c in m.get("tool_calls") or []}
+        assert {m["tool_call_id"] for m in request.messages if m["role"] == "tool"} == asked
 
 
 # -- registry and package rules ---------------------------------------------------------------------

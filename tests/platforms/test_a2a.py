@@ -104,6 +104,8 @@ class A2AClient(ContractClient):
 
 
 class TestA2APlatform(PlatformContract):
+    replies_between_messages = False  # a reply belongs to the task of a message
+
     def make_platform(self) -> Platform:
         return A2APlatform("127.0.0.1", 0)
 

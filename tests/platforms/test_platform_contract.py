@@ -70,6 +70,10 @@ class WebSocketClient(ContractClient):
     async def close(self) -> None:
         await self.client.close()
 
+    async def decide(self, call_id: str, approved: bool, reason: str = "") -> bool:
+        await self.client.send({"type": "approval", "call_id": call_id, "approved": approved, "reason": reason})
+        return True
+
 
 class TestWebSocketPlatform(PlatformContract):
     def make_platform(self) -> Platform:
@@ -251,4 +255,4 @@ def test_the_kit_runs_without_pytest_asyncio_auto_mode(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     # Strict mode skips an async test it was not told about (with a warning): none may be skipped.
-    assert "9 passed" in result.stdout and "skipped" not in result.stdout, result.stdout
+    assert "10 passed" in result.stdout and "skipped" not in result.stdout, result.stdout

@@ -96,6 +96,16 @@ async def test_version_1_turns_show_in_the_timeline(tmp_path: Path) -> None:
                                  "v1-model react call 2 (thought) → calls final_answer"]  # fmt: skip
 
 
+async def test_version_1_turns_export_as_spans_of_their_loop(tmp_path: Path) -> None:
+    from baf.telemetry import spans_from_records
+
+    path = copy_cut(tmp_path, "")
+    loops = {sid: [span.attributes["baf.loop"] for span in spans_from_records(await read_records(path, sid))
+                   if span.name.startswith("chat ")] for sid in ("reasoning-1", "pipeline-1")}  # fmt: skip
+    assert loops == {"reasoning-1": ["reasoning"] * 4,
+                     "pipeline-1": ["lookup_stage", "lookup_stage", "write_stage", "write_stage"]}  # fmt: skip
+
+
 @pytest.mark.parametrize("session_id", ["reasoning-1", "react-1", "pipeline-1"])
 async def test_version_1_sessions_rerun_identically(tmp_path: Path, session_id: str) -> None:
     path = copy_cut(tmp_path, "")

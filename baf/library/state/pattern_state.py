@@ -18,11 +18,11 @@ like its other records, so a resumed run skips what it had written and finds the
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from baf.core.session import runtime_side
-from baf.errors import LLMError, PatternError
+from baf.errors import ApprovalPending, LLMError, PatternError
 from baf.library.state.pattern_variables import reasoning_variables
 from baf.library.state.recording import session_recorder
 from baf.llm.base import LLM, LLMResponse
@@ -131,7 +131,7 @@ def pattern_body(
         observer.emit(ReasoningStepKind.REASONING_STARTED, 0, f"{pattern.name}: {shown}",
                       {"request": problem, "pattern": pattern.name})  # fmt: skip
         offered = tools if tools is not None else _agent_tools(session)
-        outcome, steps = "error", 0
+        outcome, steps, paused = "error", 0, False
         try:
             working = session_memory(session, recorder) if memory else None
             result: ReasoningResult[Any] = await pattern.execute(
@@ -148,20 +148,24 @@ def pattern_body(
             recorder.record_error("pattern", exc, pattern=pattern.name)
             if reply:
                 recorder.reply(f"{failure_message} ({type(exc).__name__}: {exc})")
+        except ApprovalPending:
+            paused = True  # tool calls wait for a human; the decision continues this run from its records
         finally:
-            observer.emit(ReasoningStepKind.REASONING_FINISHED, steps, f"finished: {outcome}",
-                          {"outcome": outcome, "steps": steps, "pattern": pattern.name})  # fmt: skip
+            if not paused:
+                observer.emit(ReasoningStepKind.REASONING_FINISHED, steps, f"finished: {outcome}",
+                              {"outcome": outcome, "steps": steps, "pattern": pattern.name})  # fmt: skip
 
-    async def resume(session: Session, records: Sequence[Record]) -> None:
-        """Continue the run a crash interrupted; ``records`` are those this body had written."""
+    async def resume(session: Session, records: Sequence[Record], decided: Collection[str] = ()) -> None:
+        """Continue the run a crash interrupted, or one that paused for approval once its calls are
+        ``decided``; ``records`` are those this body had written."""
         starts = [i for i, r in enumerate(records) if r.kind == RecordKind.REASONING_STEP
                   and r.data.get("kind") == ReasoningStepKind.REASONING_STARTED]  # fmt: skip
         if not starts:
             await body(session)  # nothing of it was durable: run it from the start
             return
         written = records[starts[0] :]
-        recorder = session_recorder(session, written, ResumeEffects(written, then=current_effect_source()))
-        await run(session, str(written[0].data["details"]["request"]), recorder)
+        effects = ResumeEffects(written, then=current_effect_source(), decided=decided)
+        await run(session, str(written[0].data["details"]["request"]), session_recorder(session, written, effects))
 
     body.__name__ = "pattern_body"
     body.resume = resume  # type: ignore[attr-defined]  # the engine's resume hook

@@ -19,14 +19,14 @@ interrupted. The same effect sources serve a deterministic re-run (``baf.replay.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pydantic
 
 from baf.core.session import runtime_side
-from baf.errors import ConfigurationError, StructuredOutputError
+from baf.errors import ApprovalPending, ConfigurationError, StructuredOutputError
 from baf.library.state.planning_tools import PLANNING_TOOLS, PlanningCall, planning_call
 from baf.library.state.reasoning_guards import (
     COMPACTION_PROMPT,
@@ -210,14 +210,16 @@ def reasoning_body(
             return  # entered without a user message (e.g. at session start): nothing to answer
         await _run_reasoning_loop(_ReasoningRun(session, config, request))
 
-    async def resume(session: Session, records: Sequence[Record]) -> None:
-        """Continue the invocation a crash interrupted; ``records`` are those this body had written."""
+    async def resume(session: Session, records: Sequence[Record], decided: Collection[str] = ()) -> None:
+        """Continue the invocation a crash interrupted, or one that paused for approval once its calls
+        are ``decided``; ``records`` are those this body had written."""
         starts = [i for i, r in enumerate(records) if _step_kind(r) == ReasoningStepKind.REASONING_STARTED]
         if not starts:
             await reasoning(session)  # nothing of it was durable: run it from the start
             return
         written = records[starts[0] :]
-        recorder = session_recorder(session, written, ResumeEffects(written, then=current_effect_source()))
+        effects = ResumeEffects(written, then=current_effect_source(), decided=decided)
+        recorder = session_recorder(session, written, effects)
         request = str(written[0].data["details"]["request"])
         await _run_reasoning_loop(_ReasoningRun(session, config, request, recorder))
 
@@ -299,8 +301,16 @@ async def _run_reasoning_loop(run: _ReasoningRun) -> None:
         outcome = "max_steps"
     except _AnswerError as exc:
         outcome = exc.outcome
+    except ApprovalPending:
+        # Tool calls wait for a human: the step ends here, unfinished on purpose. The decision continues
+        # this invocation from its records (``baf.reasoning.approval``), which must not hold an end yet.
+        outcome = _AWAITING_APPROVAL
     finally:
-        run.finish(step, outcome)
+        if outcome != _AWAITING_APPROVAL:
+            run.finish(step, outcome)
+
+
+_AWAITING_APPROVAL = "awaiting_approval"
 
 
 class _AnswerError(Exception):
@@ -483,11 +493,13 @@ class _ReasoningRun:
                       f"{call.name} {'failed' if outcome.is_error else 'returned'}", details)  # fmt: skip
 
         prepare = self._prepare if self.task_list is not None else None
-        await self.runner.run(step, calls, self.current_tools(), after_call=after_call, prepare=prepare,
+        # Against the tools this turn's request offered (``call_llm`` read them): the ones the model chose
+        # from. Reading the agent's registry again cost ~1 % of a turn (bench/ab_instructions.py).
+        await self.runner.run(step, calls, self._tools, after_call=after_call, prepare=prepare,
                               always_live=_is_planning_tool)  # fmt: skip
 
     def _prepare(self, call: ToolCall, tool: Tool) -> PlanningCall | None:
-        """A planning call gets the task list, through a context variable of the call's own task."""
+        """A planning call gets the task list through a context variable, set in the task the call runs in."""
         if self.task_list is None or call.name not in PLANNING_TOOLS:
             return None
         planning = PlanningCall(self.task_list)

@@ -260,6 +260,71 @@
     scrollDown();
   }
 
+  // -- approvals: a tool call waiting for a human's decision ------------------------------------------
+
+  // One card per waiting call, found by its call id (a history redraw finds the card a live frame made).
+  function approvalCard(callId) {
+    return messages.querySelector('.approval[data-call-id="' + CSS.escape(String(callId)) + '"]');
+  }
+
+  function addApproval(request) {
+    if (approvalCard(request.call_id)) return;
+    const card = el("div", "approval");
+    card.dataset.callId = String(request.call_id);
+    card.dataset.state = "waiting";
+    card.appendChild(el("div", "approval-title", "Approval needed: " + request.tool));
+    card.appendChild(el("pre", "approval-arguments", pretty(request.arguments)));
+    const reason = el("input", "approval-reason");
+    reason.type = "text";
+    reason.placeholder = "Reason (optional, told to the model when you deny)";
+    reason.setAttribute("aria-label", "Reason");
+    const row = el("div", "approval-buttons");
+    const approve = el("button", "approve", "Approve");
+    const deny = el("button", "deny", "Deny");
+    [approve, deny].forEach((button) => { button.type = "button"; });
+    approve.addEventListener("click", () => decide(card, true, reason.value));
+    deny.addEventListener("click", () => decide(card, false, reason.value));
+    row.append(approve, deny, reason);
+    card.appendChild(row);
+    card.appendChild(el("div", "approval-outcome muted"));
+    if (currentTrace) currentTrace.dataset.state = "waiting";
+    messages.appendChild(card);
+    scrollDown();
+  }
+
+  function decide(card, approved, reason) {
+    if (card.dataset.state !== "waiting") return;
+    if (send({ type: "approval", call_id: card.dataset.callId, approved, reason })) {
+      settleApproval(card, approved ? "approved" : "denied", reason);
+    }
+  }
+
+  function settleApproval(card, state, reason, by) {
+    if (!card) return;
+    card.dataset.state = state;
+    card.querySelectorAll("button, input").forEach((control) => { control.disabled = true; });
+    const words = { approved: "Approved", denied: "Denied", expired: "Expired: a new message was sent first" };
+    let text = words[state] || state;
+    if (by) text += " by " + by;
+    if (reason) text += ": " + reason;
+    card.querySelector(".approval-outcome").textContent = text;
+    if (currentTrace && currentTrace.dataset.state === "waiting") currentTrace.dataset.state = "running";
+  }
+
+  function expireWaitingApprovals() {
+    // A new message expires what still waits (the agent does the same: docs/human_approval.md).
+    messages.querySelectorAll('.approval[data-state="waiting"]').forEach((card) => settleApproval(card, "expired"));
+  }
+
+  function approvalHistory(item) {
+    if (item.type === "approval_request") addApproval(item);
+    else if (item.type === "approval_decision") {
+      settleApproval(approvalCard(item.call_id), item.approved ? "approved" : "denied", item.reason, item.by);
+    } else if (item.type === "approval_expired") {
+      (item.call_ids || []).forEach((id) => settleApproval(approvalCard(id), "expired"));
+    }
+  }
+
   // -- tasks ----------------------------------------------------------------------------------------
 
   function showTasks(tasks) {
@@ -312,6 +377,7 @@
       else if (item.type === "reasoning_step") addStep(item.step);
       else if (item.type === "task_list") showTasks(item.tasks || []);
       else if (item.type === "error") addError(item.message);
+      else if (item.type.startsWith("approval_")) approvalHistory(item);
     });
     echoes = [];
     if (frame.truncated && after === 0) messages.prepend(el("p", "muted", "Older history is not shown."));
@@ -344,6 +410,7 @@
     reply_delta: showDelta,
     reasoning_step(frame) { if (fresh(frame)) addStep(frame.step || {}); },
     task_list(frame) { if (fresh(frame)) showTasks(frame.tasks || []); },
+    approval_request(frame) { if (fresh(frame)) addApproval(frame); },
     error(frame) {
       if (frame.code === "bad_token") {
         // The server no longer knows this token (it expired, or the server's secret changed): start afresh.
@@ -370,6 +437,7 @@
     if (!text.trim()) return;
     if (send({ type: "message", text })) {
       hideBanner();
+      expireWaitingApprovals();
       addUser(text, true);
     }
   }

@@ -36,15 +36,24 @@ class MCPTool(Tool):
         server: The name the server was added under (``agent.add_mcp_server(name, ...)``).
         caller: What runs a call (the server connection, or the re-run guard).
         timeout: Seconds a call may take; ``None`` leaves it to the reasoning state's ``tool_timeout``.
+        requires_approval: Each call waits for a human decision (``docs/human_approval.md``).
     """
 
-    def __init__(self, listed: ListedTool, server: str, caller: Caller, timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        listed: ListedTool,
+        server: str,
+        caller: Caller,
+        timeout: float | None = None,
+        requires_approval: bool = False,
+    ) -> None:
         # Not Tool.__init__: that derives the schema from a Python signature; here the server gives it.
         self.fn = caller
         self.name = listed.name
         self.description = listed.description
         self.timeout = timeout
         self.idempotent = False  # nothing says a remote tool is; a crash mid-call is reported, not repeated
+        self.requires_approval = requires_approval
         self.server = server
         self.mcp_name = listed.mcp_name
         self._is_async = True

@@ -48,8 +48,8 @@ class MCPToolset:
         cwd: Working directory of a stdio server.
         start_timeout: Seconds the server has to start and list its tools.
         max_restarts: How many times a server that died is started again per runtime start.
-        requires_approval: Must be ``False``: baf has no human approval of tool calls yet, and a
-            setting that asks for approval is refused rather than silently ignored.
+        requires_approval: Each call of the server's tools waits for a human decision before it runs
+            (``docs/human_approval.md``).
 
     Raises:
         ConfigurationError: anything above out of its range, or the ``mcp`` extra not installed.
@@ -74,11 +74,8 @@ class MCPToolset:
         if not isinstance(name, str) or not _SERVER_NAME_RE.match(name):
             raise ConfigurationError(f"MCP server name {name!r} must match ^[A-Za-z0-9_-]{{1,40}}$")
         where = f"MCP server {name!r}"
-        if requires_approval:
-            raise ConfigurationError(
-                f"{where}: requires_approval=True is not supported: baf has no human approval of tool calls "
-                "yet, and running the tools without it would ignore what you asked for"
-            )
+        if not isinstance(requires_approval, bool):
+            raise ConfigurationError(f"{where}: requires_approval must be True or False")
         if (command is None) == (url is None):
             raise ConfigurationError(f"{where}: give either command=[...] (stdio) or url=... (HTTP), not both")
         if command is not None:
@@ -105,6 +102,7 @@ class MCPToolset:
         self.prefix = resolved_prefix
         self.wanted: tuple[str, ...] | None = tuple(tools) if tools is not None else None
         self.timeout = timeout
+        self.requires_approval = requires_approval
         self.spec = ServerSpec(name, tuple(command) if command is not None else None, url, dict(headers or {}),
                                dict(env) if env is not None else None, cwd, start_timeout, max_restarts)  # fmt: skip
         self.logger = logging.getLogger(f"baf.mcp.{name}")
@@ -184,7 +182,9 @@ class MCPToolset:
             )
         for problem in problems:
             self.logger.warning("MCP server %r: tool %s; not offered to the model", self.name, problem)
-        self._tools = {t.name: MCPTool(t, self.name, self._call, self.timeout) for t in selection.tools}
+        self._tools = {
+            t.name: MCPTool(t, self.name, self._call, self.timeout, self.requires_approval) for t in selection.tools
+        }
 
     def _tools_from_log(self, schemas: list[dict[str, Any]]) -> dict[str, MCPTool]:
         """The server's tools as a recorded session offered them (a re-run connects nothing)."""
@@ -197,7 +197,7 @@ class MCPToolset:
                 continue
             listed = ListedTool(name[len(self.prefix):], name, str(function.get("description") or ""),
                                 dict(function.get("parameters") or {"type": "object"}))  # fmt: skip
-            tools[name] = MCPTool(listed, self.name, self._call, self.timeout)
+            tools[name] = MCPTool(listed, self.name, self._call, self.timeout, self.requires_approval)
         return tools
 
     async def _call(self, mcp_name: str, arguments: dict[str, Any]) -> str:

@@ -1,0 +1,54 @@
+"""The terminal platform asks about a tool call waiting for approval before the next message."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+
+from rich.console import Console
+
+from baf import Agent
+from baf.library.state.reasoning_state_library import new_reasoning_state
+from baf.log.record import RecordKind
+from baf.platforms.terminal import TerminalPlatform
+from baf.testing.llms import ScriptedLLM
+
+
+async def test_the_terminal_prompts_for_a_decision_and_sends_it() -> None:
+    ran: list[str] = []
+    llm = ScriptedLLM([
+        ScriptedLLM.tool_call("remove", {"name": "a"}), "removed a",
+        ScriptedLLM.tool_call("remove", {"name": "b"}), "kept b",
+    ])  # fmt: skip
+    agent = Agent("term", log="memory://")
+
+    @agent.tool(requires_approval=True)
+    def remove(name: str) -> str:
+        """Remove something."""
+        ran.append(name)
+        return f"removed {name}"
+
+    state = new_reasoning_state(agent, llm, enable_task_planning=False)
+    state.when_event().go_to(state)
+    read_end, write_end = os.pipe()
+    output = io.StringIO()
+    platform = TerminalPlatform("t", console=Console(file=output, width=100), input_fd=read_end)
+    agent.add_platform(platform)
+    os.write(write_end, b"remove a\ny\nremove b\nb is still needed\n")
+    os.close(write_end)
+    try:
+        async with agent:
+            assert platform._reader is not None
+            await asyncio.wait_for(platform._reader, 20)  # ends at the end of the input
+            records = await agent.log.read("t")
+    finally:
+        os.close(read_end)
+    assert ran == ["a"]
+    shown = output.getvalue()
+    assert "approval needed" in shown and 'remove({"name": "a"})' in shown
+    assert "approve remove? [y/N, or a reason to deny]" in shown
+    assert "removed a" in shown and "kept b" in shown
+    decided = [r.data for r in records if r.kind == RecordKind.APPROVAL_DECIDED]
+    assert [(d["approved"], d["reason"]) for d in decided] == [(True, ""), (False, "b is still needed")]
+    assert all(d["by"].startswith("terminal user") for d in decided)
