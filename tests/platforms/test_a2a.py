@@ -78,11 +78,18 @@ class A2AClient(ContractClient):
         return cls(await create_client(url, ClientConfig(streaming=True, httpx_client=http)), http)
 
     async def send(self, text: str) -> None:
-        self.readers.append(asyncio.ensure_future(self._read(text)))
-        await asyncio.sleep(0.05)  # the messages of one user leave in the order they were sent
+        # The next message leaves only once the server has answered this one's stream with its first event
+        # (the message is then in the session's queue), so one user's messages arrive in the order sent.
+        accepted = asyncio.Event()
+        reader = asyncio.ensure_future(self._read(text, accepted))
+        self.readers.append(reader)
+        waiting = asyncio.ensure_future(accepted.wait())
+        await asyncio.wait([waiting, reader], timeout=10, return_when=asyncio.FIRST_COMPLETED)
+        waiting.cancel()
 
-    async def _read(self, text: str) -> None:
+    async def _read(self, text: str, accepted: asyncio.Event) -> None:
         async for response in self.client.send_message(_user_message(text, self.context_id)):
+            accepted.set()
             if response.HasField("artifact_update"):
                 self.outputs.put_nowait(Output("reply", _text(response.artifact_update.artifact.parts), response))
             elif response.HasField("status_update"):
