@@ -288,6 +288,9 @@
     card.appendChild(row);
     card.appendChild(el("div", "approval-outcome muted"));
     if (currentTrace) currentTrace.dataset.state = "waiting";
+    // What the model wrote with the call is not an answer (a history has no bubble for it): drop it, so the
+    // answer that follows the decision is streamed into a new bubble below the card, where a reload puts it.
+    dropStreaming();
     messages.appendChild(card);
     scrollDown();
   }
