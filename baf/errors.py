@@ -26,6 +26,7 @@
     │   ├── LogStorageError         the store's file or database failed (damaged, unreadable, disk
     │   │                           error); names the path, and the session and seq where known
     │   ├── LogReadOnlyError        append on a store opened read-only
+    │   ├── LogInUseError           another process writes this SQLite log; names the file and the holder
     │   └── LeaseLostError          this worker no longer owns the session (another took it over)
     ├── LLMError                    the model could not be used
     │   ├── LLMConnectionError      the server could not be reached, or its streamed answer broke off
@@ -85,6 +86,7 @@ __all__ = [
     "LogClosedError",
     "LogConflictError",
     "LogError",
+    "LogInUseError",
     "LogReadOnlyError",
     "LogStorageError",
     "PathEscapeError",
@@ -253,6 +255,21 @@ class LogStorageError(LogError):
 
 class LogReadOnlyError(LogError):
     """``append`` on a store opened read-only (``SQLiteLog(path, read_only=True)``); nothing was written."""
+
+
+class LogInUseError(LogError):
+    """A second process opened a SQLite log for writing while another writes it (one writing process per
+    file: ``baf.log.sqlite_lock``). ``path`` is the log; ``holder`` says which process holds it (pid, host,
+    command line) when it could be read. Reading (``read_only=True``) is not refused."""
+
+    def __init__(self, path: object, holder: str | None = None) -> None:
+        who = f"by {holder}" if holder else "by another process"
+        super().__init__(
+            f"{path}: this SQLite log is already open for writing {who}; a SQLite log has one writing process "
+            "(stop that one, open the log read-only, or use PostgreSQL for many workers: baf serve)"
+        )
+        self.path = path
+        self.holder = holder
 
 
 class LeaseLostError(LogError):

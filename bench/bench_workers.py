@@ -7,7 +7,8 @@ Part 1. ``--sessions`` sessions (default 200) each get one message, answered aft
 - ``sqlite x1``: one process, the agent's own runtime over a SQLite file (durability normal);
 - ``postgres x1`` / ``postgres x2``: one or two worker processes (``python -m baf.serve.process worker``)
   over PostgreSQL; the messages are posted to the inbox all at once, as a platform's worker forwards them,
-  and the clock stops when the last reply record is committed (seen through the records channel).
+  and the clock stops when every session has answered (its reply and the end of its step committed: the
+  unfinished-work index is empty).
 
 Part 2. Framework time per model turn with a zero-latency model (one session, 10 tool turns, median of
 ``--reps`` messages), SQLite against PostgreSQL, in the same run; target: PostgreSQL within 1.5x.
@@ -40,7 +41,7 @@ from rich.table import Table
 
 from baf.core.events import ReceiveTextEvent
 from baf.log.postgres import PostgresLog
-from baf.log.postgres_inbox import RECORDS_CHANNEL, Inbox
+from baf.log.postgres_inbox import Inbox
 
 HERE = Path(__file__).resolve().parent
 AGENT = HERE / "workers_agent.py"
@@ -118,27 +119,29 @@ async def post(inbox: Inbox, session_id: str) -> None:
 
 
 class Replies:
-    """Waits until every session has a reply record committed: told by the records channel which sessions
-    committed something, it checks those (and only those) every 5 ms, through the primary key."""
+    """Waits until every session has answered: every session is in the log and none has work left (the
+    ``baf_work`` index, kept by every commit, is empty: the reply and the step's end are committed). Checked
+    every 5 ms with two index-only counts, which cost the server little next to the run."""
 
     def __init__(self, connection: asyncpg.Connection, session_ids: list[str]) -> None:
         self.connection = connection
-        self.waiting = set(session_ids)
-        self.touched: set[str] = set()
+        self.count = len(session_ids)
 
     async def listen(self) -> None:
-        await self.connection.add_listener(RECORDS_CHANNEL, lambda *args: self.touched.add(args[3]))
+        pass
 
     async def wait(self) -> None:
-        while self.waiting:
+        while True:
             await asyncio.sleep(0.005)
-            touched, self.touched = self.touched & self.waiting, set()
-            if touched:
-                rows = await self.connection.fetch(
-                    "SELECT DISTINCT session_id FROM baf_records WHERE session_id = ANY($1::text[]) AND kind = 'reply'",
-                    list(touched),
-                )
-                self.waiting -= {row[0] for row in rows}
+            done = await self.connection.fetchval(
+                "SELECT (SELECT count(*) FROM baf_sessions) = $1 AND NOT EXISTS (SELECT 1 FROM baf_work) "
+                "AND NOT EXISTS (SELECT 1 FROM baf_inbox)",
+                self.count,
+            )
+            if done:
+                replies = await self.connection.fetchval("SELECT count(*) FROM baf_records WHERE kind = 'reply'")
+                assert replies == self.count, f"{replies} replies for {self.count} sessions"
+                return
 
 
 async def per_turn(url: str, reps: int, tool_turns: int = 10) -> float:

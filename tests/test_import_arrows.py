@@ -46,6 +46,7 @@ ONLY: dict[tuple[str, str], set[str]] = {
         "baf.reasoning.skill",
         "baf.reasoning.workspace",
         "baf.reasoning.toolset",
+        "baf.reasoning.step",  # ReasoningStep, rebuilt from its record for delivery from the log
     },
     ("llm", "log"): {"baf.log.redaction"},
 }
@@ -229,7 +230,8 @@ def test_the_check_sees_wrong_arrows(tmp_path: Path) -> None:
         ("baf.replay", True): "core does not depend on replay",
         ("baf.library.demo", True): "core does not depend on library",
         ("baf.reasoning.effects", False): (
-            "core uses only ['baf.reasoning.approval', 'baf.reasoning.skill', 'baf.reasoning.tool', "
+            "core uses only ['baf.reasoning.approval', 'baf.reasoning.skill', 'baf.reasoning.step', "
+            "'baf.reasoning.tool', "
             "'baf.reasoning.toolset', 'baf.reasoning.workspace'] of reasoning"
         ),
     }

@@ -18,10 +18,11 @@ import logging
 import threading
 import traceback
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from baf.core.delivery import platform_call_of
 from baf.core.session import Delivery, Session
 from baf.core.writer import SessionWriter
 from baf.errors import LogClosedError
@@ -233,6 +234,26 @@ class LiveSession:
     async def _enqueue_and_commit(self, send: Callable[[], Awaitable[None]], seq: int | None = None) -> None:
         self._outbox.append((send, self.projection.last_seq if seq is None else seq))
         await self.commit()
+
+    def show_recorded(self, records: Sequence[Record]) -> int:
+        """Fold ``records``, which another worker wrote to this session (the next ones in the log), and
+        queue the platform calls that show them (``baf.core.delivery``) for the next :meth:`commit`, each
+        with its record's seq: a session this runtime follows rather than runs delivers them so, in order,
+        exactly once. Records already folded are skipped; returns how many were new."""
+        shown = 0
+        projection = self.projection
+        for record in records:
+            if record.seq <= projection.last_seq:
+                continue
+            projection.apply(record)
+            shown += 1
+            call = platform_call_of(record)
+            if call is None or self.platform is None:
+                continue
+            send = getattr(self.platform, call[0], None)
+            if send is not None:
+                self._outbox.append((functools.partial(send, self.session, *call[1]), record.seq))
+        return shown
 
     @property
     def delivery_seq(self) -> int | None:

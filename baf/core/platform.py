@@ -50,6 +50,18 @@ class Platform:
     async def stop(self) -> None:
         """Stop accepting traffic and release resources. Called by ``agent.stop()``."""
 
+    def has_client(self, session_id: str) -> bool:
+        """Whether a client of ``session_id`` is connected to this platform in this process now, waiting
+        for what the session shows. A worker among many (``baf.serve``) shows such a session even while
+        another worker runs it, by following its log. Default ``False``: a platform that reaches its users
+        through a service (a bot API) is served by whichever worker runs the session."""
+        return False
+
+    def share_with_workers(self) -> None:
+        """Called by ``baf.serve`` before :meth:`start`, in each of several worker processes running this
+        agent on one host: a platform that listens on a port lets them all listen on it (the WebSocket
+        platform: ``SO_REUSEPORT``, the kernel spreads the connections). Default: nothing."""
+
     async def reply(self, session: Session, message: str) -> None:
         """Send a text reply (Markdown allowed) to the session's user."""
         raise NotImplementedError(f"{type(self).__name__} must implement reply()")

@@ -3,7 +3,9 @@
 A plain runtime handles every session it is given. A worker (``baf.serve``) runs its runtime with a
 :class:`SessionRouter`: before a session is loaded the runtime asks ``claim`` (take the session's lease);
 a message for a session another worker owns is ``forward``\\ ed to that owner (through the durable inbox),
-and a session whose lease was lost is dropped without another write (``Runtime.drop``).
+and a session whose lease was lost is dropped without another write (``Runtime.drop``). A session another
+worker runs, whose client is connected here, is ``follow``\\ ed: its replies reach the client by reading
+the log.
 """
 
 from __future__ import annotations
@@ -30,4 +32,10 @@ class SessionRouter(Protocol):
 
     async def release(self, session_id: str) -> None:
         """This runtime no longer holds ``session_id`` (stopped, or dropped it)."""
+        ...
+
+    def follow(self, session_id: str) -> None:
+        """The runtime shows ``session_id``, which another worker runs, on a platform
+        (``Runtime.follow``): keep it current, delivering the records committed after the last one shown
+        (``LiveSession.show_recorded``) until no client of it is left here."""
         ...

@@ -15,6 +15,7 @@ import weakref
 from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from baf.core.cache import SessionCache
@@ -170,6 +171,8 @@ class Runtime:
         # (Python cannot stop it), and enough of those must not leave sync bodies without threads.
         self._tool_executor = DaemonThreadPool(max_workers=threads, thread_name_prefix="baf-tool")
         self._loading: dict[str, asyncio.Future[LiveSession]] = {}
+        # Sessions another worker runs that this one shows on its platforms (see follow()).
+        self._followed: dict[str, LiveSession] = {}
         self._wanted: dict[str, int] = {}  # callers waiting for a session's load, by session id
         self._stopped = False
         self._toolsets_started = False
@@ -309,6 +312,7 @@ class Runtime:
                     item.done.cancel()
             mailbox.clear()
         self._live.close()
+        self._followed.clear()  # views only: nothing of theirs is waiting to be written
         for live in self._live.values():
             # An abandoned body thread may still call the session: nothing more may reach the log.
             live.close()
@@ -347,8 +351,52 @@ class Runtime:
 
     async def get_or_create(self, session_id: str, platform: Platform | None = None) -> Session:
         """The session ``session_id``; loaded from the log, or started fresh (its initial body queued)
-        if the log has none."""
+        if the log has none.
+
+        Under a router, a session another worker runs is not loaded here: what comes back is the session
+        as this worker follows it (:meth:`follow`), read-only, kept current from the log and shown on
+        ``platform``."""
+        if self.router is not None and session_id not in self._live:
+            self._check_session_id(session_id)
+            if not await self.router.claim(session_id):
+                return (await self.follow(session_id, platform)).session
         return (await self._get_live(session_id, platform)).session
+
+    # -- sessions other workers run -------------------------------------------------------------
+
+    @property
+    def followed(self) -> Mapping[str, LiveSession]:
+        """The sessions this runtime follows (another worker runs them), by id: a read-only view."""
+        return MappingProxyType(self._followed)
+
+    async def follow(self, session_id: str, platform: Platform | None = None) -> LiveSession:
+        """Show ``session_id``, which another worker runs, on ``platform``: a read-only session folded from
+        the log, which the router keeps current (``SessionRouter.follow``: it reads the records committed
+        after the last one shown, :meth:`LiveSession.show_recorded`, and delivers them). Writing to it
+        raises ``LogClosedError``; a platform reads and binds it as it would a session it runs
+        (``read_delivered``). Only under a router."""
+        if self.router is None:
+            raise ConfigurationError("only a worker among many (a runtime with a router) follows sessions")
+        live = self._followed.get(session_id)
+        if live is None:
+            projection, _ = await self._fold(session_id)
+            live = self._followed.get(session_id)  # followed by another caller meanwhile
+            if live is None:
+                live = self._view(projection, platform)
+        if platform is not None and live.platform is None:
+            live.platform = platform
+        self.router.follow(session_id)
+        return live
+
+    def unfollow(self, session_id: str) -> LiveSession | None:
+        """Stop following ``session_id`` (no client of it is left here, or this runtime now runs it)."""
+        return self._followed.pop(session_id, None)
+
+    def _view(self, projection: SessionProjection, platform: Platform | None) -> LiveSession:
+        live = LiveSession(self, SessionWriter(self.log, projection, self.agent.redactor), platform)
+        live.close("another worker runs it; this worker only shows it (following the log)")
+        self._followed[live.id] = live
+        return live
 
     def _check_session_id(self, session_id: str) -> None:
         """Refuse an id that is not a non-empty string, or that holds one of the agent's secrets: ids are
@@ -464,6 +512,11 @@ class Runtime:
         if self._machine is not None and live.machine_model is not None:
             self._machine.remove_model(live.machine_model)
         if self.router is not None:  # a worker gives the session up: any worker may take its next message
+            if live.platform is not None and live.platform.has_client(live.id):
+                # Followed from here on, from its last record (every one was delivered: it was at rest),
+                # before the lease goes and another worker may write.
+                self._view(live.projection, live.platform)
+                self.router.follow(live.id)
             releasing = asyncio.ensure_future(self.router.release(live.id))
             self._releasing.add(releasing)
             releasing.add_done_callback(self._released)
@@ -492,6 +545,8 @@ class Runtime:
     ) -> tuple[LiveSession | None, asyncio.Future[None]]:
         """:meth:`receive`, and the session that took the event (``None``: forwarded to its owner)."""
         data = {"event": event.to_data(), "text": event.text}
+        if event.delivery_id is not None:
+            data["delivery"] = event.delivery_id
         if data["text"] is not None and not isinstance(data["text"], str):
             # The fold reads it as the conversation's text: refused here, not found corrupt on a restart.
             raise ValueError(f"{type(event).__name__}.text must be a string or None, got {type(data['text']).__name__}")
@@ -502,11 +557,23 @@ class Runtime:
         if self.router is not None and event.session_id not in self._live:
             self._check_session_id(event.session_id)  # before a lease or an inbox row stores it
             if not await self.router.claim(event.session_id):  # another worker owns it: its inbox takes it
+                if platform is not None:
+                    # Followed before the owner can record the message: its replies come after the view.
+                    await self.follow(event.session_id, platform)
                 await self.router.forward(event.session_id, data, platform)
                 forwarded: asyncio.Future[None] = asyncio.get_running_loop().create_future()
                 forwarded.set_result(None)
                 return None, forwarded
         live = await self._get_live(event.session_id, platform)
+        recorded_at = live.projection.deliveries.get(event.delivery_id) if event.delivery_id is not None else None
+        if recorded_at is not None:
+            # Delivered again (its source did not hear it was taken, e.g. a crash before the platform
+            # confirmed it): recorded once, at that seq, and handled there; nothing more to do.
+            logger.info("session %s: delivery %s was recorded at seq %d; not taken again", live.id,
+                        event.delivery_id, recorded_at)  # fmt: skip
+            taken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            taken.set_result(None)
+            return live, taken
         if live.projection.holding:
             # A new message to a fork is the user continuing it: what it held comes first, in order.
             self._release_held(live)

@@ -213,7 +213,7 @@ class _Builder:
             if key is not None and len(key) >= 6:
                 self.agent.mark_secret(key)
             return LLMOpenAI(spec.model, parameters=spec.parameters, base_url=spec.base_url, api_key=key,
-                             timeout=spec.timeout)  # fmt: skip
+                             timeout=spec.timeout, stream=spec.stream)  # fmt: skip
         if spec.offline_script is not None:
             return OfflineScriptLLM(spec.offline_script, name=f"offline:{spec.model}",
                                     hint=f"set {spec.api_key_env} to use {spec.model}")  # fmt: skip

@@ -63,6 +63,11 @@ class LLMSpec(_Model):
         default_factory=dict, description="Request fields sent with every call (`temperature`, `max_tokens`, ...)."
     )
     timeout: float = Field(60.0, gt=0, description="Seconds one attempt may take.")
+    stream: bool = Field(
+        False,
+        description="Stream answers: platforms show each one as it is written (`reply_delta`); only the "
+        "complete answer is recorded.",
+    )
     offline_script: list[str] | None = Field(
         None,
         description="Answers an offline model (`baf.library.offline_llm.OfflineScriptLLM`) plays in order, one "

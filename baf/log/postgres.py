@@ -13,7 +13,7 @@ refused with a ``LogError``; see ``baf.log.postgres_schema``):
 one statement, so appends that arrive together (from many sessions) share one round trip and one WAL flush.
 The writer has a connection of its own (appends never wait for readers). It computes the unfinished-work
 index from what it knows of each session's last append, so the common group needs no read first (see
-``_Known``). If the statement is refused as a whole (a conflict, a lost lease, an inbox row gone),
+``Known``). If the statement is refused as a whole (a conflict, a lost lease, an inbox row gone),
 nothing of it was written and the group is committed again append by append, each in a savepoint of its
 own: the refused append fails alone (``LogConflictError``, ``LeaseLostError``, ``LogError``) while the rest
 commits. When the transaction itself fails (the connection dropped, the server restarted) every append of
@@ -29,6 +29,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
+import secrets
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
@@ -46,80 +48,23 @@ from baf.errors import (
 )
 from baf.log import upcast as upcast_module
 from baf.log.jsontext import decode_json, encode_json
-from baf.log.postgres_inbox import RECORDS_CHANNEL
+from baf.log.postgres_batch import Coalescer
+from baf.log.postgres_commit import Batch, Known, Plan, Refused, Row, Stored, stored_work
 from baf.log.postgres_schema import SCHEMA_VERSION, prepare_schema
-from baf.log.record import Record, RecordKind
+from baf.log.record import Record
 from baf.log.store import SessionLog, check_appendable, missing_record
-from baf.log.work import IDLE, WORK_KINDS, WorkStatus, work_after
 
 if TYPE_CHECKING:
     import asyncpg
 
 __all__ = ["SCHEMA_VERSION", "PostgresLog", "decode_row", "encode_row", "redact_dsn"]
 
-# One statement commits a whole group of appends (any sessions), so that the common group costs one round trip
-# whatever its size: it checks the fences, registers new sessions, inserts the records, deletes the inbox rows
-# the appends consume, keeps the unfinished-work index and notifies RECORDS_CHANNEL per session (delivered at
-# commit). Every write is conditioned on ``ok``, so that ``ok`` false means nothing was written:
-# - with ``{fence}`` (a worker's store), every lease ($7 sessions, $8 epochs, owner $9) still has its epoch,
-#   read under FOR KEY SHARE, which a takeover (SELECT ... FOR UPDATE first, see postgres_leases) waits for
-#   and which heartbeats (updates of no key column) do not;
-# - every inbox row to consume ($11 sessions, $12 ids) is still there, locked FOR UPDATE first: a row another
-#   transaction deleted is skipped by the lock (after waiting for it), so the count comes out short.
-# The work index's new statuses are computed by the writer from the statuses it knows (see ``_Known``); the
-# statement only stores them.
-_GROUP_TEMPLATE: Final = """
-WITH {fence_cte}inbox AS MATERIALIZED (
-    SELECT i.id FROM baf_inbox i JOIN unnest($11::text[], $12::bigint[]) AS c(s, id)
-    ON i.session_id = c.s AND i.id = c.id FOR UPDATE OF i
-), ok AS (
-    SELECT {fence_ok} AND (SELECT count(*) FROM inbox) = cardinality($12::bigint[]) AS ok
-), new_sessions AS (
-    INSERT INTO baf_sessions (session_id)
-    SELECT s FROM unnest($10::text[]) WITH ORDINALITY AS u(s, n) WHERE (SELECT ok FROM ok) ORDER BY n
-    ON CONFLICT DO NOTHING
-), written AS (
-    INSERT INTO baf_records (session_id, seq, kind, data, ts, version)
-    SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::float8[], $6::int[])
-    WHERE (SELECT ok FROM ok)
-), consumed AS (
-    DELETE FROM baf_inbox i USING unnest($11::text[], $12::bigint[]) AS c(s, id)
-    WHERE i.session_id = c.s AND i.id = c.id AND (SELECT ok FROM ok) RETURNING i.id
-), work_gone AS (
-    DELETE FROM baf_work WHERE session_id = ANY($13::text[]) AND (SELECT ok FROM ok)
-), work_set AS (
-    INSERT INTO baf_work (session_id, status, unfinished)
-    SELECT * FROM unnest($14::text[], $15::text[], $16::bool[]) WHERE (SELECT ok FROM ok)
-    ON CONFLICT (session_id) DO UPDATE SET status = EXCLUDED.status, unfinished = EXCLUDED.unfinished
-), notified AS (
-    SELECT pg_notify('{channel}', s) FROM unnest($17::text[]) AS s WHERE (SELECT ok FROM ok)
-)
-SELECT (SELECT ok FROM ok), (SELECT array_agg(id) FROM consumed), (SELECT count(*) FROM notified)
-"""
-_FENCE_CTE: Final = """fence AS (
-    SELECT l.session_id FROM baf_leases l JOIN unnest($7::text[], $8::bigint[]) AS f(s, e)
-    ON l.session_id = f.s AND l.epoch = f.e WHERE l.owner = $9 FOR KEY SHARE OF l
-), """
-_FENCE_OK: Final = "(SELECT count(*) FROM fence) = cardinality($7::text[])"
-# Without fences, $7-$9 are still sent (empty), so both statements take the same arguments.
-_NO_FENCE_OK: Final = "cardinality($7::text[]) + cardinality($8::bigint[]) = 0 AND $9::text IS NULL"
-_GROUP: Final = _GROUP_TEMPLATE.format(fence_cte="", fence_ok=_NO_FENCE_OK, channel=RECORDS_CHANNEL)
-_GROUP_FENCED: Final = _GROUP_TEMPLATE.format(fence_cte=_FENCE_CTE, fence_ok=_FENCE_OK, channel=RECORDS_CHANNEL)
-# What the group statement cannot know: the stored work statuses of sessions the writer has no status for.
-# Locks their rows (an append of the same session elsewhere waits) and reads each session's last seq, so that the
-# status read can be known for the next appends (see ``_Known``).
-_WORK_OF: Final = """
-WITH w AS (SELECT session_id, status FROM baf_work WHERE session_id = ANY($1::text[]) FOR UPDATE)
-SELECT u.s, w.status, (SELECT max(r.seq) FROM baf_records r WHERE r.session_id = u.s)
-FROM unnest($1::text[]) AS u(s) LEFT JOIN w ON w.session_id = u.s
-"""
-#: How many sessions' work statuses a writer keeps (the least recently written are forgotten first).
-_KNOWN_LIMIT: Final = 50_000
 _SELECT: Final = "SELECT seq, kind, data, ts, version FROM baf_records WHERE session_id = $1 AND seq > $2 ORDER BY seq"
 _SELECT_FOR_LOAD: Final = """
-SELECT seq, kind, data, ts, version FROM baf_records WHERE session_id = $1 AND seq >= coalesce(
-    (SELECT max(seq) FROM baf_records WHERE session_id = $1 AND kind = 'snapshot'), 1
-) ORDER BY seq
+SELECT r.session_id, r.seq, r.kind, r.data, r.ts, r.version FROM unnest($1::text[]) AS u(s)
+JOIN baf_records r ON r.session_id = u.s AND r.seq >= coalesce(
+    (SELECT max(x.seq) FROM baf_records x WHERE x.session_id = u.s AND x.kind = 'snapshot'), 1
+) ORDER BY r.session_id, r.seq
 """
 
 _MAX_INT64: Final = 2**63 - 1
@@ -138,26 +83,11 @@ def redact_dsn(dsn: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
-Row = tuple[str, int, str, str, float, int]
-
-
-@dataclass(slots=True)
-class _Batch:
-    """One ``append`` waiting for the writer."""
-
-    rows: list[Row]
-    future: asyncio.Future[None]
-    #: (session, epoch) leases the append must still hold when it commits (fencing), if this store is a worker's.
-    fences: list[tuple[str, int]] | None = None
-    #: Inbox rows (session, ids) this append consumes: deleted in its transaction, exactly once.
-    consumes: tuple[str, list[int]] | None = None
-
-
 @dataclass(slots=True)
 class _Writer:
     """The writer task's state for one opening of the store."""
 
-    queue: list[_Batch] = field(default_factory=list)
+    queue: list[Batch] = field(default_factory=list)
     wakeup: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
     closing: bool = False
@@ -209,7 +139,8 @@ class PostgresLog(SessionLog):
         self._worker_id = worker_id
         # The sessions this worker holds a lease on, with the lease's epoch (see baf.log.postgres_leases).
         self._fences: dict[str, int] = {}
-        self._known = _Known()
+        self._known = Known()
+        self._loads: Coalescer[str, list[Record]] = Coalescer(self._read_for_load_many)
 
     def __repr__(self) -> str:
         return f"PostgresLog({redact_dsn(self._dsn)!r})"
@@ -331,7 +262,7 @@ class PostgresLog(SessionLog):
             if writer.task is not None:
                 await writer.task
         pool, self._pool = self._pool, None
-        self._known = _Known()  # the database may change before the next start
+        self._known = Known()  # the database may change before the next start
         if pool is not None:
             await pool.close()
 
@@ -382,7 +313,7 @@ class PostgresLog(SessionLog):
         if writer is None or writer.closing:
             raise LogClosedError(f"{self!r} is closed")
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        writer.queue.append(_Batch(rows, future, fences, consumes))
+        writer.queue.append(Batch(rows, future, fences, consumes))
         writer.wakeup.set()
         await future
 
@@ -425,7 +356,7 @@ class PostgresLog(SessionLog):
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(connection.close(), 5)
 
-    async def _commit_group(self, connection: asyncpg.Connection, group: list[_Batch]) -> None:
+    async def _commit_group(self, connection: asyncpg.Connection, group: list[Batch]) -> None:
         """Commit ``group`` and settle each append's future.
 
         First all of it at once: one statement (one round trip) when the writer knows the work statuses of
@@ -433,7 +364,7 @@ class PostgresLog(SessionLog):
         is refused (a conflict, a lost lease, an inbox row gone, a value PostgreSQL rejects) nothing of it
         was written, and the group is committed again append by append, each in a savepoint of its own, so
         that only the refused ones fail."""
-        refused: tuple[type[BaseException], ...] = (_Refused, *_refusals())
+        refused: tuple[type[BaseException], ...] = (Refused, *_refusals())
         try:
             await self._commit_together(connection, group)
         except refused:
@@ -460,33 +391,33 @@ class PostgresLog(SessionLog):
             else:
                 batch.future.set_exception(outcome)
 
-    async def _commit_together(self, connection: asyncpg.Connection, group: list[_Batch]) -> None:
-        """Commit every append of ``group`` in one transaction, or raise (``_Refused`` or what PostgreSQL
+    async def _commit_together(self, connection: asyncpg.Connection, group: list[Batch]) -> None:
+        """Commit every append of ``group`` in one transaction, or raise (``Refused`` or what PostgreSQL
         refused) having written nothing."""
-        plan = _Plan(group, self._known)
+        plan = Plan(group, self._known)
         if not plan.unknown:
             ok, _ = await self._execute(connection, plan, {})  # a single statement is its own transaction
             if not ok:
-                raise _Refused
+                raise Refused
         else:
             async with connection.transaction():
-                stored = await _stored_work(connection, plan.unknown)
+                stored = await stored_work(connection, plan.unknown)
                 ok, _ = await self._execute(connection, plan, stored)
                 if not ok:
-                    raise _Refused  # rolls the transaction back (the read's row locks)
+                    raise Refused  # rolls the transaction back (the read's row locks)
         self._known.learn(plan)
 
-    async def _write_alone(self, connection: asyncpg.Connection, batch: _Batch) -> None:
+    async def _write_alone(self, connection: asyncpg.Connection, batch: Batch) -> None:
         """One append, inside the caller's savepoint: raise ``LeaseLostError``, ``LogError`` (an inbox row
         consumed already) or what PostgreSQL refused, so that it fails alone."""
-        plan = _Plan([batch], _Known())  # statuses read from the table, whatever the writer knows
-        stored = await _stored_work(connection, plan.unknown)
+        plan = Plan([batch], Known())  # statuses read from the table, whatever the writer knows
+        stored = await stored_work(connection, plan.unknown)
         if batch.fences:
             await self._check_fences(connection, batch.fences)  # names a lost session and raises
         if batch.consumes is not None:
             session_id, ids = batch.consumes
-            batch = _Batch(batch.rows, batch.future, batch.fences, (session_id, sorted(set(ids))))
-            plan = _Plan([batch], _Known())
+            batch = Batch(batch.rows, batch.future, batch.fences, (session_id, sorted(set(ids))))
+            plan = Plan([batch], Known())
         ok, _ = await self._execute(connection, plan, stored)
         if not ok and batch.consumes is not None:
             session_id, ids = batch.consumes
@@ -500,27 +431,12 @@ class PostgresLog(SessionLog):
         self._known.forget(plan.sessions)
 
     async def _execute(
-        self, connection: asyncpg.Connection, plan: _Plan, stored: _Stored
+        self, connection: asyncpg.Connection, plan: Plan, stored: Stored
     ) -> tuple[bool, list[int] | None]:
         """Run the group statement for ``plan``; ``stored`` holds the work statuses the plan did not know.
         Returns whether the fences held (else nothing was written) and the inbox ids deleted."""
-        gone, kept = plan.work_changes(stored)
-        fences = plan.fences
-        row = await connection.fetchrow(
-            _GROUP_FENCED if self._worker_id is not None else _GROUP,
-            *plan.columns,
-            [name for name, _ in fences],
-            [epoch for _, epoch in fences],
-            self._worker_id,
-            plan.new_sessions,
-            [name for name, _ in plan.consumed],
-            [row_id for _, row_id in plan.consumed],
-            gone,
-            [name for name, _ in kept],
-            [status.to_text() for _, status in kept],
-            [status.unfinished for _, status in kept],
-            plan.sessions,
-        )
+        sql, arguments = plan.statement(self._worker_id, stored)
+        row = await connection.fetchrow(sql, *arguments)
         assert row is not None
         return bool(row[0]), row[1]
 
@@ -567,146 +483,46 @@ class PostgresLog(SessionLog):
         return [row[0] for row in rows]
 
     async def read_for_load(self, session_id: str) -> list[Record]:
-        """The records from the latest snapshot (found through a partial index) to the end, in one query."""
+        """The records from the latest snapshot (found through a partial index) to the end. Loads asked for
+        together (a burst of sessions reaching a worker) share one query."""
+        self._check_open()
+        return await self._loads.get(session_id)
+
+    async def _read_for_load_many(self, session_ids: list[str]) -> dict[str, list[Record] | BaseException]:
         async with self.connection() as connection:
-            rows = await connection.fetch(_SELECT_FOR_LOAD, session_id)
-        upcasters = upcast_module.UPCASTERS
-        expected = rows[0][0] if rows and rows[0][1] == "snapshot" else 1
+            rows = await connection.fetch(_SELECT_FOR_LOAD, session_ids)
+        by_session: dict[str, list[Any]] = {session_id: [] for session_id in session_ids}
         for row in rows:
-            if row[0] != expected:  # seqs have no gaps (guarantee 3): a missing record is corruption
-                raise missing_record(session_id, expected, row[0])
-            expected += 1
-        return [upcasters.upcast(decode_row(session_id, row)) for row in rows]
+            by_session[row[0]].append(row[1:])
+        upcasters = upcast_module.UPCASTERS  # looked up on each call: a test may swap the registry
+        loaded: dict[str, list[Record] | BaseException] = {}
+        for session_id, session_rows in by_session.items():
+            try:
+                expected = session_rows[0][0] if session_rows and session_rows[0][1] == "snapshot" else 1
+                for row in session_rows:
+                    if row[0] != expected:  # seqs have no gaps (guarantee 3): a missing record is corruption
+                        raise missing_record(session_id, expected, row[0])
+                    expected += 1
+                loaded[session_id] = [upcasters.upcast(decode_row(session_id, row)) for row in session_rows]
+            except LogError as exc:
+                loaded[session_id] = exc
+        return loaded
 
-
-#: Work statuses read from ``baf_work`` (idle when it has no row), with each session's last seq (None: none).
-_Stored = dict[str, tuple[WorkStatus, int | None]]
-
-
-class _Refused(Exception):
-    """The group statement wrote nothing (a lease, an inbox row): commit the appends one by one to see which."""
-
-
-class _Known:
-    """What a writer knows of the sessions it wrote: the last seq it committed and the work status after it.
-
-    That status is the one ``baf_work`` holds as long as nobody else appended to the session since, and
-    nobody else can have: the next append's first seq must follow the known last one, and if another writer
-    had appended that seq, the primary key would refuse this append. So a known session's appends need no
-    read of ``baf_work``, and the group goes in one statement. A session the writer knows is registered in
-    ``baf_sessions`` too. Bounded: the least recently written sessions are forgotten (their next append reads).
-    """
-
-    __slots__ = ("_entries",)
-
-    def __init__(self) -> None:
-        self._entries: dict[str, tuple[int, WorkStatus]] = {}
-
-    def __contains__(self, session_id: str) -> bool:
-        return session_id in self._entries
-
-    def before(self, session_id: str, first_seq: int) -> WorkStatus | None:
-        """The status before ``first_seq``, if known (``None``: read it)."""
-        if first_seq == 1:
-            return IDLE  # nothing was written before the first record
-        entry = self._entries.get(session_id)
-        if entry is None or entry[0] != first_seq - 1:
-            return None
-        return entry[1]
-
-    def learn(self, plan: _Plan) -> None:
-        """Remember what ``plan`` committed."""
-        entries = self._entries
-        for session_id, status in plan.after.items():
-            entries.pop(session_id, None)
-            if status is not None:
-                entries[session_id] = (plan.last_seq[session_id], status)
-        while len(entries) > _KNOWN_LIMIT:
-            del entries[next(iter(entries))]
-
-    def forget(self, session_ids: list[str]) -> None:
-        """Know nothing more of ``session_ids`` (their next appends read ``baf_work``)."""
-        for session_id in session_ids:
-            self._entries.pop(session_id, None)
-
-
-class _Plan:
-    """The arguments of the group statement for some appends, and the work statuses they lead to."""
-
-    __slots__ = (
-        "_before", "_first", "_work", "after", "columns", "consumed", "fences", "last_seq", "new_sessions",
-        "sessions", "unknown",
-    )  # fmt: skip
-
-    def __init__(self, group: list[_Batch], known: _Known) -> None:
-        rows = [row for batch in group for row in batch.rows]
-        self.columns: list[list[Any]] = [list(column) for column in zip(*rows, strict=True)] if rows else [[]] * 6
-        self.fences: list[tuple[str, int]] = list(
-            dict.fromkeys(pair for batch in group if batch.fences for pair in batch.fences)
-        )
-        self.consumed: list[tuple[str, int]] = [
-            (batch.consumes[0], row_id) for batch in group if batch.consumes for row_id in batch.consumes[1]
-        ]
-        by_session: dict[str, list[Row]] = {}
-        for row in rows:
-            by_session.setdefault(row[0], []).append(row)
-        self.sessions: list[str] = list(by_session)
-        self.new_sessions: list[str] = [name for name in by_session if name not in known]
-        self.last_seq: dict[str, int] = {}
-        #: The status after the appends, per session written (``None``: not known, forget it).
-        self.after: dict[str, WorkStatus | None] = {}
-        self._before: dict[str, WorkStatus | None] = {}
-        self._first: dict[str, int] = {}
-        self._work: dict[str, list[Row]] = {}
-        self.unknown: list[str] = []
-        for name, session_rows in by_session.items():
-            session_rows.sort(key=lambda row: row[1])
-            first, last = session_rows[0][1], session_rows[-1][1]
-            before = known.before(name, first)
-            self._before[name] = before
-            self._first[name] = first
-            # Only a run of seqs without holes can be known afterwards (another writer may fill a hole).
-            self.last_seq[name] = last if last - first + 1 == len(session_rows) else -1
-            work = [row for row in session_rows if row[2] in WORK_KINDS]
-            if work:
-                self._work[name] = work
-                if before is None:
-                    self.unknown.append(name)
-            self.after[name] = before if self.last_seq[name] > 0 else None
-
-    def work_changes(self, stored: _Stored) -> tuple[list[str], list[tuple[str, WorkStatus]]]:
-        """The sessions whose ``baf_work`` row goes (now idle) and the rows to write, given the statuses
-        ``stored`` read for the unknown sessions (with their last seq)."""
-        gone: list[str] = []
-        kept: list[tuple[str, WorkStatus]] = []
-        for name, work in self._work.items():
-            before = self._before[name]
-            exact = before is not None
-            if before is None:
-                before, last = stored.get(name, (IDLE, None))
-                exact = last == self._first[name] - 1
-            status = before
-            for _, seq, kind, text, _ts, _version in work:
-                data = decode_json(text) if kind == RecordKind.STEP_STARTED else _NO_DATA
-                status = work_after(status, kind, seq, data)
-            if status == IDLE and before != IDLE:
-                gone.append(name)
-            elif status != IDLE and status != before:
-                kept.append((name, status))
-            self.after[name] = status if exact and self.last_seq[name] > 0 else None
-        return gone, kept
-
-
-#: ``work_after`` reads the data of ``step_started`` records only.
-_NO_DATA: Final[dict[str, Any]] = {}
-
-
-async def _stored_work(connection: asyncpg.Connection, sessions: list[str]) -> _Stored:
-    """The stored work statuses (idle when there is no row) and last seqs of ``sessions``, rows locked."""
-    if not sessions:
-        return {}
-    rows = await connection.fetch(_WORK_OF, sessions)
-    return {row[0]: (IDLE if row[1] is None else WorkStatus.from_text(row[1]), row[2]) for row in rows}
+    async def shared_secret(self, name: str) -> bytes | None:
+        """The secret ``name`` kept in ``baf_meta`` (32 random bytes, made by the first worker that asks):
+        every worker over this database signs and checks with the same key (a resume token issued by one
+        worker is good on the others). Whoever can read the database can read it, as they can read the
+        conversations. A read-only store only reads it (``None`` if it was never made)."""
+        key = f"secret:{name}"
+        async with self.connection() as connection:
+            if not self._read_only:
+                await connection.execute(
+                    "INSERT INTO baf_meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
+                    key,
+                    secrets.token_hex(32),
+                )
+            value = await connection.fetchval("SELECT value FROM baf_meta WHERE key = $1", key)
+        return bytes.fromhex(value) if value is not None else None
 
 
 async def _no_reset(_connection: asyncpg.Connection) -> None:
@@ -724,7 +540,7 @@ def _refusals() -> tuple[type[BaseException], ...]:
     return (LogError, asyncpg.UniqueViolationError, asyncpg.DataError)
 
 
-async def _refusal(connection: asyncpg.Connection, batch: _Batch, exc: BaseException) -> BaseException:
+async def _refusal(connection: asyncpg.Connection, batch: Batch, exc: BaseException) -> BaseException:
     """The error an append's caller gets for ``exc`` (read after its statements were rolled back)."""
     if isinstance(exc, LogError):  # a lost lease, an inbox row consumed already
         return exc
@@ -748,7 +564,44 @@ async def _conflict_of(connection: asyncpg.Connection, rows: list[Row]) -> LogCo
 
 def encode_row(record: Record) -> Row:
     """``record`` as a ``baf_records`` row, or ``TypeError``/``ValueError`` for what cannot be stored."""
-    where = f"session {record.session_id!r} seq {record.seq!r}"
+    session_id, seq, kind, version, ts, data = (
+        record.session_id, record.seq, record.kind, record.version, record.ts, record.data,
+    )  # fmt: skip
+    # Exact types are the common case and cheap to test; anything else gets the careful checks.
+    if not (
+        type(session_id) is str
+        and type(kind) is str
+        and type(seq) is int
+        and type(version) is int
+        and type(ts) is float
+        and type(data) is dict
+        and seq <= _MAX_INT64
+        and version <= _MAX_INT32
+        and math.isfinite(ts)
+    ):
+        _check_fields(record)
+    try:
+        encoded = encode_json(data)
+    except (TypeError, ValueError) as exc:  # ValueError: a circular reference
+        raise TypeError(f"{_where(record)}: data is not JSON: {exc}") from exc
+    if isinstance(encoded, bytes):
+        text = encoded.decode()  # orjson's output: valid UTF-8, control characters (NUL too) escaped
+    else:
+        text = encoded
+        _check_text(record, "data", text)
+    if not (session_id.isascii() and kind.isascii()) or "\x00" in session_id or "\x00" in kind:
+        _check_text(record, "session_id", session_id)
+        _check_text(record, "kind", kind)
+    return (str(session_id), int(seq), str(kind), text, float(ts), int(version))
+
+
+def _where(record: Record) -> str:
+    return f"session {record.session_id!r} seq {record.seq!r}"
+
+
+def _check_fields(record: Record) -> None:
+    """Raise what ``record``'s fields cannot be stored as (the careful path of ``encode_row``)."""
+    where = _where(record)
     if not isinstance(record.session_id, str):
         raise TypeError(f"{where}: session_id must be str, not {type(record.session_id).__name__}")
     if not isinstance(record.kind, str):
@@ -763,21 +616,16 @@ def encode_row(record: Record) -> Row:
         raise TypeError(f"{where}: ts must be a finite number, not {ts!r}")
     if not isinstance(record.data, dict):
         raise TypeError(f"{where}: data must be a dict, not {type(record.data).__name__}")
-    try:
-        encoded = encode_json(record.data)
-    except (TypeError, ValueError) as exc:  # ValueError: a circular reference
-        raise TypeError(f"{where}: data is not JSON: {exc}") from exc
-    text = encoded.decode() if isinstance(encoded, bytes) else encoded
-    texts: tuple[tuple[str, str], ...] = (("session_id", record.session_id), ("kind", record.kind), ("data", text))
-    for name, field_text in texts:
-        if "\x00" in field_text:  # PostgreSQL text cannot hold NUL; JSON escapes it inside strings
-            raise ValueError(f"{where}: {name} contains a NUL character")
-        if not field_text.isascii():
-            try:
-                field_text.encode("utf-8")
-            except UnicodeEncodeError as exc:
-                raise ValueError(f"{where}: {name} is not valid Unicode: {exc}") from exc
-    return (str(record.session_id), int(record.seq), str(record.kind), text, float(ts), int(record.version))
+
+
+def _check_text(record: Record, name: str, text: str) -> None:
+    if "\x00" in text:  # PostgreSQL text cannot hold NUL; JSON escapes it inside strings
+        raise ValueError(f"{_where(record)}: {name} contains a NUL character")
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"{_where(record)}: {name} is not valid Unicode: {exc}") from exc
 
 
 def decode_row(session_id: str, row: Any) -> Record:

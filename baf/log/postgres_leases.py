@@ -12,13 +12,19 @@ says which sessions it has lost. Releasing a lease expires it but keeps its row,
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from baf.log.postgres_batch import Coalescer
 
 if TYPE_CHECKING:
     from baf.log.postgres import PostgresLog
 
-__all__ = ["LeaseInfo", "Leases"]
+__all__ = ["WORKERS_CHANNEL", "LeaseInfo", "Leases"]
+
+#: Notified with a worker's id when it registers or leaves, so that the others refresh their list of peers.
+WORKERS_CHANNEL = "baf_workers"
 
 # One statement, one round trip. The lease row is locked FOR UPDATE before anything else (the INSERT's source
 # row needs the locking CTE scanned first), so no append checking the old epoch (FOR KEY SHARE) can commit
@@ -35,6 +41,22 @@ ON CONFLICT (session_id) DO UPDATE
         expires_at = EXCLUDED.expires_at
     WHERE l.owner = EXCLUDED.owner OR l.expires_at < now()
 RETURNING epoch
+"""
+# Many sessions at once (a burst of them reaching a worker), in one statement: the same locking first, in
+# session order, as is the insert (two workers' bursts lock and insert in the same order: no deadlock).
+_ACQUIRE_MANY = """
+WITH wanted AS (SELECT DISTINCT s FROM unnest($1::text[]) AS u(s)),
+locked AS MATERIALIZED (
+    SELECT session_id FROM baf_leases WHERE session_id IN (SELECT s FROM wanted) ORDER BY session_id FOR UPDATE NOWAIT
+)
+INSERT INTO baf_leases AS l (session_id, owner, epoch, expires_at)
+SELECT s, $2, 1, now() + make_interval(secs => $3) FROM wanted, (SELECT count(*) FROM locked) AS lock_first ORDER BY s
+ON CONFLICT (session_id) DO UPDATE
+    SET owner = EXCLUDED.owner,
+        epoch = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at >= now() THEN l.epoch ELSE l.epoch + 1 END,
+        expires_at = EXCLUDED.expires_at
+    WHERE l.owner = EXCLUDED.owner OR l.expires_at < now()
+RETURNING session_id, epoch
 """
 
 
@@ -61,20 +83,47 @@ class Leases:
         self._log = log
         self.worker_id: str = log.worker_id
         self.ttl = ttl
+        self._acquiring: Coalescer[str, int | None] = Coalescer(self._acquire_many)
 
     async def register(self) -> None:
-        """Write (or refresh) this worker's heartbeat row."""
+        """Write (or refresh) this worker's heartbeat row, and tell the other workers."""
         async with self._log.connection() as connection:
             await connection.execute(
-                "INSERT INTO baf_workers (worker_id) VALUES ($1) "
-                "ON CONFLICT (worker_id) DO UPDATE SET heartbeat_at = now()",
+                "WITH registered AS (INSERT INTO baf_workers (worker_id) VALUES ($1) "
+                "ON CONFLICT (worker_id) DO UPDATE SET heartbeat_at = now()) "
+                f"SELECT pg_notify('{WORKERS_CHANNEL}', $1)",
                 self.worker_id,
             )
 
     async def acquire(self, session_id: str) -> int | None:
         """Take ``session_id``'s lease if it is free, expired or already ours; return its epoch, or ``None``
         when another worker holds it or its lease row is busy (an append or a takeover under way: the session
-        is someone's). On success the store is fenced with the epoch."""
+        is someone's). On success the store is fenced with the epoch. Leases asked for together share one
+        statement."""
+        epoch = await self._acquiring.get(session_id)
+        if epoch is None:
+            return None
+        self._log.fence(session_id, epoch)
+        return epoch
+
+    async def _acquire_many(self, session_ids: list[str]) -> dict[str, int | BaseException | None]:
+        import asyncpg
+
+        if len(session_ids) > 1:
+            try:
+                async with self._log.connection() as connection:
+                    rows = await connection.fetch(_ACQUIRE_MANY, sorted(session_ids), self.worker_id, self.ttl)
+            except (asyncpg.LockNotAvailableError, asyncpg.DeadlockDetectedError):
+                pass  # one of them is busy: each on its own, so that only that one is refused
+            else:
+                taken = {row[0]: int(row[1]) for row in rows}
+                return {session_id: taken.get(session_id) for session_id in session_ids}
+        results = await asyncio.gather(
+            *(self._acquire_one(session_id) for session_id in session_ids), return_exceptions=True
+        )
+        return dict(zip(session_ids, results, strict=True))
+
+    async def _acquire_one(self, session_id: str) -> int | None:
         import asyncpg
 
         try:
@@ -82,10 +131,7 @@ class Leases:
                 epoch = await connection.fetchval(_ACQUIRE, session_id, self.worker_id, self.ttl)
         except asyncpg.LockNotAvailableError:
             return None
-        if epoch is None:
-            return None
-        self._log.fence(session_id, int(epoch))
-        return int(epoch)
+        return None if epoch is None else int(epoch)
 
     async def release(self, session_id: str) -> None:
         """Give ``session_id`` up: appends to it are refused from now on, and any worker may take it."""
@@ -119,7 +165,11 @@ class Leases:
                 list(held.values()),
                 self.worker_id,
             )
-            await connection.execute("DELETE FROM baf_workers WHERE worker_id = $1", self.worker_id)
+            await connection.execute(
+                "WITH gone AS (DELETE FROM baf_workers WHERE worker_id = $1) "
+                f"SELECT pg_notify('{WORKERS_CHANNEL}', $1)",
+                self.worker_id,
+            )
         finally:
             await connection.close()
 
@@ -158,6 +208,16 @@ class Leases:
                 "SELECT owner, epoch, expires_at >= now() FROM baf_leases WHERE session_id = $1", session_id
             )
         return None if row is None else LeaseInfo(row[0], int(row[1]), bool(row[2]))
+
+    async def live_workers(self) -> list[str]:
+        """The workers whose heartbeat is younger than ``ttl`` (this one included once registered)."""
+        async with self._log.connection() as connection:
+            rows = await connection.fetch(
+                "SELECT worker_id FROM baf_workers WHERE heartbeat_at > now() - make_interval(secs => $1) "
+                "ORDER BY worker_id",
+                self.ttl,
+            )
+        return [row[0] for row in rows]
 
     async def unowned_unfinished(self, limit: int = 1000) -> list[str]:
         """Sessions with unfinished work (``baf_work``) and no live lease: their owner died (or never was)."""

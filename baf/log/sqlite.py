@@ -16,8 +16,10 @@ Durability
     killed; the last commits may be lost if the machine loses power. ``"full"`` (``synchronous=FULL``):
     each commit is fsynced before ``append`` returns and survives power loss.
 
-Several processes may open the same file: SQLite serialises their writers; a writer that finds the
-file locked retries for ``busy_timeout`` seconds before failing.
+One process writes a log: a second process opening the same file for writing is refused with
+``LogInUseError``, naming the file and the process that holds it (``baf.log.sqlite_lock``). Readers
+(``read_only=True``) are never refused and read while the writer runs. Many processes over one log:
+PostgreSQL (``baf serve``).
 
 Errors
     Every error the store raises is a ``LogError`` naming the file: ``CorruptRecordError`` for a record
@@ -61,6 +63,7 @@ from baf.log.record import Record
 from baf.log.sqlite_check import check_storage
 from baf.log.sqlite_codec import Row, encode_record
 from baf.log.sqlite_commit import INSERT_SQL, REGISTER_SQL, marks_of
+from baf.log.sqlite_lock import WriterLock
 from baf.log.sqlite_reader import SQLiteReader
 from baf.log.sqlite_schema import DURABILITY_MODES, SCHEMA, SCHEMA_VERSION, Durability, open_read_only
 from baf.log.sqlite_writer import SQLiteWriter
@@ -93,8 +96,9 @@ class SQLiteLog(SessionLog):
     held by another process before failing.
 
     Opening for writing refuses, with a one-line ``LogError``, a directory, a file that is not a SQLite
-    database, another program's database and a newer schema; a missing or empty file becomes a new
-    log, and an older layout is upgraded (``baf.log.sqlite_schema``).
+    database, another program's database, a newer schema and a file another process writes
+    (``LogInUseError``); a missing or empty file becomes a new log, and an older layout is upgraded
+    (``baf.log.sqlite_schema``).
 
     ``read_only=True`` opens an existing log for reading only and never changes the file (see "Reading
     only" in the module docstring); ``append`` then raises ``LogReadOnlyError`` and ``durability`` does
@@ -133,6 +137,7 @@ class SQLiteLog(SessionLog):
         self._lifecycle_loop: asyncio.AbstractEventLoop | None = None
         self._writer: SQLiteWriter | None = None
         self._reader: SQLiteReader | None = None
+        self._lock = WriterLock(self._path)
         self._commits_before = 0  # commits of earlier openings
 
     @property
@@ -175,12 +180,20 @@ class SQLiteLog(SessionLog):
             if not self._read_only:
                 writer = SQLiteWriter(self._path, self._durability, self._busy_timeout_ms, self._lost)
                 await writer.open()
+                try:
+                    # Taken once the file is known to be a log (a bad path leaves no lock file beside it);
+                    # opening created or upgraded it, which SQLite serialises with the holder's commits.
+                    self._lock.acquire()
+                except BaseException:
+                    await writer.close()
+                    raise
                 self._writer = writer
                 try:
                     self._reader = await self._open_reader()
                 except BaseException:
                     self._writer = None
                     await writer.close()
+                    self._lock.release()
                     raise
             else:
                 connection, version = await open_read_only(self._path, self._busy_timeout_ms)
@@ -218,6 +231,7 @@ class SQLiteLog(SessionLog):
                     self._commits_before += writer.commits
                     self._writer = None
             finally:
+                self._lock.release()
                 if reader is not None:
                     await reader.close()
 
@@ -227,6 +241,7 @@ class SQLiteLog(SessionLog):
         if self._writer is not None:
             self._commits_before += self._writer.commits
             self._writer = None
+        self._lock.release()
         if self._reader is not None:
             self._reader.stop()  # closes the connection and ends its thread, without waiting
             self._reader = None

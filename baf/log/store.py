@@ -136,6 +136,13 @@ class SessionLog(abc.ABC):
         ``(is_damage, text)``, damage found or notes worth knowing. The default has none to make."""
         return []
 
+    async def shared_secret(self, name: str) -> bytes | None:
+        """A secret kept in the log itself for ``name`` (e.g. ``"websocket"``: the key signing resume
+        tokens), the same for every process that opens this log; made on first use. ``None`` when the
+        store keeps none (the default): a store with a file keeps such secrets beside it instead
+        (``baf.platforms.secret_file``), and a memory log needs none beyond its process."""
+        return None
+
     async def start(self) -> None:  # noqa: B027 - optional hook, a no-op by default
         """Open the store. Idempotent."""
 

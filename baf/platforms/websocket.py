@@ -110,8 +110,13 @@ Security
 - Each connection has a send queue of ``send_queue_size`` frames and ``max_queued_bytes`` bytes; a
   ``history`` frame holds the newest items that fit half that, and a connection gets one at a time.
   Delivery only enqueues, so the agent never waits for a client; a client whose queue is full (it
-  stopped reading) is disconnected and a ``delivery_dropped`` record is written to the session log. It
+  stopped reading) is disconnected and a ``delivery_dropped`` record is written to the session log (by the
+  worker that runs the session; a ``baf serve`` worker that only follows it for this client logs it). It
   can resume later and get its history.
+- Under ``baf serve`` a client may be connected to a worker that does not run its session: that worker
+  delivers the session's records by following the log (``baf.serve.follower``), each frame with its
+  ``seq`` as above; every worker shares the port (``SO_REUSEPORT``) and the resume-token secret (kept in
+  the PostgreSQL log).
 
 The platform holds no session state beyond which connections are bound to which session id.
 """
@@ -140,7 +145,7 @@ from urllib.parse import parse_qs, urlsplit
 from baf.core.events import ApprovalEvent, ReceiveTextEvent
 from baf.core.platform import Platform
 from baf.core.session import runtime_side
-from baf.errors import ConfigurationError
+from baf.errors import ConfigurationError, LogClosedError
 from baf.log.record import Record, RecordKind
 from baf.log.redaction import Redactor, log_exception
 from baf.platforms.limits import ClientLimits, ConnectionBudget, RateLimiter
@@ -234,6 +239,10 @@ class WebSocketPlatform(Platform):
         limits: Connections, new sessions and frames per second a client may use (see
             :class:`~baf.platforms.limits.ClientLimits` for the defaults).
         examples: Questions to suggest; the browser UI shows them as buttons while the chat is empty.
+        reuse_port: Listen with ``SO_REUSEPORT``, so that several processes share the port and the kernel
+            spreads connections over them. ``baf serve`` sets it on its workers (see
+            :meth:`~baf.core.platform.Platform.share_with_workers`); off otherwise, so a second copy of
+            an agent on a taken port fails at start instead of sharing it unnoticed.
     """
 
     name = "websocket"
@@ -263,6 +272,7 @@ class WebSocketPlatform(Platform):
         max_queued_bytes: int = 8 * 1024 * 1024,
         limits: ClientLimits | None = None,
         examples: Sequence[str] = (),
+        reuse_port: bool = False,
     ) -> None:
         super().__init__()
         if min(max_message_size, send_queue_size, history_limit, max_pending_messages, max_queued_bytes) < 1:
@@ -294,6 +304,7 @@ class WebSocketPlatform(Platform):
         self.max_queued_bytes = max_queued_bytes
         self.limits = limits if limits is not None else ClientLimits()
         self.examples = [str(example) for example in examples]
+        self.reuse_port = reuse_port
         self._limiter = RateLimiter(self.limits)
         self._server: Server | None = None
         # The only per-session state: which connections show which session.
@@ -333,7 +344,7 @@ class WebSocketPlatform(Platform):
         if self._server is not None:
             return
         if not self._secret_given:
-            self._secret = await asyncio.to_thread(self._kept_secret)
+            self._secret = await self._kept_secret()
         try:
             self._server = await serve(
                 self._handle,
@@ -347,6 +358,7 @@ class WebSocketPlatform(Platform):
                 close_timeout=self.close_timeout,
                 compression=self.compression,
                 server_header=None,
+                reuse_port=self.reuse_port,
             )
         except OSError as exc:  # mostly: the port is taken, by another agent or a second copy of this one
             reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
@@ -355,12 +367,21 @@ class WebSocketPlatform(Platform):
         where = f"{self.ws_url} (browser UI: {self.url})" if self.ui else self.ws_url
         logger.info("websocket platform listening on %s", where)  # agent.run() shows baf's INFO lines
 
-    def _kept_secret(self) -> bytes:
-        """The secret kept beside the agent's log file, or this process's own if the log has no file."""
-        log_path = getattr(self.agent.log, "path", None) if self.agent is not None else None
-        if not isinstance(log_path, os.PathLike | str):
+    async def _kept_secret(self) -> bytes:
+        """The secret kept beside the log file the agent runs over, or in the log itself (PostgreSQL: the
+        same for every worker, so a token one issued is good on the others), or this process's own."""
+        if self.agent is None:
             return self._secret
-        return load_or_create_secret(secret_path_beside(log_path, "websocket"))
+        log = self.agent.runtime.log if self.agent.running else self.agent.log
+        log_path = getattr(log, "path", None)
+        if isinstance(log_path, os.PathLike | str):
+            return await asyncio.to_thread(load_or_create_secret, secret_path_beside(log_path, "websocket"))
+        shared = await log.shared_secret("websocket")
+        return shared if shared is not None else self._secret
+
+    def share_with_workers(self) -> None:
+        """Share the port with the other worker processes of ``baf serve`` on this host (``SO_REUSEPORT``)."""
+        self.reuse_port = True
 
     async def stop(self) -> None:
         """Close every connection and stop listening."""
@@ -524,8 +545,21 @@ class WebSocketPlatform(Platform):
         if self.agent is None or client.session_id is None:
             return None
         with contextlib.suppress(Exception):
-            return self.agent.sessions.get(client.session_id)
+            return self._shown_session(client.session_id)
         return None
+
+    def _shown_session(self, session_id: str) -> Session | None:
+        """The session if this process runs it, or follows it for its clients (another worker runs it)."""
+        assert self.agent is not None
+        runtime = self.agent.runtime
+        session = runtime.sessions.get(session_id)
+        if session is None and (followed := runtime.followed.get(session_id)) is not None:
+            session = followed.session
+        return session
+
+    def has_client(self, session_id: str) -> bool:
+        """Whether a connection here shows ``session_id``."""
+        return session_id in self._routes
 
     def _enqueue(self, client: _Client, frame: str, session: Session | None = None, *, history: bool = False) -> None:
         """Queue a frame without waiting; a full queue means the client stopped reading: drop it."""
@@ -562,10 +596,13 @@ class WebSocketPlatform(Platform):
             transport.abort()
         logger.warning("websocket client %s of session %s dropped: %s", client.ws.id, client.session_id, reason)
         if session is not None:
-            session.record(
-                DELIVERY_DROPPED,
-                {"platform": self.name, "connection": str(client.ws.id), "reason": reason, "frames": pending + 1},
-            )
+            try:
+                session.record(
+                    DELIVERY_DROPPED,
+                    {"platform": self.name, "connection": str(client.ws.id), "reason": reason, "frames": pending + 1},
+                )
+            except LogClosedError:  # another worker runs the session (this one follows it): logged only
+                return
             # Durable now: an idle session's next commit may be far off, and a crash meanwhile would lose it.
             flush = asyncio.ensure_future(runtime_side(session).flush())
             self._flushes.add(flush)
@@ -787,11 +824,12 @@ class WebSocketPlatform(Platform):
 
     async def _read_log(self, session_id: str, after_seq: int) -> list[Record]:
         assert self.agent is not None
-        return list(await self.agent.log.read(session_id, after_seq))
+        # The runtime's log: a worker of ``baf serve`` runs the agent over the shared one, not the agent's own.
+        return list(await self.agent.runtime.log.read(session_id, after_seq))
 
     async def _send_history(self, client: _Client, after_seq: int) -> None:
         assert client.session_id is not None and self.agent is not None
-        session = self.agent.sessions.get(client.session_id)
+        session = self._shown_session(client.session_id)
         if session is not None:
             # Replies may be streaming to this client: read between their sends, as a resume does.
             await self._read_and_bind(client, session, after_seq, welcome=False)

@@ -11,32 +11,47 @@ with itself as the runtime's :class:`~baf.core.routing.SessionRouter`:
   is dropped without another write;
 - a slow poll (``poll_interval``, at least a second) covers lost notifications, and takes over the
   sessions of workers that died: unfinished sessions and waiting messages whose leases expired. A taken
-  session resumes as after a restart: recorded model answers are served from the log, not asked again.
+  session resumes as after a restart: recorded model answers are served from the log, not asked again;
+- a session another worker runs, whose client is connected to this worker's platform, is delivered by
+  following its records (``baf.serve.follower``).
+
+A session no worker holds whose mail every worker is told about (a message forwarded from elsewhere, a
+dead worker's session) goes to one live worker chosen by rendezvous hashing of the session id over the
+live workers' ids, so such sessions spread evenly instead of going to whichever worker reads its
+notifications first, and the others spend no round trip on them. If the chosen worker does not take it (it
+died, or is slow), the others' poll finds it and, after a moment (``DEFER_SECONDS``), takes it. A message a
+worker's own client sends is claimed there at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import os
 import socket
 import uuid
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Final
 
 from baf.core.runtime import Runtime
 from baf.errors import LogError
 from baf.log.postgres import PostgresLog
-from baf.log.postgres_inbox import INBOX_CHANNEL, Inbox
-from baf.log.postgres_leases import Leases
+from baf.log.postgres_inbox import INBOX_CHANNEL, RECORDS_CHANNEL, Inbox
+from baf.log.postgres_leases import WORKERS_CHANNEL, Leases
+from baf.serve.follower import Follower
 
 if TYPE_CHECKING:
     from baf.core.agent import Agent
     from baf.core.platform import Platform
 
-__all__ = ["Worker", "default_worker_id"]
+__all__ = ["DEFER_SECONDS", "Worker", "default_worker_id"]
 
 logger = logging.getLogger("baf.serve")
+
+#: How long a worker that is not a free session's chosen one waits before it tries to take the session.
+DEFER_SECONDS: Final = 0.05
 
 
 def default_worker_id() -> str:
@@ -72,10 +87,17 @@ class Worker:
         self.inbox = Inbox(self.log)
         self.poll_interval = poll_interval
         self.runtime = Runtime(agent, self.log, router=self)
+        #: Delivers the sessions other workers run to this worker's clients of them.
+        self.follower = Follower(
+            self.runtime, self.log, self._listen_to_records, poll_interval=poll_interval, grace=2 * poll_interval
+        )
         # One taker task per session with mail to take; a session wanted again while its taker runs is
         # taken once more after (its new message may have missed the taker's read of the inbox).
         self._takers: dict[str, asyncio.Task[None]] = {}
         self._again: set[str] = set()
+        self._polled: set[str] = set()
+        self._peers: list[str] = []  # the live workers, refreshed with each heartbeat and when one comes or goes
+        self._refreshing: asyncio.Future[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stop_listening: Any = None
 
@@ -84,14 +106,20 @@ class Worker:
     async def start(self) -> None:
         """Open the log, register, start the agent (its platforms too) and the worker's loops."""
         await self.log.start()
+        # Listening before registering, and listing the live workers after: a worker starting at the same
+        # time is either heard registering or listed. Not the records channel: a worker follows other
+        # workers' records only while a client of theirs is connected here (the follower listens to them
+        # then: each notification costs a wake-up).
+        self._stop_listening = await self.inbox.listen(self._notified, channels=(INBOX_CHANNEL, WORKERS_CHANNEL))
         await self.leases.register()
-        # Only the inbox channel: a worker does not follow other workers' records (each notification would
-        # cost it a wake-up on every commit of every worker).
-        self._stop_listening = await self.inbox.listen(self._notified, channels=(INBOX_CHANNEL,))
+        self._peers = await self.leases.live_workers()
+        for platform in self.agent.platforms:  # the other workers on this host listen on the same ports
+            platform.share_with_workers()
         await self.agent.start(self.runtime)
         self._tasks = [
             asyncio.create_task(self._heartbeats(), name="baf-worker-heartbeat"),
             asyncio.create_task(self._poll(), name="baf-worker-poll"),  # looks for waiting work at once
+            asyncio.create_task(self.follower.run(), name="baf-worker-follower"),
         ]
 
     async def stop(self) -> None:
@@ -121,8 +149,14 @@ class Worker:
     # -- the runtime's router -------------------------------------------------------------------------
 
     async def claim(self, session_id: str) -> bool:
-        """Take the session's lease if no live worker holds it."""
-        return await self.leases.acquire(session_id) is not None
+        """Take the session's lease if no live worker holds it. A session this worker followed is caught
+        up first: its clients here get what the previous owner wrote, then what this worker writes."""
+        if session_id in self.log.fenced():
+            return True
+        if await self.leases.acquire(session_id) is None:
+            return False
+        await self.follower.finish(session_id)
+        return True
 
     async def forward(self, session_id: str, data: dict[str, Any], platform: Platform | None) -> None:
         """Put the message in the inbox; its owner is notified and takes it."""
@@ -132,14 +166,33 @@ class Worker:
         """Give the session's lease up."""
         await self.leases.release(session_id)
 
+    def follow(self, session_id: str) -> None:
+        """Keep ``session_id`` (another worker runs it) current for this worker's clients of it."""
+        self.follower.follow(session_id)
+
+    async def _listen_to_records(self, on_session: Callable[[str], None]) -> Callable[[], Awaitable[None]]:
+        """Listen to the records channel (every commit's session id); return an async ``stop()``."""
+        return await self.inbox.listen(lambda _channel, session_id: on_session(session_id), (RECORDS_CHANNEL,))
+
     # -- loops ----------------------------------------------------------------------------------------
 
-    def _notified(self, channel: str, session_id: str) -> None:
+    def _notified(self, channel: str, payload: str) -> None:
         if channel == INBOX_CHANNEL:
-            self._want(session_id)
+            self._want(payload)  # a session id
+        elif channel == WORKERS_CHANNEL and self._stop_listening is not None and payload != self.worker_id:
+            self._refreshing = asyncio.ensure_future(self._refresh_peers())  # kept: tasks are weakly held
 
-    def _want(self, session_id: str) -> None:
-        """Take ``session_id``'s waiting mail soon, without waiting for other sessions' takes."""
+    async def _refresh_peers(self) -> None:
+        try:
+            self._peers = await self.leases.live_workers()
+        except Exception as exc:  # the next heartbeat refreshes them
+            logger.warning("worker %s: cannot list the live workers: %s", self.worker_id, exc)
+
+    def _want(self, session_id: str, polled: bool = False) -> None:
+        """Take ``session_id``'s waiting mail soon, without waiting for other sessions' takes. ``polled``: the
+        poll found it (a notification was lost, or the worker chosen for it did not take it)."""
+        if polled:
+            self._polled.add(session_id)
         if session_id in self._takers:
             self._again.add(session_id)
         elif self._tasks:  # started and not stopping
@@ -149,7 +202,9 @@ class Worker:
         try:
             while True:
                 self._again.discard(session_id)
-                await self._take_logged(session_id)
+                polled = session_id in self._polled
+                self._polled.discard(session_id)
+                await self._take_logged(session_id, polled)
                 if session_id not in self._again:
                     return
         finally:
@@ -161,28 +216,49 @@ class Worker:
             await asyncio.sleep(interval)
             try:
                 lost = await self.leases.heartbeat()
+                self._peers = await self.leases.live_workers()
             except Exception as exc:  # the database is away: appends are fenced anyway, retry next time
                 logger.warning("worker %s: heartbeat failed: %s", self.worker_id, exc)
                 continue
             for session_id in lost:
                 logger.warning("worker %s: lost session %s to another worker", self.worker_id, session_id)
                 self.runtime.drop(session_id)
+                await self._follow_if_watched(session_id)
+
+    async def _follow_if_watched(self, session_id: str) -> None:
+        """A session this worker lost: its clients here follow it from the log from now on."""
+        platform = next((p for p in self.agent.platforms if p.has_client(session_id)), None)
+        if platform is None:
+            return
+        try:
+            await self.runtime.follow(session_id, platform)
+        except LogError as exc:  # the database is away: the client gets it on its next message or reconnect
+            logger.warning("worker %s: cannot follow session %s: %s", self.worker_id, session_id, exc)
 
     async def _poll(self) -> None:
         """Every ``poll_interval``, look for what notifications missed and for sessions whose owner died."""
         while True:
             try:
                 for session_id in await self._orphans():
-                    self._want(session_id)
+                    self._want(session_id, polled=True)
             except Exception as exc:
                 logger.warning("worker %s: poll failed: %s", self.worker_id, exc)
             await asyncio.sleep(self.poll_interval)
 
-    async def _take_logged(self, session_id: str) -> None:
+    async def _take_logged(self, session_id: str, polled: bool) -> None:
         try:
-            await self._take(session_id)
+            await self._take(session_id, polled)
         except LogError as exc:  # a lease lost meanwhile, the database away: the next poll retries
             logger.warning("worker %s: session %s: %s", self.worker_id, session_id, exc)
+
+    def _chosen_for(self, session_id: str) -> bool:
+        """Whether this worker is the one the rendezvous hash picks for ``session_id`` among the live ones."""
+        peers = self._peers
+        if len(peers) < 2:
+            return True
+        key = session_id.encode()
+        chosen = max(peers, key=lambda peer: hashlib.blake2b(peer.encode() + b"\0" + key, digest_size=8).digest())
+        return chosen == self.worker_id
 
     async def _orphans(self) -> list[str]:
         """Sessions to take: waiting messages of sessions no live worker holds (or this one does), and
@@ -193,11 +269,16 @@ class Worker:
         found += await self.leases.unowned_unfinished()
         return [session_id for session_id in dict.fromkeys(found) if session_id not in self._takers]
 
-    async def _take(self, session_id: str) -> None:
+    async def _take(self, session_id: str, polled: bool = False) -> None:
         """Own ``session_id`` (if free) and move its waiting messages into its log, in arrival order."""
         # Called by the session's one taker task (see _want), so never twice at once for a session.
-        if session_id not in self.log.fenced() and not await self.claim(session_id):
-            return  # a live worker owns it: its own notification or poll takes the mail
+        if session_id not in self.log.fenced():
+            if not self._chosen_for(session_id):
+                if not polled:
+                    return  # notified: the chosen worker takes it (the poll stands in if it does not)
+                await asyncio.sleep(DEFER_SECONDS)  # the chosen worker first; if it still does not, this one
+            if not await self.claim(session_id):
+                return  # a live worker owns it: its own notification or poll takes the mail
         await self.runtime.get_or_create(session_id)  # loads it, resuming an interrupted step
         for message in await self.inbox.pending(session_id):
             await self.runtime.receive_forwarded(session_id, message.id, message.payload, message.error)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from baf_test_helpers import baf
-from llm.fake_openai_server import completion, serve
+from llm.fake_openai_server import completion, serve, streamed
 
 from baf import ReceiveFileEvent, ReceiveJSONEvent, load_agent
 from baf.core.agent import Agent
@@ -269,6 +269,27 @@ async def test_an_mcp_server_of_the_file_offers_its_tools_to_the_reasoning_state
     assert platform.replies["u"][-1] == "12.5 × 8 = 100."
     assert llm.requests[0].tool_names == ["calc__multiply"]
     assert "100" in llm.requests[1].messages[-1]["content"]
+
+
+async def test_a_model_with_stream_true_streams_its_answers(tmp_path: Path) -> None:
+    with serve() as server:
+        server.script(streamed("Hello ", "from ", "YAML."))
+        (tmp_path / "agent.yaml").write_text(textwrap.dedent(f"""\
+            name: streamer
+            log: memory://
+            llms:
+              main: {{model: m, base_url: "{server.base_url}", stream: true}}
+            states:
+              - name: chat
+                initial: true
+                reasoning: {{enable_task_planning: false}}
+                transitions:
+                  - {{on: text, to: chat}}
+        """))  # fmt: skip
+        platform, _ = await chat(load_agent(tmp_path / "agent.yaml"), "hi")
+        assert server.requests[0].body["stream"] is True
+    assert [text for _, text in platform.deltas["u"]] == ["Hello ", "from ", "YAML."]
+    assert platform.replies["u"] == ["Hello from YAML."]
 
 
 def test_workspaces_skills_platforms_and_properties_map_onto_the_python_api(

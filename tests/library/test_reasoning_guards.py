@@ -205,6 +205,15 @@ async def test_a_typed_answer_gets_one_repair_turn() -> None:
     assert len(steps(records, "output_invalid")) == 1
 
 
+async def test_a_typed_answer_is_validated_strictly() -> None:
+    # A number written as a string would pass pydantic's lax mode; the typed answer is strict.
+    llm = ScriptedLLM(['{"city": "Oslo", "celsius": "-3.5"}', '{"city": "Oslo", "celsius": -3.5}'])
+    records, platform = await converse(agent_with(llm, [], output_type=Weather), "weather?")
+    assert platform.replies["s"] == ['{"city": "Oslo", "celsius": -3.5}']
+    (invalid,) = steps(records, "output_invalid")
+    assert "celsius" in invalid["details"]["error"]
+
+
 async def test_a_typed_answer_wrong_twice_ends_with_a_clear_error() -> None:
     llm = ScriptedLLM(["sunny", '{"city": "Oslo"}'])
     records, platform = await converse(agent_with(llm, [], output_type=Weather), "weather?")

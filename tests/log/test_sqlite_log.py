@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -442,38 +441,6 @@ async def test_rows_are_stored_as_documented(db: Path) -> None:
         connection.close()
     # Compact JSON, not ASCII-escaped: the file is readable with the sqlite3 shell.
     assert row == ("s", 1, 12.5, "reply", CURRENT_VERSION, '{"text":"é","n":[1,2]}')
-
-
-_REPO_ROOT = Path(__file__).resolve().parents[2]
-_WRITER_PROCESS = """
-import asyncio, sys
-from baf.log import Record, SQLiteLog
-
-async def main(path: str, name: str) -> None:
-    async with SQLiteLog(path, busy_timeout=10) as log:
-        for n in range(100):
-            await log.append([Record(f"{name}-{n % 10}", n // 10 * 2 + k, "note", {"by": name}) for k in (1, 2)])
-
-asyncio.run(main(sys.argv[1], sys.argv[2]))
-"""
-
-
-@pytest.mark.slow
-async def test_two_processes_write_one_file(db: Path) -> None:
-    processes = [
-        await asyncio.create_subprocess_exec(
-            sys.executable, "-c", _WRITER_PROCESS, str(db), name, cwd=_REPO_ROOT, stderr=asyncio.subprocess.PIPE
-        )
-        for name in ("left", "right")
-    ]
-    for process in processes:
-        _, stderr = await asyncio.wait_for(process.communicate(), timeout=60)
-        assert process.returncode == 0, stderr.decode()
-    async with SQLiteLog(db) as log:
-        sessions = await log.sessions()
-        assert sorted(sessions) == sorted(f"{name}-{n}" for name in ("left", "right") for n in range(10))
-        for session in sessions:
-            assert [r.seq for r in await log.read(session)] == list(range(1, 21))
 
 
 async def test_a_group_larger_than_one_statement_is_still_one_atomic_append(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from baf import Agent
+from baf import Agent, ApprovalEvent
 from baf.library.state.pattern_state import new_pattern_state, session_memory
 from baf.llm.base import LLM, LLMResponse, ToolCall
 from baf.log import MemoryLog, Record, open_log
@@ -19,7 +19,7 @@ from baf.reasoning.patterns.memory import LAST_STEP_KEY, OUTPUT_KEY
 from baf.reasoning.tool import Tool
 from baf.replay.rerun import assert_replays
 from baf.replay.state_at import state_at
-from baf.testing import FunctionLLM
+from baf.testing import FunctionLLM, RecordingPlatform
 
 WM = "## Working memory"
 
@@ -118,9 +118,12 @@ def lookup_tool() -> Tool:
     return Tool(lookup)
 
 
-def build(log: Any, llm: LLM, **options: Any) -> Agent:
+def build(log: Any, llm: LLM, approval: bool = False, **options: Any) -> Agent:
     agent = Agent("memory", log=log)
-    agent.new_tool(lookup, idempotent=True)  # a cut between a call and its result runs it again
+    if approval:
+        agent.new_tool(lookup, requires_approval=True)
+    else:
+        agent.new_tool(lookup, idempotent=True)  # a cut between a call and its result runs it again
     state = new_pattern_state(agent, llm, pipeline(), memory=True, **options)
     state.when_event().go_to(state)
     return agent
@@ -156,6 +159,11 @@ async def test_in_a_session_the_scopes_are_recorded_variables_and_replay_identic
     # A re-run of the current code over the log (memory read from the re-run's own variables) is identical.
     report = await assert_replays(log, "s", build(MemoryLog(), FunctionLLM(forbidden)))
     assert report.identical
+
+
+def memory_writes(records: Sequence[Record]) -> list[tuple[str, Any]]:
+    return [(r.data["name"], r.data["value"]) for r in records
+            if r.kind == "variable_set" and r.data["name"].startswith("reasoning:")]  # fmt: skip
 
 
 def forbidden(*_: Any, **__: Any) -> LLMResponse:
@@ -194,3 +202,28 @@ async def test_resume_after_a_crash_mid_pipeline_keeps_the_memory(tmp_path: Path
         # Model calls made after the restart were shown the memory as the uncut run showed it.
         for task, system in resumed.systems:
             assert (task, system) in model.systems, (cut, task, system)
+
+
+async def test_a_run_paused_for_approval_continues_with_its_memory() -> None:
+    plain = MemoryLog()
+    async with build(plain, Model().llm) as agent:
+        await agent.receive_message("s", "q")
+        expected = scopes(await plain.read("s"))
+        writes = memory_writes(await plain.read("s"))
+
+    model = Model()
+    log = MemoryLog()
+    platform = RecordingPlatform()
+    async with build(log, model.llm, approval=True) as agent:
+        await agent.receive_message("s", "q", platform)
+        for _ in range(2):  # one lookup in each stage
+            (request,) = platform.approval_requests["s"][-1:]
+            await (await agent.receive_event(ApprovalEvent("s", call_id=request.call_id, approved=True), platform))
+        records = await log.read("s")
+    assert platform.replies["s"] == ["<<q> answered> answered"]
+    assert scopes(records) == expected
+    assert memory_writes(records) == writes  # the continued run wrote each memory change once
+    # The second stage, continued from the log after its approval, was shown the first stage's output.
+    second_stage = [system or "" for task, system in model.systems if task == "<q> answered"]
+    assert second_stage and all("- reasoning:first: <q> answered" in s for s in second_stage)
+    await assert_replays(log, "s", build(MemoryLog(), FunctionLLM(forbidden), approval=True))

@@ -105,3 +105,24 @@ async def test_a_client_not_bound_to_the_session_gets_no_deltas() -> None:
         assert not [f for f in await bob.drain(0.2) if f["type"] == "reply_delta"]
         await alice.close()
         await bob.close()
+
+
+async def test_a_burst_of_pieces_does_not_overflow_a_reading_client_s_queue() -> None:
+    # 2,000 pieces handed over at once (a fast model, one network read): each one is let out before the
+    # next is queued, so a small send queue holds up and the client that reads is not taken for stuck.
+    answer = " ".join(f"w{i}" for i in range(2000))
+    agent = Agent("burst", log="memory://")
+    state = new_reasoning_state(agent, ScriptedLLM([answer], stream=True), enable_task_planning=False)
+    state.when_event().go_to(state)
+    platform = WebSocketPlatform("127.0.0.1", 0, send_queue_size=64)
+    agent.add_platform(platform)
+    async with agent:
+        client = await Client.open(platform.ws_url)
+        await client.hello()
+        await client.send({"type": "message", "text": "go"})
+        reply, frames = await client.until("reply", wait=20)
+        await client.close()
+        records = await agent.log.read(client.session_id or "")
+    assert len([f for f in frames if f["type"] == "reply_delta"]) == 2000
+    assert reply["text"] == answer
+    assert not [r for r in records if r.kind == "delivery_dropped"]

@@ -17,7 +17,12 @@ FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "serve_agent.py"
 
 def fresh_agent() -> Agent:
     """A new instance of the fixture agent (one per worker in one process)."""
-    spec = importlib.util.spec_from_file_location(f"serve_agent_{id(object())}", FIXTURE)
+    return load_agent(FIXTURE.name)
+
+
+def load_agent(name: str) -> Agent:
+    """A new instance of the agent in ``tests/fixtures/<name>``."""
+    spec = importlib.util.spec_from_file_location(f"serve_agent_{id(object())}", FIXTURE.with_name(name))
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -65,4 +70,11 @@ def assert_each_question_answered_once(records: dict[str, list[Record]], expecte
         assert seqs == list(range(1, len(rs) + 1)), f"{session_id}: seqs have gaps or repeats"
 
 
-__all__ = ["FIXTURE", "assert_each_question_answered_once", "fresh_agent", "message", "wait_for_answers"]
+__all__ = [
+    "FIXTURE",
+    "assert_each_question_answered_once",
+    "fresh_agent",
+    "load_agent",
+    "message",
+    "wait_for_answers",
+]

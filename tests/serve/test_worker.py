@@ -148,3 +148,48 @@ async def test_a_session_dropped_from_memory_gives_its_lease_up(postgres_dsn: st
         assert "s" not in worker.runtime.sessions
         assert info is not None and not info.live  # any worker may take the next message at once
         assert "s" not in worker.log.fenced()
+
+
+async def test_free_sessions_with_mail_go_to_the_worker_the_hash_chooses(
+    workers: tuple[Worker, Worker], postgres_dsn: str
+) -> None:
+    a, b = workers
+    # Each lists the other: b listed a at its start; a hears b register by a notification, then lists the
+    # live workers again (a moment later: its own task).
+    for _ in range(100):
+        if a._peers == b._peers == ["a", "b"]:
+            break
+        await asyncio.sleep(0.02)
+    assert a._peers == b._peers == ["a", "b"]
+    expected = {f"s{i}": [f"s{i}-q0"] for i in range(16)}
+    for session_id, questions in expected.items():  # forwarded by a platform elsewhere: both are notified
+        await a.inbox.post(session_id, message(session_id, questions[0]))
+    records = await wait_for_answers(postgres_dsn, expected)
+    assert_each_question_answered_once(records, expected)
+    owners = {s: (await a.leases.owner_of(s)).owner for s in expected}  # type: ignore[union-attr]
+    assert owners == {s: "a" if a._chosen_for(s) else "b" for s in expected}
+    assert set(owners.values()) == {"a", "b"}  # spread, not all to whichever heard first
+
+
+async def test_a_free_session_its_chosen_worker_does_not_take_is_taken_by_the_poll(
+    workers: tuple[Worker, Worker], postgres_dsn: str
+) -> None:
+    a, b = workers
+    connection = await asyncpg.connect(postgres_dsn)
+    try:  # a third worker registers (its heartbeat is fresh), then hangs: it takes nothing
+        await connection.execute("INSERT INTO baf_workers (worker_id) VALUES ('hung')")
+        await connection.execute("SELECT pg_notify('baf_workers', 'hung')")
+    finally:
+        await connection.close()
+    for _ in range(100):
+        if a._peers == b._peers == ["a", "b", "hung"]:
+            break
+        await asyncio.sleep(0.02)
+    assert a._peers == b._peers == ["a", "b", "hung"]
+    hung_ones = [s for s in (f"h{i}" for i in range(40)) if not a._chosen_for(s) and not b._chosen_for(s)][:3]
+    assert hung_ones
+    for session_id in hung_ones:
+        await a.inbox.post(session_id, message(session_id, "q"))
+    expected = {session_id: ["q"] for session_id in hung_ones}
+    records = await wait_for_answers(postgres_dsn, expected, within=10)  # poll_interval is 1 s
+    assert_each_question_answered_once(records, expected)

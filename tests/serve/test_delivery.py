@@ -1,0 +1,229 @@
+"""Delivery by following the log: a WebSocket client connected to a worker that does not run its session
+gets every reply, reasoning step and task list of it, once, in order, from that worker; a lost
+notification delays nothing past the poll; a reconnect gets the rest from the log."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from baf.core.agent import Agent
+from baf.log.postgres import PostgresLog
+from baf.log.postgres_leases import Leases
+from baf.platforms.websocket import WebSocketPlatform, history_items
+from baf.serve import Worker
+
+from .helpers import load_agent
+from .ws_client import Client
+
+WS_FIXTURE = "serve_ws_agent.py"
+
+
+def ws_agent() -> tuple[Agent, WebSocketPlatform]:
+    os.environ["BAF_SERVE_PORT"] = "0"  # each in-process worker on a port of its own
+    agent = load_agent(WS_FIXTURE)
+    platform = agent.platforms[0]
+    assert isinstance(platform, WebSocketPlatform)
+    return agent, platform
+
+
+@pytest.fixture
+async def workers(postgres_dsn: str) -> AsyncIterator[tuple[tuple[Worker, int], tuple[Worker, int]]]:
+    (agent_a, platform_a), (agent_b, platform_b) = ws_agent(), ws_agent()
+    a = Worker(agent_a, postgres_dsn, worker_id="a", lease_ttl=10, poll_interval=1)
+    b = Worker(agent_b, postgres_dsn, worker_id="b", lease_ttl=10, poll_interval=1)
+    await a.start()
+    await b.start()
+    try:
+        yield (a, platform_a.port), (b, platform_b.port)
+    finally:
+        await a.stop()
+        await b.stop()
+
+
+async def shown_records(dsn: str, session_id: str, after: int = 0) -> list[dict[str, Any]]:
+    """What the log holds for the user after ``after``, as history items (seq and type)."""
+    async with PostgresLog(dsn, read_only=True) as log:
+        return [item for item in history_items(await log.read(session_id, after)) if item["type"] != "user"]
+
+
+async def turn_done(dsn: str, session_id: str, question: str, within: float = 30.0) -> None:
+    """Wait until the log holds the whole turn answering ``question``: its reply, then the step that closes
+    its reasoning (whichever worker ran it)."""
+    async with PostgresLog(dsn, read_only=True) as log, asyncio.timeout(within):
+        while True:
+            items = history_items(await log.read(session_id))
+            replies = [i for i, item in enumerate(items) if item.get("text") == f"answer to {question}"]
+            if replies and any(
+                item["type"] == "reasoning_step" and item["step"].get("kind") == "reasoning_finished"
+                for item in items[replies[-1] :]
+            ):
+                return
+            await asyncio.sleep(0.05)
+
+
+def seqs_and_types(frames: list[dict[str, Any]]) -> list[tuple[int, str]]:
+    return [(frame["seq"], frame["type"]) for frame in frames]
+
+
+async def test_a_client_on_the_other_worker_gets_every_record_once_in_order(workers: Any, postgres_dsn: str) -> None:
+    (a, port_a), (b, port_b) = workers
+    owner_client = await Client.open(port_b)
+    welcome = await owner_client.hello()
+    session_id, token = welcome["session_id"], welcome["resume_token"]
+    await owner_client.ask("q1")
+    assert "q1" not in a.runtime.sessions and session_id in b.runtime.sessions
+    # The same user on worker a: resumed there (the token is good on every worker), shown its history ...
+    other = await Client.open(port_a)
+    assert (await other.hello(token))["resumed"] is True
+    history = await other.until("history")
+    assert [item["type"] for item in history["items"]][:1] == ["user"]
+    assert any(item.get("text") == "answer to q1" for item in history["items"])
+    # ... and asking there: b runs the turn, a delivers it from the log
+    await other.ask("q2")
+    await turn_done(postgres_dsn, session_id, "q2")
+    expected = await shown_records(postgres_dsn, session_id, after=history["last_seq"])
+    await other.until_seq(expected[-1]["seq"])
+    assert {item["type"] for item in expected} >= {"reasoning_step", "task_list", "reply"}
+    assert seqs_and_types(other.live()) == [(item["seq"], item["type"]) for item in expected]
+    assert session_id not in a.runtime.sessions  # a never ran it ...
+    info = await Leases(b.log).owner_of(session_id)
+    assert info is not None and info.owner == "b" and info.epoch == 1  # ... nor took it over
+    await owner_client.until("reply", text="answer to q2")  # the client on b got it from b itself
+    await owner_client.close()
+    await other.close()
+
+
+async def test_a_lost_notification_delays_delivery_to_the_poll_and_loses_nothing(
+    workers: Any, postgres_dsn: str
+) -> None:
+    (a, port_a), (_b, port_b) = workers
+    owner_client = await Client.open(port_b)
+    welcome = await owner_client.hello()
+    await owner_client.ask("q1")
+    other = await Client.open(port_a)
+    await other.hello(welcome["resume_token"])
+    history = await other.until("history")
+    missed: list[str] = []
+    a.follower.notified = missed.append  # type: ignore[method-assign]  # every notification is lost
+    await other.ask("q2", within=10)  # the poll (1 s) finds the records
+    await turn_done(postgres_dsn, welcome["session_id"], "q2")
+    expected = await shown_records(postgres_dsn, welcome["session_id"], after=history["last_seq"])
+    await other.until_seq(expected[-1]["seq"], within=10)
+    assert missed  # notifications came, and were lost
+    assert seqs_and_types(other.live()) == [(item["seq"], item["type"]) for item in expected]
+    await owner_client.close()
+    await other.close()
+
+
+async def test_a_client_reconnecting_to_the_follower_gets_the_rest_from_the_log_then_live(
+    workers: Any, postgres_dsn: str
+) -> None:
+    (_, port_a), (_b, port_b) = workers
+    owner_client = await Client.open(port_b)
+    welcome = await owner_client.hello()
+    session_id = welcome["session_id"]
+    await owner_client.ask("q1")
+    other = await Client.open(port_a)
+    await other.hello(welcome["resume_token"])
+    await other.until("history")
+    await other.ask("q2")
+    await turn_done(postgres_dsn, session_id, "q2")
+    await other.until_seq((await shown_records(postgres_dsn, session_id))[-1]["seq"])
+    seen = max(frame["seq"] for frame in other.live())
+    await other.close()
+    await owner_client.ask("q3")  # while the client is away
+    await turn_done(postgres_dsn, session_id, "q3")
+    back = await Client.open(port_a)
+    await back.hello(welcome["resume_token"], after_seq=seen)
+    history = await back.until("history")
+    await back.ask("q4")
+    await turn_done(postgres_dsn, session_id, "q4")
+    expected = await shown_records(postgres_dsn, session_id, after=seen)
+    await back.until_seq(expected[-1]["seq"])
+    got = [(item["seq"], item["type"]) for item in history["items"] if item["type"] != "user"]
+    got += seqs_and_types(back.live())
+    assert got == [(item["seq"], item["type"]) for item in expected]  # each once, in order
+    assert any(item.get("text") == "answer to q3" for item in history["items"])
+    await owner_client.close()
+    await back.close()
+
+
+async def test_a_followed_session_taken_over_goes_on_here_without_a_gap_or_a_repeat(
+    workers: Any, postgres_dsn: str
+) -> None:
+    (a, port_a), (b, port_b) = workers
+    owner_client = await Client.open(port_b)
+    welcome = await owner_client.hello()
+    session_id = welcome["session_id"]
+    await owner_client.ask("q1")
+    other = await Client.open(port_a)
+    await other.hello(welcome["resume_token"])
+    history = await other.until("history")
+    await other.ask("q2")
+    await turn_done(postgres_dsn, session_id, "q2")
+    assert session_id in a.runtime.followed
+    await owner_client.close()
+    await b.stop()  # b gives its leases up: the next message makes a run the session
+    await other.ask("q3")
+    await turn_done(postgres_dsn, session_id, "q3")
+    assert session_id in a.runtime.sessions and session_id not in a.runtime.followed
+    expected = await shown_records(postgres_dsn, session_id, after=history["last_seq"])
+    await other.until_seq(expected[-1]["seq"])
+    assert seqs_and_types(other.live()) == [(item["seq"], item["type"]) for item in expected]
+    await other.close()
+
+
+async def test_a_followed_session_no_client_watches_is_dropped(workers: Any) -> None:
+    (a, port_a), (_, port_b) = workers
+    owner_client = await Client.open(port_b)
+    welcome = await owner_client.hello()
+    await owner_client.ask("q1")
+    other = await Client.open(port_a)
+    await other.hello(welcome["resume_token"])
+    await other.until("history")
+    assert welcome["session_id"] in a.runtime.followed
+    await other.close()
+    for _ in range(60):  # the grace (2 polls) then the next poll
+        await asyncio.sleep(0.1)
+        if welcome["session_id"] not in a.runtime.followed:
+            break
+    assert welcome["session_id"] not in a.runtime.followed
+    await owner_client.close()
+
+
+async def test_a_session_dropped_from_memory_while_its_client_watches_is_followed_from_then_on(
+    postgres_dsn: str,
+) -> None:
+    (agent_a, platform_a), (agent_b, platform_b) = ws_agent(), ws_agent()
+    agent_b.session_idle_seconds = 0.3  # b drops its sessions from memory (and their leases) when idle
+    async with (
+        Worker(agent_a, postgres_dsn, worker_id="a", lease_ttl=10, poll_interval=1) as a,
+        Worker(agent_b, postgres_dsn, worker_id="b", lease_ttl=10, poll_interval=1) as b,
+    ):
+        on_b = await Client.open(platform_b.port)
+        welcome = await on_b.hello()
+        session_id = welcome["session_id"]
+        await on_b.ask("q1")
+        for _ in range(50):
+            await asyncio.sleep(0.1)
+            if session_id not in b.runtime.sessions:
+                break
+        assert session_id not in b.runtime.sessions and session_id in b.runtime.followed
+        seen = max(frame["seq"] for frame in on_b.live())
+        on_a = await Client.open(platform_a.port)  # the same user in another tab, on a
+        await on_a.hello(welcome["resume_token"])
+        await on_a.until("history")
+        await on_a.ask("q2")  # a takes the session (b gave its lease up) and runs it
+        await turn_done(postgres_dsn, session_id, "q2")
+        assert session_id in a.runtime.sessions
+        expected = await shown_records(postgres_dsn, session_id, after=seen)
+        await on_b.until_seq(expected[-1]["seq"])
+        live_after = [frame for frame in on_b.live() if frame["seq"] > seen]
+        assert seqs_and_types(live_after) == [(item["seq"], item["type"]) for item in expected]
+        await on_a.close()
+        await on_b.close()
