@@ -82,6 +82,16 @@ def serve(port: int) -> None:
     asyncio.run(main())
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """User and system CPU seconds the processes ``pids`` used so far (from /proc)."""
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def rss_bytes(pid: int) -> int:
     """Resident set size of ``pid``."""
     with open(f"/proc/{pid}/status", encoding="ascii") as status:
@@ -130,9 +140,10 @@ async def run_clients(port: int, server_pids: list[int], clients: int, messages:
         for m in range(messages):
             latencies.append(await exchange(ws, f"client {i} message {m}"))
 
-    started = time.perf_counter()
+    started, client_cpu, server_cpu = time.perf_counter(), time.process_time(), cpu_seconds(server_pids)
     await asyncio.gather(*(talk(i, ws) for i, ws in enumerate(sockets)))
     seconds = time.perf_counter() - started
+    client_cpu, server_cpu = time.process_time() - client_cpu, cpu_seconds(server_pids) - server_cpu
     await asyncio.gather(*(ws.close() for ws in sockets))
 
     latencies.sort()
@@ -145,6 +156,9 @@ async def run_clients(port: int, server_pids: list[int], clients: int, messages:
         "latency_p50_ms": round(statistics.median(latencies) * 1000, 2),
         "latency_p99_ms": round(latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000, 2),
         "connect_and_warm_up_seconds": round(connect_seconds, 3),
+        # CPU while the messages are exchanged: the clients share the machine's cores with the servers
+        "client_cpu_seconds": round(client_cpu, 2),
+        "server_cpu_seconds": round(server_cpu, 2),
         "server_rss_before_mb": round(rss_before / 2**20, 1),
         "server_rss_connected_mb": round(rss_connected / 2**20, 1),
         "server_bytes_per_session": round((rss_connected - rss_before) / clients),

@@ -42,6 +42,10 @@ class Event:
     #: that routes by intent; see ``baf.core.intent_routing``). Not part of the recorded event: the
     #: prediction has a record of its own.
     predicted_intent: IntentPrediction | None = field(default=None, init=False, repr=False, compare=False)
+    #: The platform's id for this delivery (``telegram:<bot>:<update_id>``), for a platform whose source
+    #: may deliver one message twice (after a crash, before it confirmed it). Recorded with the message;
+    #: a second event with an id the session recorded lately is not recorded or handled again.
+    delivery_id: str | None = field(default=None, init=False, repr=False, compare=False)
     #: The name the event is recorded under. Defaults to the class name.
     type_name: ClassVar[str] = "event"
 

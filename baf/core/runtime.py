@@ -545,6 +545,8 @@ class Runtime:
     ) -> tuple[LiveSession | None, asyncio.Future[None]]:
         """:meth:`receive`, and the session that took the event (``None``: forwarded to its owner)."""
         data = {"event": event.to_data(), "text": event.text}
+        if event.delivery_id is not None:
+            data["delivery"] = event.delivery_id
         if data["text"] is not None and not isinstance(data["text"], str):
             # The fold reads it as the conversation's text: refused here, not found corrupt on a restart.
             raise ValueError(f"{type(event).__name__}.text must be a string or None, got {type(data['text']).__name__}")
@@ -563,6 +565,15 @@ class Runtime:
                 forwarded.set_result(None)
                 return None, forwarded
         live = await self._get_live(event.session_id, platform)
+        recorded_at = live.projection.deliveries.get(event.delivery_id) if event.delivery_id is not None else None
+        if recorded_at is not None:
+            # Delivered again (its source did not hear it was taken, e.g. a crash before the platform
+            # confirmed it): recorded once, at that seq, and handled there; nothing more to do.
+            logger.info("session %s: delivery %s was recorded at seq %d; not taken again", live.id,
+                        event.delivery_id, recorded_at)  # fmt: skip
+            taken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            taken.set_result(None)
+            return live, taken
         if live.projection.holding:
             # A new message to a fork is the user continuing it: what it held comes first, in order.
             self._release_held(live)

@@ -24,7 +24,6 @@ It uses only the tools it is offered, so it also runs under ``enable_task_planni
 from __future__ import annotations
 
 import csv
-import dataclasses
 import io
 import json
 import re
@@ -33,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from baf.llm.base import LLM, LLMResponse, ToolCall
+from baf.llm.call_ids import ToolCallNumbering
 
 __all__ = ["EXAMPLE_QUESTIONS", "OfflineDemoLLM", "offline_demo_reply"]
 
@@ -57,7 +57,7 @@ class OfflineDemoLLM(LLM):
     name = "offline-demo"
 
     def __init__(self) -> None:
-        self._next_call_id = 1
+        self._call_ids = ToolCallNumbering("offline_")
 
     async def predict_with_tools(
         self,
@@ -67,12 +67,7 @@ class OfflineDemoLLM(LLM):
         system_message: str | None = None,
     ) -> LLMResponse:
         """Decide the next move from the conversation so far (see :func:`offline_demo_reply`)."""
-        response = offline_demo_reply(messages, tools, system_message)
-        calls = []
-        for call in response.tool_calls:
-            calls.append(dataclasses.replace(call, id=f"offline_{self._next_call_id}"))
-            self._next_call_id += 1
-        return dataclasses.replace(response, tool_calls=calls)
+        return self._call_ids.number(offline_demo_reply(messages, tools, system_message))
 
 
 def offline_demo_reply(

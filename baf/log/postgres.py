@@ -48,6 +48,7 @@ from baf.errors import (
 )
 from baf.log import upcast as upcast_module
 from baf.log.jsontext import decode_json, encode_json
+from baf.log.postgres_batch import Coalescer
 from baf.log.postgres_commit import Batch, Known, Plan, Refused, Row, Stored, stored_work
 from baf.log.postgres_schema import SCHEMA_VERSION, prepare_schema
 from baf.log.record import Record
@@ -60,9 +61,10 @@ __all__ = ["SCHEMA_VERSION", "PostgresLog", "decode_row", "encode_row", "redact_
 
 _SELECT: Final = "SELECT seq, kind, data, ts, version FROM baf_records WHERE session_id = $1 AND seq > $2 ORDER BY seq"
 _SELECT_FOR_LOAD: Final = """
-SELECT seq, kind, data, ts, version FROM baf_records WHERE session_id = $1 AND seq >= coalesce(
-    (SELECT max(seq) FROM baf_records WHERE session_id = $1 AND kind = 'snapshot'), 1
-) ORDER BY seq
+SELECT r.session_id, r.seq, r.kind, r.data, r.ts, r.version FROM unnest($1::text[]) AS u(s)
+JOIN baf_records r ON r.session_id = u.s AND r.seq >= coalesce(
+    (SELECT max(x.seq) FROM baf_records x WHERE x.session_id = u.s AND x.kind = 'snapshot'), 1
+) ORDER BY r.session_id, r.seq
 """
 
 _MAX_INT64: Final = 2**63 - 1
@@ -138,6 +140,7 @@ class PostgresLog(SessionLog):
         # The sessions this worker holds a lease on, with the lease's epoch (see baf.log.postgres_leases).
         self._fences: dict[str, int] = {}
         self._known = Known()
+        self._loads: Coalescer[str, list[Record]] = Coalescer(self._read_for_load_many)
 
     def __repr__(self) -> str:
         return f"PostgresLog({redact_dsn(self._dsn)!r})"
@@ -480,16 +483,30 @@ class PostgresLog(SessionLog):
         return [row[0] for row in rows]
 
     async def read_for_load(self, session_id: str) -> list[Record]:
-        """The records from the latest snapshot (found through a partial index) to the end, in one query."""
+        """The records from the latest snapshot (found through a partial index) to the end. Loads asked for
+        together (a burst of sessions reaching a worker) share one query."""
+        self._check_open()
+        return await self._loads.get(session_id)
+
+    async def _read_for_load_many(self, session_ids: list[str]) -> dict[str, list[Record] | BaseException]:
         async with self.connection() as connection:
-            rows = await connection.fetch(_SELECT_FOR_LOAD, session_id)
-        upcasters = upcast_module.UPCASTERS
-        expected = rows[0][0] if rows and rows[0][1] == "snapshot" else 1
+            rows = await connection.fetch(_SELECT_FOR_LOAD, session_ids)
+        by_session: dict[str, list[Any]] = {session_id: [] for session_id in session_ids}
         for row in rows:
-            if row[0] != expected:  # seqs have no gaps (guarantee 3): a missing record is corruption
-                raise missing_record(session_id, expected, row[0])
-            expected += 1
-        return [upcasters.upcast(decode_row(session_id, row)) for row in rows]
+            by_session[row[0]].append(row[1:])
+        upcasters = upcast_module.UPCASTERS  # looked up on each call: a test may swap the registry
+        loaded: dict[str, list[Record] | BaseException] = {}
+        for session_id, session_rows in by_session.items():
+            try:
+                expected = session_rows[0][0] if session_rows and session_rows[0][1] == "snapshot" else 1
+                for row in session_rows:
+                    if row[0] != expected:  # seqs have no gaps (guarantee 3): a missing record is corruption
+                        raise missing_record(session_id, expected, row[0])
+                    expected += 1
+                loaded[session_id] = [upcasters.upcast(decode_row(session_id, row)) for row in session_rows]
+            except LogError as exc:
+                loaded[session_id] = exc
+        return loaded
 
     async def shared_secret(self, name: str) -> bytes | None:
         """The secret ``name`` kept in ``baf_meta`` (32 random bytes, made by the first worker that asks):

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from baf.log.jsontext import decode_json, encode_json
+from baf.log.postgres_batch import Coalescer
 
 if TYPE_CHECKING:
     import asyncpg
@@ -34,6 +35,15 @@ INBOX_CHANNEL = "baf_inbox"
 RECORDS_CHANNEL = "baf_records"
 
 logger = logging.getLogger("baf.log.postgres")
+
+#: How many waiting messages of a session one read returns (the owner reads again after handling them).
+_PENDING_LIMIT = 100
+_PENDING_MANY = """
+SELECT session_id, id, payload FROM (
+    SELECT session_id, id, payload, row_number() OVER (PARTITION BY session_id ORDER BY id) AS n
+    FROM baf_inbox WHERE session_id = ANY($1::text[])
+) AS waiting WHERE n <= $2 ORDER BY session_id, id
+"""
 
 # The row and its notification, in one round trip (the notification is delivered when the row commits).
 _POST = f"""
@@ -58,6 +68,7 @@ class Inbox:
 
     def __init__(self, log: PostgresLog) -> None:
         self._log = log
+        self._pending: Coalescer[str, list[InboxMessage]] = Coalescer(self._pending_many)
 
     async def post(self, session_id: str, payload: dict[str, Any]) -> int:
         """Store a message for ``session_id`` durably and wake its owner; return the row's id."""
@@ -67,13 +78,26 @@ class Inbox:
             row_id = await connection.fetchval(_POST, session_id, text)  # one statement: its own transaction
         return int(row_id)
 
-    async def pending(self, session_id: str, limit: int = 100) -> list[InboxMessage]:
-        """The messages waiting for ``session_id``, oldest first."""
+    async def pending(self, session_id: str, limit: int = _PENDING_LIMIT) -> list[InboxMessage]:
+        """The messages waiting for ``session_id``, oldest first (at most ``limit``). Reads asked for
+        together (a burst of sessions reaching a worker) share one query."""
+        if limit == _PENDING_LIMIT:
+            return await self._pending.get(session_id)
         async with self._log.connection() as connection:
             rows = await connection.fetch(
                 "SELECT id, payload FROM baf_inbox WHERE session_id = $1 ORDER BY id LIMIT $2", session_id, limit
             )
         return [_message(session_id, int(row[0]), row[1]) for row in rows]
+
+    async def _pending_many(self, session_ids: list[str]) -> dict[str, list[InboxMessage] | BaseException]:
+        async with self._log.connection() as connection:
+            rows = await connection.fetch(_PENDING_MANY, session_ids, _PENDING_LIMIT)
+        waiting: dict[str, list[InboxMessage] | BaseException] = {}
+        found: dict[str, list[InboxMessage]] = {session_id: [] for session_id in session_ids}
+        for row in rows:
+            found[row[0]].append(_message(row[0], int(row[1]), row[2]))
+        waiting.update(found)
+        return waiting
 
     async def sessions_with_mail(self, session_ids: list[str]) -> list[str]:
         """Which of ``session_ids`` have messages waiting (oldest first)."""

@@ -12,8 +12,11 @@ says which sessions it has lost. Releasing a lease expires it but keeps its row,
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from baf.log.postgres_batch import Coalescer
 
 if TYPE_CHECKING:
     from baf.log.postgres import PostgresLog
@@ -38,6 +41,22 @@ ON CONFLICT (session_id) DO UPDATE
         expires_at = EXCLUDED.expires_at
     WHERE l.owner = EXCLUDED.owner OR l.expires_at < now()
 RETURNING epoch
+"""
+# Many sessions at once (a burst of them reaching a worker), in one statement: the same locking first, in
+# session order, as is the insert (two workers' bursts lock and insert in the same order: no deadlock).
+_ACQUIRE_MANY = """
+WITH wanted AS (SELECT DISTINCT s FROM unnest($1::text[]) AS u(s)),
+locked AS MATERIALIZED (
+    SELECT session_id FROM baf_leases WHERE session_id IN (SELECT s FROM wanted) ORDER BY session_id FOR UPDATE NOWAIT
+)
+INSERT INTO baf_leases AS l (session_id, owner, epoch, expires_at)
+SELECT s, $2, 1, now() + make_interval(secs => $3) FROM wanted, (SELECT count(*) FROM locked) AS lock_first ORDER BY s
+ON CONFLICT (session_id) DO UPDATE
+    SET owner = EXCLUDED.owner,
+        epoch = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at >= now() THEN l.epoch ELSE l.epoch + 1 END,
+        expires_at = EXCLUDED.expires_at
+    WHERE l.owner = EXCLUDED.owner OR l.expires_at < now()
+RETURNING session_id, epoch
 """
 
 
@@ -64,6 +83,7 @@ class Leases:
         self._log = log
         self.worker_id: str = log.worker_id
         self.ttl = ttl
+        self._acquiring: Coalescer[str, int | None] = Coalescer(self._acquire_many)
 
     async def register(self) -> None:
         """Write (or refresh) this worker's heartbeat row, and tell the other workers."""
@@ -78,7 +98,32 @@ class Leases:
     async def acquire(self, session_id: str) -> int | None:
         """Take ``session_id``'s lease if it is free, expired or already ours; return its epoch, or ``None``
         when another worker holds it or its lease row is busy (an append or a takeover under way: the session
-        is someone's). On success the store is fenced with the epoch."""
+        is someone's). On success the store is fenced with the epoch. Leases asked for together share one
+        statement."""
+        epoch = await self._acquiring.get(session_id)
+        if epoch is None:
+            return None
+        self._log.fence(session_id, epoch)
+        return epoch
+
+    async def _acquire_many(self, session_ids: list[str]) -> dict[str, int | BaseException | None]:
+        import asyncpg
+
+        if len(session_ids) > 1:
+            try:
+                async with self._log.connection() as connection:
+                    rows = await connection.fetch(_ACQUIRE_MANY, sorted(session_ids), self.worker_id, self.ttl)
+            except (asyncpg.LockNotAvailableError, asyncpg.DeadlockDetectedError):
+                pass  # one of them is busy: each on its own, so that only that one is refused
+            else:
+                taken = {row[0]: int(row[1]) for row in rows}
+                return {session_id: taken.get(session_id) for session_id in session_ids}
+        results = await asyncio.gather(
+            *(self._acquire_one(session_id) for session_id in session_ids), return_exceptions=True
+        )
+        return dict(zip(session_ids, results, strict=True))
+
+    async def _acquire_one(self, session_id: str) -> int | None:
         import asyncpg
 
         try:
@@ -86,10 +131,7 @@ class Leases:
                 epoch = await connection.fetchval(_ACQUIRE, session_id, self.worker_id, self.ttl)
         except asyncpg.LockNotAvailableError:
             return None
-        if epoch is None:
-            return None
-        self._log.fence(session_id, int(epoch))
-        return int(epoch)
+        return None if epoch is None else int(epoch)
 
     async def release(self, session_id: str) -> None:
         """Give ``session_id`` up: appends to it are refused from now on, and any worker may take it."""

@@ -61,6 +61,9 @@ class SessionProjection:
     started: bool = False
     #: A fork cut before the session's first step holds the initial state's body too, until it is continued.
     start_held: bool = False
+    #: The delivery ids of the latest messages that carried one (``Event.delivery_id``), with their seqs:
+    #: a message delivered again is recognised. Bounded (``MAX_DELIVERIES``): a redelivery is of recent ones.
+    deliveries: dict[str, int] = field(default_factory=dict)
     #: While a global state's component is visited: the state to return to, and the global state.
     return_to: str | None = None
     visiting: str | None = None
@@ -140,8 +143,9 @@ class SessionProjection:
             "return_to": self.return_to,
             "visiting": self.visiting,
             "approvals": self.approvals,
-            # Only when set: snapshots written before it existed read (and compare) as they are.
+            # Only when set: snapshots written before they existed read (and compare) as they are.
             **({"start_held": True} if self.start_held else {}),
+            **({"deliveries": [[key, seq] for key, seq in self.deliveries.items()]} if self.deliveries else {}),
         }
 
     def _adopt(self, state: dict[str, Any]) -> None:
@@ -160,6 +164,7 @@ class SessionProjection:
         self.open_step = state["open_step"]
         self.started = state["started"]
         self.start_held = state.get("start_held", False)
+        self.deliveries = {key: seq for key, seq in state.get("deliveries", [])}
         self.return_to = state["return_to"]
         self.visiting = state["visiting"]
         self.approvals = {call_id: dict(entry) for call_id, entry in state["approvals"].items()}
@@ -176,6 +181,9 @@ def _corrupt(p: SessionProjection, seq: int, kind: str, field: str, value: Any, 
 
 
 _MISSING: Any = object()
+
+#: Delivery ids a projection remembers per session (the latest ones).
+MAX_DELIVERIES = 256
 
 
 def _session_started(p: SessionProjection, data: dict[str, Any], seq: int) -> None:
@@ -197,6 +205,11 @@ def _message_received(p: SessionProjection, data: dict[str, Any], seq: int) -> N
     p.unstarted[seq] = event
     if text is not None:
         p.history.append(ChatEntry("user", text, seq))
+    delivery = data.get("delivery")
+    if isinstance(delivery, str):
+        p.deliveries[delivery] = seq
+        if len(p.deliveries) > MAX_DELIVERIES:
+            del p.deliveries[next(iter(p.deliveries))]
 
 
 def _step_started(p: SessionProjection, data: dict[str, Any], seq: int) -> None:

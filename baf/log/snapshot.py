@@ -70,7 +70,7 @@ _ADDED_LATER: Final[dict[str, Any]] = {"approvals": {}}
 
 
 # Fields a state holds only when set (so states written before them read as they are).
-_OPTIONAL: Final[dict[str, str]] = {"start_held": "true"}
+_OPTIONAL: Final[dict[str, str]] = {"start_held": "true", "deliveries": "a list of [text, seq]"}
 
 
 def state_digest(state: dict[str, Any]) -> str:
@@ -151,6 +151,10 @@ def _fits(name: str, value: Any) -> bool:
         return type(value) is bool
     if name == "start_held":
         return value is True
+    if name == "deliveries":
+        return isinstance(value, list) and all(
+            isinstance(e, list) and len(e) == 2 and isinstance(e[0], str) and type(e[1]) is int for e in value
+        )
     if name == "history":
         return isinstance(value, list) and all(
             isinstance(e, list)

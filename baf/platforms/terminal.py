@@ -133,10 +133,10 @@ class TerminalPlatform(Platform):
         self._show(Text(f"session {self.session_id}{_where(agent.log)}", style="dim"), soft_wrap=True)
         # Bound between commits: what was delivered before is in the history printed here, what comes
         # after is printed live; nothing twice, nothing glued to a prompt.
-        await runtime_side(session).read_delivered(lambda upto: self._print_history(session, upto, earlier))
+        # The resumed work may finish before the history is read: the notice goes between what the log held
+        # before the restart and anything that work produced, printed or live.
+        await runtime_side(session).read_delivered(lambda upto: self._print_history(session, upto, earlier, resumed))
         if resumed:
-            self._show(Text("resumed after a restart: finishing what was under way when the agent stopped",
-                            style="yellow"))  # fmt: skip
             await agent.wait_idle(self.session_id)
         projection = runtime_side(session).projection
         held = len(projection.held)
@@ -221,9 +221,10 @@ class TerminalPlatform(Platform):
         finally:
             self._prompting = False
 
-    async def _print_history(self, session: Session, upto: int, earlier: int) -> None:
+    async def _print_history(self, session: Session, upto: int, earlier: int, resumed: bool = False) -> None:
         """The conversation up to seq ``upto`` (what was delivered before the chat was bound); what the
-        log held before this chat (up to seq ``earlier``) is marked as the earlier conversation."""
+        log held before this chat (up to seq ``earlier``) is marked as the earlier conversation. With
+        ``resumed``, the notice that unfinished work is being finished follows it."""
         self._shown_upto = upto
         history = [entry for entry in session.chat_history() if entry.seq <= upto]
         before = [entry for entry in history if entry.seq <= earlier]
@@ -233,6 +234,9 @@ class TerminalPlatform(Platform):
             self._print_line(entry.role, entry.text)
         if before:
             self._show(Rule(Text("now", style="dim"), style="dim"))
+        if resumed:
+            self._show(Text("resumed after a restart: finishing what was under way when the agent stopped",
+                            style="yellow"))  # fmt: skip
         for entry in history[len(before) :]:
             self._print_line(entry.role, entry.text)
 

@@ -79,7 +79,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigurationError, LogError) as exc:
         # baf's own errors name the problem and its fix (a port in use, a file without an agent, a
         # database it cannot reach): one line, as `baf run` prints them; a traceback would point into baf.
-        print(f"baf serve: worker {os.getpid()} stopped: {exc}", file=sys.stderr, flush=True)
+        # One write, as READY above: with PYTHONUNBUFFERED, print writes the newline apart and two workers'
+        # lines could interleave on the shared stderr.
+        sys.stderr.write(f"baf serve: worker {os.getpid()} stopped: {exc}\n")
+        sys.stderr.flush()
         return 2
     return 0
 

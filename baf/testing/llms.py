@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import dataclasses
 import inspect
 import json
 import re
@@ -24,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from baf.llm.base import LLM, LLMResponse, TextSink, ToolCall
+from baf.llm.call_ids import ToolCallNumbering
 
 __all__ = [
     "FunctionLLM",
@@ -106,7 +106,7 @@ class _TestLLM(LLM):
     def __init__(self, name: str) -> None:
         self.name = name
         self.requests: list[LLMRequest] = []
-        self._next_call_id = 1
+        self._call_ids = ToolCallNumbering("call_")
 
     @property
     def calls(self) -> int:
@@ -146,15 +146,7 @@ class _TestLLM(LLM):
             return LLMResponse(text=result)
         if not isinstance(result, LLMResponse) or not isinstance(result.tool_calls, list):
             return result  # type: ignore[return-value]  # refused by the kernel, naming this model
-        if all(not isinstance(call, ToolCall) or call.id for call in result.tool_calls):
-            return result
-        numbered = []
-        for call in result.tool_calls:
-            if not call.id:
-                call = dataclasses.replace(call, id=f"call_{self._next_call_id}")
-                self._next_call_id += 1
-            numbered.append(call)
-        return dataclasses.replace(result, tool_calls=numbered)
+        return self._call_ids.number(result)
 
 
 class ScriptedLLM(_TestLLM):

@@ -140,36 +140,28 @@ async def test_http_server_gets_the_headers_and_answers(tmp_path: Path) -> None:
     assert [r["content"] for r in results] == ["Bearer t0ken", "42"]
 
 
-async def test_a_changed_tool_list_is_listed_again_and_offered() -> None:
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "calc",  # the 2026 protocol: the change comes over the subscriptions/listen stream
+        # Servers of the 2025 protocol have no subscriptions/listen: they send notifications/tools/list_changed,
+        # and listing the tools again is a request made while that notification is being handled.
+        "calc_legacy",
+    ],
+)
+async def test_a_changed_tool_list_is_listed_again_and_offered(kind: str) -> None:
     llm = ScriptedLLM([ScriptedLLM.tool_call("calc__grow", {}), "grown",
                        ScriptedLLM.tool_call("calc__extra", {}), "done"])  # fmt: skip
     agent = agent_with(llm)
-    agent.add_mcp_server("calc", command=server("calc"))
+    toolset = agent.add_mcp_server("calc", command=server(kind))
     async with agent:
+        assert toolset.connection is not None and toolset.connection._client is not None
+        assert (toolset.connection._client.protocol_version == "2025-11-25") == (kind == "calc_legacy")
         assert "calc__extra" not in agent.tools
         await asyncio.wait_for(agent.receive_message("s", "grow"), 30)
         await eventually(lambda: "calc__extra" in agent.tools)  # the server announced its new list
         await asyncio.wait_for(agent.receive_message("s", "use it"), 30)
         results = await tool_results(agent)
-    assert [(r["name"], r["content"]) for r in results] == [("calc__grow", "grown"), ("calc__extra", "extra!")]
-    assert "calc__extra" in [t["function"]["name"] for t in llm.requests[-2].tools]
-
-
-async def test_an_older_server_announcing_its_changed_list_by_notification_is_listed_again() -> None:
-    # Servers of the 2025 protocol have no subscriptions/listen: they send notifications/tools/list_changed,
-    # and listing the tools again is a request made while that notification is being handled.
-    llm = ScriptedLLM([ScriptedLLM.tool_call("calc__grow", {}), "grown",
-                       ScriptedLLM.tool_call("calc__extra", {}), "done"])  # fmt: skip
-    agent = agent_with(llm)
-    agent.add_mcp_server("calc", command=server("calc_legacy"))
-    async with agent:
-        connection = agent.toolsets[0].connection if hasattr(agent, "toolsets") else None
-        assert "calc__extra" not in agent.tools
-        await asyncio.wait_for(agent.receive_message("s", "grow"), 30)
-        await eventually(lambda: "calc__extra" in agent.tools)
-        await asyncio.wait_for(agent.receive_message("s", "use it"), 30)
-        results = await tool_results(agent)
-    del connection
     assert [(r["name"], r["content"]) for r in results] == [("calc__grow", "grown"), ("calc__extra", "extra!")]
     assert "calc__extra" in [t["function"]["name"] for t in llm.requests[-2].tools]
 

@@ -15,7 +15,14 @@ import asyncpg
 import pytest
 from pg_cluster import SCRIPT
 
-from baf.errors import LeaseLostError, LogConflictError, LogError, LogReadOnlyError, LogStorageError
+from baf.errors import (
+    CorruptRecordError,
+    LeaseLostError,
+    LogConflictError,
+    LogError,
+    LogReadOnlyError,
+    LogStorageError,
+)
 from baf.log import Record, open_log
 from baf.log.postgres import PostgresLog
 from baf.log.postgres_inbox import INBOX_CHANNEL, RECORDS_CHANNEL, Inbox
@@ -204,6 +211,66 @@ async def test_the_work_index_stays_right_when_another_store_appended_in_between
         assert '"unhandled":[7]' in rows[0][0]
 
 
+# -- a burst of sessions: reads asked for together share one query ------------------------------------------
+
+
+async def test_loads_and_inbox_reads_asked_together_share_a_query_and_a_damaged_session_fails_alone(
+    postgres_dsn: str,
+) -> None:
+    async with PostgresLog(postgres_dsn) as log:
+        names = [f"s{i}" for i in range(10)]
+        await asyncio.gather(*(log.append([rec(name, 1, name), rec(name, 2)]) for name in names))
+        await log.append([rec("gap", 1)])
+        await query(postgres_dsn, "INSERT INTO baf_records VALUES ('gap', 3, 'note', '{}', 1.5, 1)")
+        inbox = Inbox(log)
+        for name in names[:3]:
+            await inbox.post(name, {"text": f"for {name}"})
+        batches: list[int] = []
+        run_loads, run_pending = log._read_for_load_many, inbox._pending_many
+
+        async def counted_loads(ids: list[str]) -> object:
+            batches.append(len(ids))
+            return await run_loads(ids)
+
+        async def counted_pending(ids: list[str]) -> object:
+            batches.append(len(ids))
+            return await run_pending(ids)
+
+        log._loads._run = counted_loads  # type: ignore[assignment]
+        inbox._pending._run = counted_pending  # type: ignore[assignment]
+        loaded = await asyncio.gather(*(log.read_for_load(name) for name in [*names, "gap"]), return_exceptions=True)
+        waiting = await asyncio.gather(*(inbox.pending(name) for name in names))
+        assert batches == [11, 10]  # one query for the eleven loads, one for the ten inbox reads
+        assert [[r.seq for r in records] for records in loaded[:10]] == [[1, 2]] * 10  # type: ignore[union-attr]
+        assert loaded[0][0].data == {"text": "s0"}  # type: ignore[index]
+        assert isinstance(loaded[10], CorruptRecordError) and loaded[10].seq == 2  # only the damaged one fails
+        assert [[m.payload for m in messages] for messages in waiting] == [
+            *([{"text": f"for {name}"}] for name in names[:3]),
+            *([] for _ in names[3:]),
+        ]
+
+
+async def test_leases_asked_together_share_a_statement_and_a_busy_one_is_refused_alone(
+    worker_logs: tuple[PostgresLog, PostgresLog],
+) -> None:
+    a, b = worker_logs
+    await Leases(b, ttl=0.1).acquire("busy")
+    await asyncio.sleep(0.2)  # b's lease expired, but b is in the middle of an append (its row locked)
+    leases = Leases(a)
+    names = [f"s{i}" for i in range(10)]
+    assert await asyncio.gather(*(leases.acquire(name) for name in names)) == [1] * 10  # one statement
+    connection = await asyncpg.connect(a.dsn)
+    try:
+        async with connection.transaction():
+            await connection.execute("SELECT 1 FROM baf_leases WHERE session_id = 'busy' FOR KEY SHARE")
+            epochs = await asyncio.gather(*(leases.acquire(name) for name in ["t0", "busy", "t1"]))
+            assert epochs == [1, None, 1]  # the busy one alone is refused (retried by the poll)
+    finally:
+        await connection.close()
+    assert await leases.acquire("busy") == 2
+    assert set(a.fenced()) == {*names, "t0", "t1", "busy"}
+
+
 # -- a pool exhausted -------------------------------------------------------------------------------------
 
 
@@ -214,9 +281,11 @@ async def test_more_calls_at_once_than_connections_queue_and_all_complete(postgr
         assert epochs == [1] * 40
         ids = await asyncio.gather(*(inbox.post(name, {"text": name}) for name in names))
         await asyncio.gather(*(log.append_consuming([rec(n, 1, n)], n, [i]) for n, i in zip(names, ids, strict=True)))
-        read = await asyncio.gather(*(log.read(name) for name in names), *(inbox.pending(name) for name in names))
-        assert [[r.data["text"] for r in records] for records in read[:40]] == [[name] for name in names]
-        assert read[40:] == [[]] * 40  # every message consumed once
+        read, waiting = await asyncio.gather(
+            asyncio.gather(*(log.read(name) for name in names)), asyncio.gather(*(inbox.pending(n) for n in names))
+        )
+        assert [[r.data["text"] for r in records] for records in read] == [[name] for name in names]
+        assert waiting == [[]] * 40  # every message consumed once
 
 
 async def test_a_pool_that_stays_busy_fails_with_a_typed_error_instead_of_hanging(postgres_dsn: str) -> None:

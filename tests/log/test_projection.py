@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from baf.log.projection import SessionProjection, project
+from baf.log.projection import MAX_DELIVERIES, SessionProjection, project
 from baf.log.record import Record, RecordKind
+from baf.log.snapshot import snapshot_data
 
 
 def records() -> list[Record]:
@@ -35,3 +36,21 @@ def test_apply_all_and_apply_fields_fold_as_apply_does() -> None:
 def test_folding_in_parts_is_folding_at_once() -> None:
     in_parts = SessionProjection("s").apply_all(records()[:3]).apply_all(records()[3:])
     assert in_parts == project("s", records())
+
+
+def test_delivery_ids_are_remembered_bounded_and_kept_by_snapshots() -> None:
+    count = MAX_DELIVERIES + 5
+    folded = [Record("s", 1, RecordKind.SESSION_STARTED, {"initial_state": "idle"}, 1.0)] + [
+        Record(
+            "s", n + 2, RecordKind.MESSAGE_RECEIVED, {"event": {"type": "text"}, "text": "m", "delivery": f"d{n}"}, 2.0
+        )
+        for n in range(count)
+    ]
+    projection = project("s", folded)
+    assert len(projection.deliveries) == MAX_DELIVERIES and "d0" not in projection.deliveries
+    assert projection.deliveries[f"d{count - 1}"] == count + 1
+    snapshot = Record("s", projection.last_seq + 1, RecordKind.SNAPSHOT, snapshot_data(projection), 3.0)
+    assert project("s", [snapshot]).deliveries == projection.deliveries  # a load from the snapshot
+    assert project("s", [*folded, snapshot]).deliveries == projection.deliveries  # checked against the fold
+    # A session with none keeps no field: snapshots written before delivery ids existed still compare equal.
+    assert "deliveries" not in project("s", records()).to_state()

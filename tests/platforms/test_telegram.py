@@ -85,7 +85,7 @@ def _echo(session: Session) -> None:
 async def _running(
     server: BotAPIStandIn, body: Callable[[Session], Any] = _echo, **options: Any
 ) -> tuple[Agent, TelegramPlatform]:
-    agent = Agent("tg", log="memory://")
+    agent = Agent("tg", log=options.pop("log", "memory://"))
     state = agent.new_state("main", initial=True)
     state.set_body(body)
     state.when_event().go_to(state)
@@ -288,6 +288,41 @@ async def test_webhook_mode_sets_the_webhook_and_checks_its_secret(server: BotAP
         assert [m["text"] for m in await _messages(agent, 12)] == ["via webhook"]
         assert await server.wait_for(lambda: server.sent_texts(12)) == ["echo: via webhook"]
         assert "getUpdates" not in server.methods()
+    finally:
+        await agent.stop()
+
+
+async def test_an_update_delivered_again_after_a_crash_is_not_handled_twice(
+    server: BotAPIStandIn, tmp_path: Path
+) -> None:
+    # Telegram delivers at least once: a webhook whose 200 never reached it (the process died first) gets
+    # the same update again, perhaps after a restart. The log knows it was recorded.
+    log = f"sqlite:///{tmp_path / 'bot.db'}"
+    update = {"update_id": 41, "message": server.message(13, text="pay the invoice")}
+    headers = {"X-Telegram-Bot-Api-Secret-Token": "s3cret-value"}
+
+    async def deliver(times: int) -> Agent:
+        agent, platform = await _running(server, log=log, webhook_url="https://bot.example.com/hook",
+                                         webhook_port=0, webhook_secret="s3cret-value")  # fmt: skip
+        url = f"http://127.0.0.1:{platform.webhook_port}/hook"
+        async with aiohttp.ClientSession() as http:
+            for _ in range(times):
+                async with http.post(url, json=update, headers=headers) as resp:
+                    assert resp.status == 200  # taken (again): Telegram stops sending it
+        await agent.wait_idle()
+        return agent
+
+    agent = await deliver(2)  # a retry while the first delivery is being handled
+    try:
+        assert [m["text"] for m in await _messages(agent, 13)] == ["pay the invoice"]
+        assert (await _messages(agent, 13))[0]["delivery"] == "telegram:123456:41"
+    finally:
+        await agent.stop()
+    agent = await deliver(1)  # after a restart
+    try:
+        assert [m["text"] for m in await _messages(agent, 13)] == ["pay the invoice"]
+        await asyncio.sleep(0.2)  # a second reply would be queued by now
+        assert server.sent_texts(13) == ["echo: pay the invoice"]
     finally:
         await agent.stop()
 

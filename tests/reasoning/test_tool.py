@@ -945,3 +945,19 @@ def test_a_type_pydantic_cannot_describe_names_the_parameter() -> None:
 
     with pytest.raises(ConfigurationError, match=r"tool 'fn', parameter 'hook'"):
         Tool(fn)
+
+
+def test_schema_cleaning_touches_keywords_not_property_names() -> None:
+    class Spec(BaseModel):
+        const: str
+        items: list[str] = []
+        anyOf: int | None = None  # a property spelled like a JSON Schema keyword
+
+    def fn(spec: Spec) -> None:
+        pass
+
+    assert props(fn)["spec"]["properties"] == {
+        "const": {"type": "string"},
+        "items": {"type": "array", "items": {"type": "string"}, "default": []},
+        "anyOf": {"type": ["integer", "null"], "default": None},
+    }

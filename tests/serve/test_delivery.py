@@ -51,6 +51,21 @@ async def shown_records(dsn: str, session_id: str, after: int = 0) -> list[dict[
         return [item for item in history_items(await log.read(session_id, after)) if item["type"] != "user"]
 
 
+async def turn_done(dsn: str, session_id: str, question: str, within: float = 30.0) -> None:
+    """Wait until the log holds the whole turn answering ``question``: its reply, then the step that closes
+    its reasoning (whichever worker ran it)."""
+    async with PostgresLog(dsn, read_only=True) as log, asyncio.timeout(within):
+        while True:
+            items = history_items(await log.read(session_id))
+            replies = [i for i, item in enumerate(items) if item.get("text") == f"answer to {question}"]
+            if replies and any(
+                item["type"] == "reasoning_step" and item["step"].get("kind") == "reasoning_finished"
+                for item in items[replies[-1] :]
+            ):
+                return
+            await asyncio.sleep(0.05)
+
+
 def seqs_and_types(frames: list[dict[str, Any]]) -> list[tuple[int, str]]:
     return [(frame["seq"], frame["type"]) for frame in frames]
 
@@ -70,7 +85,7 @@ async def test_a_client_on_the_other_worker_gets_every_record_once_in_order(work
     assert any(item.get("text") == "answer to q1" for item in history["items"])
     # ... and asking there: b runs the turn, a delivers it from the log
     await other.ask("q2")
-    await b.runtime.wait_idle(session_id)
+    await turn_done(postgres_dsn, session_id, "q2")
     expected = await shown_records(postgres_dsn, session_id, after=history["last_seq"])
     await other.until_seq(expected[-1]["seq"])
     assert {item["type"] for item in expected} >= {"reasoning_step", "task_list", "reply"}
@@ -86,7 +101,7 @@ async def test_a_client_on_the_other_worker_gets_every_record_once_in_order(work
 async def test_a_lost_notification_delays_delivery_to_the_poll_and_loses_nothing(
     workers: Any, postgres_dsn: str
 ) -> None:
-    (a, port_a), (b, port_b) = workers
+    (a, port_a), (_b, port_b) = workers
     owner_client = await Client.open(port_b)
     welcome = await owner_client.hello()
     await owner_client.ask("q1")
@@ -96,7 +111,7 @@ async def test_a_lost_notification_delays_delivery_to_the_poll_and_loses_nothing
     missed: list[str] = []
     a.follower.notified = missed.append  # type: ignore[method-assign]  # every notification is lost
     await other.ask("q2", within=10)  # the poll (1 s) finds the records
-    await b.runtime.wait_idle(welcome["session_id"])
+    await turn_done(postgres_dsn, welcome["session_id"], "q2")
     expected = await shown_records(postgres_dsn, welcome["session_id"], after=history["last_seq"])
     await other.until_seq(expected[-1]["seq"], within=10)
     assert missed  # notifications came, and were lost
@@ -108,7 +123,7 @@ async def test_a_lost_notification_delays_delivery_to_the_poll_and_loses_nothing
 async def test_a_client_reconnecting_to_the_follower_gets_the_rest_from_the_log_then_live(
     workers: Any, postgres_dsn: str
 ) -> None:
-    (_, port_a), (b, port_b) = workers
+    (_, port_a), (_b, port_b) = workers
     owner_client = await Client.open(port_b)
     welcome = await owner_client.hello()
     session_id = welcome["session_id"]
@@ -117,17 +132,17 @@ async def test_a_client_reconnecting_to_the_follower_gets_the_rest_from_the_log_
     await other.hello(welcome["resume_token"])
     await other.until("history")
     await other.ask("q2")
-    await b.runtime.wait_idle(session_id)
+    await turn_done(postgres_dsn, session_id, "q2")
     await other.until_seq((await shown_records(postgres_dsn, session_id))[-1]["seq"])
     seen = max(frame["seq"] for frame in other.live())
     await other.close()
     await owner_client.ask("q3")  # while the client is away
-    await b.runtime.wait_idle(session_id)
+    await turn_done(postgres_dsn, session_id, "q3")
     back = await Client.open(port_a)
     await back.hello(welcome["resume_token"], after_seq=seen)
     history = await back.until("history")
     await back.ask("q4")
-    await b.runtime.wait_idle(session_id)
+    await turn_done(postgres_dsn, session_id, "q4")
     expected = await shown_records(postgres_dsn, session_id, after=seen)
     await back.until_seq(expected[-1]["seq"])
     got = [(item["seq"], item["type"]) for item in history["items"] if item["type"] != "user"]
@@ -150,12 +165,12 @@ async def test_a_followed_session_taken_over_goes_on_here_without_a_gap_or_a_rep
     await other.hello(welcome["resume_token"])
     history = await other.until("history")
     await other.ask("q2")
-    await b.runtime.wait_idle(session_id)
+    await turn_done(postgres_dsn, session_id, "q2")
     assert session_id in a.runtime.followed
     await owner_client.close()
     await b.stop()  # b gives its leases up: the next message makes a run the session
     await other.ask("q3")
-    await a.runtime.wait_idle(session_id)
+    await turn_done(postgres_dsn, session_id, "q3")
     assert session_id in a.runtime.sessions and session_id not in a.runtime.followed
     expected = await shown_records(postgres_dsn, session_id, after=history["last_seq"])
     await other.until_seq(expected[-1]["seq"])
@@ -204,7 +219,7 @@ async def test_a_session_dropped_from_memory_while_its_client_watches_is_followe
         await on_a.hello(welcome["resume_token"])
         await on_a.until("history")
         await on_a.ask("q2")  # a takes the session (b gave its lease up) and runs it
-        await a.runtime.wait_idle(session_id)
+        await turn_done(postgres_dsn, session_id, "q2")
         assert session_id in a.runtime.sessions
         expected = await shown_records(postgres_dsn, session_id, after=seen)
         await on_b.until_seq(expected[-1]["seq"])

@@ -154,7 +154,13 @@ async def test_free_sessions_with_mail_go_to_the_worker_the_hash_chooses(
     workers: tuple[Worker, Worker], postgres_dsn: str
 ) -> None:
     a, b = workers
-    assert a._peers == b._peers == ["a", "b"]  # each heard of the other (or listed it) at start
+    # Each lists the other: b listed a at its start; a hears b register by a notification, then lists the
+    # live workers again (a moment later: its own task).
+    for _ in range(100):
+        if a._peers == b._peers == ["a", "b"]:
+            break
+        await asyncio.sleep(0.02)
+    assert a._peers == b._peers == ["a", "b"]
     expected = {f"s{i}": [f"s{i}-q0"] for i in range(16)}
     for session_id, questions in expected.items():  # forwarded by a platform elsewhere: both are notified
         await a.inbox.post(session_id, message(session_id, questions[0]))

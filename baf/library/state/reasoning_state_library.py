@@ -499,7 +499,7 @@ class _ReasoningRun:
                               always_live=_is_planning_tool)  # fmt: skip
 
     def _prepare(self, call: ToolCall, tool: Tool) -> PlanningCall | None:
-        """A planning call gets the task list, through a context variable of the call's own task."""
+        """A planning call gets the task list through a context variable, set in the task the call runs in."""
         if self.task_list is None or call.name not in PLANNING_TOOLS:
             return None
         planning = PlanningCall(self.task_list)

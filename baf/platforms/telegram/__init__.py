@@ -24,8 +24,10 @@ the chat from the session id when it answers. What it translates:
   place at most every ``step_edit_interval`` seconds. Sends are queued per chat and never make the
   agent wait; a 429's ``retry_after`` is honoured (see :mod:`baf.platforms.telegram.outbox`).
 
-Delivery is at least once: an update recorded just before a crash can be delivered again by Telegram
-(long polling confirms an update when it asks for the next batch; a webhook when it answers 200).
+Telegram delivers at least once: an update recorded just before a crash can come again (long polling
+confirms an update when it asks for the next batch; a webhook when it answers 200). Each message is
+recorded with its update id (``Event.delivery_id``), so the session recognises one it already recorded
+and does not record or handle it twice, across restarts.
 
 ``api_base`` points the bot at another Bot API server: a self-hosted one, or a local stand-in in tests.
 """
@@ -311,7 +313,7 @@ class TelegramPlatform(Platform):
         message (so a webhook answers 500 and Telegram sends it again).
         """
         if update.message is not None:
-            await self._on_message(update.message)
+            await self._on_message(update.message, update.update_id)
         elif update.edited_message is not None:
             if self._allowed(update.edited_message.chat.id):
                 self._send_text(update.edited_message.chat.id, _EDITED)
@@ -322,7 +324,7 @@ class TelegramPlatform(Platform):
     def _allowed(self, chat_id: int) -> bool:
         return self.allowed_chats is None or chat_id in self.allowed_chats
 
-    async def _on_message(self, message: Message) -> None:
+    async def _on_message(self, message: Message, update_id: int) -> None:
         chat_id = message.chat.id
         if not self._allowed(chat_id):
             logger.warning("message from chat %s, which is not in allowed_chats: not passed on", chat_id)
@@ -345,6 +347,8 @@ class TelegramPlatform(Platform):
             return
         if self.agent is None:
             raise ConfigurationError("the Telegram platform is not attached to an agent")
+        # Update ids are per bot: the bot's id (the token's public part) makes them unique in a session.
+        event.delivery_id = f"telegram:{self._token.partition(':')[0]}:{update_id}"
         try:
             done = await self.agent.receive_event(event, self)
         except Exception:
