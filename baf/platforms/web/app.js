@@ -173,6 +173,7 @@
     } else if (streaming.runId !== runId) {
       streaming.bubble.textContent = "";
       streaming.runId = runId;
+      messages.appendChild(streaming.bubble); // a new answer goes after what was shown since (an approval, ...)
     }
     streaming.bubble.dataset.run = runId;
     streaming.bubble.appendChild(document.createTextNode(String(frame.text)));
