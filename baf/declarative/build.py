@@ -146,8 +146,12 @@ class _Builder:
             with self.at(("tools", index)):
                 tool_spec = tool if isinstance(tool, ToolSpec) else ToolSpec.model_validate({"function": tool})
                 function = self._import(tool_spec.function, "tool")
+                policy = tool_spec.requires_approval
+                if isinstance(policy, str):
+                    policy = self._import(policy, "approval policy")
                 agent.new_tool(function, name=tool_spec.name, description=tool_spec.description,
-                               timeout=tool_spec.timeout, idempotent=tool_spec.idempotent)  # fmt: skip
+                               timeout=tool_spec.timeout, idempotent=tool_spec.idempotent,
+                               requires_approval=policy)  # fmt: skip
         for index, workspace in enumerate(spec.workspaces):
             with self.at(("workspaces", index)):
                 agent.new_workspace(self.base / workspace.path, name=workspace.name,

@@ -7,6 +7,7 @@ Python API; the description names it.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -86,6 +87,18 @@ class ToolSpec(_Model):
     description: str | None = Field(None, description="What the model is told; default: the docstring.")
     timeout: float | None = Field(None, gt=0, description="Seconds a call may take.")
     idempotent: bool = Field(False, description="Whether a call may be repeated safely (crash resume).")
+    requires_approval: bool | str = Field(
+        False,
+        description="Each call waits for a human's approval (`true`), or a policy `module:function` "
+        "`(session, call) -> bool` decides per call; see human_approval.md.",
+    )
+
+    @model_validator(mode="after")
+    def _policy_reference(self) -> ToolSpec:
+        policy = self.requires_approval
+        if isinstance(policy, str) and not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", policy):
+            raise ValueError("requires_approval is true, false or a policy as `module:function`")
+        return self
 
 
 class WorkspaceSpec(_Model):
@@ -138,6 +151,7 @@ class MCPServerSpec(_Model):
     cwd: str | None = Field(None, description="The folder a `command` server runs in, relative to the file.")
     start_timeout: float = Field(30.0, gt=0, description="Seconds the server may take to start.")
     max_restarts: int = Field(3, ge=0, description="Restarts after the server dies, at most.")
+    requires_approval: bool = Field(False, description="Each call of the server's tools waits for a human's approval.")
 
 
 class TerminalSpec(_Model):

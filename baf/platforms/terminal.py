@@ -290,6 +290,7 @@ class TerminalPlatform(Platform):
         """Show the call waiting for approval; the chat asks for the decision before the next message."""
         if not self._bound(session):
             return
+        self._end_streamed_line(session)
         body = Text(f"{request.tool}({request.arguments})\ncall {request.call_id}: answer below (y approves)")
         self._show(Panel(body, title="approval needed", title_align="left", style="yellow"), session=session)
 

@@ -42,7 +42,11 @@ def serve(path: str, dsn: str, workers: int, lease_ttl: float, poll_interval: fl
 
 async def _run_worker(path: str, dsn: str, lease_ttl: float, poll_interval: float) -> None:
     from baf.cli import load_agent_file  # the loader baf run uses: Python or YAML agents
+    from baf.core.agent import _show_baf_log_lines
     from baf.serve.worker import Worker
+
+    # As under agent.run(): without this a worker would not say where its platforms listen (INFO lines).
+    _show_baf_log_lines()
 
     agent = load_agent_file(path)
     worker = Worker(agent, dsn, lease_ttl=lease_ttl, poll_interval=poll_interval)

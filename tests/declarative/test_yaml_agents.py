@@ -17,6 +17,7 @@ from baf.core.agent import Agent
 from baf.core.session import runtime_side
 from baf.declarative import agent_schema, build_agent
 from baf.declarative.reference import render_reference
+from baf.errors import AgentFileError
 from baf.replay.rerun import assert_replays
 from baf.testing import RecordingPlatform, ScriptedLLM
 
@@ -328,3 +329,23 @@ def test_workspaces_skills_platforms_and_properties_map_onto_the_python_api(
     assert isinstance(terminal, TerminalPlatform) and terminal.session_id == "desk"
     assert isinstance(websocket, WebSocketPlatform)
     assert agent.redactor.redact_text("token secret-token-123") == "token [REDACTED]"
+
+
+def test_tools_that_need_approval_are_declared_with_a_flag_or_a_policy(tmp_path: Path) -> None:
+    (tmp_path / "bank.py").write_text(
+        'def pay(amount: float) -> str:\n    """Pay."""\n    return "paid"\n\n'
+        'def refund(amount: float) -> str:\n    """Refund."""\n    return "refunded"\n\n'
+        "def over_100(session, call):\n    return 100 < __import__('json').loads(call.arguments)['amount']\n"
+    )
+    head = "name: bank\nlog: memory://\nstates:\n  - name: start\n    initial: true\n"
+    (tmp_path / "agent.yaml").write_text(
+        head + "tools:\n  - {function: 'bank:pay', requires_approval: true}\n"
+        "  - {function: 'bank:refund', requires_approval: 'bank:over_100'}\n"
+    )
+    agent = load_agent(tmp_path / "agent.yaml")
+    assert agent.tools["pay"].requires_approval is True
+    policy = agent.tools["refund"].requires_approval
+    assert callable(policy) and policy.__name__ == "over_100"
+    (tmp_path / "bad.yaml").write_text(head + "tools:\n  - {function: 'bank:pay', requires_approval: 'always'}\n")
+    with pytest.raises(AgentFileError, match="requires_approval is true, false or a policy"):
+        load_agent(tmp_path / "bad.yaml")

@@ -9,6 +9,8 @@ from __future__ import annotations
 from llm.fake_openai_server import serve, streamed, tool_call_fragment
 from playwright.async_api import async_playwright, expect
 
+from baf import Agent
+from baf.library.state.reasoning_state_library import new_reasoning_state
 from baf.llm import LLMOpenAI
 from baf.platforms.websocket import WebSocketPlatform
 
@@ -79,3 +81,53 @@ async def test_the_answer_grows_in_one_bubble_and_ends_as_one_rendered_reply() -
     assert grown[0] == "~The " and grown[-1] == "~" + "".join(pieces), grown
     assert len(grown) == len(pieces)
     assert states[-1].rstrip() == "=The total is 42, from lookup.", states
+
+
+async def test_the_answer_after_an_approval_shows_below_the_card_as_after_a_reload() -> None:
+    require_chromium()
+    pay = [tool_call_fragment(0, "pay-1", "send_payment", '{"to": "Alice"}')]
+    with serve() as server:
+        server.script(
+            streamed("Let me ", "pay.", tool_calls=pay, interval=0.05),
+            streamed("Alice ", "was ", "paid.", interval=0.05),
+        )
+        llm = LLMOpenAI("fake-model", base_url=server.base_url, stream=True, timeout=10.0)
+        agent = Agent("assistant", log="memory://")
+
+        @agent.tool(requires_approval=True)
+        def send_payment(to: str) -> str:
+            """Send a payment.
+
+            Args:
+                to: Who is paid.
+            """
+            return f"paid {to}"
+
+        state = new_reasoning_state(agent, llm, enable_task_planning=False)
+        state.when_event().go_to(state)
+        platform = WebSocketPlatform("127.0.0.1", 0)
+        agent.add_platform(platform)
+        order = """[...document.querySelectorAll("#messages .approval, #messages .msg.assistant")]
+                   .map(e => e.classList.contains("approval") ? "card" : e.textContent.trim())"""
+        async with agent, async_playwright() as p:
+            browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                page = await browser.new_page(viewport={"width": 1100, "height": 700})
+                await page.goto(f"http://127.0.0.1:{platform.port}/")
+                await expect(page.locator("#status")).to_have_attribute("data-state", "connected")
+                await page.fill("#input", "pay Alice")
+                await page.press("#input", "Enter")
+                card = page.locator('.approval[data-call-id="pay-1"]')
+                await expect(card).to_have_count(1)
+                # The words streamed with the call are not left growing (with their cursor) above the card.
+                await expect(page.locator(".msg.assistant.streaming")).to_have_count(0)
+                await card.locator("button.approve").click()
+                await expect(page.locator(".msg.assistant").last).to_have_text("Alice was paid.")
+                live = await page.evaluate(order)
+                await page.reload()
+                await expect(page.locator("#status")).to_have_attribute("data-state", "connected")
+                await expect(page.locator(".msg.assistant")).to_have_count(1)
+                assert live == await page.evaluate(order) == ["card", "Alice was paid."]
+            finally:
+                await browser.close()
+        await llm.close()

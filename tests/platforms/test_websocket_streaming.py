@@ -126,3 +126,41 @@ async def test_a_burst_of_pieces_does_not_overflow_a_reading_client_s_queue() ->
     assert len([f for f in frames if f["type"] == "reply_delta"]) == 2000
     assert reply["text"] == answer
     assert not [r for r in records if r.kind == "delivery_dropped"]
+
+
+async def test_a_streamed_turn_waiting_for_approval_then_a_streamed_answer_once() -> None:
+    # The text before an approved call streams under one run_id; after the decision the answer streams
+    # under another, and the reply comes once.
+    llm = ScriptedLLM(
+        [ScriptedLLM.tool_calls([("wipe", {"what": "cache"})], text="I will wipe the cache."), "Wiped it, done."],
+        stream=True,
+    )
+    agent = Agent("careful", log="memory://")
+    wiped: list[str] = []
+
+    @agent.tool(requires_approval=True)
+    def wipe(what: str) -> str:
+        """Wipe something."""
+        wiped.append(what)
+        return "wiped"
+
+    state = new_reasoning_state(agent, llm, enable_task_planning=False)
+    state.when_event().go_to(state)
+    platform = WebSocketPlatform("127.0.0.1", 0)
+    agent.add_platform(platform)
+    async with agent:
+        client = await Client.open(platform.ws_url)
+        await client.hello()
+        await client.send({"type": "message", "text": "wipe the cache"})
+        request, before = await client.until("approval_request")
+        await client.send({"type": "approval", "call_id": request["call_id"], "approved": True})
+        reply, after = await client.until("reply")
+        later = await client.drain(0.2)
+        await client.close()
+    first = [(f["run_id"], f["text"]) for f in before if f["type"] == "reply_delta"]
+    second = [(f["run_id"], f["text"]) for f in after if f["type"] == "reply_delta"]
+    assert "".join(text for _, text in first) == "I will wipe the cache."
+    assert "".join(text for _, text in second) == "Wiped it, done."
+    assert {run for run, _ in first}.isdisjoint({run for run, _ in second})
+    assert wiped == ["cache"] and reply["text"] == "Wiped it, done."
+    assert not answer_frames(later)

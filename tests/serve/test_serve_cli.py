@@ -70,3 +70,34 @@ def test_a_worker_that_cannot_start_says_why_in_one_line(tmp_path: Path) -> None
     assert "Traceback" not in result.stderr
     lines = result.stderr.splitlines()
     assert len(lines) == 2 and all("baf serve: worker" in line and "must define one Agent" in line for line in lines)
+
+
+WEB_AGENT = """
+from baf import Agent
+
+agent = Agent("web", log="memory://")
+state = agent.new_state("idle", initial=True)
+agent.use_websocket_platform(host="127.0.0.1", port=0)
+"""
+
+
+def start_web_serve(dsn: str, cwd: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "baf.cli", "serve", "web_agent.py", "--log", dsn, "--workers", "1"],
+        cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+async def test_each_worker_says_where_its_platforms_listen(postgres_dsn: str, tmp_path: Path) -> None:
+    (tmp_path / "web_agent.py").write_text(WEB_AGENT)
+    serve = start_web_serve(postgres_dsn, tmp_path)
+    try:
+        assert serve.stderr is not None
+        line = await asyncio.wait_for(asyncio.to_thread(serve.stderr.readline), 30)
+        assert "websocket platform listening on ws://127.0.0.1:" in line and "browser UI: http://" in line, line
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(serve.wait, 30)
+        serve.stdout.close()  # type: ignore[union-attr]
+        serve.stderr.close()  # type: ignore[union-attr]

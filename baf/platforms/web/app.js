@@ -173,6 +173,7 @@
     } else if (streaming.runId !== runId) {
       streaming.bubble.textContent = "";
       streaming.runId = runId;
+      messages.appendChild(streaming.bubble); // a new answer goes after what was shown since (an approval, ...)
     }
     streaming.bubble.dataset.run = runId;
     streaming.bubble.appendChild(document.createTextNode(String(frame.text)));
@@ -288,6 +289,9 @@
     card.appendChild(row);
     card.appendChild(el("div", "approval-outcome muted"));
     if (currentTrace) currentTrace.dataset.state = "waiting";
+    // What the model wrote with the call is not an answer (a history has no bubble for it): drop it, so the
+    // answer that follows the decision is streamed into a new bubble below the card, where a reload puts it.
+    dropStreaming();
     messages.appendChild(card);
     scrollDown();
   }
