@@ -160,6 +160,8 @@ class TimelineBuilder:
         self._prediction: Record | None = None
         # Approval requests not decided yet, by call id: their entries close when the decision comes.
         self._requests: dict[str, Entry] = {}
+        # Tool calls held for approval: shown when their result is recorded, after the decision.
+        self._held_tools: dict[str, Entry] = {}
 
     def feed(self, record: Record) -> list[Entry]:
         """Take the next record; return the top-level entries it completed."""
@@ -178,6 +180,8 @@ class TimelineBuilder:
         group, self._group = self._group, None
         if group is None:
             return []
+        group.children += self._held_tools.values()  # held calls the records end before
+        self._held_tools.clear()
         group.status = "open"
         return [group]
 
@@ -335,6 +339,9 @@ class TimelineBuilder:
         tool.add_record(record)
         tool.data["result"] = d
         tool.status = "error" if d.get("is_error") else "ok"
+        if self._held_tools.pop(str(d.get("call_id")), None) is not None:  # held for approval: shown as it ran
+            tool.seq, tool.ts = record.seq, record.ts
+            return self._place(tool)
         return []
 
     def _task_list(self, record: Record) -> list[Entry]:
@@ -357,6 +364,8 @@ class TimelineBuilder:
             closing, self._group = self._group, None
             if closing is None:
                 return [_entry(EntryKind.STEP, record, str(d.get("summary", "")))]
+            closing.children += self._held_tools.values()  # held calls that never ran (a crash, a change)
+            self._held_tools.clear()
             closing.add_record(record)
             closing.data["finished"] = d
             closing.status = "ok" if details.get("outcome") in _SUCCESS_OUTCOMES else "error"
@@ -385,6 +394,10 @@ class TimelineBuilder:
             entry = _entry(EntryKind.APPROVAL, record, f"approval requested: {d.get('name')}({d.get('arguments')})")
             entry.status = "open"  # until decided
             self._requests[str(d.get("call_id"))] = entry
+            tool = self._tool_calls.get(str(d.get("call_id")))
+            if group is not None and tool is not None and tool in group.children:
+                group.children.remove(tool)
+                self._held_tools[str(d.get("call_id"))] = tool
         elif record.kind == RecordKind.APPROVAL_DECIDED:
             waiting.discard(str(d.get("call_id")))
             request = self._requests.pop(str(d.get("call_id")), None)
@@ -403,6 +416,11 @@ class TimelineBuilder:
         if group is not None:
             group.data["awaiting_approval"] = sorted(waiting)
         placed = self._place(entry)
+        if record.kind == RecordKind.APPROVAL_EXPIRED:  # never run: shown where they expired
+            for call_id in d.get("call_ids") or []:
+                held = self._held_tools.pop(str(call_id), None)
+                if held is not None:
+                    placed += self._place(held)
         if record.kind == RecordKind.APPROVAL_EXPIRED and group is not None and not waiting:
             self._group = None  # the paused loop will not go on
             group.status = "error"

@@ -280,6 +280,23 @@ async def test_the_timeline_shows_who_decided_what_and_when() -> None:
     assert group.status == "ok" and any(child.kind == EntryKind.APPROVAL for child in group.children)
 
 
+@pytest.mark.parametrize("approved", [True, False])
+async def test_the_timeline_shows_a_held_call_after_its_decision(approved: bool) -> None:
+    ran: list[str] = []
+    llm = ScriptedLLM([ScriptedLLM.tool_call("delete_file", {"path": "a"}), "done"])
+    agent = _agent(llm, ran)
+    platform = RecordingPlatform()
+    async with agent:
+        await agent.receive_message("s", "delete a", platform)
+        await _decide(agent, "s", platform, call_id="call_1", approved=approved, reason="", approver="carol")
+        records = await records_of(agent, "s")
+    group = next(entry for entry in build_timeline(records) if entry.kind == "reasoning")
+    kinds = [child.kind for child in group.children if child.kind in (EntryKind.APPROVAL, EntryKind.TOOL_CALL)]
+    # Asked, decided, then run (or refused): not a result shown before anyone was asked.
+    assert kinds == [EntryKind.APPROVAL, EntryKind.APPROVAL, EntryKind.TOOL_CALL]
+    assert ran == (["a"] if approved else [])
+
+
 def test_requires_approval_must_be_a_flag_or_a_function() -> None:
     agent = Agent("a", log="memory://")
     with pytest.raises(ConfigurationError, match="requires_approval"):
