@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 
 __all__ = ["main", "serve"]
@@ -33,11 +34,30 @@ def serve(path: str, dsn: str, workers: int, lease_ttl: float, poll_interval: fl
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        codes = [child.wait() for child in children]
+        codes = _wait_reporting_deaths(children)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     return max((abs(code) for code in codes), default=0)
+
+
+def _wait_reporting_deaths(children: list[subprocess.Popen[bytes]]) -> list[int]:
+    """Wait for every worker; one killed by a signal (kill -9, the OOM killer) is reported at once, as the
+    other workers keep serving and take its sessions over when its leases expire."""
+    codes: dict[int, int] = {}
+    while len(codes) < len(children):
+        for child in children:
+            code = child.poll()
+            if code is None or child.pid in codes:
+                continue
+            codes[child.pid] = code
+            if code < 0 and -code not in (signal.SIGTERM, signal.SIGINT):
+                running = sum(1 for other in children if other.poll() is None)
+                sys.stderr.write(f"baf serve: worker {child.pid} was killed by signal {-code}; {running} still "
+                                 "running take its sessions over when its leases expire\n")  # fmt: skip
+                sys.stderr.flush()
+        time.sleep(0.1)
+    return [codes[child.pid] for child in children]
 
 
 async def _run_worker(path: str, dsn: str, lease_ttl: float, poll_interval: float) -> None:

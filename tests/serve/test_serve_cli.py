@@ -101,3 +101,24 @@ async def test_each_worker_says_where_its_platforms_listen(postgres_dsn: str, tm
         await asyncio.to_thread(serve.wait, 30)
         serve.stdout.close()  # type: ignore[union-attr]
         serve.stderr.close()  # type: ignore[union-attr]
+
+
+@pytest.mark.slow
+async def test_a_worker_killed_under_baf_serve_is_reported_at_once(postgres_dsn: str) -> None:
+    serve = start_serve(postgres_dsn)
+    assert serve.stdout is not None and serve.stderr is not None
+    try:
+        ready = [await asyncio.wait_for(asyncio.to_thread(serve.stdout.readline), 30) for _ in range(2)]
+        victim = int(ready[0].split()[1].split(":")[1])  # READY host:pid:random
+        os.kill(victim, signal.SIGKILL)
+        while True:  # the other worker's log lines may come first
+            line = await asyncio.wait_for(asyncio.to_thread(serve.stderr.readline), 10)
+            if "baf serve:" in line:
+                break
+        assert f"worker {victim} was killed by signal 9; 1 still running" in line
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(serve.wait, 30)
+        serve.stdout.close()
+        serve.stderr.close()
+    assert code == 9  # the worst of the workers' statuses: the killed one
