@@ -26,7 +26,7 @@ agent = build_demo_agent("sqlite:///websocket_demo.db", llm)
 web = agent.use_websocket_platform(host="127.0.0.1", port=int(os.environ.get("PORT", "8765")),
                                    examples=EXAMPLE_QUESTIONS[:3])  # fmt: skip
 
-print_intro(llm)
+print_intro(llm, how_to_stop="Ask in the browser; Ctrl-C stops the server.")
 
 if __name__ == "__main__":
     agent.run()  # prints the address; Ctrl-C stops it

@@ -284,8 +284,9 @@ def build_demo_agent(
     return agent
 
 
-def print_intro(llm: LLM, console: Console | None = None) -> None:
-    """Say which model plays the assistant (clearly, when it is the offline one) and what to ask."""
+def print_intro(llm: LLM, console: Console | None = None, how_to_stop: str = "Type exit to quit.") -> None:
+    """Say which model plays the assistant (clearly, when it is the offline one), what to ask, and
+    ``how_to_stop`` (the terminal's words by default; a server says its own)."""
     console = console or Console()
     if isinstance(llm, OfflineDemoLLM):
         # soft_wrap: the banner must stay one line (and searchable) on any terminal width.
@@ -296,7 +297,7 @@ def print_intro(llm: LLM, console: Console | None = None) -> None:
     questions = "\n".join(f"  • {q}" for q in EXAMPLE_QUESTIONS)
     console.print(Panel(
         f"Ask about the sample files (sales by region, product notes, meeting notes), for example:\n{questions}\n"
-        "Type exit to quit.", title="baf reasoning demo", title_align="left",
+        + how_to_stop, title="baf reasoning demo", title_align="left",
     ))  # fmt: skip
 
 

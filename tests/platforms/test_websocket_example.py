@@ -54,3 +54,6 @@ async def test_the_websocket_example_serves_the_ui_and_answers_offline(tmp_path:
             process.send_signal(signal.SIGTERM)
         await asyncio.wait_for(process.wait(), 30)
     assert process.returncode == 0
+    assert process.stdout is not None
+    intro = (await process.stdout.read()).decode()
+    assert "Ctrl-C stops the server" in intro and "Type exit" not in intro  # a server, not the terminal
