@@ -40,6 +40,7 @@ from baf.errors import LogError
 from baf.log.postgres import PostgresLog
 from baf.log.postgres_inbox import INBOX_CHANNEL, RECORDS_CHANNEL, Inbox
 from baf.log.postgres_leases import WORKERS_CHANNEL, Leases
+from baf.log.redaction import log_exception
 from baf.serve.follower import Follower
 
 if TYPE_CHECKING:
@@ -250,6 +251,9 @@ class Worker:
             await self._take(session_id, polled)
         except LogError as exc:  # a lease lost meanwhile, the database away: the next poll retries
             logger.warning("worker %s: session %s: %s", self.worker_id, session_id, exc)
+        except Exception:  # a bug: said once with its traceback (not as a task nobody awaited); the poll retries
+            log_exception(logger, self.agent.redactor, "worker %s: taking session %s's mail failed", self.worker_id,
+                          session_id)  # fmt: skip
 
     def _chosen_for(self, session_id: str) -> bool:
         """Whether this worker is the one the rendezvous hash picks for ``session_id`` among the live ones."""

@@ -445,6 +445,23 @@ def _run(*command: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(command), capture_output=True, text=True, timeout=120, check=False)
 
 
+async def _until_a_statement_waits_for_a_lock(dsn: str, within: float = 30.0) -> None:
+    """Return once a statement of the server waits for a lock; read from the server's own activity view."""
+    connection = await asyncpg.connect(dsn)
+    try:
+        waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+        async with asyncio.timeout(within):
+            while True:  # the server's state, read again: no event to wait on
+                if await connection.fetchval(waiting):
+                    break
+                await asyncio.sleep(0.01)
+        # The first append's commit record to disk (the test cluster commits asynchronously): an immediate
+        # restart replays the WAL, and the log is read back after it.
+        await connection.execute("CHECKPOINT")
+    finally:
+        await connection.close()
+
+
 @pytest.mark.slow
 async def test_a_server_restart_fails_unacknowledged_appends_loudly_then_recovers() -> None:
     bindir = _pg_bindir()
@@ -467,9 +484,11 @@ async def test_a_server_restart_fails_unacknowledged_appends_loudly_then_recover
             blocker = await asyncpg.connect(dsn)
             await blocker.execute("BEGIN; INSERT INTO baf_records VALUES ('s', 2, 'note', '{}', 1.5, 1)")
             in_flight = asyncio.create_task(log.append([rec("s", 2)]))
-            await asyncio.sleep(0.5)
-            assert not in_flight.done()
-            restarted = await asyncio.to_thread(_run, *pg_ctl, "-m", "fast", "restart")
+            await _until_a_statement_waits_for_a_lock(dsn)  # sent, and stuck behind the blocker
+            # Immediate mode: every backend quits where it is and the blocker's lock dies with the server. In
+            # fast mode the blocker may be shut down first, and the append's statement, no longer waiting,
+            # commits before its own backend is: a restart the append survives, acknowledged.
+            restarted = await asyncio.to_thread(_run, *pg_ctl, "-m", "immediate", "restart")
             assert restarted.returncode == 0, restarted.stderr
             with pytest.raises(LogError, match="not acknowledged"):
                 await in_flight  # the writer's connection died with the server, mid-statement
