@@ -112,7 +112,13 @@ class Worker:
         # workers' records only while a client of theirs is connected here (the follower listens to them
         # then: each notification costs a wake-up).
         self._stop_listening = await self.inbox.listen(self._notified, channels=(INBOX_CHANNEL, WORKERS_CHANNEL))
-        await self.leases.register()
+        try:
+            await self.leases.register()
+        except BaseException:  # refused (a live worker has this id): leave nothing open
+            await self._stop_listening()
+            self._stop_listening = None
+            await self.log.close()
+            raise
         self._peers = await self.leases.live_workers()
         for platform in self.agent.platforms:  # the other workers on this host listen on the same ports
             platform.share_with_workers()

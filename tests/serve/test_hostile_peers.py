@@ -1,5 +1,6 @@
-"""What a faulty or hostile peer on the database can send a worker: inbox rows that are JSON objects but
-not messages. Each is an error record of its session, consumed; the session goes on."""
+"""What a faulty or hostile peer on the database can do to a worker: inbox rows that are JSON objects but
+not messages (each is an error record of its session, consumed; the session goes on), and a second live
+worker with the same id (refused at start: both would count as the owner of the same sessions)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import asyncpg
 import orjson
 import pytest
 
+from baf.core.events import ReceiveTextEvent
+from baf.errors import ConfigurationError
 from baf.log.projection import project
 from baf.serve import Worker
 
@@ -58,3 +61,32 @@ async def test_an_inbox_row_that_is_not_a_message_is_an_error_record_and_the_ses
     # nothing of the row reached the conversation the model is shown
     history = project("s", records["s"]).history
     assert [entry.text for entry in history if entry.role == "user"] == ["q1"]
+
+
+async def test_a_second_live_worker_with_the_same_id_is_refused_at_start(worker: Worker, postgres_dsn: str) -> None:
+    await worker.runtime.receive(ReceiveTextEvent("s", message="q1"))
+    twin = Worker(fresh_agent(), postgres_dsn, worker_id="a", lease_ttl=10, poll_interval=1)
+    with pytest.raises(ConfigurationError, match="worker id 'a' is in use by a live worker"):
+        await twin.start()
+    info = await worker.leases.owner_of("s")
+    assert info is not None and info.epoch == 1  # the twin took nothing
+    records = await wait_for_answers(postgres_dsn, {"s": ["q1"]})
+    assert_each_question_answered_once(records, {"s": ["q1"]})
+
+
+async def test_the_id_of_a_worker_that_died_can_be_used_again(postgres_dsn: str) -> None:
+    dead = Worker(fresh_agent(), postgres_dsn, worker_id="a", lease_ttl=10, poll_interval=1)
+    await dead.start()
+    await dead.runtime.receive(ReceiveTextEvent("s", message="q1"))
+    await wait_for_answers(postgres_dsn, {"s": ["q1"]})
+    connection = await asyncpg.connect(postgres_dsn)
+    try:  # it dies: no heartbeat since a lease_ttl
+        await connection.execute("UPDATE baf_workers SET heartbeat_at = now() - interval '11 seconds'")
+        await connection.execute("UPDATE baf_leases SET expires_at = now() - interval '1 second'")
+    finally:
+        await connection.close()
+    async with Worker(fresh_agent(), postgres_dsn, worker_id="a", lease_ttl=10, poll_interval=1) as again:
+        assert await again.claim("s")
+        info = await again.leases.owner_of("s")
+        assert info is not None and info.owner == "a" and info.epoch == 2  # taken over: the dead one is fenced
+    await dead.stop()
