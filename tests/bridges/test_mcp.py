@@ -404,3 +404,7 @@ def test_mcp_arguments_are_checked_against_the_servers_schema_with_every_problem
         tool.validate_args('{"a": 1, "a": 2, "items": []}')
     with pytest.raises(ToolArgumentError, match="must be a JSON object, got array of 0 items"):
         tool.validate_args("[]")
+    # Built through Tool's own constructor (its schema from elsewhere), as any tool: the schema as given.
+    assert tool.schema == {"type": "function", "function": {"name": "calc__add", "description": "Add.",
+                                                            "parameters": schema}}  # fmt: skip
+    assert tool.takes_session is False and tool.idempotent is False and tool.timeout is None
