@@ -101,8 +101,9 @@ class Tool:
             ``fn``'s signature is then not read, and ``fn`` is called with the checked arguments as
             keywords. By default both come from ``fn``'s signature.
 
-    The validator and the schema are built when first needed (:attr:`schema`, :meth:`validate_args`):
-    most of a tool's construction otherwise, for tools a request may never offer.
+    The validator and the schema are built when first needed (:attr:`schema`, :meth:`validate_args`;
+    an agent asks for its tools' schemas when it starts): most of a tool's construction otherwise, paid
+    where the tool is only defined (a module imported, a command that reads the agent without running it).
 
     Raises:
         ConfigurationError: ``*args``/``**kwargs``, an invalid name or a bad timeout; a parameter type

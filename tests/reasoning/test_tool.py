@@ -982,6 +982,27 @@ def test_the_validator_is_built_on_first_use_once_for_schema_and_validation() ->
             use()
 
 
+async def test_an_agent_with_a_tool_it_cannot_describe_fails_to_start_naming_it() -> None:
+    from baf import Agent
+    from baf.library.state.reasoning_state_library import new_reasoning_state
+    from baf.testing import ScriptedLLM
+
+    class Opaque:
+        pass
+
+    agent = Agent("opaque", log="memory://")
+    new_reasoning_state(agent, ScriptedLLM(["hi"]), enable_task_planning=False)
+
+    @agent.tool
+    def inspect_it(x: Opaque) -> str:
+        """Inspect a thing."""
+        return "seen"
+
+    with pytest.raises(ConfigurationError, match=r"tool 'inspect_it', parameter 'x'"):
+        await agent.start()  # not at the first message: the session would only record the error
+    assert not agent.running
+
+
 async def test_a_tool_whose_schema_comes_from_elsewhere_is_shown_it_checked_by_it_and_called_with_keywords() -> None:
     from baf.errors import ToolArgumentError
 
