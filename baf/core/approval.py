@@ -66,8 +66,10 @@ async def take_decision(live: LiveSession, event: ApprovalEvent) -> Continuation
     elif entry is not None and entry["decided"]:
         problem = f"the tool call {event.call_id!r} was already decided; this second decision was ignored"
     if problem is not None:
-        live.record_error("approval", ApprovalError(problem), call_id=str(event.call_id)[:200])
-        live.queue_platform_call("reply_error", f"Approval refused: {problem}")
+        shown = f"Approval refused: {problem}"
+        # ``shown``: what the user was told, so a worker following the session tells its client too.
+        live.record_error("approval", ApprovalError(problem), call_id=str(event.call_id)[:200], shown=shown)
+        live.queue_platform_call("reply_error", shown)
         return None
     assert entry is not None
     since = entry["since"]
@@ -89,8 +91,9 @@ async def take_decision(live: LiveSession, event: ApprovalEvent) -> Continuation
     if paused is None:  # the agent changed: no resumable body where the loop paused (told, not silent)
         problem = (f"the loop that asked for this decision ran in the {entry['role']} of state {entry['state']!r}, "
                    "which this agent no longer has as a resumable body; it cannot go on")  # fmt: skip
-        live.record_error("approval", ApprovalError(problem), call_id=event.call_id)
-        live.queue_platform_call("reply_error", f"The decision was recorded, but {problem}.")
+        shown = f"The decision was recorded, but {problem}."
+        live.record_error("approval", ApprovalError(problem), call_id=event.call_id, shown=shown)
+        live.queue_platform_call("reply_error", shown)
     return paused
 
 

@@ -23,10 +23,12 @@ __all__ = ["platform_call_of"]
 def platform_call_of(record: Record) -> tuple[str, tuple[Any, ...]] | None:
     """``(method, args)``: the ``Platform`` call that showed ``record`` to the user (``platform.method(
     session, *args)``), or ``None`` for a record the user is not shown (a transition, a tool call, an
-    error that stayed in the log). A reply whose stored fields do not make that call (a damaged file or
-    image) is shown as its text."""
+    error that stayed in the log, a reasoning step or task list recorded with ``streamed: false``). A
+    reply whose stored fields do not make that call (a damaged file or image) is shown as its text."""
     data = record.data
     kind = record.kind
+    if data.get("streamed") is False:  # recorded, not sent (a reasoning state with ``stream_steps=False``)
+        return None
     if kind == RecordKind.REPLY:
         return _reply_call(data)
     if kind == RecordKind.REASONING_STEP:

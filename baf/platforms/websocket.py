@@ -984,6 +984,8 @@ def history_items(records: Sequence[Record]) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     for record in records:
         data = record.data
+        if data.get("streamed") is False:  # a step the agent did not stream (``stream_steps=False``)
+            continue
         if record.kind == RecordKind.MESSAGE_RECEIVED:
             text = data.get("text")
             if text is not None:

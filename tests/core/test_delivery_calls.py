@@ -55,6 +55,9 @@ def test_a_shown_record_is_the_call_that_showed_it(kind: str, data: dict[str, An
         (RecordKind.ERROR, {"source": "tool", "message": "boom"}),  # stayed in the log
         (RecordKind.TRANSITION, {"source": "a", "dest": "b"}),
         (RecordKind.VARIABLE_SET, {"name": "x", "value": 1}),
+        # Recorded by a reasoning state built with ``stream_steps=False``: its owner did not show them.
+        (RecordKind.REASONING_STEP, {"kind": "tool_call", "step": 1, "summary": "look", "streamed": False}),
+        (RecordKind.TASK_LIST, {"tasks": [{"id": 1}], "streamed": False}),
     ],
 )
 def test_a_record_the_user_was_not_shown_is_no_call(kind: str, data: dict[str, Any]) -> None:
