@@ -603,6 +603,16 @@ class Runtime:
             live.writer.consume_inbox(inbox_id)
             await live.flush()
             return
+        delivery = data.get("delivery")
+        recorded_at = live.projection.deliveries.get(delivery) if isinstance(delivery, str) else None
+        if recorded_at is not None:
+            # Delivered again (forwarded twice, or also received here directly): the row is consumed and
+            # nothing recorded, as :meth:`receive` does for a redelivery it takes itself.
+            logger.info("session %s: delivery %s was recorded at seq %d; forwarded copy dropped", session_id,
+                        delivery, recorded_at)  # fmt: skip
+            live.writer.consume_inbox(inbox_id)
+            await live.flush()
+            return
         event = event_from_data(session_id, data["event"])
         if live.projection.holding:
             self._release_held(live)
