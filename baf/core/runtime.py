@@ -605,6 +605,16 @@ class Runtime:
             await live.flush()
             return
         assert data is not None
+        delivery = data.get("delivery")
+        recorded_at = live.projection.deliveries.get(delivery) if isinstance(delivery, str) else None
+        if recorded_at is not None:
+            # Delivered again (forwarded twice, or also received here directly): the row is consumed and
+            # nothing recorded, as :meth:`receive` does for a redelivery it takes itself.
+            logger.info("session %s: delivery %s was recorded at seq %d; forwarded copy dropped", session_id,
+                        delivery, recorded_at)  # fmt: skip
+            live.writer.consume_inbox(inbox_id)
+            await live.flush()
+            return
         if live.projection.holding:
             self._release_held(live)
         record = live.record(RecordKind.MESSAGE_RECEIVED, data)

@@ -397,6 +397,38 @@ async def test_inbox_messages_move_into_the_log_exactly_once_in_order(
     assert [r.data["text"] for r in await a.read("s")] == ["m0", "m1", "m2"]
 
 
+async def test_posts_made_together_share_a_statement_keep_their_order_and_a_bad_one_fails_alone(
+    postgres_dsn: str,
+) -> None:
+    async with PostgresLog(postgres_dsn) as log:
+        inbox = Inbox(log)
+        statements: list[int] = []
+        run = inbox._post_many
+
+        async def counted(posts: list[object]) -> object:
+            statements.append(len(posts))
+            return await run(posts)  # type: ignore[arg-type]
+
+        inbox._posts._run = counted  # type: ignore[assignment]
+        sessions = [f"s{i % 5}" for i in range(30)]  # six messages each for five sessions, interleaved
+        calls = [inbox.post(name, {"n": n}) for n, name in enumerate(sessions)]
+        results = await asyncio.gather(*calls[:10], inbox.post("bad\x00", {}), *calls[10:], return_exceptions=True)
+        assert statements == [30]  # one statement for the thirty good posts
+        bad = results.pop(10)
+        assert isinstance(bad, ValueError) and "cannot be stored" in str(bad)
+        assert all(isinstance(row_id, int) for row_id in results) and sorted(results) == results  # type: ignore[type-var]
+        for name in sorted(set(sessions)):
+            waiting = await inbox.pending(name)
+            expected = [n for n, other in enumerate(sessions) if other == name]
+            assert [m.payload for m in waiting] == [{"n": n} for n in expected]  # in the order posted
+            assert [m.id for m in waiting] == [results[n] for n in expected]  # each post got its own row's id
+        cancelled = asyncio.ensure_future(inbox.post("gone", {}))
+        await asyncio.sleep(0)  # queued behind nothing: cancelled before its statement runs
+        cancelled.cancel()
+        assert await inbox.post("kept", {}) > results[-1]  # type: ignore[operator]
+        assert [m.session_id for m in await inbox.pending("gone")] == []  # a cancelled post is not written
+
+
 async def test_a_non_owner_cannot_consume_the_inbox(worker_logs: tuple[PostgresLog, PostgresLog]) -> None:
     a, b = worker_logs
     await Leases(a).acquire("s")
