@@ -277,6 +277,15 @@ def _log_url(target: str) -> str:
 # -- reading logs ---------------------------------------------------------------------------------
 
 
+def _shown(target: str) -> str:
+    """``target`` as the commands print it: a database URL without its password (``redact_dsn``)."""
+    if "://" not in target:
+        return target
+    from baf.log.postgres import redact_dsn  # asyncpg itself is imported only to connect
+
+    return redact_dsn(target)
+
+
 def open_existing_log(target: str, *, read_only: bool = True) -> SessionLog:
     """Open a log by URL or file path, refusing to create a new empty file by mistake.
 
@@ -334,7 +343,7 @@ def _cmd_sessions(args: argparse.Namespace) -> int:
             return await session_rows(log)
 
     rows = asyncio.run(collect())
-    render_sessions(_Stdout(), rows, f"sessions in {args.log}")  # the list `baf replay LOG` shows
+    render_sessions(_Stdout(), rows, f"sessions in {_shown(args.log)}")  # the list `baf replay LOG` shows
     return report_unreadable(rows, "sessions")
 
 
@@ -350,7 +359,7 @@ def _cmd_log(args: argparse.Namespace) -> int:
 
     records = asyncio.run(collect())
     if not records:
-        raise SessionNotFoundError(args.session, args.log)
+        raise SessionNotFoundError(args.session, _shown(args.log))
     redactor = Redactor.from_environment()  # as replay and export: a log written before a key was set
     if redactor.active:
         records = [redactor.redact_record(r) for r in records]
@@ -389,9 +398,11 @@ def _pick_a_session(target: str) -> int:
 
     rows = asyncio.run(collect())
     stderr = Console(stderr=True, highlight=False)
-    stderr.print(Text(visible(f"baf log: which session? baf log {target} SESSION"), style="red"), soft_wrap=True)
+    stderr.print(
+        Text(visible(f"baf log: which session? baf log {_shown(target)} SESSION"), style="red"), soft_wrap=True
+    )
     if rows:
-        render_sessions(stderr, rows, f"sessions in {target}")
+        render_sessions(stderr, rows, f"sessions in {_shown(target)}")
     return 2
 
 
@@ -419,7 +430,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
     report = asyncio.run(collect())
     console = _Stdout(highlight=False)
-    console.print(Text(visible(f"{args.log}: {report.sessions:,} sessions, {report.records:,} records read")),
+    console.print(Text(visible(f"{_shown(args.log)}: {report.sessions:,} sessions, {report.records:,} records read")),
                   soft_wrap=True)  # fmt: skip
     for finding in report.findings:
         style = "red" if finding.damage else "yellow"
@@ -427,9 +438,11 @@ def _cmd_check(args: argparse.Namespace) -> int:
         console.print(Text(visible(f"{label}: {finding}"), style=style), soft_wrap=True)
     damage = sum(finding.damage for finding in report.findings)
     if damage:
-        console.print(Text(visible(f"{args.log} is damaged: {damage} problem(s) found"), style="red"), soft_wrap=True)
+        console.print(
+            Text(visible(f"{_shown(args.log)} is damaged: {damage} problem(s) found"), style="red"), soft_wrap=True
+        )
         return 1
-    console.print(Text(visible(f"{args.log}: no damage found"), style="green"), soft_wrap=True)
+    console.print(Text(visible(f"{_shown(args.log)}: no damage found"), style="green"), soft_wrap=True)
     return 0
 
 
@@ -539,7 +552,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
     async def go() -> int:
         async with open_existing_log(args.log) as log:
-            return await replay(log, options, _Stdout(highlight=False), args.log)
+            return await replay(log, options, _Stdout(highlight=False), _shown(args.log))
 
     try:
         return asyncio.run(go())

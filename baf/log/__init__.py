@@ -104,4 +104,6 @@ def open_log(url: str | SessionLog, **options: Any) -> SessionLog:
         from baf.log.postgres import PostgresLog  # asyncpg is an extra: imported only when asked for
 
         return PostgresLog(url, **options)
-    raise ValueError(f"unsupported log URL {url!r}; accepted: {_ACCEPTED}")
+    from baf.log.postgres import redact_dsn  # a mistyped database URL may carry a password
+
+    raise ValueError(f"unsupported log URL {redact_dsn(url)!r}; accepted: {_ACCEPTED}")

@@ -33,7 +33,7 @@ import secrets
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote
 
 from baf.errors import (
     ConfigurationError,
@@ -69,15 +69,28 @@ JOIN baf_records r ON r.session_id = u.s AND r.seq >= coalesce(
 
 
 def redact_dsn(dsn: str) -> str:
-    """``dsn`` with its password replaced by ``***``, for messages."""
-    parts = urlsplit(dsn)
-    if parts.password is None:
-        return dsn
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+    """``dsn`` with its passwords replaced by ``***``, for messages: the one in the user part and the
+    ``password`` and ``sslpassword`` options. The rest is kept as written (several hosts, IPv6 brackets)."""
+    scheme, rest = dsn.split("://", 1) if "://" in dsn else ("", dsn)
+    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    netloc, tail = rest[:end], rest[end:]
+    if "@" in netloc:
+        user_part, host_part = netloc.rsplit("@", 1)
+        if ":" in user_part:
+            netloc = f"{user_part.split(':', 1)[0]}:***@{host_part}"
+    path, question, query = tail.partition("?")
+    if question:
+        query, hash_sign, fragment = query.partition("#")
+        options = [
+            f"{key}=***" if key.lower() in _PASSWORD_OPTIONS else option
+            for option in query.split("&")
+            for key in [unquote(option.split("=", 1)[0])]
+        ]
+        tail = f"{path}?{'&'.join(options)}{hash_sign}{fragment}"
+    return f"{scheme}{'://' if scheme else ''}{netloc}{tail}"
+
+
+_PASSWORD_OPTIONS: Final = ("password", "sslpassword")
 
 
 @dataclass(slots=True)

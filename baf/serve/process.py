@@ -18,14 +18,20 @@ import sys
 import time
 from collections.abc import Sequence
 
-__all__ = ["main", "serve"]
+__all__ = ["LOG_VARIABLE", "main", "serve"]
+
+#: The environment variable a worker process reads its log URL from (``baf serve`` sets it).
+LOG_VARIABLE = "BAF_SERVE_LOG"
 
 
 def serve(path: str, dsn: str, workers: int, lease_ttl: float, poll_interval: float) -> int:
     """Run ``workers`` worker processes until they end or a signal stops them; their worst exit status."""
-    command = [sys.executable, "-m", "baf.serve.process", "worker", path, "--log", dsn,
+    command = [sys.executable, "-m", "baf.serve.process", "worker", path,
                "--lease-ttl", str(lease_ttl), "--poll-interval", str(poll_interval)]  # fmt: skip
-    children = [subprocess.Popen(command) for _ in range(workers)]
+    # The URL goes to the workers in their environment, not on their command lines: any user of the host
+    # can read a process's arguments (ps), and the URL may hold the database password.
+    environment = {**os.environ, LOG_VARIABLE: dsn}
+    children = [subprocess.Popen(command, env=environment) for _ in range(workers)]
 
     def forward(signum: int, _frame: object) -> None:
         for child in children:
@@ -86,15 +92,20 @@ async def _run_worker(path: str, dsn: str, lease_ttl: float, poll_interval: floa
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of a worker process (``python -m baf.serve.process worker PATH --log DSN``)."""
+    """Entry point of a worker process (``python -m baf.serve.process worker PATH [--log DSN]``; without
+    ``--log``, the URL in ``$BAF_SERVE_LOG``)."""
     parser = argparse.ArgumentParser(prog="baf.serve.process")
     commands = parser.add_subparsers(dest="command", required=True)
     worker = commands.add_parser("worker")
     worker.add_argument("path")
-    worker.add_argument("--log", required=True)
+    worker.add_argument(
+        "--log", default=os.environ.get(LOG_VARIABLE), help=f"the PostgreSQL log (default: ${LOG_VARIABLE})"
+    )
     worker.add_argument("--lease-ttl", type=float, default=10.0)
     worker.add_argument("--poll-interval", type=float, default=2.0)
     args = parser.parse_args(argv)
+    if not args.log:
+        parser.error(f"the PostgreSQL log is needed: --log URL, or ${LOG_VARIABLE}")
     from baf.errors import ConfigurationError, LogError
 
     try:
