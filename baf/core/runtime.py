@@ -404,6 +404,10 @@ class Runtime:
         debug log), where redaction cannot reach. The message does not repeat the id."""
         if not isinstance(session_id, str) or not session_id:
             raise SessionIdError(f"session ids must be non-empty strings, got {session_id!r}")
+        if "\x00" in session_id or not (session_id.isascii() or _encodable(session_id)):
+            # No store keeps it (PostgreSQL text holds no NUL, no store holds a lone surrogate): refused here,
+            # not by the database in the middle of a lease or a commit shared with other sessions.
+            raise SessionIdError("session ids must be valid Unicode without NUL characters; nothing was recorded")
         if self.agent.redactor.redact_text(session_id) != session_id:
             raise SessionIdError(
                 "this session id contains one of the agent's secrets; session ids are stored and shown "
@@ -833,3 +837,12 @@ def _forwarded_event(session_id: str, data: dict[str, Any] | None) -> tuple[Even
     if delivery is not None and not isinstance(delivery, str):
         return None, "its delivery id is not a string"
     return event, ""
+
+
+def _encodable(text: str) -> bool:
+    """Whether ``text`` is valid Unicode (no lone surrogates, which JSON escapes can spell)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

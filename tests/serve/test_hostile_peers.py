@@ -4,6 +4,7 @@ worker with the same id (refused at start: both would count as the owner of the 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import asyncpg
@@ -11,7 +12,7 @@ import orjson
 import pytest
 
 from baf.core.events import ReceiveTextEvent
-from baf.errors import ConfigurationError
+from baf.errors import ConfigurationError, SessionIdError
 from baf.log.projection import project
 from baf.serve import Worker
 
@@ -90,3 +91,19 @@ async def test_the_id_of_a_worker_that_died_can_be_used_again(postgres_dsn: str)
         info = await again.leases.owner_of("s")
         assert info is not None and info.owner == "a" and info.epoch == 2  # taken over: the dead one is fenced
     await dead.stop()
+
+
+@pytest.mark.parametrize("bad_id", ["s\x00nul", "s\ud800surrogate"], ids=["NUL", "lone surrogate"])
+async def test_a_session_id_no_store_can_hold_is_refused_and_the_others_asked_with_it_go_on(
+    worker: Worker, postgres_dsn: str, bad_id: str
+) -> None:
+    bad, good = await asyncio.gather(
+        worker.runtime.receive(ReceiveTextEvent(bad_id, message="q0")),
+        worker.runtime.receive(ReceiveTextEvent("good", message="q1")),
+        return_exceptions=True,
+    )
+    assert isinstance(bad, SessionIdError) and "valid Unicode" in str(bad), bad
+    assert not isinstance(good, BaseException), good
+    records = await wait_for_answers(postgres_dsn, {"good": ["q1"]})
+    assert_each_question_answered_once(records, {"good": ["q1"]})
+    assert worker.log.fenced() == {"good": 1}
