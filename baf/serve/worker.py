@@ -287,6 +287,10 @@ class Worker:
                 if not polled:
                     return  # notified: the chosen worker takes it (the poll stands in if it does not)
                 await asyncio.sleep(DEFER_SECONDS)  # the chosen worker first; if it still does not, this one
+            elif not polled and not await self.inbox.pending(session_id):
+                # A notification with no message behind it (taken already, or sent by hand: NOTIFY needs no
+                # privilege on baf's tables) must not make this worker own, start and run a session.
+                return
             if not await self.claim(session_id):
                 return  # a live worker owns it: its own notification or poll takes the mail
         await self.runtime.get_or_create(session_id)  # loads it, resuming an interrupted step

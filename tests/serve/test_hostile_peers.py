@@ -107,3 +107,16 @@ async def test_a_session_id_no_store_can_hold_is_refused_and_the_others_asked_wi
     records = await wait_for_answers(postgres_dsn, {"good": ["q1"]})
     assert_each_question_answered_once(records, {"good": ["q1"]})
     assert worker.log.fenced() == {"good": 1}
+
+
+async def test_a_notification_with_no_message_behind_it_starts_nothing(worker: Worker, postgres_dsn: str) -> None:
+    connection = await asyncpg.connect(postgres_dsn)
+    try:  # NOTIFY needs no privilege on baf's tables: any role that can connect can send it
+        await connection.execute("SELECT pg_notify('baf_inbox', 'ghost')")
+    finally:
+        await connection.close()
+    await worker.inbox.post("real", message("real", "q1"))  # notified after the ghost, and answered
+    await wait_for_answers(postgres_dsn, {"real": ["q1"]})
+    await worker.runtime.wait_idle()
+    assert await worker.log.sessions() == ["real"]
+    assert await worker.leases.owner_of("ghost") is None
