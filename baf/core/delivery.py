@@ -14,7 +14,7 @@ import binascii
 from typing import Any
 
 from baf.log.record import Record, RecordKind
-from baf.reasoning.approval import ApprovalRequest
+from baf.reasoning.approval import ApprovalDecision, ApprovalExpiry, ApprovalRequest
 from baf.reasoning.step import ReasoningStep
 
 __all__ = ["platform_call_of"]
@@ -23,10 +23,12 @@ __all__ = ["platform_call_of"]
 def platform_call_of(record: Record) -> tuple[str, tuple[Any, ...]] | None:
     """``(method, args)``: the ``Platform`` call that showed ``record`` to the user (``platform.method(
     session, *args)``), or ``None`` for a record the user is not shown (a transition, a tool call, an
-    error that stayed in the log). A reply whose stored fields do not make that call (a damaged file or
-    image) is shown as its text."""
+    error that stayed in the log, a reasoning step or task list recorded with ``streamed: false``). A
+    reply whose stored fields do not make that call (a damaged file or image) is shown as its text."""
     data = record.data
     kind = record.kind
+    if data.get("streamed") is False:  # recorded, not sent (a reasoning state with ``stream_steps=False``)
+        return None
     if kind == RecordKind.REPLY:
         return _reply_call(data)
     if kind == RecordKind.REASONING_STEP:
@@ -40,6 +42,10 @@ def platform_call_of(record: Record) -> tuple[str, tuple[Any, ...]] | None:
             int(data.get("step", 0) or 0),
         )  # fmt: skip
         return "reply_approval_request", (request,)
+    if kind == RecordKind.APPROVAL_DECIDED:
+        return "reply_approval_decision", (ApprovalDecision.from_record(record),)
+    if kind == RecordKind.APPROVAL_EXPIRED:
+        return "reply_approval_expired", (ApprovalExpiry.from_record(record),)
     if kind == RecordKind.ERROR:
         shown = data.get("shown")  # what the engine showed the user for a body that raised
         return ("reply_error", (shown,)) if isinstance(shown, str) else None

@@ -617,13 +617,24 @@ class Runtime:
         if session_id not in self._live and not await self.claim(session_id):
             return
         live = await self._get_live(session_id, None)
-        if data is None or not isinstance(data.get("event"), dict):
-            live.record(RecordKind.ERROR, {"message": f"a malformed message was dropped: {error or 'no event'}",
+        event, problem = _forwarded_event(session_id, data)
+        if event is None:
+            live.record(RecordKind.ERROR, {"message": f"a malformed message was dropped: {error or problem}",
                                            "error": "MalformedInboxMessage"})  # fmt: skip
             live.writer.consume_inbox(inbox_id)
             await live.flush()
             return
-        event = event_from_data(session_id, data["event"])
+        assert data is not None
+        delivery = data.get("delivery")
+        recorded_at = live.projection.deliveries.get(delivery) if isinstance(delivery, str) else None
+        if recorded_at is not None:
+            # Delivered again (forwarded twice, or also received here directly): the row is consumed and
+            # nothing recorded, as :meth:`receive` does for a redelivery it takes itself.
+            logger.info("session %s: delivery %s was recorded at seq %d; forwarded copy dropped", session_id,
+                        delivery, recorded_at)  # fmt: skip
+            live.writer.consume_inbox(inbox_id)
+            await live.flush()
+            return
         if live.projection.holding:
             self._release_held(live)
         record = live.record(RecordKind.MESSAGE_RECEIVED, data)
@@ -835,3 +846,28 @@ def _settle(item: _Item, exc: BaseException | None) -> None:
         item.done.cancel()
     else:
         item.done.set_exception(exc)
+
+
+def _forwarded_event(session_id: str, data: dict[str, Any] | None) -> tuple[Event | None, str]:
+    """The event of a forwarded message, or ``None`` and what is wrong with it. A message is recorded only
+    as a worker forwards one (``{"event": event.to_data(), "text": event.text}``): a row holding anything
+    else (a faulty or hostile peer's) would fail when handled, or on every load after (the fold reads its
+    text), and block the messages behind it."""
+    if data is None:
+        return None, "not a JSON object"
+    fields = data.get("event")
+    if not isinstance(fields, dict):
+        return None, "no event"
+    try:
+        event = event_from_data(session_id, fields)
+        same = event.to_data() == fields and event.text == data.get("text")
+    except Exception as exc:  # an unknown type, unknown or missing fields, a text property that fails
+        return None, f"its event cannot be rebuilt ({type(exc).__name__}: {exc})"
+    if not same:
+        return None, "its event and text are not what a worker forwards"
+    if event.text is not None and not isinstance(event.text, str):  # as receive() refuses it
+        return None, f"its text is {type(event.text).__name__}, not a string"
+    delivery = data.get("delivery")
+    if delivery is not None and not isinstance(delivery, str):
+        return None, "its delivery id is not a string"
+    return event, ""

@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import math
 import secrets
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -47,11 +46,12 @@ from baf.errors import (
     LogStorageError,
 )
 from baf.log import upcast as upcast_module
-from baf.log.jsontext import decode_json, encode_json
+from baf.log.jsontext import decode_json
 from baf.log.postgres_batch import Coalescer
 from baf.log.postgres_commit import Batch, Known, Plan, Refused, Row, Stored, stored_work
 from baf.log.postgres_schema import SCHEMA_VERSION, prepare_schema
 from baf.log.record import Record
+from baf.log.row_codec import MAX_INT32, encode_fields
 from baf.log.store import SessionLog, check_appendable, missing_record
 
 if TYPE_CHECKING:
@@ -66,9 +66,6 @@ JOIN baf_records r ON r.session_id = u.s AND r.seq >= coalesce(
     (SELECT max(x.seq) FROM baf_records x WHERE x.session_id = u.s AND x.kind = 'snapshot'), 1
 ) ORDER BY r.session_id, r.seq
 """
-
-_MAX_INT64: Final = 2**63 - 1
-_MAX_INT32: Final = 2**31 - 1
 
 
 def redact_dsn(dsn: str) -> str:
@@ -535,9 +532,10 @@ async def _no_reset(_connection: asyncpg.Connection) -> None:
 
 
 def _refusals() -> tuple[type[BaseException], ...]:
-    """What refuses one append (it fails alone, the connection stays usable)."""
+    """What refuses one append (it fails alone, the connection stays usable): a value past one of
+    PostgreSQL's limits (a session id too long for an index entry) is one, not the whole group's failure."""
     asyncpg = _import_asyncpg()
-    return (LogError, asyncpg.UniqueViolationError, asyncpg.DataError)
+    return (LogError, asyncpg.UniqueViolationError, asyncpg.DataError, asyncpg.ProgramLimitExceededError)
 
 
 async def _refusal(connection: asyncpg.Connection, batch: Batch, exc: BaseException) -> BaseException:
@@ -563,69 +561,10 @@ async def _conflict_of(connection: asyncpg.Connection, rows: list[Row]) -> LogCo
 
 
 def encode_row(record: Record) -> Row:
-    """``record`` as a ``baf_records`` row, or ``TypeError``/``ValueError`` for what cannot be stored."""
-    session_id, seq, kind, version, ts, data = (
-        record.session_id, record.seq, record.kind, record.version, record.ts, record.data,
-    )  # fmt: skip
-    # Exact types are the common case and cheap to test; anything else gets the careful checks.
-    if not (
-        type(session_id) is str
-        and type(kind) is str
-        and type(seq) is int
-        and type(version) is int
-        and type(ts) is float
-        and type(data) is dict
-        and seq <= _MAX_INT64
-        and version <= _MAX_INT32
-        and math.isfinite(ts)
-    ):
-        _check_fields(record)
-    try:
-        encoded = encode_json(data)
-    except (TypeError, ValueError) as exc:  # ValueError: a circular reference
-        raise TypeError(f"{_where(record)}: data is not JSON: {exc}") from exc
-    if isinstance(encoded, bytes):
-        text = encoded.decode()  # orjson's output: valid UTF-8, control characters (NUL too) escaped
-    else:
-        text = encoded
-        _check_text(record, "data", text)
-    if not (session_id.isascii() and kind.isascii()) or "\x00" in session_id or "\x00" in kind:
-        _check_text(record, "session_id", session_id)
-        _check_text(record, "kind", kind)
-    return (str(session_id), int(seq), str(kind), text, float(ts), int(version))
-
-
-def _where(record: Record) -> str:
-    return f"session {record.session_id!r} seq {record.seq!r}"
-
-
-def _check_fields(record: Record) -> None:
-    """Raise what ``record``'s fields cannot be stored as (the careful path of ``encode_row``)."""
-    where = _where(record)
-    if not isinstance(record.session_id, str):
-        raise TypeError(f"{where}: session_id must be str, not {type(record.session_id).__name__}")
-    if not isinstance(record.kind, str):
-        raise TypeError(f"{where}: kind must be str, not {type(record.kind).__name__}")
-    for name, value, limit in (("seq", record.seq, _MAX_INT64), ("version", record.version, _MAX_INT32)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{where}: {name} must be int, not {type(value).__name__}")
-        if value > limit:
-            raise ValueError(f"{where}: {name} {value} is too large")
-    ts = record.ts
-    if isinstance(ts, bool) or not isinstance(ts, int | float) or ts != ts or ts in (float("inf"), float("-inf")):
-        raise TypeError(f"{where}: ts must be a finite number, not {ts!r}")
-    if not isinstance(record.data, dict):
-        raise TypeError(f"{where}: data must be a dict, not {type(record.data).__name__}")
-
-
-def _check_text(record: Record, name: str, text: str) -> None:
-    if "\x00" in text:  # PostgreSQL text cannot hold NUL; JSON escapes it inside strings
-        raise ValueError(f"{_where(record)}: {name} contains a NUL character")
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise ValueError(f"{_where(record)}: {name} is not valid Unicode: {exc}") from exc
+    """``record`` as a ``baf_records`` row, or ``TypeError``/``ValueError`` for what cannot be stored (the
+    checks of ``baf.log.row_codec``, with a 32-bit ``version`` and no NUL in any text)."""
+    session_id, seq, kind, version, ts, text, _ = encode_fields(record, MAX_INT32, True)
+    return (session_id, seq, kind, text, ts, version)
 
 
 def decode_row(session_id: str, row: Any) -> Record:

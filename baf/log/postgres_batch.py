@@ -42,6 +42,10 @@ class Coalescer(Generic[K, V]):
             await asyncio.sleep(0)  # the calls made in this turn of the loop join the first batch
             while self._waiting:
                 batch, self._waiting = self._waiting, {}
+                # A key whose every caller was cancelled meanwhile is left out (a post is not written).
+                batch = {key: futures for key, futures in batch.items() if not all(f.done() for f in futures)}
+                if not batch:
+                    continue
                 try:
                     results = await self._run(list(batch))
                 except Exception as exc:

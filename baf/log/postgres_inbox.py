@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,10 +46,14 @@ SELECT session_id, id, payload FROM (
 ) AS waiting WHERE n <= $2 ORDER BY session_id, id
 """
 
-# The row and its notification, in one round trip (the notification is delivered when the row commits).
-_POST = f"""
-WITH posted AS (INSERT INTO baf_inbox (session_id, payload) VALUES ($1, $2) RETURNING id)
-SELECT id, pg_notify('{INBOX_CHANNEL}', $1) FROM posted
+# The rows and their notifications, in one round trip (notifications are delivered when the rows commit;
+# PostgreSQL folds a session's duplicates into one). Ids are drawn in the order the posts were made, so a
+# session's messages are read back in that order; ``n`` tells each post its id.
+_POST_MANY = f"""
+WITH posts AS (
+    SELECT nextval('baf_inbox_id_seq') AS id, s, p, n FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(s, p, n)
+), posted AS (INSERT INTO baf_inbox (id, session_id, payload) SELECT id, s, p FROM posts)
+SELECT n, id, pg_notify('{INBOX_CHANNEL}', s) FROM posts
 """
 
 
@@ -69,14 +74,30 @@ class Inbox:
     def __init__(self, log: PostgresLog) -> None:
         self._log = log
         self._pending: Coalescer[str, list[InboxMessage]] = Coalescer(self._pending_many)
+        self._posts: Coalescer[_Post, int] = Coalescer(self._post_many)
+        self._posted = itertools.count()
 
     async def post(self, session_id: str, payload: dict[str, Any]) -> int:
-        """Store a message for ``session_id`` durably and wake its owner; return the row's id."""
+        """Store a message for ``session_id`` durably and wake its owner; return the row's id. Posts made
+        together (a burst of messages forwarded at once) share one statement, and keep their order."""
+        if not isinstance(session_id, str):
+            raise TypeError(f"session_id must be str, not {type(session_id).__name__}")
+        if "\x00" in session_id or not _is_utf8(session_id):
+            raise ValueError(f"session id {session_id!r} cannot be stored (NUL or invalid Unicode)")
         encoded = encode_json(payload)
         text = encoded.decode() if isinstance(encoded, bytes) else encoded
-        async with self._log.connection() as connection:
-            row_id = await connection.fetchval(_POST, session_id, text)  # one statement: its own transaction
-        return int(row_id)
+        if not isinstance(encoded, bytes) and not _is_utf8(text):  # json's output: NUL is escaped
+            raise ValueError("the payload cannot be stored as text (invalid Unicode)")
+        # Checked first: a value PostgreSQL refuses would fail every post of its statement.
+        return await self._posts.get(_Post(next(self._posted), session_id, text))
+
+    async def _post_many(self, posts: list[_Post]) -> dict[_Post, int | BaseException]:
+        async with self._log.connection() as connection:  # one statement: its own transaction
+            rows = await connection.fetch(
+                _POST_MANY, [post.session_id for post in posts], [post.text for post in posts]
+            )
+        ids = {int(row[0]): int(row[1]) for row in rows}
+        return {post: ids[n] for n, post in enumerate(posts, 1)}
 
     async def pending(self, session_id: str, limit: int = _PENDING_LIMIT) -> list[InboxMessage]:
         """The messages waiting for ``session_id``, oldest first (at most ``limit``). Reads asked for
@@ -136,6 +157,25 @@ class Inbox:
                 await asyncio.wait_for(connection.close(), 5)
 
         return stop
+
+
+@dataclass(frozen=True, slots=True)
+class _Post:
+    """One ``post`` waiting for its statement (``number`` keeps two equal posts apart)."""
+
+    number: int
+    session_id: str
+    text: str
+
+
+def _is_utf8(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate
+        return False
+    return True
 
 
 def _message(session_id: str, row_id: int, text: str) -> InboxMessage:

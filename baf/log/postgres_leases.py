@@ -17,6 +17,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from baf.errors import ConfigurationError
 from baf.log.postgres_batch import Coalescer
 from baf.log.postgres_inbox import INBOX_CHANNEL
 
@@ -102,14 +103,30 @@ class Leases:
         self._renewing = asyncio.Lock()
 
     async def register(self) -> None:
-        """Write (or refresh) this worker's heartbeat row, and tell the other workers."""
+        """Write this worker's heartbeat row, and tell the other workers. ``ConfigurationError`` if a live
+        worker (its heartbeat younger than ``ttl``) has this id: two workers of one id would both count as
+        the owner of its sessions, at one epoch, and write to them side by side. The row of a worker of
+        this id that died (or stopped) is taken over."""
         async with self._log.connection() as connection:
-            await connection.execute(
+            registered = await connection.fetchval(
                 "WITH registered AS (INSERT INTO baf_workers (worker_id) VALUES ($1) "
-                "ON CONFLICT (worker_id) DO UPDATE SET heartbeat_at = now()) "
-                f"SELECT pg_notify('{WORKERS_CHANNEL}', $1)",
+                "ON CONFLICT (worker_id) DO UPDATE SET heartbeat_at = now(), started_at = now() "
+                "WHERE baf_workers.heartbeat_at <= now() - make_interval(secs => $2) RETURNING worker_id) "
+                f"SELECT count(pg_notify('{WORKERS_CHANNEL}', worker_id)) FROM registered",
+                self.worker_id,
+                self.ttl,
+            )
+            if registered:
+                return
+            age = await connection.fetchval(
+                "SELECT extract(epoch FROM now() - heartbeat_at) FROM baf_workers WHERE worker_id = $1",
                 self.worker_id,
             )
+        raise ConfigurationError(
+            f"worker id {self.worker_id!r} is in use by a live worker (its last heartbeat was {float(age or 0):.1f} s "
+            "ago): give each worker its own id (the default is unique), or, if that worker died, start this one "
+            "again once its lease_ttl has passed"
+        )
 
     async def acquire(self, session_id: str) -> int | None:
         """Take ``session_id``'s lease if it is free, expired or already ours; return its epoch, or ``None``
@@ -129,8 +146,13 @@ class Leases:
             try:
                 async with self._log.connection() as connection:
                     rows = await connection.fetch(_ACQUIRE_MANY, sorted(session_ids), self.worker_id, self.ttl)
-            except (asyncpg.LockNotAvailableError, asyncpg.DeadlockDetectedError):
-                pass  # one of them is busy: each on its own, so that only that one is refused
+            except (
+                asyncpg.LockNotAvailableError,
+                asyncpg.DeadlockDetectedError,
+                asyncpg.DataError,
+                asyncpg.ProgramLimitExceededError,
+            ):
+                pass  # one of them is busy, or a value PostgreSQL refuses: each on its own, so only it fails
             else:
                 taken = {row[0]: int(row[1]) for row in rows}
                 return {session_id: taken.get(session_id) for session_id in session_ids}

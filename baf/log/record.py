@@ -39,7 +39,10 @@ class RecordKind:
     LLM_REQUEST = "llm_request"
     LLM_RESPONSE = "llm_response"
     TOOL_RESULT = "tool_result"
+    #: A step of a reasoning loop or pattern: ``{kind, step, summary, details}``, and ``streamed: false``
+    #: when it was not sent to the platform (a state built with ``stream_steps=False``).
     REASONING_STEP = "reasoning_step"
+    #: A task-list snapshot: ``{tasks}``, and ``streamed: false`` as for a reasoning step.
     TASK_LIST = "task_list"
     #: A tool call waits for a human decision: ``{step, call_id, name, arguments}`` (written by the
     #: tool-call runner; ``docs/human_approval.md``).

@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
-import math
 from collections.abc import Callable, Iterator
 from typing import Any, Final, TypeVar
 
@@ -31,8 +30,8 @@ import orjson
 from baf.errors import CorruptRecordError
 from baf.log import upcast as upcast_module
 from baf.log.checksum import record_checksum
-from baf.log.jsontext import encode_json
 from baf.log.record import Record
+from baf.log.row_codec import MAX_INT64, encode_fields
 from baf.log.store import missing_record
 
 __all__ = ["SELECT_COLUMNS", "Row", "collector_paused", "encode_record", "row_decoder"]
@@ -44,78 +43,13 @@ Row = tuple[str, int, float, str, int, str, int]
 SELECT_COLUMNS: Final = "seq, ts, kind, version, data, checksum"
 
 _T = TypeVar("_T")
-_MAX_INT64: Final = 2**63 - 1
 
 
 def encode_record(record: Record) -> Row:
-    """Encode ``record`` as a ``baf_records`` row, or raise ``TypeError``/``ValueError``."""
-    session_id, seq, kind, version, ts, data = (
-        record.session_id,
-        record.seq,
-        record.kind,
-        record.version,
-        record.ts,
-        record.data,
-    )
-    # Exact types are the common case and cheap to test; anything else gets the careful checks.
-    if not (
-        type(session_id) is str
-        and type(kind) is str
-        and type(seq) is int
-        and type(version) is int
-        and type(ts) is float
-        and type(data) is dict
-        and seq <= _MAX_INT64
-        and version <= _MAX_INT64
-        and math.isfinite(ts)
-    ):
-        _check_fields(record)
-    try:
-        encoded = encode_json(data)
-    except (TypeError, ValueError) as exc:  # ValueError: a circular reference
-        raise TypeError(f"{_where(record)}: data is not JSON: {exc}") from exc
-    if isinstance(encoded, bytes):
-        text = encoded.decode()  # orjson's output: valid UTF-8 by construction
-    else:
-        text = encoded
-        _check_unicode(record, "data", text)
-    if not (session_id.isascii() and kind.isascii()):
-        _check_unicode(record, "session_id", session_id)
-        _check_unicode(record, "kind", kind)
-    ts = float(ts)
+    """Encode ``record`` as a ``baf_records`` row, or raise ``TypeError``/``ValueError`` (the checks of
+    ``baf.log.row_codec``, with a 64-bit ``version``)."""
+    session_id, seq, kind, version, ts, text, encoded = encode_fields(record, MAX_INT64)
     return (session_id, seq, ts, kind, version, text, record_checksum(session_id, seq, ts, kind, version, encoded))
-
-
-def _check_unicode(record: Record, name: str, text: str) -> None:
-    # A lone surrogate survives json.dumps(ensure_ascii=False) but not SQLite's UTF-8 binding.
-    if not text.isascii():
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise ValueError(f"{_where(record)}: {name} is not valid Unicode: {exc}") from exc
-
-
-def _where(record: Record) -> str:
-    return f"session {record.session_id!r} seq {record.seq!r}"
-
-
-def _check_fields(record: Record) -> None:
-    """Raise the precise error for a field SQLite cannot store as the schema says; accept subclasses."""
-    where = _where(record)
-    if not isinstance(record.session_id, str):
-        raise TypeError(f"{where}: session_id must be str, not {type(record.session_id).__name__}")
-    if not isinstance(record.kind, str):
-        raise TypeError(f"{where}: kind must be str, not {type(record.kind).__name__}")
-    for name, value in (("seq", record.seq), ("version", record.version)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{where}: {name} must be int, not {type(value).__name__}")
-        if value > _MAX_INT64:
-            raise ValueError(f"{where}: {name} {value} does not fit in 64 bits")
-    ts = record.ts
-    if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts):
-        raise TypeError(f"{where}: ts must be a finite number, not {ts!r}")
-    if not isinstance(record.data, dict):
-        raise TypeError(f"{where}: data must be a dict, not {type(record.data).__name__}")
 
 
 def row_decoder(

@@ -40,6 +40,7 @@ from baf.errors import LogError
 from baf.log.postgres import PostgresLog
 from baf.log.postgres_inbox import INBOX_CHANNEL, RECORDS_CHANNEL, Inbox
 from baf.log.postgres_leases import WORKERS_CHANNEL, Leases
+from baf.log.redaction import log_exception
 from baf.serve.follower import Follower
 
 if TYPE_CHECKING:
@@ -114,7 +115,13 @@ class Worker:
         # workers' records only while a client of theirs is connected here (the follower listens to them
         # then: each notification costs a wake-up).
         self._stop_listening = await self.inbox.listen(self._notified, channels=(INBOX_CHANNEL, WORKERS_CHANNEL))
-        await self.leases.register()
+        try:
+            await self.leases.register()
+        except BaseException:  # refused (a live worker has this id): leave nothing open
+            await self._stop_listening()
+            self._stop_listening = None
+            await self.log.close()
+            raise
         self._peers = await self.leases.live_workers()
         for platform in self.agent.platforms:  # the other workers on this host listen on the same ports
             platform.share_with_workers()
@@ -256,6 +263,9 @@ class Worker:
             await self._take(session_id, polled)
         except LogError as exc:  # a lease lost meanwhile, the database away: the next poll retries
             logger.warning("worker %s: session %s: %s", self.worker_id, session_id, exc)
+        except Exception:  # a bug: said once with its traceback (not as a task nobody awaited); the poll retries
+            log_exception(logger, self.agent.redactor, "worker %s: taking session %s's mail failed", self.worker_id,
+                          session_id)  # fmt: skip
 
     def _chosen_for(self, session_id: str) -> bool:
         """Whether this worker takes the mail of ``session_id``, which no worker holds, as soon as it is told

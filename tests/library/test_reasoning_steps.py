@@ -329,9 +329,13 @@ async def test_stream_steps_off_records_but_does_not_stream(platform: RecordingP
     async with agent:
         await agent.receive_message("s", "Weather in Paris, and book me a table?", platform)
         steps = await records_of(agent, "s", "reasoning_step")
+        task_lists = await records_of(agent, "s", "task_list")
     assert platform.replies["s"] == [FINAL]
     assert platform.steps["s"] == [] and platform.task_lists["s"] == []
     assert len(steps) == 13
+    # The records say they were not shown: a worker following the session does not show them either.
+    assert {step.data.get("streamed") for step in steps} == {False}
+    assert [r.data.get("streamed") for r in task_lists] == [False] * 3
 
 
 async def test_reasoning_state_reached_by_a_transition_answers_the_message(platform: RecordingPlatform) -> None:

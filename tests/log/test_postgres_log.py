@@ -444,6 +444,38 @@ async def test_inbox_messages_move_into_the_log_exactly_once_in_order(
     assert [r.data["text"] for r in await a.read("s")] == ["m0", "m1", "m2"]
 
 
+async def test_posts_made_together_share_a_statement_keep_their_order_and_a_bad_one_fails_alone(
+    postgres_dsn: str,
+) -> None:
+    async with PostgresLog(postgres_dsn) as log:
+        inbox = Inbox(log)
+        statements: list[int] = []
+        run = inbox._post_many
+
+        async def counted(posts: list[object]) -> object:
+            statements.append(len(posts))
+            return await run(posts)  # type: ignore[arg-type]
+
+        inbox._posts._run = counted  # type: ignore[assignment]
+        sessions = [f"s{i % 5}" for i in range(30)]  # six messages each for five sessions, interleaved
+        calls = [inbox.post(name, {"n": n}) for n, name in enumerate(sessions)]
+        results = await asyncio.gather(*calls[:10], inbox.post("bad\x00", {}), *calls[10:], return_exceptions=True)
+        assert statements == [30]  # one statement for the thirty good posts
+        bad = results.pop(10)
+        assert isinstance(bad, ValueError) and "cannot be stored" in str(bad)
+        assert all(isinstance(row_id, int) for row_id in results) and sorted(results) == results  # type: ignore[type-var]
+        for name in sorted(set(sessions)):
+            waiting = await inbox.pending(name)
+            expected = [n for n, other in enumerate(sessions) if other == name]
+            assert [m.payload for m in waiting] == [{"n": n} for n in expected]  # in the order posted
+            assert [m.id for m in waiting] == [results[n] for n in expected]  # each post got its own row's id
+        cancelled = asyncio.ensure_future(inbox.post("gone", {}))
+        await asyncio.sleep(0)  # queued behind nothing: cancelled before its statement runs
+        cancelled.cancel()
+        assert await inbox.post("kept", {}) > results[-1]  # type: ignore[operator]
+        assert [m.session_id for m in await inbox.pending("gone")] == []  # a cancelled post is not written
+
+
 async def test_a_non_owner_cannot_consume_the_inbox(worker_logs: tuple[PostgresLog, PostgresLog]) -> None:
     a, b = worker_logs
     await Leases(a).acquire("s")
@@ -492,6 +524,23 @@ def _run(*command: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(command), capture_output=True, text=True, timeout=120, check=False)
 
 
+async def _until_a_statement_waits_for_a_lock(dsn: str, within: float = 30.0) -> None:
+    """Return once a statement of the server waits for a lock; read from the server's own activity view."""
+    connection = await asyncpg.connect(dsn)
+    try:
+        waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+        async with asyncio.timeout(within):
+            while True:  # the server's state, read again: no event to wait on
+                if await connection.fetchval(waiting):
+                    break
+                await asyncio.sleep(0.01)
+        # The first append's commit record to disk (the test cluster commits asynchronously): an immediate
+        # restart replays the WAL, and the log is read back after it.
+        await connection.execute("CHECKPOINT")
+    finally:
+        await connection.close()
+
+
 @pytest.mark.slow
 async def test_a_server_restart_fails_unacknowledged_appends_loudly_then_recovers() -> None:
     bindir = _pg_bindir()
@@ -514,9 +563,11 @@ async def test_a_server_restart_fails_unacknowledged_appends_loudly_then_recover
             blocker = await asyncpg.connect(dsn)
             await blocker.execute("BEGIN; INSERT INTO baf_records VALUES ('s', 2, 'note', '{}', 1.5, 1)")
             in_flight = asyncio.create_task(log.append([rec("s", 2)]))
-            await asyncio.sleep(0.5)
-            assert not in_flight.done()
-            restarted = await asyncio.to_thread(_run, *pg_ctl, "-m", "fast", "restart")
+            await _until_a_statement_waits_for_a_lock(dsn)  # sent, and stuck behind the blocker
+            # Immediate mode: every backend quits where it is and the blocker's lock dies with the server. In
+            # fast mode the blocker may be shut down first, and the append's statement, no longer waiting,
+            # commits before its own backend is: a restart the append survives, acknowledged.
+            restarted = await asyncio.to_thread(_run, *pg_ctl, "-m", "immediate", "restart")
             assert restarted.returncode == 0, restarted.stderr
             with pytest.raises(LogError, match="not acknowledged"):
                 await in_flight  # the writer's connection died with the server, mid-statement

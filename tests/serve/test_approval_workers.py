@@ -68,6 +68,10 @@ async def test_a_decision_sent_to_another_worker_reaches_the_owner_and_runs_once
     assert ran == ["alice"]
     assert [r.data["text"] for r in records if r.kind == RecordKind.REPLY] == ["answer: paid alice"]
     assert [r.data["by"] for r in records if r.kind == RecordKind.APPROVAL_DECIDED] == ["ops"]
+    # What the owner told the user about the second decision is recorded: a worker following the session
+    # (the client that sent it is connected there) shows the same message (``baf.core.delivery``).
+    (refused,) = [r for r in records if r.kind == RecordKind.ERROR]
+    assert refused.data["shown"].startswith("Approval refused: no tool call 'pay-1' is waiting")
 
 
 async def test_a_waiting_call_moves_with_its_session_to_another_worker(postgres_dsn: str) -> None:

@@ -30,8 +30,8 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start(command: Sequence[str], port: int) -> subprocess.Popen[str]:
-    env = {**os.environ, "BAF_SERVE_PORT": str(port), "BAF_SERVE_DELAY": "0.01"}
+def start(command: Sequence[str], port: int, **extra: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "BAF_SERVE_PORT": str(port), "BAF_SERVE_DELAY": "0.01", **extra}
     return subprocess.Popen(list(command), stdout=subprocess.PIPE, text=True, env=env)
 
 
@@ -97,6 +97,43 @@ async def test_a_client_on_the_worker_that_does_not_run_its_session_gets_it_all(
         assert seqs_and_types(on_a.live()) == [(item["seq"], item["type"]) for item in expected]
         assert await owner_of(postgres_dsn, session_id) == id_b  # b ran it throughout; a only delivered
         assert id_a != id_b
+        await on_b.close()
+    finally:
+        await stop([a, b])
+
+
+@pytest.mark.slow
+async def test_a_follower_shows_only_what_the_owner_shows_for_steps_not_streamed(postgres_dsn: str) -> None:
+    """The agent's reasoning state is built with ``stream_steps=False``: its steps and task lists are
+    recorded but never shown, on the worker that runs it or on the one that follows it."""
+    port_a, port_b = free_port(), free_port()
+    quiet = {"BAF_SERVE_STREAM_STEPS": "0"}
+    a = start(worker_command(postgres_dsn), port_a, **quiet)
+    b = start(worker_command(postgres_dsn), port_b, **quiet)
+    try:
+        id_a, id_b = await ready(a), await ready(b)
+        on_b = await Client.open(port_b)
+        welcome = await on_b.hello()
+        session_id = welcome["session_id"]
+        await on_b.ask("q1")
+        on_a = await Client.open(port_a)
+        await on_a.hello(welcome["resume_token"])
+        history = await on_a.until("history")
+        assert [item["type"] for item in history["items"]] == ["user", "reply"]  # no step, no task list
+        for question in ("q2", "q3"):
+            await on_a.ask(question)  # b runs them; a delivers them from the log
+        records = await shown_records(postgres_dsn, session_id, after=history["last_seq"])
+        async with PostgresLog(postgres_dsn, read_only=True) as log:
+            kinds = {r.kind for r in await log.read(session_id, history["last_seq"])}
+        assert {"reasoning_step", "task_list"} <= kinds  # recorded ...
+        await on_b.until("reply", text="answer to q3")
+        await asyncio.sleep(1.5)  # past a poll: a step shown late would arrive now
+        await on_a.ws.close()
+        # ... and shown by neither worker: only the replies, each once, in order
+        assert seqs_and_types(on_a.live()) == [(item["seq"], item["type"]) for item in records]
+        assert [item["type"] for item in records] == ["reply", "reply"]
+        assert {frame["type"] for frame in on_b.live()} == {"reply"}
+        assert await owner_of(postgres_dsn, session_id) == id_b and id_a != id_b
         await on_b.close()
     finally:
         await stop([a, b])

@@ -67,9 +67,11 @@ class SessionObserver:
     def emit(self, kind: str, step: int, summary: str, details: dict[str, Any]) -> None:
         """Record one step and, when streaming, queue it for the platform after the next commit."""
         reasoning_step = ReasoningStep(kind, step, summary, details)
-        self.recorder.record(RecordKind.REASONING_STEP, reasoning_step.to_dict())
         if self.stream_steps:
+            self.recorder.record(RecordKind.REASONING_STEP, reasoning_step.to_dict())
             self.recorder.stream("reply_reasoning_step", reasoning_step)
+        else:  # the record says so: a worker following the session does not show it either
+            self.recorder.record(RecordKind.REASONING_STEP, {**reasoning_step.to_dict(), "streamed": False})
 
     def on_step(self, step: PatternStep) -> None:
         """Record and stream a pattern step as a ``ReasoningStep``."""

@@ -608,16 +608,20 @@ class _ReasoningRun:
         """Record a step and, when streaming, send it to the platform once it is durable."""
         reasoning_step = ReasoningStep(kind, step, summary, details or {})
         data = reasoning_step.to_dict()
-        self.recorder.record(RecordKind.REASONING_STEP, data)
         self.trace.append(data)
         if self.config.stream_steps:  # queued, not awaited: delivered in order right after the next commit
+            self.recorder.record(RecordKind.REASONING_STEP, data)
             self.recorder.stream("reply_reasoning_step", reasoning_step)
+        else:  # the record says so: a worker following the session does not show it either
+            self.recorder.record(RecordKind.REASONING_STEP, {**data, "streamed": False})
 
     def emit_task_list(self, snapshot: list[dict[str, Any]]) -> None:
         """Record a task-list snapshot and, when streaming, send it once durable."""
-        self.recorder.record(RecordKind.TASK_LIST, {"tasks": snapshot})
         if self.config.stream_steps:
+            self.recorder.record(RecordKind.TASK_LIST, {"tasks": snapshot})
             self.recorder.stream("reply_task_list_update", snapshot)
+        else:
+            self.recorder.record(RecordKind.TASK_LIST, {"tasks": snapshot, "streamed": False})
 
 
 def _is_planning_tool(tool: Tool) -> bool:
