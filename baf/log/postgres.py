@@ -138,6 +138,7 @@ class PostgresLog(SessionLog):
         self._fences: dict[str, int] = {}
         self._known = Known()
         self._loads: Coalescer[str, list[Record]] = Coalescer(self._read_for_load_many)
+        self._reads: Coalescer[tuple[str, int], list[Record]] = Coalescer(self._read_many)
 
     def __repr__(self) -> str:
         return f"PostgresLog({redact_dsn(self._dsn)!r})"
@@ -457,13 +458,32 @@ class PostgresLog(SessionLog):
     # -- reading --------------------------------------------------------------------------------------
 
     async def read(self, session_id: str, after_seq: int = 0) -> list[Record]:
+        """The records of ``session_id`` after ``after_seq``. Reads asked for together (a worker catching up
+        the sessions it follows after a commit notified many of them) share one query."""
+        self._check_open()
+        return await self._reads.get((session_id, after_seq))
+
+    async def _read_many(self, wanted: list[tuple[str, int]]) -> dict[tuple[str, int], list[Record] | BaseException]:
         async with self.connection() as connection:
-            rows = await connection.fetch(_SELECT, session_id, after_seq)
+            if len(wanted) == 1:
+                session_id, after_seq = wanted[0]
+                rows = [(session_id, after_seq, *row) for row in await connection.fetch(_SELECT, session_id, after_seq)]
+            else:
+                rows = await connection.fetch(_SELECT_AFTER_MANY, [w[0] for w in wanted], [w[1] for w in wanted])
+        found: dict[tuple[str, int], list[Any]] = {key: [] for key in wanted}
+        for row in rows:
+            found[(row[0], row[1])].append(row[2:])
         upcasters = upcast_module.UPCASTERS  # looked up on each call: a test may swap the registry
-        for expected, row in enumerate(rows, after_seq + 1):
-            if row[0] != expected:  # seqs have no gaps (guarantee 3): a missing record is corruption
-                raise missing_record(session_id, expected, row[0])
-        return [upcasters.upcast(decode_row(session_id, row)) for row in rows]
+        read: dict[tuple[str, int], list[Record] | BaseException] = {}
+        for (session_id, after_seq), session_rows in found.items():
+            try:
+                for expected, row in enumerate(session_rows, after_seq + 1):
+                    if row[0] != expected:  # seqs have no gaps (guarantee 3): a missing record is corruption
+                        raise missing_record(session_id, expected, row[0])
+                read[(session_id, after_seq)] = [upcasters.upcast(decode_row(session_id, row)) for row in session_rows]
+            except LogError as exc:
+                read[(session_id, after_seq)] = exc
+        return read
 
     async def sessions(self) -> list[str]:
         async with self.connection() as connection:
@@ -520,6 +540,13 @@ class PostgresLog(SessionLog):
                 )
             value = await connection.fetchval("SELECT value FROM baf_meta WHERE key = $1", key)
         return bytes.fromhex(value) if value is not None else None
+
+
+# Many sessions' records after a seq each, in one statement (see PostgresLog.read).
+_SELECT_AFTER_MANY: Final = """
+SELECT u.s, u.a, r.seq, r.kind, r.data, r.ts, r.version FROM unnest($1::text[], $2::bigint[]) AS u(s, a)
+JOIN baf_records r ON r.session_id = u.s AND r.seq > u.a ORDER BY u.s, u.a, r.seq
+"""
 
 
 async def _no_reset(_connection: asyncpg.Connection) -> None:

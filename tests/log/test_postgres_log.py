@@ -250,6 +250,32 @@ async def test_loads_and_inbox_reads_asked_together_share_a_query_and_a_damaged_
         ]
 
 
+async def test_reads_asked_together_share_a_query_each_from_its_own_seq(postgres_dsn: str) -> None:
+    async with PostgresLog(postgres_dsn) as log:
+        names = [f"s{i}" for i in range(6)]
+        await asyncio.gather(*(log.append([rec(name, 1, name), rec(name, 2), rec(name, 3)]) for name in names))
+        await log.append([rec("gap", 1)])
+        await query(postgres_dsn, "INSERT INTO baf_records VALUES ('gap', 3, 'note', '{}', 1.5, 1)")
+        batches: list[int] = []
+        run_reads = log._read_many
+
+        async def counted(wanted: list[tuple[str, int]]) -> object:
+            batches.append(len(wanted))
+            return await run_reads(wanted)
+
+        log._reads._run = counted  # type: ignore[assignment]
+        # A follower catching up: each session after the last seq it showed; one session twice, from two seqs.
+        asked = [(name, i % 3) for i, name in enumerate(names)] + [("s0", 2), ("gap", 0), ("none", 0)]
+        got = await asyncio.gather(*(log.read(name, after) for name, after in asked), return_exceptions=True)
+        assert batches == [9]  # one query
+        for (name, after), records in zip(asked[:7], got[:7], strict=True):
+            assert [r.seq for r in records] == list(range(after + 1, 4)), name  # type: ignore[union-attr]
+        assert got[0][0].data == {"text": "s0"}  # type: ignore[index]
+        assert isinstance(got[7], CorruptRecordError) and got[7].seq == 2  # only the damaged one fails
+        assert got[8] == []
+        assert [r.seq for r in await log.read("s1", 1)] == [2, 3]  # alone, as before
+
+
 async def test_leases_asked_together_share_a_statement_and_a_busy_one_is_refused_alone(
     worker_logs: tuple[PostgresLog, PostgresLog],
 ) -> None:
