@@ -106,7 +106,7 @@ async def test_a_waiting_call_makes_the_task_input_required_and_a_decision_conti
 
 
 async def test_a_denial_is_told_to_the_model_and_the_call_does_not_run(served: tuple[Agent, Any, list[str]]) -> None:
-    agent, client, ran = served
+    _, client, ran = served
     asked = await send(client, "c2", Part(text="pay"))
     answered = await send(client, "c2", decision("pay-bob", False, reason="not today"), task_id=asked.task_id)
     assert answered.states[-1] == "TASK_STATE_COMPLETED" and ran == []
@@ -131,7 +131,7 @@ async def test_calls_held_together_keep_the_task_input_required_until_each_is_de
 async def test_a_malformed_or_unknown_decision_is_refused_clearly_and_runs_nothing(
     served: tuple[Agent, Any, list[str]],
 ) -> None:
-    agent, client, ran = served
+    _, client, ran = served
     asked = await send(client, "c4", Part(text="pay"))
     malformed = await send(client, "c4", decision("pay-bob", "yes"))  # type: ignore[arg-type]
     assert malformed.states[-1] == "TASK_STATE_REJECTED"
