@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from baf.core.cache import SessionCache
 from baf.core.engine import Resumption, find_resumption, run_step
 from baf.core.events import Event, ReceiveTextEvent, event_from_data
-from baf.core.forwarded import ForwardedMessages
+from baf.core.forwarded import FORWARDED_KEY, ForwardedMessages
 from baf.core.intent_routing import intent_threshold
 from baf.core.live import LiveSession
 from baf.core.machine import MachineModel, compile_machine
@@ -598,11 +598,12 @@ class Runtime:
             # Followed before the owner can record the message: its replies come after the view.
             view = await self.follow(event.session_id, platform)
             if platform.has_client(event.session_id):
-                if event.delivery_id is None:  # the mark the view recognises the message's record by
-                    data["delivery"] = f"forwarded:{uuid.uuid4().hex}"
+                # A mark the view recognises the message's record by (not a delivery id: those are kept
+                # in the projection, for the dedup of redeliveries).
+                data[FORWARDED_KEY] = uuid.uuid4().hex
                 if view.forwarded is None:
                     view.forwarded = ForwardedMessages()
-                handled = view.forwarded.add(data["delivery"])
+                handled = view.forwarded.add(data[FORWARDED_KEY])
         try:
             await self.router.forward(event.session_id, data, platform)
         except BaseException:
