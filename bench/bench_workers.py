@@ -10,6 +10,9 @@ Part 1. ``--sessions`` sessions (default 200) each get one message, answered aft
   and the clock stops when every session has answered (its reply and the end of its step committed: the
   unfinished-work index is empty).
 
+In every configuration the sessions exist before the clock starts (created, their initial body run), so
+the clock times the messages: the workers take each session over (its lease, its load) after the clock.
+
 Part 2. Framework time per model turn with a zero-latency model (10 tool turns, then the answer), SQLite
 against PostgreSQL in the same run, with 1, 10 and 50 sessions answering at once in one process (median
 of ``--reps`` rounds for one session, fewer for more). The target (PostgreSQL within 1.5x "with group
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import os
 import subprocess
 import sys
@@ -45,6 +49,7 @@ from bench_reasoning import BenchLLM, build_agent
 from rich.table import Table
 
 from baf.core.events import ReceiveTextEvent
+from baf.core.runtime import Runtime
 from baf.log.postgres import PostgresLog
 from baf.log.postgres_inbox import Inbox
 
@@ -90,8 +95,7 @@ def start_workers(dsn: str, count: int, tool_turns: int, delay: float) -> list[s
 
 async def postgres_run(server: str, workers: int, sessions: int, tool_turns: int, delay: float) -> float:
     dsn = await fresh_schema(server)
-    async with PostgresLog(dsn):  # the tables, before the workers race to make them
-        pass
+    await create_sessions(dsn, [f"c{i}" for i in range(sessions)])  # the tables too, before the workers start
     processes = start_workers(dsn, workers, tool_turns, delay)
     try:
         for process in processes:
@@ -118,6 +122,23 @@ async def postgres_run(server: str, workers: int, sessions: int, tool_turns: int
             await asyncio.to_thread(process.wait)
             if process.stdout is not None:
                 process.stdout.close()
+
+
+async def create_sessions(dsn: str, session_ids: list[str]) -> None:
+    """Start the sessions (each records its start and runs the initial state's body) before the clock, as
+    the SQLite run does: what is timed is the messages, not the sessions' creation. The workers' agent, in
+    this process, over the same log; the workers then take each session over from the log."""
+    spec = importlib.util.spec_from_file_location("bench_workers_agent", AGENT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    agent = module.agent
+    await agent.start(Runtime(agent, PostgresLog(dsn)))
+    try:
+        await asyncio.gather(*(agent.get_or_create_session(session_id) for session_id in session_ids))
+        await agent.wait_idle()
+    finally:
+        await agent.stop()
 
 
 async def post(inbox: Inbox, session_id: str) -> None:
