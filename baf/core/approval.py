@@ -10,13 +10,15 @@ transitions:
    another session's call is not this session's), or that is malformed, is refused: an ``error`` record
    (:class:`~baf.errors.ApprovalError`) and an error shown to the sender. Nothing runs.
 2. Otherwise ``approval_decided`` is recorded (who, approve or deny, the reason; the record's time is
-   when). While other calls held with it wait, that is all.
+   when), and the platform is told (``reply_approval_decision``) once it is durable. While other calls
+   held with it wait, that is all.
 3. Once every call held together is decided, the body that paused is continued: its ``resume`` hook is
    given the records of the paused invocation and the calls just ``decided``, and it runs in this step,
    answering the event the invocation began with (its memory and request are that event's).
 
 A new message with text (the user moved on) expires the waiting calls first (:func:`expire_approvals`):
-``approval_expired``, and a decision that comes later is refused as in 1.
+``approval_expired`` (the platform is told: ``reply_approval_expired``), and a decision that comes later is
+refused as in 1.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from baf.core.events import ApprovalEvent, Event, event_from_data
 from baf.core.session import runtime_side
 from baf.errors import ApprovalError
 from baf.log.record import Record, RecordKind
+from baf.reasoning.approval import ApprovalDecision, ApprovalExpiry
 
 if TYPE_CHECKING:
     from baf.core.live import LiveSession
@@ -71,13 +74,17 @@ async def take_decision(live: LiveSession, event: ApprovalEvent) -> Continuation
     assert entry is not None
     since = entry["since"]
     held_with = [key for key, other in live.projection.approvals.items() if other["since"] == since]
-    live.record(RecordKind.APPROVAL_DECIDED, {
+    decided = live.record(RecordKind.APPROVAL_DECIDED, {
         "call_id": event.call_id, "name": entry["name"], "approved": event.approved, "reason": event.reason,
         "by": event.approver, "request_seq": entry["seq"], "since": since,
     })  # fmt: skip
+    # Every client of the session is shown who decided (another browser tab too), once it is durable.
+    live.queue_platform_call("reply_approval_decision", ApprovalDecision.from_record(decided))
     if live.projection.continuing is None:
         return None  # other calls held with this one still wait for their decisions
-    await live.flush()  # the decision is durable before anything acts on it
+    # The decision is durable before anything acts on it, and shown before an approved tool runs (which
+    # may take long): commit, not just flush.
+    await live.commit()
     first = entry["event_seq"] or since  # the message the invocation answers comes before it
     records = await live.runtime.log.read(live.id, first - 1)
     paused = _continuation(live.session, entry, records, frozenset(held_with))
@@ -149,7 +156,8 @@ def expire_approvals(live: LiveSession, reason: str) -> None:
     """Drop every waiting call undecided (``approval_expired``): the conversation moved on."""
     call_ids = sorted(live.projection.approvals)
     if call_ids:
-        live.record(RecordKind.APPROVAL_EXPIRED, {"call_ids": call_ids, "reason": reason})
+        expired = live.record(RecordKind.APPROVAL_EXPIRED, {"call_ids": call_ids, "reason": reason})
+        live.queue_platform_call("reply_approval_expired", ApprovalExpiry.from_record(expired))
 
 
 def _malformed(event: ApprovalEvent) -> str | None:

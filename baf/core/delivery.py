@@ -14,7 +14,7 @@ import binascii
 from typing import Any
 
 from baf.log.record import Record, RecordKind
-from baf.reasoning.approval import ApprovalRequest
+from baf.reasoning.approval import ApprovalDecision, ApprovalExpiry, ApprovalRequest
 from baf.reasoning.step import ReasoningStep
 
 __all__ = ["platform_call_of"]
@@ -42,6 +42,10 @@ def platform_call_of(record: Record) -> tuple[str, tuple[Any, ...]] | None:
             int(data.get("step", 0) or 0),
         )  # fmt: skip
         return "reply_approval_request", (request,)
+    if kind == RecordKind.APPROVAL_DECIDED:
+        return "reply_approval_decision", (ApprovalDecision.from_record(record),)
+    if kind == RecordKind.APPROVAL_EXPIRED:
+        return "reply_approval_expired", (ApprovalExpiry.from_record(record),)
     if kind == RecordKind.ERROR:
         shown = data.get("shown")  # what the engine showed the user for a body that raised
         return ("reply_error", (shown,)) if isinstance(shown, str) else None

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from baf.core.agent import Agent
     from baf.core.session import Session
-    from baf.reasoning.approval import ApprovalRequest
+    from baf.reasoning.approval import ApprovalDecision, ApprovalExpiry, ApprovalRequest
 
 __all__ = ["Platform", "approval_request_text"]
 
@@ -84,6 +84,18 @@ class Platform:
         answers. Until then the call waits; a new message from the user expires it.
         """
         await self.reply(session, approval_request_text(request))
+
+    async def reply_approval_decision(self, session: Session, decision: ApprovalDecision) -> None:
+        """Show that a call which waited was decided: ``decision.approved``, ``decision.by`` (who),
+        ``decision.reason`` and ``decision.at`` (when), after the ``approval_decided`` record is durable.
+        Every client of the session should see it, not only the one that decided (another browser tab,
+        another chat member), so a request shown with buttons can be closed everywhere. Optional: the
+        default does nothing (the human who answered knows; what follows shows the outcome)."""
+
+    async def reply_approval_expired(self, session: Session, expiry: ApprovalExpiry) -> None:
+        """Show that calls which waited (``expiry.call_ids``) were dropped undecided because the
+        conversation moved on (``expiry.reason``, ``expiry.at``), after the ``approval_expired`` record
+        is durable. Optional: the default does nothing."""
 
     async def reply_delta(self, session: Session, run_id: str, text: str) -> None:
         """Show a piece of the model's answer while it is written (a model that streams). Optional.

@@ -545,9 +545,10 @@ async def _no_reset(_connection: asyncpg.Connection) -> None:
 
 
 def _refusals() -> tuple[type[BaseException], ...]:
-    """What refuses one append (it fails alone, the connection stays usable)."""
+    """What refuses one append (it fails alone, the connection stays usable): a value past one of
+    PostgreSQL's limits (a session id too long for an index entry) is one, not the whole group's failure."""
     asyncpg = _import_asyncpg()
-    return (LogError, asyncpg.UniqueViolationError, asyncpg.DataError)
+    return (LogError, asyncpg.UniqueViolationError, asyncpg.DataError, asyncpg.ProgramLimitExceededError)
 
 
 async def _refusal(connection: asyncpg.Connection, batch: Batch, exc: BaseException) -> BaseException:

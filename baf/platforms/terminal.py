@@ -1,5 +1,5 @@
-"""A chat in the terminal, rendered with rich: Markdown replies, a live reasoning trace, a task panel, and
-a streaming model's answer printed as it is written, and a prompt for each tool call waiting for a human's
+"""A chat in the terminal, rendered with rich: Markdown replies, a live reasoning trace, a task panel, a
+streaming model's answer rendered as it is written, and a prompt for each tool call waiting for a human's
 approval."""
 
 from __future__ import annotations
@@ -12,13 +12,16 @@ import logging
 import os
 import sys
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from markdown_it import MarkdownIt
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
+from rich.live import Live
 from rich.markdown import Markdown
 from rich.panel import Panel
 from rich.rule import Rule
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
@@ -37,6 +40,9 @@ logger = logging.getLogger(__name__)
 
 _STATUS_MARK = {"pending": "[ ]", "in_progress": "[~]", "completed": "[x]", "skipped": "[-]"}
 _QUIT_WORDS = {"exit", "quit", "/exit", "/quit"}
+#: Seconds between two redraws of an answer being streamed: each redraw renders the whole answer's
+#: Markdown again, which would cost more than the model's pace if done for every piece.
+_REDRAW_EVERY = 0.08
 
 
 class _Markdown(Markdown):
@@ -66,6 +72,11 @@ class TerminalPlatform(Platform):
     A fork (``baf.replay.fork``) cut before it handled a message holds that message; with
     ``continue_fork=True`` (what ``baf run --session ID`` sets) the chat continues it first, saying so;
     otherwise it stays held until the user continues it (``Agent.continue_session``, a new message).
+
+    With a model that streams, the answer being written is shown rendered (Markdown, in the reply's panel)
+    at the bottom of the terminal and redrawn as pieces arrive; the reply that completes it takes its
+    place, so the screen holds the rendered answer once and never the raw pieces. On an output that is not
+    a terminal (a pipe, a file) the pieces are not shown: only the reply is printed, as without streaming.
 
     A tool call waiting for approval is shown with its arguments, and before the next message the chat
     asks about it: ``y`` approves, ``n`` or an empty line denies, any other text denies with that text as
@@ -100,7 +111,7 @@ class TerminalPlatform(Platform):
         self._prompting = False
         # What the session had recorded when the chat began: earlier conversation, shown as such.
         self._shown_upto: int | None = None
-        self._streamed = _StreamedAnswer()
+        self._streamed = _StreamedAnswer(self.console)
 
     @property
     def output_closed(self) -> bool:
@@ -112,6 +123,7 @@ class TerminalPlatform(Platform):
         self._reader = asyncio.ensure_future(self._chat())
 
     async def stop(self) -> None:
+        self._streamed.finish(keep=True)  # cut off before its reply: leave what was shown, rendered
         if self._prompting:
             self._prompting = False
             self._show("")  # Ctrl-C at the prompt: what the shell prints next starts on a line of its own
@@ -212,14 +224,21 @@ class TerminalPlatform(Platform):
             with contextlib.suppress(RuntimeError):  # the loop may be closed already
                 loop.call_soon_threadsafe(settle, value, error)
 
+        # An answer whose reply never came (its step was cut off) stays as it was shown, rendered.
+        self._streamed.finish(keep=True)
         if lines is not None:
             self._show(shown, end="", markup=False, highlight=False)
         self._prompting = True
         threading.Thread(target=read, name="baf-terminal-input", daemon=True).start()
         try:
-            return await result
+            line = await result
         finally:
             self._prompting = False
+        if lines is not None:
+            # Nothing echoed a line read from a pipe or a file: show it after its prompt, so the transcript
+            # reads as the chat went (and what follows starts on a line of its own).
+            self._show(Text(line), soft_wrap=True)
+        return line
 
     async def _print_history(self, session: Session, upto: int, earlier: int, resumed: bool = False) -> None:
         """The conversation up to seq ``upto`` (what was delivered before the chat was bound); what the
@@ -251,13 +270,17 @@ class TerminalPlatform(Platform):
             self.console.print(*objects, **options)
             self.console.file.flush()
         except BrokenPipeError as exc:
-            self._output_closed = True
-            logger.warning("terminal: the output was closed; stopping the agent (replies stay in the log)")
-            if session is not None:
-                with contextlib.suppress(LogClosedError):  # the agent stopped meanwhile
-                    session.record_error("platform", exc)
-            if self.agent is not None:
-                self.agent.request_stop()
+            self._output_lost(exc, session)
+
+    def _output_lost(self, exc: BrokenPipeError, session: Session | None) -> None:
+        """The output was found closed (see :meth:`_show`): end the chat."""
+        self._output_closed = True
+        logger.warning("terminal: the output was closed; stopping the agent (replies stay in the log)")
+        if session is not None:
+            with contextlib.suppress(LogClosedError):  # the agent stopped meanwhile
+                session.record_error("platform", exc)
+        if self.agent is not None:
+            self.agent.request_stop()
 
     def _print_line(self, role: str, text: str) -> None:
         if role == "user":
@@ -273,31 +296,27 @@ class TerminalPlatform(Platform):
     async def reply(self, session: Session, message: str) -> None:
         if not self._bound(session):
             return
-        if self._streamed.ends_with(session.id, message):
-            self._end_streamed_line(session)
-            return  # printed while it was written: not twice
-        self._end_streamed_line(session)
-        panel = Panel(_Markdown(message), title=session.agent.name, title_align="left", style="cyan")
-        self._show(panel, session=session)
+        self._streamed.finish(session.id)  # the reply takes the place of the answer shown as it was written
+        self._show(_reply_panel(session, message), session=session)
 
     async def reply_error(self, session: Session, message: str) -> None:
         if not self._bound(session):
             return
-        self._end_streamed_line(session)
+        self._streamed.finish(session.id)
         self._show(Panel(Text(message), title="error", title_align="left", style="red"), session=session)
 
     async def reply_approval_request(self, session: Session, request: ApprovalRequest) -> None:
         """Show the call waiting for approval; the chat asks for the decision before the next message."""
         if not self._bound(session):
             return
-        self._end_streamed_line(session)
+        self._streamed.finish(session.id)  # what the model wrote with the call is not an answer
         body = Text(f"{request.tool}({request.arguments})\ncall {request.call_id}: answer below (y approves)")
         self._show(Panel(body, title="approval needed", title_align="left", style="yellow"), session=session)
 
     async def reply_reasoning_step(self, session: Session, step: Any) -> None:
         if not self.show_steps or not self._bound(session):
             return
-        self._end_streamed_line(session)
+        # Printed above the answer being written, which stays at the bottom until its reply comes.
         data = step.to_dict() if hasattr(step, "to_dict") else dict(step)
         kind = data.get("kind", "")
         if kind in ("reasoning_started", "reasoning_finished"):
@@ -309,7 +328,6 @@ class TerminalPlatform(Platform):
     async def reply_task_list_update(self, session: Session, tasks: list[dict[str, Any]]) -> None:
         if not self.show_steps or not tasks or not self._bound(session):
             return
-        self._end_streamed_line(session)
         table = Table(title="tasks", show_header=False, box=None, title_justify="left", title_style="bold")
         for task in tasks:
             status = str(task.get("status", "pending"))
@@ -320,53 +338,112 @@ class TerminalPlatform(Platform):
         self._show(table, session=session)
 
     async def reply_delta(self, session: Session, run_id: str, text: str) -> None:
-        """Print a piece of the answer as the model writes it; the reply that follows is then not printed
-        again (unless it differs from what was written: a fallback message, a repaired answer)."""
-        if not self._bound(session):
+        """Show the answer as the model writes it, rendered in the reply's panel at the bottom of the
+        terminal; the reply that follows takes its place. Not shown on an output that is no terminal."""
+        if not self._bound(session) or self._output_closed:
             return
-        if self._streamed.starts(session.id, run_id):
-            self._end_streamed_line(session)
-            self._show(Text(f"{session.agent.name}: ", style="bold cyan"), end="", session=session)
-            self._streamed.begin(session.id, run_id)
-        self._streamed.add(text)
-        self._show(Text(text, style="cyan"), end="", soft_wrap=True, session=session)
+        try:
+            self._streamed.add(session, run_id, text)
+        except BrokenPipeError as exc:
+            self._streamed.finish()
+            self._output_lost(exc, session)
 
-    def _end_streamed_line(self, session: Session) -> None:
-        """End the line a streamed answer is being printed on, before anything else is printed."""
-        if self._streamed.open:
-            self._streamed.open = False
-            self._show("", session=session)
+
+def _reply_panel(session: Session, markdown: str, subtitle: str | None = None) -> Panel:
+    """A reply as the terminal shows it: its Markdown rendered in a panel titled with the agent's name."""
+    return Panel(
+        _Markdown(markdown),
+        title=session.agent.name,
+        title_align="left",
+        subtitle=subtitle,
+        subtitle_align="right",
+        style="cyan",
+    )
+
+
+class _Tail:
+    """The last lines of a renderable that fit the terminal's height (one line spare): while a long answer
+    is written, its newest text stays in sight (``Live`` would cut the end off)."""
+
+    def __init__(self, renderable: RenderableType) -> None:
+        self.renderable = renderable
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        lines = console.render_lines(self.renderable, options, pad=False)
+        room = max(1, options.size.height - 1)
+        for line in lines[-room:]:
+            yield from line
+            yield Segment.line()
 
 
 class _StreamedAnswer:
-    """What the terminal printed of the answer being streamed: which session and run it belongs to, its
-    text (to recognise the reply that completes it) and whether its line is still open."""
+    """The answer being streamed: its session, run and text so far, shown in a transient ``rich`` Live
+    region (what is printed meanwhile, a reasoning step, goes above it). A new run supersedes what the
+    old one showed. :meth:`finish` erases it when the reply (or an error) takes its place."""
 
-    def __init__(self) -> None:
-        self.session_id: str | None = None
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.session: Session | None = None
         self.run_id: str | None = None
         self.pieces: list[str] = []
-        self.open = False
+        self.live: Live | None = None
+        self._drawn_at = 0.0
+        self._redraw: asyncio.TimerHandle | None = None
 
-    def starts(self, session_id: str, run_id: str) -> bool:
-        """Whether a piece for ``run_id`` begins a new answer (rather than continuing the open one)."""
-        return not self.open or (session_id, run_id) != (self.session_id, self.run_id)
-
-    def begin(self, session_id: str, run_id: str) -> None:
-        self.session_id, self.run_id, self.pieces, self.open = session_id, run_id, [], True
-
-    def add(self, text: str) -> None:
+    def add(self, session: Session, run_id: str, text: str) -> None:
+        """A piece of ``run_id``'s answer: redraw (at most every ``_REDRAW_EVERY`` seconds)."""
+        console = self.console
+        if not console.is_terminal or console.is_dumb_terminal:
+            return  # a pipe or a file gets the reply alone: no cursor moves, no raw pieces left in it
+        if self.session is None or (session.id, run_id) != (self.session.id, self.run_id):
+            self.session, self.run_id, self.pieces = session, run_id, []
         self.pieces.append(text)
+        wait = self._drawn_at + _REDRAW_EVERY - time.monotonic()
+        if wait <= 0:
+            self._draw()
+        elif self._redraw is None:
+            self._redraw = asyncio.get_running_loop().call_later(wait, self._draw_later)
 
-    def ends_with(self, session_id: str, reply: str) -> bool:
-        """Whether ``reply`` is the answer last streamed for ``session_id`` (then forgotten: a second,
-        equal reply is printed)."""
-        if session_id != self.session_id or not self.pieces:
-            return False
-        same = "".join(self.pieces).strip() == reply.strip()
-        if same:
-            self.pieces = []
-        return same
+    def _draw_later(self) -> None:
+        self._redraw = None
+        with contextlib.suppress(BrokenPipeError):  # the next print finds it closed and ends the chat
+            self._draw()
+
+    def _draw(self, live: Live | None = None, subtitle: str | None = "writing…") -> None:
+        if self.session is None:
+            return
+        self._drawn_at = time.monotonic()
+        shown = _Tail(_reply_panel(self.session, "".join(self.pieces), subtitle))
+        live = live or self.live
+        if live is None:
+            self.live = Live(shown, console=self.console, auto_refresh=False, transient=True,
+                             redirect_stdout=False, redirect_stderr=False)  # fmt: skip
+            self.live.start(refresh=True)
+        else:
+            live.update(shown, refresh=True)
+
+    def finish(self, session_id: str | None = None, *, keep: bool = False) -> None:
+        """End the answer being shown (of ``session_id``, if given): erased, or with ``keep`` left on the
+        screen as it was written, rendered."""
+        if self.session is None or (session_id is not None and session_id != self.session.id):
+            return
+        if self._redraw is not None:
+            self._redraw.cancel()
+            self._redraw = None
+        live = self.live
+        self.live = None
+        # A closed output is found and handled by the next print (TerminalPlatform._show).
+        with contextlib.suppress(BrokenPipeError):
+            try:
+                if live is not None and keep:
+                    self._draw(live, subtitle=None)
+                    live.transient = False
+                elif live is not None:
+                    live.update(Text(""), refresh=True)
+            finally:
+                if live is not None:
+                    live.stop()
+        self.session, self.run_id, self.pieces = None, None, []
 
 
 def _raw_lines(fd: int | None) -> _LineReader | None:

@@ -35,9 +35,9 @@ Client → server:
     The session's history after seq ``N``, read from the log: answered with ``history``. As for a resume,
     it is read between the session's sends, so a view redrawn from it shows each record once.
 
-Server → client (every live ``reply``, ``reasoning_step``, ``task_list`` and agent ``error`` frame carries
-``seq``, the seq of the log record it shows: a client that reconnects sends the last seq it saw as
-``after_seq`` and gets exactly what came after, nothing twice and nothing missed):
+Server → client (every live ``reply``, ``reasoning_step``, ``task_list``, ``approval_*`` and agent ``error``
+frame carries ``seq``, the seq of the log record it shows: a client that reconnects sends the last seq it saw
+as ``after_seq`` and gets exactly what came after, nothing twice and nothing missed):
 
 ``{"type": "welcome", "protocol": 1, "agent": NAME, "session_id": ID, "resume_token": TOKEN, "resumed": BOOL,
 "examples": [...]}``
@@ -50,6 +50,12 @@ Server → client (every live ``reply``, ``reasoning_step``, ``task_list`` and a
 ``{"type": "approval_request", "call_id": ID, "tool": NAME, "arguments": "JSON text", "step": N}``
     A tool call waits for a human decision (``docs/human_approval.md``): the UI shows it with Approve and
     Deny buttons, which send an ``approval`` frame.
+``{"type": "approval_decision", "call_id": ID, "tool": NAME, "approved": BOOL, "reason": "...", "by": WHO, "at": T}``
+    The call was decided (by any client of the session, or another channel): ``by`` is the approver
+    (``web client ADDRESS`` for this UI), ``at`` the Unix time of the ``approval_decided`` record. Sent to
+    every connection of the session, so another tab closes its card too.
+``{"type": "approval_expired", "call_ids": [ID, ...], "reason": "...", "at": T}``
+    The calls were dropped undecided: a new message arrived first.
 ``{"type": "reply_delta", "run_id": ID, "text": "..."}``
     A piece of an answer while the model writes it (a model that streams). Pieces with one ``run_id``
     belong to one answer, in order; a new ``run_id`` starts a new one (a later model turn, or a retry after
@@ -59,9 +65,8 @@ Server → client (every live ``reply``, ``reasoning_step``, ``task_list`` and a
     A full snapshot; ``status`` is ``pending``, ``in_progress``, ``completed`` or ``skipped``.
 ``{"type": "history", "after_seq": N, "last_seq": M, "truncated": BOOL, "items": [...]}``
     Items in log order, each with its ``seq`` and a ``type``: ``user`` / ``reply`` (``text``),
-    ``reasoning_step`` (``step``), ``task_list`` (``tasks``), ``approval_request`` (as the live frame),
-    ``approval_decision`` (``call_id``, ``approved``, ``reason``, ``by``), ``approval_expired``
-    (``call_ids``), ``error`` (``message``: the errors that were
+    ``reasoning_step`` (``step``), ``task_list`` (``tasks``), ``approval_request``, ``approval_decision``
+    and ``approval_expired`` (each as its live frame), ``error`` (``message``: the errors that were
     shown live, as they were shown; a failed tool or model call shows as its step or reply). ``reply`` items carry
     the same ``format`` / ``options`` / ``name`` / ``mime_type`` / ``data`` as the live ``reply`` frame.
 ``{"type": "error", "code": CODE, "message": "..."}``
@@ -150,6 +155,7 @@ from baf.log.record import Record, RecordKind
 from baf.log.redaction import Redactor, log_exception
 from baf.platforms.limits import ClientLimits, ConnectionBudget, RateLimiter
 from baf.platforms.secret_file import load_or_create_secret, secret_path_beside
+from baf.reasoning.approval import ApprovalDecision, ApprovalExpiry
 
 try:
     from websockets.asyncio.server import Server, ServerConnection, serve
@@ -927,6 +933,15 @@ class WebSocketPlatform(Platform):
         """Send an ``approval_request`` frame: the UI shows the call with Approve and Deny buttons."""
         self._broadcast(session, {"type": "approval_request", **request.to_dict()})
 
+    async def reply_approval_decision(self, session: Session, decision: ApprovalDecision) -> None:
+        """Send an ``approval_decision`` frame to every connection of the session (another tab too): the
+        UI closes the card with who decided, as a reload shows it."""
+        self._broadcast(session, {"type": "approval_decision", **decision.to_dict()})
+
+    async def reply_approval_expired(self, session: Session, expiry: ApprovalExpiry) -> None:
+        """Send an ``approval_expired`` frame: the UI closes the cards of the calls that expired."""
+        self._broadcast(session, {"type": "approval_expired", **expiry.to_dict()})
+
     async def reply_delta(self, session: Session, run_id: str, text: str) -> None:
         """Send a ``reply_delta`` frame: a piece of an answer being written. Not a record, so no ``seq``."""
         clients = self._routes.get(session.id)
@@ -1007,12 +1022,12 @@ _APPROVAL_ITEMS: dict[str, Callable[[Record], dict[str, Any]]] = {
         "seq": r.seq, "type": "approval_request", "call_id": r.data.get("call_id"), "tool": r.data.get("name"),
         "arguments": r.data.get("arguments", ""), "step": r.data.get("step", 0),
     },
+    # The same fields as the live frames (``reply_approval_decision`` / ``reply_approval_expired``).
     RecordKind.APPROVAL_DECIDED: lambda r: {
-        "seq": r.seq, "type": "approval_decision", "call_id": r.data.get("call_id"),
-        "approved": r.data.get("approved"), "reason": r.data.get("reason", ""), "by": r.data.get("by", ""),
+        "seq": r.seq, "type": "approval_decision", **ApprovalDecision.from_record(r).to_dict(),
     },
     RecordKind.APPROVAL_EXPIRED: lambda r: {
-        "seq": r.seq, "type": "approval_expired", "call_ids": r.data.get("call_ids", []),
+        "seq": r.seq, "type": "approval_expired", **ApprovalExpiry.from_record(r).to_dict(),
     },
 }  # fmt: skip
 

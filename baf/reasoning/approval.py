@@ -26,10 +26,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from baf.llm.base import ToolCall
+from baf.log.record import Record
 
 __all__ = [
     "ANSWERED",
     "REDACTED_ARGUMENTS_MESSAGE",
+    "ApprovalDecision",
+    "ApprovalExpiry",
     "ApprovalPolicy",
     "ApprovalRequest",
     "KnownApproval",
@@ -54,6 +57,59 @@ class ApprovalRequest:
     def to_dict(self) -> dict[str, Any]:
         """The request as JSON: ``{call_id, tool, arguments, step}``."""
         return {"call_id": self.call_id, "tool": self.tool, "arguments": self.arguments, "step": self.step}
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalDecision:
+    """A decision on a call that waited, as platforms show it
+    (:meth:`~baf.core.platform.Platform.reply_approval_decision`): the call, its tool, approved or denied,
+    the reason given, who decided (the ``approver`` of the :class:`~baf.core.events.ApprovalEvent`) and
+    when (``at``, Unix seconds: the ``approval_decided`` record's time)."""
+
+    call_id: str
+    tool: str
+    approved: bool
+    reason: str = ""
+    by: str = ""
+    at: float = 0.0
+
+    @classmethod
+    def from_record(cls, record: Record) -> ApprovalDecision:
+        """The decision an ``approval_decided`` record holds."""
+        data = record.data
+        return cls(
+            str(data.get("call_id", "")), str(data.get("name", "")), data.get("approved") is True,
+            str(data.get("reason", "") or ""), str(data.get("by", "") or ""), record.ts,
+        )  # fmt: skip
+
+    def to_dict(self) -> dict[str, Any]:
+        """The decision as JSON: ``{call_id, tool, approved, reason, by, at}``."""
+        return {
+            "call_id": self.call_id, "tool": self.tool, "approved": self.approved, "reason": self.reason,
+            "by": self.by, "at": self.at,
+        }  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalExpiry:
+    """Calls dropped undecided because the conversation moved on, as platforms show it
+    (:meth:`~baf.core.platform.Platform.reply_approval_expired`): their ids, why, and when (``at``, Unix
+    seconds: the ``approval_expired`` record's time)."""
+
+    call_ids: tuple[str, ...]
+    reason: str = ""
+    at: float = 0.0
+
+    @classmethod
+    def from_record(cls, record: Record) -> ApprovalExpiry:
+        """The expiry an ``approval_expired`` record holds."""
+        ids = record.data.get("call_ids")
+        call_ids = tuple(str(i) for i in ids) if isinstance(ids, list) else ()
+        return cls(call_ids, str(record.data.get("reason", "") or ""), record.ts)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The expiry as JSON: ``{call_ids, reason, at}``."""
+        return {"call_ids": list(self.call_ids), "reason": self.reason, "at": self.at}
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,8 +15,10 @@ __all__ = ["RecordingPlatform"]
 
 class RecordingPlatform(Platform):
     """Records, per session id, the replies, errors, reasoning steps, task-list updates, streamed text
-    (``deltas``: ``(run_id, text)`` pairs) and approval requests
-    (:class:`~baf.reasoning.approval.ApprovalRequest`) it was sent.
+    (``deltas``: ``(run_id, text)`` pairs), approval requests
+    (:class:`~baf.reasoning.approval.ApprovalRequest`), decisions
+    (:class:`~baf.reasoning.approval.ApprovalDecision`) and expiries
+    (:class:`~baf.reasoning.approval.ApprovalExpiry`) it was sent.
 
     ``events`` keeps everything in arrival order as ``(session_id, kind, payload)`` tuples, so tests can
     assert on the interleaving of steps and replies.
@@ -31,6 +33,8 @@ class RecordingPlatform(Platform):
         self.task_lists: defaultdict[str, list[list[dict[str, Any]]]] = defaultdict(list)
         self.errors: defaultdict[str, list[str]] = defaultdict(list)
         self.approval_requests: defaultdict[str, list[Any]] = defaultdict(list)
+        self.approval_decisions: defaultdict[str, list[Any]] = defaultdict(list)
+        self.approval_expiries: defaultdict[str, list[Any]] = defaultdict(list)
         self.deltas: defaultdict[str, list[tuple[str, str]]] = defaultdict(list)
         self.events: list[tuple[str, str, Any]] = []
 
@@ -49,6 +53,14 @@ class RecordingPlatform(Platform):
     async def reply_approval_request(self, session: Session, request: Any) -> None:
         self.approval_requests[session.id].append(request)
         self.events.append((session.id, "approval_request", request))
+
+    async def reply_approval_decision(self, session: Session, decision: Any) -> None:
+        self.approval_decisions[session.id].append(decision)
+        self.events.append((session.id, "approval_decision", decision))
+
+    async def reply_approval_expired(self, session: Session, expiry: Any) -> None:
+        self.approval_expiries[session.id].append(expiry)
+        self.events.append((session.id, "approval_expired", expiry))
 
     async def reply_task_list_update(self, session: Session, tasks: list[dict[str, Any]]) -> None:
         self.task_lists[session.id].append(tasks)

@@ -10,7 +10,7 @@ import pytest
 
 from baf.core.delivery import platform_call_of
 from baf.log.record import Record, RecordKind
-from baf.reasoning.approval import ApprovalRequest
+from baf.reasoning.approval import ApprovalDecision, ApprovalExpiry, ApprovalRequest
 from baf.reasoning.step import ReasoningStep
 
 
@@ -62,3 +62,14 @@ def test_a_shown_record_is_the_call_that_showed_it(kind: str, data: dict[str, An
 )
 def test_a_record_the_user_was_not_shown_is_no_call(kind: str, data: dict[str, Any]) -> None:
     assert platform_call_of(record(kind, data)) is None
+
+
+def test_a_decision_and_an_expiry_are_the_calls_that_showed_them_with_their_time() -> None:
+    decided = Record("s", 9, RecordKind.APPROVAL_DECIDED, {
+        "call_id": "c1", "name": "pay", "approved": False, "reason": "no", "by": "alice", "request_seq": 4, "since": 3,
+    }, ts=1700000000.5)  # fmt: skip
+    assert platform_call_of(decided) == (
+        "reply_approval_decision", (ApprovalDecision("c1", "pay", False, "no", "alice", 1700000000.5),),
+    )  # fmt: skip
+    expired = Record("s", 10, RecordKind.APPROVAL_EXPIRED, {"call_ids": ["c1", "c2"], "reason": "moved on"}, ts=17.0)
+    assert platform_call_of(expired) == ("reply_approval_expired", (ApprovalExpiry(("c1", "c2"), "moved on", 17.0),))

@@ -13,7 +13,7 @@ from baf.core.session import runtime_side
 from baf.errors import ConfigurationError
 from baf.llm.base import ToolCall
 from baf.log.record import RecordKind
-from baf.reasoning.approval import ApprovalRequest
+from baf.reasoning.approval import ApprovalDecision, ApprovalExpiry, ApprovalRequest
 from baf.replay.timeline import EntryKind, build_timeline, flatten
 from baf.testing import RecordingPlatform
 from baf.testing.llms import FunctionLLM, ScriptedLLM
@@ -76,6 +76,41 @@ async def test_an_approved_call_runs_once_after_the_decision_and_the_loop_goes_o
     # Exactly one reasoning invocation, finished once.
     finished = [r for r in records if r.kind == RecordKind.REASONING_STEP and r.data["kind"] == "reasoning_finished"]
     assert len(finished) == 1 and finished[0].data["details"]["outcome"] == "answered"
+
+
+async def test_the_platform_is_shown_the_decision_before_the_approved_tool_runs_and_an_expiry() -> None:
+    llm = ScriptedLLM([ScriptedLLM.tool_call("delete_file", {"path": "a.txt"}), "Deleted a.txt.",
+                       ScriptedLLM.tool_call("delete_file", {"path": "b.txt"}), "Fine."])  # fmt: skip
+    agent, _ = reasoning_agent(llm, enable_task_planning=False)
+    platform = RecordingPlatform()
+    shown_when_run: list[list[Any]] = []
+
+    @agent.tool(requires_approval=True)
+    def delete_file(path: str) -> str:
+        """Delete a file.
+
+        Args:
+            path: The file to delete.
+        """
+        shown_when_run.append(list(platform.approval_decisions["s"]))  # a slow tool: the decision shows first
+        return f"deleted {path}"
+
+    async with agent:
+        await agent.receive_message("s", "delete a.txt", platform)
+        await _decide(agent, "s", platform, call_id="call_1", approved=True, reason="ok", approver="alice")
+        (decision,) = platform.approval_decisions["s"]
+        assert shown_when_run == [[decision]]
+        decided = next(r for r in await records_of(agent, "s") if r.kind == RecordKind.APPROVAL_DECIDED)
+        assert decision == ApprovalDecision("call_1", "delete_file", True, "ok", "alice", decided.ts)
+        kinds = [kind for _, kind, _ in platform.events]
+        assert kinds.index("approval_request") < kinds.index("approval_decision") < kinds.index("reply")
+
+        await agent.receive_message("s", "delete b.txt", platform)  # waits for a decision ...
+        await agent.receive_message("s", "no, leave it", platform)  # ... that never comes: it expires
+        (expiry,) = platform.approval_expiries["s"]
+        expired = next(r for r in await records_of(agent, "s") if r.kind == RecordKind.APPROVAL_EXPIRED)
+        assert expiry == ApprovalExpiry(("call_2",), "a new message arrived before the decision", expired.ts)
+    assert platform.approval_decisions["s"] == [decision]
 
 
 async def test_a_denied_call_does_not_run_and_the_model_reads_the_reason() -> None:

@@ -1,10 +1,12 @@
 """Human approval in the browser UI, driven by Playwright in headless Chromium: a tool call waiting for
 approval shows with its arguments and Approve / Deny buttons; clicking them decides it, the loop goes on,
-and a reload shows the decided cards from the history. Never skips (see test_browser_ui.py)."""
+the card says who decided (live, in every tab of the session), and a reload shows the decided cards from
+the history, reading the same. Never skips (see test_browser_ui.py)."""
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from playwright.async_api import async_playwright, expect
@@ -22,7 +24,8 @@ def _model(messages: list[dict[str, Any]], tools: list[dict[str, Any]], **_: Any
     last = messages[-1]
     if last["role"] == "tool":
         return f"Outcome: {last['content']}"
-    path = "report.txt" if "report" in last["content"] else "<b>notes</b>.txt"
+    words = {"report": "report.txt", "draft": "draft.txt"}
+    path = next((file for word, file in words.items() if word in last["content"]), "<b>notes</b>.txt")
     return ScriptedLLM.tool_call("delete_file", {"path": path}, id=f"call-{path[:3]}")
 
 
@@ -55,6 +58,14 @@ async def test_approve_and_deny_in_the_browser() -> None:
             page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
             await page.goto(f"http://127.0.0.1:{platform.port}/")
             await expect(page.locator("#status")).to_have_attribute("data-state", "connected")
+            # The same conversation in a second tab (the token is per tab: hand it over, as a user who
+            # duplicates the tab does).
+            token = await page.evaluate("sessionStorage.getItem('baf.resume_token')")
+            other = await browser.new_page(viewport={"width": 900, "height": 700})
+            other.on("pageerror", lambda error: problems.append(str(error)))
+            await other.add_init_script(f"sessionStorage.setItem('baf.resume_token', {json.dumps(token)})")
+            await other.goto(f"http://127.0.0.1:{platform.port}/")
+            await expect(other.locator("#status")).to_have_attribute("data-state", "connected")
 
             # 1. Approve: the card shows the call and its arguments; nothing runs before the click.
             await page.fill("#input", "delete the report")
@@ -66,8 +77,17 @@ async def test_approve_and_deny_in_the_browser() -> None:
             assert arguments == {"path": "report.txt"} and ran == []
             await expect(page.locator('details.trace[data-state="waiting"]')).to_have_count(1)
             await page.screenshot(path=str(ARTIFACTS / "approval_waiting.png"))
+            await expect(other.locator('.approval[data-call-id="call-rep"]')).to_have_attribute("data-state", "waiting")
             await card.locator("button.approve").click()
             await expect(card).to_have_attribute("data-state", "approved")
+            # Who decided shows live, without a reload: in this tab and in the other one.
+            approved_live = card.locator(".approval-outcome")
+            await expect(approved_live).to_have_text(re.compile(r"^Approved by web client 127\.0\.0\.1$"))
+            assert await approved_live.get_attribute("title")  # when, on hover
+            other_card = other.locator('.approval[data-call-id="call-rep"]')
+            await expect(other_card).to_have_attribute("data-state", "approved")
+            await expect(other_card.locator(".approval-outcome")).to_have_text(await approved_live.inner_text())
+            await expect(other_card.locator("button:enabled")).to_have_count(0)
             await expect(page.locator(".msg.assistant").last).to_have_text("Outcome: deleted report.txt")
             assert ran == ["report.txt"]
 
@@ -80,6 +100,11 @@ async def test_approve_and_deny_in_the_browser() -> None:
             await card.locator("input.approval-reason").fill("keep my notes")
             await card.locator("button.deny").click()
             await expect(card).to_have_attribute("data-state", "denied")
+            denied_live = re.compile(r"^Denied by web client 127\.0\.0\.1: keep my notes$")
+            await expect(card.locator(".approval-outcome")).to_have_text(denied_live)
+            other_card = other.locator('.approval[data-call-id="call-<b>"]')
+            await expect(other_card.locator(".approval-outcome")).to_have_text(denied_live)
+            await other.screenshot(path=str(ARTIFACTS / "approval_decided_other_tab.png"), full_page=True)
             answer = page.locator(".msg.assistant").last
             await expect(answer).to_contain_text("was denied by web client")
             await expect(answer).to_contain_text("keep my notes")
@@ -93,10 +118,24 @@ async def test_approve_and_deny_in_the_browser() -> None:
             await expect(page.locator(".approval")).to_have_count(2)
             await expect(page.locator('.approval[data-state="approved"]')).to_have_count(1)
             denied = page.locator('.approval[data-state="denied"]')
-            await expect(denied.locator(".approval-outcome")).to_contain_text("Denied by web client")
-            await expect(denied.locator(".approval-outcome")).to_contain_text("keep my notes")
+            await expect(denied.locator(".approval-outcome")).to_have_text(denied_live)
+            approved = page.locator('.approval[data-state="approved"] .approval-outcome')
+            await expect(approved).to_have_text("Approved by web client 127.0.0.1")
             await expect(page.locator(".approval button:enabled")).to_have_count(0)
             await page.screenshot(path=str(ARTIFACTS / "approval_history.png"), full_page=True)
+
+            # 4. A new message in one tab expires a waiting call: the other tab's card says so, live.
+            await page.fill("#input", "delete the draft")
+            await page.press("#input", "Enter")
+            waiting = '.approval[data-call-id="call-dra"][data-state="waiting"]'
+            await expect(page.locator(waiting)).to_have_count(1)
+            await expect(other.locator(waiting)).to_have_count(1)
+            await page.fill("#input", "no, stop")
+            await page.press("#input", "Enter")
+            expired = other.locator('.approval[data-call-id="call-dra"][data-state="expired"] .approval-outcome')
+            await expect(expired).to_have_text("Expired: a new message was sent first")
+            await expect(other.locator(".approval button:enabled")).to_have_count(0)
+            assert ran == ["report.txt"]
             assert problems == []
             (session_id,) = await agent.log.sessions()
             decided = [r.data for r in await agent.log.read(session_id) if r.kind == RecordKind.APPROVAL_DECIDED]

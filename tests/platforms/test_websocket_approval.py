@@ -3,6 +3,7 @@ frames get a clear error, and the history carries requests and decisions."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from baf import Agent
@@ -82,3 +83,53 @@ async def test_an_approval_before_hello_is_refused() -> None:
         error, _ = await client.until("error")
         assert error["code"] == "no_session"
         await client.close()
+
+
+async def test_every_tab_of_the_session_is_shown_who_decided_and_when_as_its_history_says() -> None:
+    ran: list[str] = []
+    agent, platform = _agent(ran)
+    async with agent:
+        deciding = await Client.open(platform.ws_url)
+        await deciding.hello()
+        watching = await Client.open(platform.ws_url)  # the same conversation in another tab
+        assert deciding.token is not None
+        await watching.hello(resume=deciding.token)
+        await watching.until("history")
+        await deciding.send({"type": "message", "text": "the disk"})
+        await watching.until("approval_request", call_id="call-1")
+        before = time.time()
+        await deciding.send({"type": "approval", "call_id": "call-1", "approved": False, "reason": "not today"})
+        frames = []
+        for client in (deciding, watching):
+            decision, seen = await client.until("approval_decision")
+            assert not [f for f in seen if f["type"] == "reply"]  # shown before what follows the decision
+            frames.append(decision)
+        assert frames[0] == frames[1]
+        decision = frames[0]
+        assert (decision["call_id"], decision["tool"], decision["approved"], decision["reason"]) == (
+            "call-1", "wipe", False, "not today",
+        )  # fmt: skip
+        assert decision["by"].startswith("web client 127.0.0.1")
+        assert before - 1 <= decision["at"] <= time.time() and isinstance(decision["seq"], int)
+        await watching.until("reply")
+        assert ran == []
+
+        # The history item of the decision is the live frame (a reload reads the same).
+        await watching.send({"type": "history", "after_seq": 0})
+        history, _ = await watching.until("history")
+        (item,) = [i for i in history["items"] if i["type"] == "approval_decision"]
+        assert item == decision
+
+        # A new message from one tab expires the waiting call: the other tab is told, live and in its history.
+        await deciding.send({"type": "message", "text": "the cache"})
+        await watching.until("approval_request", call_id="call-1")  # the model asks again (same call id)
+        await deciding.send({"type": "message", "text": "never mind"})
+        expired, _ = await watching.until("approval_expired")
+        assert expired["call_ids"] == ["call-1"] and "new message" in expired["reason"]
+        assert isinstance(expired["at"], float) and isinstance(expired["seq"], int)
+        await watching.send({"type": "history", "after_seq": expired["seq"] - 1})
+        history, _ = await watching.until("history")
+        assert history["items"][0] == expired
+        assert ran == []
+        await deciding.close()
+        await watching.close()

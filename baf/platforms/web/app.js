@@ -303,7 +303,10 @@
     }
   }
 
-  function settleApproval(card, state, reason, by) {
+  // Close a card: ``state`` approved / denied / expired. Until the server's ``approval_decision`` arrives
+  // (with who decided and when) a click shows the outcome alone; the frame, live or in a history, completes
+  // it, so every tab of the session and a reload read the same "Approved by X" / "Denied by X: reason".
+  function settleApproval(card, state, reason, by, at) {
     if (!card) return;
     card.dataset.state = state;
     card.querySelectorAll("button, input").forEach((control) => { control.disabled = true; });
@@ -311,7 +314,9 @@
     let text = words[state] || state;
     if (by) text += " by " + by;
     if (reason) text += ": " + reason;
-    card.querySelector(".approval-outcome").textContent = text;
+    const outcome = card.querySelector(".approval-outcome");
+    outcome.textContent = text;
+    if (typeof at === "number" && at > 0) outcome.title = new Date(at * 1000).toLocaleString();
     if (currentTrace && currentTrace.dataset.state === "waiting") currentTrace.dataset.state = "running";
   }
 
@@ -320,12 +325,14 @@
     messages.querySelectorAll('.approval[data-state="waiting"]').forEach((card) => settleApproval(card, "expired"));
   }
 
-  function approvalHistory(item) {
+  // An ``approval_request``, ``approval_decision`` or ``approval_expired``: a live frame or a history item.
+  function showApproval(item) {
     if (item.type === "approval_request") addApproval(item);
     else if (item.type === "approval_decision") {
-      settleApproval(approvalCard(item.call_id), item.approved ? "approved" : "denied", item.reason, item.by);
+      const state = item.approved ? "approved" : "denied";
+      settleApproval(approvalCard(item.call_id), state, item.reason, item.by, item.at);
     } else if (item.type === "approval_expired") {
-      (item.call_ids || []).forEach((id) => settleApproval(approvalCard(id), "expired"));
+      (item.call_ids || []).forEach((id) => settleApproval(approvalCard(id), "expired", "", "", item.at));
     }
   }
 
@@ -381,7 +388,7 @@
       else if (item.type === "reasoning_step") addStep(item.step);
       else if (item.type === "task_list") showTasks(item.tasks || []);
       else if (item.type === "error") addError(item.message);
-      else if (item.type.startsWith("approval_")) approvalHistory(item);
+      else if (item.type.startsWith("approval_")) showApproval(item);
     });
     echoes = [];
     if (frame.truncated && after === 0) messages.prepend(el("p", "muted", "Older history is not shown."));
@@ -414,7 +421,9 @@
     reply_delta: showDelta,
     reasoning_step(frame) { if (fresh(frame)) addStep(frame.step || {}); },
     task_list(frame) { if (fresh(frame)) showTasks(frame.tasks || []); },
-    approval_request(frame) { if (fresh(frame)) addApproval(frame); },
+    approval_request(frame) { if (fresh(frame)) showApproval(frame); },
+    approval_decision(frame) { if (fresh(frame)) showApproval(frame); },
+    approval_expired(frame) { if (fresh(frame)) showApproval(frame); },
     error(frame) {
       if (frame.code === "bad_token") {
         // The server no longer knows this token (it expired, or the server's secret changed): start afresh.
