@@ -64,26 +64,31 @@ async def test_a_task_sent_to_the_other_worker_is_answered_there_from_the_owners
     a, b = start(worker_command(postgres_dsn), port_a), start(worker_command(postgres_dsn), port_b)
     try:
         id_a, id_b = await ready(a), await ready(b)
-        first = await ask(port_a, "ctx", Part(text="q1"))  # a runs the context's session
-        assert first["replies"] == ["answer to q1"] and first["states"][-1] == "TASK_STATE_COMPLETED"
-        assert await owner_of(postgres_dsn, "a2a-ctx") == id_a
+        for context in ("c1", "c2"):  # a runs both contexts' sessions
+            first = await ask(port_a, context, Part(text="q1"))
+            assert first["replies"] == ["answer to q1"] and first["states"][-1] == "TASK_STATE_COMPLETED"
+            assert await owner_of(postgres_dsn, f"a2a-{context}") == id_a
         # The same context on b: b forwards the message to a and publishes what a records, until handled.
-        second = await ask(port_b, "ctx", Part(text="q2"))
+        second = await ask(port_b, "c1", Part(text="q2"))
         assert second["replies"] == ["answer to q2"] and second["states"][-1] == "TASK_STATE_COMPLETED"
         assert second["steps"][0] == "reasoning_started" and second["steps"][-1] == "reasoning_finished"
-        # A call waiting for approval, asked for and decided through b while a runs the session.
-        asked = await ask(port_b, "ctx", Part(text="pay bob"))
+        # A call waiting for approval, asked for through b while a runs the session: input-required on b.
+        asked = await ask(port_b, "c2", Part(text="pay bob"))
         assert asked["states"][-1] == "TASK_STATE_INPUT_REQUIRED" and asked["replies"] == []
         assert [r["call_id"] for r in asked["data"]["approval_requests"]] == ["pay-bob"]
-        answered = await ask(port_b, "ctx", decision("pay-bob", True), task_id=asked["task_id"])
+        # The decision in that task (whichever worker runs the session by now: a gives a session up once
+        # its client is elsewhere) goes on to the answer.
+        answered = await ask(port_b, "c2", decision("pay-bob", True), task_id=asked["task_id"])
         assert answered["task_id"] == asked["task_id"]
         assert answered["replies"] == ["Done: paid bob"] and answered["states"][-1] == "TASK_STATE_COMPLETED"
-        assert await owner_of(postgres_dsn, "a2a-ctx") == id_a and id_a != id_b  # b never ran it
+        assert id_a != id_b
         async with PostgresLog(postgres_dsn, read_only=True) as log:
-            records = await log.read("a2a-ctx")
-        assert [r.data["text"] for r in records if r.kind == RecordKind.REPLY] == [
-            "answer to q1", "answer to q2", "Done: paid bob"
-        ]  # fmt: skip
-        assert [r.data["by"] for r in records if r.kind == RecordKind.APPROVAL_DECIDED] == ["a2a client"]
+            c1, c2 = await log.read("a2a-c1"), await log.read("a2a-c2")
+        # q2 and "pay bob" went through the inbox to a (b only followed): their records carry the mark.
+        forwarded = [r.data["text"] for r in c1 + c2 if r.kind == RecordKind.MESSAGE_RECEIVED and "forwarded" in r.data]
+        assert forwarded == ["q2", "pay bob"]
+        assert [r.data["text"] for r in c1 if r.kind == RecordKind.REPLY] == ["answer to q1", "answer to q2"]
+        assert [r.data["text"] for r in c2 if r.kind == RecordKind.REPLY] == ["answer to q1", "Done: paid bob"]
+        assert [r.data["by"] for r in c2 if r.kind == RecordKind.APPROVAL_DECIDED] == ["a2a client"]
     finally:
         await stop([a, b])
