@@ -515,6 +515,8 @@ class Agent:
         if self._runtime is not None:
             return
         _ = self.initial_state  # fail early with a clear message
+        for tool in self._tools.values():
+            _ = tool.schema  # built now, not at the first request: a type it cannot take fails the start
         if runtime is not None and runtime.agent is not self:
             raise ConfigurationError(f"that runtime runs agent {runtime.agent.name!r}, not {self.name!r}")
         runtime = runtime or Runtime(self, self.log, max_body_threads=self.max_body_threads)

@@ -60,11 +60,16 @@ if TYPE_CHECKING:
 __all__ = ["SCHEMA_VERSION", "PostgresLog", "decode_row", "encode_row", "redact_dsn"]
 
 _SELECT: Final = "SELECT seq, kind, data, ts, version FROM baf_records WHERE session_id = $1 AND seq > $2 ORDER BY seq"
+# One statement (one snapshot): the records from each session's latest snapshot on, then its row of the work
+# index, if any (seq NULL), so that the writer knows each loaded session's last seq and work status.
 _SELECT_FOR_LOAD: Final = """
 SELECT r.session_id, r.seq, r.kind, r.data, r.ts, r.version FROM unnest($1::text[]) AS u(s)
 JOIN baf_records r ON r.session_id = u.s AND r.seq >= coalesce(
     (SELECT max(x.seq) FROM baf_records x WHERE x.session_id = u.s AND x.kind = 'snapshot'), 1
-) ORDER BY r.session_id, r.seq
+)
+UNION ALL
+SELECT w.session_id, NULL, NULL, w.status, NULL, NULL FROM baf_work w WHERE w.session_id = ANY($1::text[])
+ORDER BY 1, 2 NULLS LAST
 """
 
 
@@ -489,8 +494,12 @@ class PostgresLog(SessionLog):
         async with self.connection() as connection:
             rows = await connection.fetch(_SELECT_FOR_LOAD, session_ids)
         by_session: dict[str, list[Any]] = {session_id: [] for session_id in session_ids}
+        work: dict[str, str] = {}
         for row in rows:
-            by_session[row[0]].append(row[1:])
+            if row[1] is None:
+                work[row[0]] = row[3]
+            else:
+                by_session[row[0]].append(row[1:])
         upcasters = upcast_module.UPCASTERS  # looked up on each call: a test may swap the registry
         loaded: dict[str, list[Record] | BaseException] = {}
         for session_id, session_rows in by_session.items():
@@ -503,6 +512,10 @@ class PostgresLog(SessionLog):
                 loaded[session_id] = [upcasters.upcast(decode_row(session_id, row)) for row in session_rows]
             except LogError as exc:
                 loaded[session_id] = exc
+                continue
+            if session_rows and not self._read_only:
+                # What the work index held with these records: the session's next append needs no read.
+                self._known.loaded(session_id, session_rows[-1][0], work.get(session_id))
         return loaded
 
     async def shared_secret(self, name: str) -> bytes | None:
@@ -532,9 +545,10 @@ async def _no_reset(_connection: asyncpg.Connection) -> None:
 
 
 def _refusals() -> tuple[type[BaseException], ...]:
-    """What refuses one append (it fails alone, the connection stays usable)."""
+    """What refuses one append (it fails alone, the connection stays usable): a value past one of
+    PostgreSQL's limits (a session id too long for an index entry) is one, not the whole group's failure."""
     asyncpg = _import_asyncpg()
-    return (LogError, asyncpg.UniqueViolationError, asyncpg.DataError)
+    return (LogError, asyncpg.UniqueViolationError, asyncpg.DataError, asyncpg.ProgramLimitExceededError)
 
 
 async def _refusal(connection: asyncpg.Connection, batch: Batch, exc: BaseException) -> BaseException:

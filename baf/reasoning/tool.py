@@ -15,8 +15,8 @@ the OpenAI function schema the model sees::
     tool.schema        # {"type": "function", "function": {"name": "search", ...}}
     await tool.run('{"query": "shoes"}')   # validated, called, rendered to a string
 
-The arguments are checked by one pydantic validator per tool, built once from the signature and run in
-strict JSON mode; the schema the model sees is generated from that same validator
+The arguments are checked by one pydantic validator per tool, built once from the signature (when first
+needed) and run in strict JSON mode; the schema the model sees is generated from that same validator
 (:mod:`baf.reasoning.tool_arguments`). The rules it follows:
 
 - ``str``, ``int``, ``float``, ``bool`` map to ``string``, ``integer``, ``number``, ``boolean``. A boolean
@@ -63,7 +63,7 @@ from baf.errors import (
     ToolExecutionError,
     ToolTimeoutError,
 )
-from baf.reasoning.tool_arguments import ArgumentsValidator, argument_error
+from baf.reasoning.tool_arguments import ArgumentsValidator, ToolArguments, argument_error
 from baf.reasoning.tool_docstring import docstring_of, parse_docstring
 from baf.reasoning.tool_signature import EMPTY, ToolParameter, read_signature
 
@@ -96,10 +96,18 @@ class Tool:
             ``(session, call) -> bool`` deciding per call (``call`` is the model's
             :class:`~baf.llm.base.ToolCall`). A call that needs approval is recorded and waits; the
             loop goes on once a decision arrives (``docs/human_approval.md``).
+        arguments: For a tool whose schema comes from elsewhere (an MCP server's JSON Schema): what
+            checks its arguments and gives their schema (:class:`~baf.reasoning.tool_arguments.ToolArguments`).
+            ``fn``'s signature is then not read, and ``fn`` is called with the checked arguments as
+            keywords. By default both come from ``fn``'s signature.
+
+    The validator and the schema are built when first needed (:attr:`schema`, :meth:`validate_args`;
+    an agent asks for its tools' schemas when it starts): most of a tool's construction otherwise, paid
+    where the tool is only defined (a module imported, a command that reads the agent without running it).
 
     Raises:
-        ConfigurationError: ``*args``/``**kwargs``, an invalid name, a bad timeout, or a parameter type
-            that has no JSON schema.
+        ConfigurationError: ``*args``/``**kwargs``, an invalid name or a bad timeout; a parameter type
+            that has no JSON schema when the schema is first built (it names the tool and parameter).
     """
 
     def __init__(
@@ -110,6 +118,8 @@ class Tool:
         timeout: float | None = None,
         idempotent: bool = False,
         requires_approval: bool | Callable[[Any, Any], bool] = False,
+        *,
+        arguments: ToolArguments | None = None,
     ) -> None:
         if not callable(fn):
             raise ConfigurationError(f"a tool wraps a callable, got {type(fn).__name__}")
@@ -129,30 +139,46 @@ class Tool:
         self.timeout = timeout
         self.idempotent = idempotent
         self.requires_approval = requires_approval
-        doc_description, doc_args = parse_docstring(docstring_of(fn))
-        self.description: str = description if description is not None else doc_description
         # An object whose __call__ is async counts too (B004 is about callable(), not this).
         self._is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
             getattr(fn, "__call__", None)  # noqa: B004
         )
+        self._schema_built: dict[str, Any] | None = None
+        self._signature: inspect.Signature | None = None
+        self._session_param: str | None = None
+        self._skipped: frozenset[str] = frozenset()
+        self._params: dict[str, ToolParameter] | None = None
+        if arguments is not None:  # the schema comes from elsewhere: fn's signature is not read
+            self.description: str = description if description is not None else parse_docstring(docstring_of(fn))[0]
+            self._arguments: ToolArguments = arguments
+            return
+        doc_description, doc_args = parse_docstring(docstring_of(fn))
+        self.description = description if description is not None else doc_description
         read = read_signature(fn, resolved_name, doc_args)
         self._signature = read.signature
-        self._session_param: str | None = read.session_param
-        self._skipped: frozenset[str] = read.skipped
-        self._params: dict[str, ToolParameter] = read.parameters
+        self._session_param = read.session_param
+        self._skipped = read.skipped
+        self._params = read.parameters
         self._arguments = ArgumentsValidator(resolved_name, read.parameters)
-        self._schema: dict[str, Any] = {
-            "type": "function",
-            "function": {
-                "name": self.name,
-                "description": self.description,
-                "parameters": self._arguments.json_schema,
-            },
-        }
+
+    @property
+    def _schema(self) -> dict[str, Any]:
+        # Built on first use: the parameters' schema comes with the validator (see ArgumentsValidator).
+        if self._schema_built is None:
+            self._schema_built = {
+                "type": "function",
+                "function": {"name": self.name, "description": self.description,
+                             "parameters": self._arguments.json_schema},
+            }  # fmt: skip
+        return self._schema_built
 
     @property
     def schema(self) -> dict[str, Any]:
-        """The OpenAI tool schema: ``{"type": "function", "function": {name, description, parameters}}``."""
+        """The OpenAI tool schema: ``{"type": "function", "function": {name, description, parameters}}``.
+
+        Raises:
+            ConfigurationError: a parameter type has no JSON schema (the first time it is built).
+        """
         return copy.deepcopy(self._schema)
 
     @property
@@ -170,7 +196,12 @@ class Tool:
         return self.fn(*args, **kwargs)
 
     def __repr__(self) -> str:
-        return f"Tool(name={self.name!r}, parameters={list(self._params)!r})"
+        names = (
+            list(self._params)
+            if self._params is not None
+            else list(self._schema["function"]["parameters"].get("properties", {}))
+        )
+        return f"Tool(name={self.name!r}, parameters={names!r})"
 
     # ---- validation -------------------------------------------------------------------------------------
 
@@ -194,6 +225,8 @@ class Tool:
     # ---- calling ----------------------------------------------------------------------------------------
 
     def _bind(self, args: Mapping[str, Any], session: Any) -> tuple[list[Any], dict[str, Any]]:
+        if self._signature is None or self._params is None:  # a schema from elsewhere: keywords as checked
+            return [], dict(args)
         unknown = [key for key in args if key not in self._params]
         if unknown:
             raise self._fail([f"unknown argument '{key}'" for key in unknown])

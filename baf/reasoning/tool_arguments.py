@@ -1,9 +1,10 @@
 """Checking the arguments a model sent for a tool, with every problem named for the model to fix.
 
-Each tool has one :class:`ArgumentsValidator`, built once from its parameters: a pydantic validator (a
-``TypedDict`` of the parameters, ``extra="forbid"``) run in strict JSON mode, and the JSON schema the
-model is shown, generated from that same validator. So what the model is told and what is checked
-cannot drift apart.
+Each tool has one :class:`ArgumentsValidator`, built once from its parameters (when first needed): a
+pydantic validator (a ``TypedDict`` of the parameters, ``extra="forbid"``) run in strict JSON mode, and the
+JSON schema the model is shown, generated from that same validator. So what the model is told and what is
+checked cannot drift apart. A tool whose schema comes from elsewhere (an MCP server's JSON Schema) brings
+its own check instead, anything with the shape of :class:`ToolArguments`.
 
 A call is checked in two steps:
 
@@ -36,7 +37,7 @@ import json
 import math
 import typing
 from collections.abc import Callable, Mapping, Sequence
-from typing import Annotated, Any, Literal, NotRequired, Required, Union, cast, get_args, get_origin
+from typing import Annotated, Any, Literal, NotRequired, Protocol, Required, Union, cast, get_args, get_origin
 
 import pydantic
 import pydantic_core
@@ -49,6 +50,7 @@ from baf.reasoning.tool_signature import EMPTY, ToolParameter, is_union
 
 __all__ = [
     "ArgumentsValidator",
+    "ToolArguments",
     "argument_error",
     "argument_path",
     "describe_value",
@@ -159,6 +161,25 @@ def not_an_object(tool_name: str, value: Any) -> ToolArgumentError:
 # --------------------------------------------------------------------------------------------------------
 
 
+class ToolArguments(Protocol):
+    """What checks a tool's arguments and describes them to the model: a :class:`~baf.reasoning.tool.Tool`
+    holds one, its only source of both. :class:`ArgumentsValidator` reads them from a Python signature;
+    :class:`~baf.reasoning.mcp.tool.SchemaArguments` takes an MCP server's JSON Schema."""
+
+    @property
+    def json_schema(self) -> dict[str, Any]:
+        """The JSON schema of the arguments object, as the model is shown it."""
+        ...
+
+    def validate(self, raw: str | bytes | bytearray | Mapping[str, Any]) -> dict[str, Any]:
+        """The arguments to call the tool with, from the model's JSON text (or a mapping).
+
+        Raises:
+            ToolArgumentError: the arguments do not fit, every problem named for the model.
+        """
+        ...
+
+
 class ArgumentsValidator:
     """The arguments check of one tool, and the JSON schema of its arguments object.
 
@@ -166,9 +187,13 @@ class ArgumentsValidator:
         tool_name: Used in error messages.
         params: The parameters the model fills (see :func:`~baf.reasoning.tool_signature.read_signature`).
 
+    The pydantic validator and the schema generated from it are built together, when either is first
+    needed (:attr:`json_schema`, :meth:`validate`).
+
     Raises:
-        ConfigurationError: a parameter type pydantic cannot validate or describe in JSON schema, a
-            ``dict`` whose keys are not ``str``, or a model that refers to itself; naming the parameter.
+        ConfigurationError: naming the parameter: a ``dict`` whose keys are not ``str`` (here); a
+            parameter type pydantic cannot validate or describe in JSON schema, or a model that refers
+            to itself (when the validator is built: the first :attr:`json_schema` or :meth:`validate`).
     """
 
     def __init__(self, tool_name: str, params: Mapping[str, ToolParameter]) -> None:
@@ -180,26 +205,50 @@ class ArgumentsValidator:
         self._none_when_missing = tuple(
             name for name, param in params.items() if param.default is EMPTY and param.nullable
         )
-        fields = {name: self._field(param) for name, param in params.items()}
+        # The parameter rules baf adds are checked now; pydantic compiles the validator and its schema
+        # when either is first needed (:meth:`_build`): that is ~90 % of a tool's construction (2.8 ms
+        # for ten parameters, bench/bench_tools.py), paid for tools no request ever offers otherwise.
+        self._annotations = {name: self._ruled(param) for name, param in params.items()}
+        self._adapter: pydantic.TypeAdapter[dict[str, Any]] | None = None
+        self._json_schema: dict[str, Any] | None = None
+
+    @property
+    def json_schema(self) -> dict[str, Any]:
+        """The JSON schema of the arguments object, as the model is shown it (built on first use).
+
+        Raises:
+            ConfigurationError: see the class (a type pydantic cannot validate or describe).
+        """
+        if self._json_schema is None:
+            self._build()
+            assert self._json_schema is not None
+        return self._json_schema
+
+    def _build(self) -> pydantic.TypeAdapter[dict[str, Any]]:
+        """The one validator, and the schema generated from it."""
+        if self._adapter is not None:
+            return self._adapter
         # Built at run time from the signature, so typed as Any: a type checker cannot follow it.
-        arguments: Any = cast(Any, TypedDict)(f"{tool_name}_arguments", fields)
+        fields = {name: self._field(param, self._annotations[name]) for name, param in self._params.items()}
+        arguments: Any = cast(Any, TypedDict)(f"{self.tool_name}_arguments", fields)
         arguments.__pydantic_config__ = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
         try:
-            self._adapter: pydantic.TypeAdapter[dict[str, Any]] = pydantic.TypeAdapter(arguments)
-            generated = self._adapter.json_schema()
+            adapter: pydantic.TypeAdapter[dict[str, Any]] = pydantic.TypeAdapter(arguments)
+            generated = adapter.json_schema()
         except (*_SCHEMA_ERRORS, pydantic.errors.PydanticInvalidForJsonSchema) as exc:
             raise self._unusable_type(exc) from exc
         try:
             schema = model_facing_schema(generated)
         except ConfigurationError as exc:
             raise self._unusable_type(exc) from exc
-        #: The JSON schema of the arguments object, as the model is shown it.
-        self.json_schema: dict[str, Any] = {
+        self._json_schema = {
             "type": "object",
             "properties": schema.get("properties", {}),
             "required": schema.get("required", []),
             "additionalProperties": False,
         }
+        self._adapter = adapter
+        return adapter
 
     def validate(self, raw: str | bytes | bytearray | Mapping[str, Any]) -> dict[str, Any]:
         """Check the model's arguments (JSON text, or a mapping); the arguments to call the function with.
@@ -219,31 +268,37 @@ class ArgumentsValidator:
             # null where the type has no null: taken as not given, so the default applies
             args = {key: value for key, value in args.items() if not (value is None and key in nulls)}
             text = None
+        adapter = self._adapter if self._adapter is not None else self._build()
         try:
             if text is not None:
-                validated = self._adapter.validate_json(text, strict=True)
+                validated = adapter.validate_json(text, strict=True)
             else:
-                validated = self._validate_mapping(args)
+                validated = self._validate_mapping(adapter, args)
         except pydantic.ValidationError as exc:
             raise argument_error(self.tool_name, self._problems(exc, args)) from None
         for name in self._none_when_missing:
             validated.setdefault(name, None)
         return validated
 
-    def _validate_mapping(self, args: Mapping[str, Any]) -> dict[str, Any]:
+    @staticmethod
+    def _validate_mapping(adapter: pydantic.TypeAdapter[dict[str, Any]], args: Mapping[str, Any]) -> dict[str, Any]:
         """Arguments handed in by code rather than a model: JSON-mode rules on their JSON form, so
         ``"blue"`` and ``Color.BLUE`` both arrive as the member; anything with no JSON form as it is."""
         try:
             text = pydantic_core.to_json(args)
         except pydantic_core.PydanticSerializationError:
-            return self._adapter.validate_python(args, strict=True)
-        return self._adapter.validate_json(text, strict=True)
+            return adapter.validate_python(args, strict=True)
+        return adapter.validate_json(text, strict=True)
 
-    def _field(self, param: ToolParameter) -> Any:
+    def _ruled(self, param: ToolParameter) -> Any:
+        """The parameter's annotation with baf's JSON rules on top (refusing what they cannot take)."""
         try:
-            annotation = _json_rules(param.annotation)
+            return _json_rules(param.annotation)
         except ConfigurationError as exc:
             raise ConfigurationError(f"tool {self.tool_name!r}, parameter {param.name!r}: {exc}") from exc
+
+    @staticmethod
+    def _field(param: ToolParameter, annotation: Any) -> Any:
         description = param.description or _annotated_text(param.annotation) or None
         extra: dict[str, Any] | None = None
         if param.default is not EMPTY:

@@ -24,11 +24,12 @@ decided; then they run as above, a denied one answered with the denial instead o
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from baf.errors import ApprovalPending, ToolError, ToolExecutionError, ToolNotFoundError
 from baf.llm.base import LLMResponse, ToolCall
@@ -54,10 +55,13 @@ __all__ = [
     "ToolRunner",
     "assistant_message",
     "find_tool",
+    "in_own_context",
     "schema_of",
     "shorten",
     "step_arguments",
 ]
+
+_T = TypeVar("_T")
 
 #: Characters of a call's arguments a tool accepts; longer arguments are refused back to the model.
 DEFAULT_MAX_TOOL_ARGUMENTS = 1_000_000
@@ -121,10 +125,10 @@ class ToolRunner:
         """Run ``calls`` against ``tools`` and record each result; the outcomes in call order.
 
         ``before_call(call)`` (sync or async) runs just before a call may start (a loop records its "calling" step
-        there); ``after_call(outcome)`` right after its result is recorded. ``prepare(call, tool)``
-        runs in the call's own task when calls run together (context variables it sets are the
-        call's); a response's only call, and calls run one at a time, run in the loop's own task, and so
-        does ``prepare``. Its return value is
+        there); ``after_call(outcome)`` right after its result is recorded. Every call runs in a copy of
+        the loop's context (its own task when calls run together, :func:`in_own_context` otherwise), and
+        ``prepare(call, tool)`` runs there too: context variables either sets are the call's, gone for
+        the next call, the rest of the loop and the session's later messages. ``prepare``'s return value is
         kept as ``outcome.context``; calls of tools for which ``always_live(tool)`` is true always run,
         even while resuming or re-running (tools that only change the loop's own state).
         """
@@ -136,16 +140,15 @@ class ToolRunner:
             return asyncio.create_task(self._one(call, tools, step, prepare, always_live, approval))
 
         outcomes: list[ToolOutcome] = []
-        # One call at a time needs no task of its own: it runs in the loop's task. A task for the only call
-        # of a response (most turns) cost ~43,000 instructions of a ~690,000-instruction turn
-        # (bench/ab_instructions.py).
+        # One call at a time needs no task of its own: it runs in the loop's task, in a copy of its context
+        # (in_own_context says what a task would cost).
         if self.max_parallel == 1 or len(calls) == 1:
             for call in calls:
                 if before_call is not None:
                     await _maybe_await(before_call(call))
                 await self.recorder.commit()  # the response and this step are durable before the tool runs
                 approval = decided.get(call.id) if decided else None
-                outcome = await self._one(call, tools, step, prepare, always_live, approval)
+                outcome = await in_own_context(self._one(call, tools, step, prepare, always_live, approval))
                 self._record(step, outcome, after_call)
                 outcomes.append(outcome)
             return outcomes
@@ -297,6 +300,45 @@ def find_tool(tools: Mapping[str, Tool], name: str) -> Tool:
     if tool is None:
         raise ToolNotFoundError(f"there is no tool named '{name}'. Available tools: {', '.join(tools) or 'none'}.")
     return tool
+
+
+def in_own_context(coroutine: Coroutine[Any, Any, _T]) -> Awaitable[_T]:
+    """``coroutine`` to await in a copy of the current context, as if it ran in a task of its own: the
+    context variables it sets stay its own.
+
+    A task would do the same (``asyncio.create_task`` copies the context), but a task for the only call
+    of a response (most turns) cost 43,000 instructions a turn (+6.6 % of the reasoning state's 648,000);
+    stepping the coroutine in the copy, in the caller's task, costs 8,000 (+1.3 %; bench/ab_instructions.py,
+    the three in one run).
+    """
+    return _InContext(coroutine, contextvars.copy_context())
+
+
+class _InContext(Awaitable[_T]):
+    """Awaits a coroutine, running each of its steps inside ``context`` (what a task does for its own)."""
+
+    __slots__ = ("context", "coroutine")
+
+    def __init__(self, coroutine: Coroutine[Any, Any, _T], context: contextvars.Context) -> None:
+        self.coroutine, self.context = coroutine, context
+
+    def __await__(self) -> Generator[Any, Any, _T]:
+        run, send, throw = self.context.run, self.coroutine.send, self.coroutine.throw
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                yielded = run(send, value) if error is None else run(throw, error)
+            except StopIteration as stop:
+                return cast(_T, stop.value)
+            value = error = None
+            try:
+                value = yield yielded  # a future for the task to wait on, as the coroutine asked
+            except GeneratorExit:
+                self.coroutine.close()  # closed unfinished: close the coroutine too, in no context of its own
+                raise
+            except BaseException as exc:  # cancellation, or an error the task throws in: the coroutine's
+                error = exc
 
 
 async def _maybe_await(value: Any) -> None:

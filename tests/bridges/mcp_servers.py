@@ -13,6 +13,10 @@ loopback when a port is given:
 - ``not_object``: ``ok`` and ``bad``, whose input schema is not an object schema;
 - ``bad_schema``: ``ok`` and ``bad``, whose object schema is not a valid JSON Schema;
 - ``duplicate``: two tools named ``twin``, and ``single``;
+- ``relist_race`` (2025 protocol): ``change_twice`` changes the tool list twice (``v1`` then ``v2``, each
+  announced), the second change made once the first listing was asked for; that listing of ``v1`` is
+  answered a second late, after any listing of ``v2``. Each answered listing's version is appended to
+  the file ``BAF_TEST_LISTINGS`` names;
 - ``silent``: exits at once, writing a reason to stderr;
 - ``mute``: never answers the handshake.
 """
@@ -119,6 +123,36 @@ def listing_server(name: str, tools: list[types.Tool]) -> Server[Any]:
 OBJECT = {"type": "object", "properties": {}}
 
 
+def note_listing(version: int) -> None:
+    with open(os.environ["BAF_TEST_LISTINGS"], "a", encoding="utf-8") as file:
+        file.write(f"{version}\n")
+
+
+def relist_race_server() -> Server[Any]:
+    version = [0]
+    first_listing_asked = asyncio.Event()
+
+    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        seen = version[0]
+        if seen == 1:
+            first_listing_asked.set()
+            await asyncio.sleep(1.0)  # an older listing, answered after a newer one
+        note_listing(seen)
+        return types.ListToolsResult(tools=[types.Tool(name="change_twice", input_schema=OBJECT),
+                                            types.Tool(name=f"v{seen}", input_schema=OBJECT)])  # fmt: skip
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        if params.name == "change_twice":
+            version[0] = 1
+            await ctx.session.send_tool_list_changed()
+            await asyncio.wait_for(first_listing_asked.wait(), 10)
+            version[0] = 2
+            await ctx.session.send_tool_list_changed()
+        return types.CallToolResult(content=[types.TextContent(text=f"{params.name} ran")])
+
+    return Server("relist_race", on_list_tools=list_tools, on_call_tool=call_tool)
+
+
 def main() -> None:
     kind = sys.argv[1]
     if kind == "silent":
@@ -126,6 +160,9 @@ def main() -> None:
         sys.exit(2)
     if kind == "mute":
         time.sleep(3600)
+        return
+    if kind == "relist_race":
+        asyncio.run(serve_handshake_only(relist_race_server()))
         return
     if kind in ("calc", "calc_legacy"):
         app = calc(legacy=kind == "calc_legacy")

@@ -166,6 +166,24 @@ async def test_a_changed_tool_list_is_listed_again_and_offered(kind: str) -> Non
     assert "calc__extra" in [t["function"]["name"] for t in llm.requests[-2].tools]
 
 
+async def test_two_quick_changes_end_with_the_newer_list_though_the_older_listing_answers_last(tmp_path: Path) -> None:
+    # Two announced changes in quick succession; the listing asked for after the first is answered after
+    # any listing asked for after the second. Listing once per announcement, the older answer arrived
+    # last and won (v1 offered); listed in order, an overtaken listing is listed again.
+    answered = tmp_path / "listings"
+    llm = ScriptedLLM([ScriptedLLM.tool_call("race__change_twice", {}), "changed"])
+    agent = agent_with(llm)
+    agent.add_mcp_server("race", command=server("relist_race"), env={"BAF_TEST_LISTINGS": str(answered)})
+    async with agent:
+        assert "race__v0" in agent.tools
+        await asyncio.wait_for(agent.receive_message("s", "change it"), 30)
+        await eventually(lambda: "1" in answered.read_text().split())  # the older listing was answered
+        await eventually(lambda: "race__v2" in agent.tools)
+        await asyncio.sleep(0.3)  # time for an older answer to be handed on, were it to be
+        assert sorted(agent.tools) == ["race__change_twice", "race__v2"]
+    assert answered.read_text().split() == ["0", "1", "2"]  # one listing at a time: the overtaken one redone
+
+
 async def test_stderr_goes_to_the_baf_logger(caplog: pytest.LogCaptureFixture) -> None:
     llm = ScriptedLLM([ScriptedLLM.tool_call("calc__die", {}), "gone"])
     agent = agent_with(llm)
@@ -404,3 +422,7 @@ def test_mcp_arguments_are_checked_against_the_servers_schema_with_every_problem
         tool.validate_args('{"a": 1, "a": 2, "items": []}')
     with pytest.raises(ToolArgumentError, match="must be a JSON object, got array of 0 items"):
         tool.validate_args("[]")
+    # Built through Tool's own constructor (its schema from elsewhere), as any tool: the schema as given.
+    assert tool.schema == {"type": "function", "function": {"name": "calc__add", "description": "Add.",
+                                                            "parameters": schema}}  # fmt: skip
+    assert tool.takes_session is False and tool.idempotent is False and tool.timeout is None

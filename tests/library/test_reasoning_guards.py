@@ -10,11 +10,13 @@ import pydantic
 import pytest
 
 from baf import Agent
+from baf.library.state.reasoning_guards import plan_compaction
 from baf.library.state.reasoning_state_library import new_reasoning_state
 from baf.llm.base import LLMResponse, ToolCall, Usage
 from baf.log import Record
 from baf.reasoning.effects import rebuild_requests
 from baf.reasoning.patterns import Budget, ContextCompactor, Price, PriceTable
+from baf.reasoning.patterns.compaction import turn_start
 from baf.replay import build_timeline
 from baf.replay.rerun import assert_replays
 from baf.replay.timeline import flatten
@@ -175,6 +177,26 @@ async def test_a_cut_landing_on_parallel_tool_results_moves_back_to_their_call(m
         assert_paired(request.messages)
         # What was kept of the last turn: its assistant message with both calls, then both results.
         assert [m["role"] for m in request.messages[-3:]] == ["assistant", "tool", "tool"]
+
+
+def test_one_cut_rule_serves_the_pattern_compactor_and_the_reasoning_state() -> None:
+    # A turn of three parallel calls: a cut anywhere in its results moves back to the assistant message.
+    task = {"role": "user", "content": "task"}
+    calls = {"role": "assistant", "content": None,
+             "tool_calls": [{"id": i, "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                            for i in ("c1", "c2", "c3")]}  # fmt: skip
+    results = [{"role": "tool", "tool_call_id": i, "content": "x" * 400} for i in ("c1", "c2", "c3")]
+    messages = [task, {"role": "assistant", "content": "a" * 400}, calls, *results]
+    assert [turn_start(messages, cut) for cut in range(len(messages))] == [0, 1, 2, 2, 2, 2]
+    assert turn_start(messages, 4, floor=3) == 3  # never below the floor, even inside a turn's results
+    compactor = ContextCompactor(max_tokens=100, keep_last=2)
+    head, old, tail = compactor.split(messages)
+    assert (head, old, tail) == ([task], [messages[1]], [calls, *results])
+    plan = plan_compaction(compactor, messages, task)
+    assert plan is not None and plan.kept_before == [task] and plan.old == [messages[1]]
+    assert plan.tail == [calls, *results]
+    assert_paired(plan.messages(None))
+    assert_paired(head + tail)
 
 
 async def test_compaction_by_summary_is_a_recorded_model_turn() -> None:

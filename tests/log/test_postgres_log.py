@@ -211,6 +211,38 @@ async def test_the_work_index_stays_right_when_another_store_appended_in_between
         assert '"unhandled":[7]' in rows[0][0]
 
 
+async def test_a_loaded_session_is_appended_to_without_reading_the_work_index_and_stays_right(
+    postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A worker taking over a session another store wrote learns its last seq and work status with the load
+    # (one snapshot), so its first append is one statement; an append by someone else after the load makes
+    # that append conflict (the seq is taken), never build on a stale status.
+    import baf.log.postgres as postgres_module
+
+    read_first: list[list[str]] = []
+    original = postgres_module.stored_work
+
+    async def counted(connection: asyncpg.Connection, sessions: list[str]) -> object:
+        read_first.append(sessions)
+        return await original(connection, sessions)
+
+    monkeypatch.setattr(postgres_module, "stored_work", counted)
+    async with PostgresLog(postgres_dsn) as first, PostgresLog(postgres_dsn) as second:
+        await first.append([work_rec("s", 1, "session_started"), work_rec("s", 2, "message_received", text="a")])
+        await first.append([work_rec("t", 1, "note")])
+        await asyncio.gather(second.read_for_load("s"), second.read_for_load("t"))
+        await second.append([work_rec("s", 3, "step_started", event_seq=None)])
+        assert read_first == []  # its status came with the load: nothing read before the append
+        rows = await query(postgres_dsn, "SELECT status FROM baf_work WHERE session_id = 's'")
+        assert '"open":0' in rows[0][0] and '"unhandled":[2]' in rows[0][0]  # built on the loaded status
+        await first.append([work_rec("t", 2, "message_received", text="b")])  # after second's load of t
+        with pytest.raises(LogConflictError):
+            await second.append([work_rec("t", 2, "message_received", text="c")])
+        assert read_first == [["t"]]  # the retry alone read the index, and the conflict wrote nothing
+        assert await second.unfinished_sessions() == ["s", "t"]
+        assert [r.data.get("text") for r in await second.read("t")] == [None, "b"]
+
+
 # -- a burst of sessions: reads asked for together share one query ------------------------------------------
 
 
@@ -376,6 +408,53 @@ async def test_a_released_lease_is_taken_with_a_higher_epoch(worker_logs: tuple[
     assert await Leases(a).acquire("s") is None
 
 
+async def test_a_release_stops_appends_at_once_and_announces_mail_left_waiting(
+    worker_logs: tuple[PostgresLog, PostgresLog],
+) -> None:
+    a, b = worker_logs
+    heard: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+    stop = await Inbox(b).listen(lambda channel, session: heard.put_nowait((channel, session)), (INBOX_CHANNEL,))
+    try:
+        leases = Leases(a)
+        for session_id in ("with-mail", "without"):
+            await leases.acquire(session_id)
+        await Inbox(b).post("with-mail", {"text": "posted while a held it"})
+        assert await asyncio.wait_for(heard.get(), 5) == (INBOX_CHANNEL, "with-mail")  # the post's own
+        releases = [leases.release("with-mail"), leases.release("without")]
+        assert a.fenced() == {}  # before the releases have run: a message for them is claimed anew
+        await asyncio.gather(*releases)  # asked together: one statement
+        assert await asyncio.wait_for(heard.get(), 5) == (INBOX_CHANNEL, "with-mail")  # told again: it is free
+        await asyncio.sleep(0.2)
+        assert heard.empty()  # nothing waits for the other one
+        assert await Leases(b).acquire("with-mail") == 2 and await Leases(b).acquire("without") == 2
+    finally:
+        await stop()
+
+
+async def test_a_heartbeat_keeps_a_lease_taken_again_with_a_newer_epoch_while_it_ran(
+    worker_logs: tuple[PostgresLog, PostgresLog],
+) -> None:
+    a, b = worker_logs
+    leases_a = Leases(a, ttl=30)
+    await leases_a.register()
+    await leases_a.acquire("s")
+    await query(a.dsn, "UPDATE baf_leases SET expires_at = now() - interval '1 second' WHERE session_id = 's'")
+    assert await Leases(b).acquire("s") == 2  # taken over ...
+    blocker = await asyncpg.connect(a.dsn)  # holds a's heartbeat row: its heartbeat waits for it
+    try:
+        await blocker.execute("BEGIN")
+        await blocker.execute("SELECT 1 FROM baf_workers WHERE worker_id = $1 FOR UPDATE", a.worker_id)
+        heartbeat = asyncio.ensure_future(leases_a.heartbeat())  # ... a's heartbeat reads its lease (epoch 1) ...
+        await asyncio.sleep(0.1)
+        await query(a.dsn, "UPDATE baf_leases SET expires_at = now() - interval '1 second' WHERE session_id = 's'")
+        assert await leases_a.acquire("s") == 3  # ... and a takes it again before the heartbeat's answer
+        await blocker.execute("COMMIT")
+    finally:
+        await blocker.close()
+    assert await heartbeat == []  # epoch 1 was lost, but a holds the session again: not dropped
+    assert a.fenced() == {"s": 3}
+
+
 # -- the inbox --------------------------------------------------------------------------------------------
 
 
@@ -477,6 +556,23 @@ def _run(*command: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(command), capture_output=True, text=True, timeout=120, check=False)
 
 
+async def _until_a_statement_waits_for_a_lock(dsn: str, within: float = 30.0) -> None:
+    """Return once a statement of the server waits for a lock; read from the server's own activity view."""
+    connection = await asyncpg.connect(dsn)
+    try:
+        waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+        async with asyncio.timeout(within):
+            while True:  # the server's state, read again: no event to wait on
+                if await connection.fetchval(waiting):
+                    break
+                await asyncio.sleep(0.01)
+        # The first append's commit record to disk (the test cluster commits asynchronously): an immediate
+        # restart replays the WAL, and the log is read back after it.
+        await connection.execute("CHECKPOINT")
+    finally:
+        await connection.close()
+
+
 @pytest.mark.slow
 async def test_a_server_restart_fails_unacknowledged_appends_loudly_then_recovers() -> None:
     bindir = _pg_bindir()
@@ -499,9 +595,11 @@ async def test_a_server_restart_fails_unacknowledged_appends_loudly_then_recover
             blocker = await asyncpg.connect(dsn)
             await blocker.execute("BEGIN; INSERT INTO baf_records VALUES ('s', 2, 'note', '{}', 1.5, 1)")
             in_flight = asyncio.create_task(log.append([rec("s", 2)]))
-            await asyncio.sleep(0.5)
-            assert not in_flight.done()
-            restarted = await asyncio.to_thread(_run, *pg_ctl, "-m", "fast", "restart")
+            await _until_a_statement_waits_for_a_lock(dsn)  # sent, and stuck behind the blocker
+            # Immediate mode: every backend quits where it is and the blocker's lock dies with the server. In
+            # fast mode the blocker may be shut down first, and the append's statement, no longer waiting,
+            # commits before its own backend is: a restart the append survives, acknowledged.
+            restarted = await asyncio.to_thread(_run, *pg_ctl, "-m", "immediate", "restart")
             assert restarted.returncode == 0, restarted.stderr
             with pytest.raises(LogError, match="not acknowledged"):
                 await in_flight  # the writer's connection died with the server, mid-statement

@@ -31,6 +31,8 @@ class Call:
     files: dict[str, bytes] = field(default_factory=dict)
     #: False when the stand-in answered it with a scripted failure.
     ok: bool = True
+    #: What the stand-in answered (a sent message, with its ``message_id``).
+    result: Any = None
 
     @property
     def chat_id(self) -> int | None:
@@ -119,6 +121,26 @@ class BotAPIStandIn:
         """Queue a ``message`` update."""
         return self.push({"message": self.message(chat_id, **content)})
 
+    def press(self, call: Call, button: int, from_id: int | None = None, chat_id: int | None = None) -> dict[str, Any]:
+        """Queue a ``callback_query`` update: user ``from_id`` (default: the chat's user) pressed inline
+        button ``button`` (0, 1, ... across the rows) of the message ``call`` sent, in its chat (or, to
+        play a forged press, in ``chat_id``)."""
+        rows = json.loads(call.params["reply_markup"])["inline_keyboard"]
+        data = [button for row in rows for button in row][button]["callback_data"]
+        chat = int(call.params["chat_id"]) if chat_id is None else chat_id
+        user = chat if from_id is None else from_id
+        return self.push({"callback_query": {
+            "id": f"cq{next(self._update_ids)}", "chat_instance": f"ci{chat}", "data": data,
+            "from": {"id": user, "is_bot": False, "first_name": f"user{user}", "username": f"user{user}"},
+            "message": {"message_id": call.result["message_id"], "date": int(time.time()),
+                        "chat": {"id": chat, "type": "private", "first_name": f"user{chat}"},
+                        "text": visible_text(call.params["text"])},
+        }})  # fmt: skip
+
+    def answers(self) -> list[dict[str, Any]]:
+        """The ``answerCallbackQuery`` calls' parameters, in order."""
+        return [c.params for c in self.calls if c.method == "answerCallbackQuery"]
+
     def add_file(self, file_id: str, content: bytes, reported_size: int | None = -1) -> None:
         """Serve ``content`` for ``file_id``; ``reported_size`` is what getFile says (-1: the true size)."""
         self.files[file_id] = content
@@ -171,7 +193,8 @@ class BotAPIStandIn:
             return web.json_response(body, status=status)
         if method == "getUpdates":
             return web.json_response({"ok": True, "result": await self._get_updates(params)})
-        return web.json_response({"ok": True, "result": self._result(method, params)})
+        call.result = self._result(method, params)
+        return web.json_response({"ok": True, "result": call.result})
 
     async def _get_updates(self, params: dict[str, Any]) -> list[dict[str, Any]]:
         # As Telegram does: an offset confirms every update before it, for good.
@@ -195,7 +218,7 @@ class BotAPIStandIn:
         if method == "setWebhook":
             self.webhook = params
             return True
-        if method in ("deleteWebhook", "sendChatAction"):
+        if method in ("deleteWebhook", "sendChatAction", "answerCallbackQuery"):
             return True
         if method == "getFile":
             file_id = params["file_id"]

@@ -54,6 +54,14 @@ class TelegramClient(ContractClient):
             return Output("other", "", call)  # the status message and its edits, files, photos
         return Output("reply", visible_text(call.params["text"]), call)
 
+    async def decide(self, call_id: str, approved: bool, reason: str = "") -> bool:
+        """Press the request's Approve or Deny button (Telegram's buttons carry no reason)."""
+        (request,) = [c for c in self.server.calls if c.method == "sendMessage" and c.chat_id == self.chat_id
+                      and "inline_keyboard" in c.params.get("reply_markup", "")
+                      and call_id in visible_text(c.params["text"])]  # fmt: skip
+        self.server.press(request, 0 if approved else 1)
+        return True
+
 
 class TestTelegramPlatform(PlatformContract):
     server: BotAPIStandIn

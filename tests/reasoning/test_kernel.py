@@ -4,6 +4,8 @@ without being copied all over the log."""
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -158,3 +160,87 @@ def test_resuming_records_in_an_order_baf_never_writes_is_an_invariant_error() -
                                                       "is_error": False, "original_size": 1})  # fmt: skip
     with pytest.raises(InvariantError, match=r"session 's1', seq 5: a tool_result record comes before any"):
         ResumeEffects([started, stray])
+
+
+_SEEN_BY_TOOLS: contextvars.ContextVar[str] = contextvars.ContextVar("seen_by_tools", default="unset")
+
+
+@pytest.mark.parametrize("engine", ["reasoning", "react"])
+@pytest.mark.parametrize("max_parallel", [1, 4])
+async def test_context_variables_a_tool_sets_stay_in_that_call(engine: str, max_parallel: int) -> None:
+    """Each call runs in a copy of the loop's context, alone or with others: what a tool sets in a context
+    variable is gone for the next call, the next turn and the next message (the same session task)."""
+    seen: list[str] = []
+    turns = [
+        [ToolCall("a", "mark", '{"value": "first"}')],  # a response's only call
+        [ToolCall("b", "mark", '{"value": "second"}'), ToolCall("c", "mark", '{"value": "third"}')],
+        [ToolCall("d", "mark", '{"value": "fourth"}')],
+    ]
+    given = [0]
+
+    def model(messages: list[dict[str, Any]], tools: list[dict[str, Any]], **_: Any) -> LLMResponse | str:
+        turn = given[0]
+        given[0] += 1
+        if turn % (len(turns) + 1) < len(turns):
+            return LLMResponse(tool_calls=turns[turn % (len(turns) + 1)])
+        if engine == "react":
+            return LLMResponse(tool_calls=[ToolCall("fin", "final_answer", json.dumps({"answer": "done"}))])
+        return "done"
+
+    agent = Agent("ctx", log="memory://")
+    if engine == "reasoning":
+        state = new_reasoning_state(agent, FunctionLLM(model), enable_task_planning=False,
+                                    max_parallel_tools=max_parallel)  # fmt: skip
+    else:
+        state = new_pattern_state(agent, FunctionLLM(model), ReAct(max_steps=6, max_parallel_tools=max_parallel))
+    state.when_event().go_to(state)
+
+    @agent.tool
+    async def mark(value: str) -> str:
+        """Remember a value in a context variable.
+
+        Args:
+            value: The value.
+        """
+        seen.append(_SEEN_BY_TOOLS.get())
+        _SEEN_BY_TOOLS.set(value)
+        await asyncio.sleep(0)
+        assert _SEEN_BY_TOOLS.get() == value  # the call's own setting holds within the call
+        return "marked"
+
+    platform = RecordingPlatform()
+    async with agent:
+        await agent.receive_message("s", "mark them", platform)
+        await agent.receive_message("s", "again", platform)
+    assert platform.replies["s"] == ["done", "done"]
+    assert seen == ["unset"] * 8
+
+
+async def test_a_coroutine_run_in_its_own_context_returns_raises_and_is_cancelled_as_if_awaited() -> None:
+    from baf.reasoning.tool_calls import in_own_context
+
+    cleaned: list[str] = []
+
+    async def answer() -> int:
+        _SEEN_BY_TOOLS.set("inside")
+        await asyncio.sleep(0)
+        return 42
+
+    async def fail() -> None:
+        await asyncio.sleep(0)
+        raise ValueError("no")
+
+    async def hang() -> None:
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            cleaned.append(_SEEN_BY_TOOLS.get())
+
+    assert await in_own_context(answer()) == 42 and _SEEN_BY_TOOLS.get() == "unset"
+    with pytest.raises(ValueError, match="no"):
+        await in_own_context(fail())
+    _SEEN_BY_TOOLS.set("outer")
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.05):
+            await in_own_context(hang())
+    assert cleaned == ["outer"]  # cancelled inside, where it reads the context it was given

@@ -8,7 +8,7 @@ import functools
 import json
 import threading
 import time
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, ClassVar, Literal, Optional
 
 import pytest
 from pydantic import BaseModel, Field
@@ -242,7 +242,7 @@ def test_recursive_model_is_refused() -> None:
         pass
 
     with pytest.raises(ConfigurationError, match="refers to itself"):
-        Tool(fn)
+        Tool(fn).schema  # noqa: B018  (the validator and its schema are built on first use)
 
 
 def test_session_and_self_are_not_in_the_schema() -> None:
@@ -311,7 +311,7 @@ def test_bad_configuration_is_refused() -> None:
         pass
 
     with pytest.raises(ConfigurationError, match="parameter 'x'"):
-        Tool(opaque)
+        Tool(opaque).schema  # noqa: B018
 
 
 def test_explicit_name_and_description_win() -> None:
@@ -944,7 +944,91 @@ def test_a_type_pydantic_cannot_describe_names_the_parameter() -> None:
         pass
 
     with pytest.raises(ConfigurationError, match=r"tool 'fn', parameter 'hook'"):
-        Tool(fn)
+        Tool(fn).schema  # noqa: B018
+
+
+def test_the_validator_is_built_on_first_use_once_for_schema_and_validation() -> None:
+    """Constructing a tool compiles nothing (most of its cost, for tools a request may never offer); the
+    first schema or validation builds the one validator, and a type it cannot take is refused there,
+    the same way from either side, every time."""
+    built: list[int] = []
+
+    class Counted(BaseModel):
+        n: int
+
+        @classmethod
+        def __get_pydantic_json_schema__(cls, core_schema: Any, handler: Any) -> Any:
+            built.append(1)
+            return handler(core_schema)
+
+    def fn(item: Counted) -> int:
+        return item.n
+
+    tool = Tool(fn)
+    assert built == []
+    assert tool.validate_args('{"item": {"n": 2}}') == {"item": Counted(n=2)}
+    assert built == [1] and tool.parameters["required"] == ["item"] and tool.schema
+    assert built == [1]  # one validator, one schema: validation and the schema share it
+
+    class Opaque:
+        pass
+
+    def opaque(x: Opaque) -> None:
+        pass
+
+    broken = Tool(opaque)
+    for use in (lambda: broken.schema, lambda: broken.validate_args("{}"), lambda: broken.schema):
+        with pytest.raises(ConfigurationError, match=r"tool 'opaque', parameter 'x'"):
+            use()
+
+
+async def test_an_agent_with_a_tool_it_cannot_describe_fails_to_start_naming_it() -> None:
+    from baf import Agent
+    from baf.library.state.reasoning_state_library import new_reasoning_state
+    from baf.testing import ScriptedLLM
+
+    class Opaque:
+        pass
+
+    agent = Agent("opaque", log="memory://")
+    new_reasoning_state(agent, ScriptedLLM(["hi"]), enable_task_planning=False)
+
+    @agent.tool
+    def inspect_it(x: Opaque) -> str:
+        """Inspect a thing."""
+        return "seen"
+
+    with pytest.raises(ConfigurationError, match=r"tool 'inspect_it', parameter 'x'"):
+        await agent.start()  # not at the first message: the session would only record the error
+    assert not agent.running
+
+
+async def test_a_tool_whose_schema_comes_from_elsewhere_is_shown_it_checked_by_it_and_called_with_keywords() -> None:
+    from baf.errors import ToolArgumentError
+
+    class Positive:
+        """Checks {"n": positive int}, like a JSON Schema from an MCP server would."""
+
+        json_schema: ClassVar[dict[str, Any]] = {
+            "type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]
+        }  # fmt: skip
+
+        def validate(self, raw: Any) -> dict[str, Any]:
+            args = json.loads(raw) if isinstance(raw, str) else dict(raw)
+            if not isinstance(args.get("n"), int) or args["n"] <= 0:
+                raise ToolArgumentError("n must be a positive integer")
+            return args
+
+    async def double(**kwargs: Any) -> int:
+        return 2 * kwargs["n"]
+
+    tool = Tool(double, name="double", description="Double n.", arguments=Positive())
+    assert tool.schema == {"type": "function", "function": {"name": "double", "description": "Double n.",
+                                                            "parameters": Positive.json_schema}}  # fmt: skip
+    assert await tool.run('{"n": 21}') == "42"
+    with pytest.raises(ToolArgumentError, match="positive"):
+        await tool.run('{"n": -1}')
+    assert "parameters=['n']" in repr(tool)
 
 
 def test_schema_cleaning_touches_keywords_not_property_names() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from baf.reasoning.patterns.compaction import ContextCompactor, estimate_tokens
+from baf.reasoning.patterns.compaction import ContextCompactor, estimate_tokens, turn_start
 
 __all__ = [
     "COMPACTION_PROMPT",
@@ -61,15 +61,13 @@ def plan_compaction(
 ) -> Compaction | None:
     """What to compact when ``messages`` pass the compactor's threshold, else ``None``.
 
-    The last ``keep_last`` messages stay, and the tail never starts with a tool result: a result is
+    The last ``keep_last`` messages stay, and the tail starts where :func:`turn_start` allows: a result is
     never separated from the assistant message that asked for it, so calls and results stay paired.
     ``request`` (the user's message this invocation answers) always stays.
     """
     if not compactor.needs_compaction(messages):
         return None
-    cut = max(0, len(messages) - compactor.keep_last)
-    while cut > 0 and messages[cut].get("role") == "tool":
-        cut -= 1
+    cut = turn_start(messages, max(0, len(messages) - compactor.keep_last))
     head, tail = messages[:cut], messages[cut:]
     kept = [m for m in head if m is request]
     old = [m for m in head if m is not request]

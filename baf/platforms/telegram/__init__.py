@@ -23,6 +23,11 @@ the chat from the session id when it answers. What it translates:
   agent handles a message. Reasoning steps and task lists share one status message per loop, edited in
   place at most every ``step_edit_interval`` seconds. Sends are queued per chat and never make the
   agent wait; a 429's ``retry_after`` is honoured (see :mod:`baf.platforms.telegram.outbox`).
+- **Approvals**: a tool call waiting for a human's approval is a message with Approve and Deny buttons; a
+  press (by one of ``approvers``, when given) becomes an ``ApprovalEvent`` of the chat's session, is
+  answered at once, and the message is edited to show the decision the log recorded. A press on a request
+  already decided or expired is answered so, and changes nothing (see
+  :mod:`baf.platforms.telegram.approvals`).
 
 Telegram delivers at least once: an update recorded just before a crash can come again (long polling
 confirms an update when it asks for the next batch; a webhook when it answers 200). Each message is
@@ -63,20 +68,33 @@ from aiogram.exceptions import (
     TelegramServerError,
     TelegramUnauthorizedError,
 )
-from aiogram.types import BufferedInputFile, KeyboardButton, Message, ReplyKeyboardMarkup, Update
+from aiogram.types import (
+    BufferedInputFile,
+    CallbackQuery,
+    InlineKeyboardButton,
+    InlineKeyboardMarkup,
+    KeyboardButton,
+    Message,
+    ReplyKeyboardMarkup,
+    Update,
+    User,
+)
 from aiogram.utils.token import TokenValidationError, validate_token
 from aiohttp import web
 from pydantic import ValidationError
 
-from baf.core.events import Event, ReceiveFileEvent, ReceiveTextEvent
+from baf.core.events import ApprovalEvent, Event, ReceiveFileEvent, ReceiveTextEvent
 from baf.core.platform import Platform
+from baf.core.session import runtime_side
 from baf.errors import ConfigurationError
+from baf.platforms.telegram.approvals import Fate, button_data, parse_button, request_fate, request_text
 from baf.platforms.telegram.markup import MESSAGE_LIMIT, render_html, split_message, utf16_length
 from baf.platforms.telegram.outbox import ChatOutbox
 from baf.platforms.telegram.status import StatusView
 
 if TYPE_CHECKING:
     from baf.core.session import Session
+    from baf.reasoning.approval import ApprovalRequest
 
 __all__ = ["SESSION_PREFIX", "TelegramPlatform"]
 
@@ -86,7 +104,7 @@ logger = logging.getLogger("baf.platforms.telegram")
 SESSION_PREFIX = "telegram-"
 
 #: The update types asked for; Telegram sends no others (a stand-in or a future API might: skipped).
-ALLOWED_UPDATES = ["message", "edited_message"]
+ALLOWED_UPDATES = ["message", "edited_message", "callback_query"]
 
 #: Telegram's limit for a caption, in UTF-16 units.
 CAPTION_LIMIT = 1024
@@ -96,6 +114,9 @@ _TYPING_EVERY = 4.5  # seconds; Telegram shows "typing" for 5 s or until the bot
 _REFUSAL = "This bot does not serve this chat."
 _EDITED = "I read messages once, as they arrive: edits are not applied. Send the corrected text as a new message."
 _UNSUPPORTED = "I can read text, photos and documents; this kind of message was not passed on."
+#: How long (seconds) the platform looks for a pressed request's decision in the log before it stops
+#: waiting to edit the message (the decision may be made by another worker, which owns the session).
+_DECISION_WAIT = 30.0
 
 
 class TelegramPlatform(Platform):
@@ -119,6 +140,9 @@ class TelegramPlatform(Platform):
         polling_timeout: Seconds one long-polling request waits for updates.
         max_retries, max_retry_after: How a send that meets a 429 or a network error is retried (see
             :class:`~baf.platforms.telegram.outbox.ChatOutbox`).
+        approvers: Telegram user ids who may approve or deny tool calls with the buttons; ``None`` lets
+            anyone in the chat whose session asks decide (in a private chat, its user). A press from
+            anyone else is refused and changes nothing.
     """
 
     name = "telegram"
@@ -140,6 +164,7 @@ class TelegramPlatform(Platform):
         polling_timeout: int = 25,
         max_retries: int = 5,
         max_retry_after: float = 60.0,
+        approvers: Iterable[int] | None = None,
     ) -> None:
         super().__init__()
         try:
@@ -161,12 +186,14 @@ class TelegramPlatform(Platform):
         self._webhook_secret = webhook_secret or secrets.token_urlsafe(32)
         self.api_base = api_base
         self.polling_timeout = polling_timeout
+        self.approvers = None if approvers is None else frozenset(int(user) for user in approvers)
         self._outbox = ChatOutbox(max_retries=max_retries, max_retry_after=max_retry_after)
         self._bot: Bot | None = None
         self._username = ""
         self._poller: asyncio.Task[None] | None = None
         self._runner: web.AppRunner | None = None
-        self._typing: set[asyncio.Task[None]] = set()
+        self._typing: set[asyncio.Task[None]] = set()  # the typing indicators, and the approval messages'
+        # edits waiting for their decision (both cancelled on stop)
         self._views: dict[int, StatusView] = {}
 
     def __repr__(self) -> str:  # never the token
@@ -321,6 +348,8 @@ class TelegramPlatform(Platform):
         """
         if update.message is not None:
             await self._on_message(update.message, update.update_id)
+        elif update.callback_query is not None:
+            await self._on_button(update.callback_query, update.update_id)
         elif update.edited_message is not None:
             if self._allowed(update.edited_message.chat.id):
                 self._send_text(update.edited_message.chat.id, _EDITED)
@@ -437,6 +466,108 @@ class TelegramPlatform(Platform):
                 await self._bot.send_chat_action(chat_id, "typing")
             await asyncio.wait([done], timeout=_TYPING_EVERY)
 
+    # -- approvals: the buttons -------------------------------------------------------------------
+
+    async def _on_button(self, query: CallbackQuery, update_id: int) -> None:
+        """A press of an Approve / Deny button (see :mod:`baf.platforms.telegram.approvals`): checked, then
+        an ``ApprovalEvent`` of the chat's session; always answered, so the button stops spinning."""
+        pressed = parse_button(query.data)
+        message = query.message
+        if pressed is None or message is None:
+            logger.info("a button press that is not an approval (update %s) was skipped", update_id)
+            await self._answer(query, "This button does nothing here.")
+            return
+        approved, seq = pressed
+        chat_id = message.chat.id
+        if not self._allowed(chat_id):
+            logger.warning("button press from chat %s, which is not in allowed_chats: refused", chat_id)
+            await self._answer(query, self.refusal or _REFUSAL, alert=True)
+            return
+        if self.approvers is not None and query.from_user.id not in self.approvers:
+            logger.warning("chat %s: user %s may not decide tool calls: press refused", chat_id, query.from_user.id)
+            await self._answer(query, "You may not approve or deny tool calls for this bot.", alert=True)
+            return
+        if self.agent is None:
+            raise ConfigurationError("the Telegram platform is not attached to an agent")
+        session_id = f"{SESSION_PREFIX}{chat_id}"
+        try:
+            request, fate = request_fate(await self._read_log(session_id, seq - 1), seq)
+        except Exception:
+            logger.exception("chat %s: cannot read the approval request at seq %s", chat_id, seq)
+            await self._answer(query, "Your decision could not be taken now; press the button again.")
+            return
+        if request is None:
+            await self._answer(query, "There is no such request in this chat.", alert=True)
+            return
+        if fate is not None:  # decided (by someone else, or by this user twice) or expired: nothing to send
+            await self._answer(query, fate.notice(), alert=True)
+            self._edit_request(chat_id, message.message_id, request, fate)
+            return
+        event = ApprovalEvent(
+            session_id, call_id=request.call_id, approved=approved, approver=_approver(query.from_user)
+        )
+        event.delivery_id = f"telegram:{self._token.partition(':')[0]}:{update_id}"  # a press sent again: once
+        try:
+            done = await self.agent.receive_event(event, self)
+        except Exception:
+            logger.exception("chat %s: the agent could not record a decision", chat_id)
+            await self._answer(query, "Your decision could not be recorded; press the button again.")
+            return
+        await self._answer(query, "Approved." if approved else "Denied.")
+        task = asyncio.ensure_future(self._show_decision(chat_id, message.message_id, session_id, seq, done))
+        self._typing.add(task)
+        task.add_done_callback(self._typing.discard)
+
+    async def _read_log(self, session_id: str, after: int) -> list[Any]:
+        assert self.agent is not None
+        log = self.agent.runtime.log if self.agent.running else self.agent.log
+        return list(await log.read(session_id, after))
+
+    async def _answer(self, query: CallbackQuery, text: str, alert: bool = False) -> None:
+        """Answer a button press (Telegram shows a spinner until then); a failure only costs the notice."""
+        if self._bot is None:
+            return
+        try:
+            await self._bot.answer_callback_query(query.id, text=text[:200], show_alert=alert or None)
+        except TelegramAPIError as exc:
+            logger.warning("could not answer a button press: %s", exc)
+
+    async def _show_decision(
+        self, chat_id: int, message_id: int, session_id: str, seq: int, done: asyncio.Future[None]
+    ) -> None:
+        """Once the decision is recorded (here, or by the worker that owns the session), edit the request's
+        message to show it: what the log says, so a press that lost a race shows the decision that won."""
+        await asyncio.wait([done], timeout=_DECISION_WAIT)
+        loop = asyncio.get_running_loop()
+        deadline, pause = loop.time() + _DECISION_WAIT, 0.1
+        while True:
+            try:
+                request, fate = request_fate(await self._read_log(session_id, seq - 1), seq)
+            except Exception as exc:  # the log is away: the buttons stay, a later press is checked again
+                logger.warning("chat %s: cannot read the decision to show it: %s", chat_id, exc)
+                return
+            if request is not None and fate is not None:
+                self._edit_request(chat_id, message_id, request, fate)
+                return
+            if loop.time() >= deadline:
+                logger.warning("chat %s: no decision recorded for the request at seq %s yet", chat_id, seq)
+                return
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 2.0)
+
+    def _edit_request(self, chat_id: int, message_id: int, request: ApprovalRequest, fate: Fate) -> None:
+        """Edit the request's message to end with its fate; the buttons go (an edit without markup)."""
+        text = render_html(request_text(request, fate))
+
+        async def edit() -> None:
+            try:
+                await self.bot.edit_message_text(text, chat_id=chat_id, message_id=message_id, parse_mode="HTML")
+            except TelegramBadRequest as exc:
+                if "not modified" not in exc.message:  # shown already (two presses, two edits)
+                    raise
+
+        self._put(chat_id, "the approval message", edit)
+
     # -- outbound ---------------------------------------------------------------------------------
 
     @staticmethod
@@ -477,6 +608,21 @@ class TelegramPlatform(Platform):
     async def reply(self, session: Session, message: str) -> None:
         """Queue a text reply (Markdown subset rendered, long text split) for the session's chat."""
         self._send_text(self.chat_id_of(session), message)
+
+    async def reply_approval_request(self, session: Session, request: ApprovalRequest) -> None:
+        """Send the request with Approve and Deny buttons (see :mod:`baf.platforms.telegram.approvals`)."""
+        chat_id = self.chat_id_of(session)
+        seq = runtime_side(session).delivery_seq  # the request's record: the buttons name it
+        if seq is None:  # not a delivery after a commit (a direct call): no record to name, so no buttons
+            await super().reply_approval_request(session, request)
+            return
+        keyboard = InlineKeyboardMarkup(
+            inline_keyboard=[[
+                InlineKeyboardButton(text="✅ Approve", callback_data=button_data(True, seq)),
+                InlineKeyboardButton(text="❌ Deny", callback_data=button_data(False, seq)),
+            ]]
+        )  # fmt: skip
+        self._send_text(chat_id, request_text(request), reply_markup=keyboard)
 
     async def reply_options(self, session: Session, message: str, options: Sequence[str]) -> None:
         """Send ``message`` with a one-time reply keyboard, one button per option; a tap sends its text."""
@@ -588,3 +734,9 @@ class TelegramPlatform(Platform):
             del self._views[chat_id]
         elif view.dirty:
             self._schedule_draw(chat_id, view)
+
+
+def _approver(user: User) -> str:
+    """Who pressed, as the decision records it: ``telegram user <id> (@name)``."""
+    name = f" (@{user.username})" if user.username else ""
+    return f"telegram user {user.id}{name}"

@@ -11,7 +11,8 @@ when the server fails to start or dies.
 
 When the server says its tool list changed (``notifications/tools/list_changed``, or the
 ``subscriptions/listen`` stream of the 2026 protocol), the tools are listed again and handed to
-``on_listing``; so they are after every restart.
+``on_listing``, one listing at a time, a listing overtaken by a newer change listed again rather than
+handed on; so they are after every restart.
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ class MCPConnection:
         self._ready = asyncio.Event()  # set while a client is up, or when there will be none
         self._wake = asyncio.Event()  # the supervisor's cue: stop, or the connection was lost
         self._tail: collections.deque[str] = collections.deque(maxlen=_STDERR_TAIL)
+        self._changes = 0  # list changes announced by the server; a listing is current if none came since
+        self._relisting = False
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -231,7 +234,7 @@ class MCPConnection:
         try:
             async with client.listen(tools_list_changed=True) as subscription:
                 async for _ in subscription:
-                    await self._relist(client)
+                    await self._relist()
         except Exception as exc:
             if not self._stopping:
                 self.logger.info("MCP server %r: change subscription ended (%s)", self.spec.name, exc)
@@ -244,15 +247,33 @@ class MCPConnection:
 
         root = getattr(message, "root", message)
         if isinstance(root, ToolListChangedNotification) and self._client is not None:
-            await self._relist(self._client)
+            await self._relist()
 
-    async def _relist(self, client: Any) -> None:
+    async def _relist(self) -> None:
+        """List the tools again after the server said its list changed, and hand the listing on.
+
+        One listing at a time, and only a current one is handed on: two changes in quick succession
+        (each announced) must not start two listings whose answers could arrive in either order, the
+        older one last. A change announced while a listing is under way makes that listing stale: it is
+        dropped and the tools are listed once more (however many changes came meanwhile).
+        """
+        self._changes += 1
+        if self._relisting:
+            return  # the listing under way sees the change and lists again
+        self._relisting = True
         try:
-            listing = await _list_tools(client)
-        except Exception as exc:
-            self.logger.warning("MCP server %r: listing its tools again failed (%s)", self.spec.name, exc)
-            return
-        self.on_listing(listing)
+            while (client := self._client) is not None:  # None: lost; the next connection lists them
+                changes = self._changes
+                try:
+                    listing = await _list_tools(client)
+                except Exception as exc:
+                    self.logger.warning("MCP server %r: listing its tools again failed (%s)", self.spec.name, exc)
+                    return
+                if changes == self._changes and client is self._client:
+                    self.on_listing(listing)
+                    return
+        finally:
+            self._relisting = False
 
     # -- calls ----------------------------------------------------------------------------------
 

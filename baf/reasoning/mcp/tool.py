@@ -19,13 +19,66 @@ from baf.reasoning.mcp.names import ListedTool
 from baf.reasoning.tool import Tool
 from baf.reasoning.tool_arguments import argument_error, argument_path, not_an_object, parse_arguments
 
-__all__ = ["MCPTool"]
+__all__ = ["MCPTool", "SchemaArguments"]
 
 #: Calls the server: ``(mcp_name, arguments) -> text``; raises ``ToolError`` for an error result.
 Caller = Callable[[str, dict[str, Any]], Awaitable[str]]
 
 #: Problems listed for one call; a huge wrong payload would otherwise give the model a wall of text.
 _MAX_PROBLEMS = 20
+
+
+class SchemaArguments:
+    """The arguments check of a tool whose schema is a JSON Schema from elsewhere (an MCP server's input
+    schema): the model is shown that schema as it is, and arguments are checked against it as JSON Schema
+    (with the ``jsonschema`` package the MCP client depends on), after the same JSON parsing as any tool.
+
+    Args:
+        tool_name: Used in error messages.
+        schema: The JSON Schema of the arguments object.
+    """
+
+    def __init__(self, tool_name: str, schema: dict[str, Any]) -> None:
+        self.tool_name = tool_name
+        self._schema = schema
+        self._validator: Any = None
+
+    @property
+    def json_schema(self) -> dict[str, Any]:
+        """The schema, as given."""
+        return self._schema
+
+    def validate(self, raw: str | bytes | bytearray | Mapping[str, Any]) -> dict[str, Any]:
+        """Parse the model's arguments and check them against the schema.
+
+        Raises:
+            ToolArgumentError: not JSON, not an object, or not valid under the schema: every problem
+                (up to 20), each naming the argument, worded for the model to fix its call.
+        """
+        args = parse_arguments(self.tool_name, raw) if isinstance(raw, str | bytes | bytearray) else raw
+        if not isinstance(args, Mapping):
+            raise not_an_object(self.tool_name, args)
+        args = dict(args)
+        errors = sorted(self._checker().iter_errors(args), key=lambda error: [*map(str, error.absolute_path)])
+        if errors:
+            problems = [_describe(error) for error in errors[:_MAX_PROBLEMS]]
+            if len(errors) > _MAX_PROBLEMS:
+                problems.append(f"... and {len(errors) - _MAX_PROBLEMS} more")
+            raise argument_error(self.tool_name, problems)
+        return args
+
+    def _checker(self) -> Any:
+        if self._validator is None:
+            import jsonschema  # a dependency of the mcp package
+
+            self._validator = jsonschema.validators.validator_for(self._schema)(self._schema)
+        return self._validator
+
+
+def _describe(error: Any) -> str:
+    message = error.message if len(error.message) <= 300 else error.message[:300] + "…"
+    path = list(error.absolute_path)
+    return f"argument '{argument_path(path)}': {message}" if path else message
 
 
 class MCPTool(Tool):
@@ -47,24 +100,12 @@ class MCPTool(Tool):
         timeout: float | None = None,
         requires_approval: bool = False,
     ) -> None:
-        # Not Tool.__init__: that derives the schema from a Python signature; here the server gives it.
-        self.fn = caller
-        self.name = listed.name
-        self.description = listed.description
-        self.timeout = timeout
-        self.idempotent = False  # nothing says a remote tool is; a crash mid-call is reported, not repeated
-        self.requires_approval = requires_approval
+        # idempotent=False: nothing says a remote tool is; a crash mid-call is reported, not repeated.
+        super().__init__(caller, name=listed.name, description=listed.description, timeout=timeout,
+                         requires_approval=requires_approval,
+                         arguments=SchemaArguments(listed.name, listed.input_schema))  # fmt: skip
         self.server = server
         self.mcp_name = listed.mcp_name
-        self._is_async = True
-        self._session_param = None
-        self._params = {}
-        self._schema = {
-            "type": "function",
-            "function": {"name": listed.name, "description": listed.description,
-                         "parameters": listed.input_schema},
-        }  # fmt: skip
-        self._validator: Any = None
 
     def __repr__(self) -> str:
         return f"MCPTool(name={self.name!r}, server={self.server!r}, mcp_name={self.mcp_name!r})"
@@ -74,42 +115,6 @@ class MCPTool(Tool):
         if args:
             raise TypeError(f"MCP tool {self.name!r} takes keyword arguments only")
         return self.fn(self.mcp_name, dict(kwargs))
-
-    def validate_args(self, raw: str | bytes | Mapping[str, Any]) -> dict[str, Any]:
-        """Parse the model's arguments and check them against the server's input schema.
-
-        The server gives a JSON schema, not a Python signature, so it is checked as JSON Schema (with
-        the ``jsonschema`` package the MCP client depends on), after the same JSON parsing as any tool.
-
-        Raises:
-            ToolArgumentError: not JSON, not an object, or not valid under the schema: every problem
-                (up to 20), each naming the argument, worded for the model to fix its call.
-        """
-        args = parse_arguments(self.name, raw) if isinstance(raw, str | bytes | bytearray) else raw
-        if not isinstance(args, Mapping):
-            raise not_an_object(self.name, args)
-        args = dict(args)
-        errors = sorted(self._schema_validator().iter_errors(args), key=lambda error: [*map(str, error.absolute_path)])
-        if errors:
-            problems = [self._describe(error) for error in errors[:_MAX_PROBLEMS]]
-            if len(errors) > _MAX_PROBLEMS:
-                problems.append(f"... and {len(errors) - _MAX_PROBLEMS} more")
-            raise argument_error(self.name, problems)
-        return args
-
-    def _schema_validator(self) -> Any:
-        if self._validator is None:
-            import jsonschema  # a dependency of the mcp package
-
-            schema = self._schema["function"]["parameters"]
-            self._validator = jsonschema.validators.validator_for(schema)(schema)
-        return self._validator
-
-    @staticmethod
-    def _describe(error: Any) -> str:
-        message = error.message if len(error.message) <= 300 else error.message[:300] + "…"
-        path = list(error.absolute_path)
-        return f"argument '{argument_path(path)}': {message}" if path else message
 
     async def call(self, args: Mapping[str, Any], session: Any = None) -> Any:
         """Run the call on the server and return the text the model reads.

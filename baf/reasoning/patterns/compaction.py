@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["ContextCompactor", "estimate_tokens"]
+__all__ = ["ContextCompactor", "estimate_tokens", "turn_start"]
 
 _Messages = list[dict[str, Any]]
 
@@ -15,6 +15,18 @@ def estimate_tokens(messages: list[dict[str, Any]]) -> int:
     """A rough token count (about four characters a token): good enough to decide when to compact,
     without a tokenizer dependency."""
     return sum(len(json.dumps(m, ensure_ascii=False)) for m in messages) // 4 + 1
+
+
+def turn_start(messages: list[dict[str, Any]], cut: int, floor: int = 0) -> int:
+    """Where a kept tail may start: ``cut``, moved back (not below ``floor``) past tool messages.
+
+    A tool message answers the assistant message before it that asked for it; a tail starting at a tool
+    message would leave its results without their call (parallel calls: several results in a row). The
+    one rule of where a conversation may be cut, shared by every compaction.
+    """
+    while cut > floor and messages[cut].get("role") == "tool":
+        cut -= 1
+    return cut
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,10 +50,7 @@ class ContextCompactor:
 
     def split(self, messages: list[dict[str, Any]]) -> tuple[_Messages, _Messages, _Messages]:
         """``(head, old, tail)``: the task message, the turns to compact, the recent turns kept."""
-        cut = max(1, len(messages) - self.keep_last)
-        # A tool message answers the assistant message before it; start the tail at a turn boundary.
-        while cut > 1 and messages[cut].get("role") == "tool":
-            cut -= 1
+        cut = turn_start(messages, max(1, len(messages) - self.keep_last), floor=1)
         return messages[:1], messages[1:cut], messages[cut:]
 
     @staticmethod

@@ -1,0 +1,92 @@
+"""What a faulty or hostile peer on the database can do to a worker: inbox rows that are JSON objects but
+not messages (each is an error record of its session, consumed; the session goes on), and a second live
+worker with the same id (refused at start: both would count as the owner of the same sessions)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import asyncpg
+import orjson
+import pytest
+
+from baf.core.events import ReceiveTextEvent
+from baf.errors import ConfigurationError
+from baf.log.projection import project
+from baf.serve import Worker
+
+from .helpers import assert_each_question_answered_once, fresh_agent, message, wait_for_answers
+
+
+@pytest.fixture
+async def worker(postgres_dsn: str) -> AsyncIterator[Worker]:
+    a = Worker(fresh_agent(), postgres_dsn, worker_id="a", lease_ttl=10, poll_interval=1)
+    await a.start()
+    try:
+        yield a
+    finally:
+        await a.stop()
+
+
+HOSTILE_ROWS = {
+    "unknown event type": {"event": {"type": "NoSuchEvent"}, "text": "x"},
+    "unknown event field": {"event": {"type": "text", "message": "x", "evil": 1}, "text": "x"},
+    "a field set by the platform": {"event": {"type": "text", "message": "x", "session_id": "other"}, "text": "x"},
+    "event field of the wrong type": {"event": {"type": "text", "message": 5}, "text": 5},
+    "text not a string": {"event": {"type": "text", "message": "x"}, "text": {"a": 1}},
+    "text not the event's": {"event": {"type": "text", "message": "x"}, "text": "y"},
+    "delivery id not a string": {"event": {"type": "text", "message": "x"}, "text": "x", "delivery": [1]},
+    "event not an object": {"event": "text", "text": "x"},
+    "no event": {"text": "x"},
+}
+
+
+@pytest.mark.parametrize("payload", HOSTILE_ROWS.values(), ids=HOSTILE_ROWS.keys())
+async def test_an_inbox_row_that_is_not_a_message_is_an_error_record_and_the_session_goes_on(
+    worker: Worker, postgres_dsn: str, payload: dict[str, object]
+) -> None:
+    connection = await asyncpg.connect(postgres_dsn)
+    try:  # as a faulty peer would write it, ahead of a good message
+        await connection.execute(
+            "INSERT INTO baf_inbox (session_id, payload) VALUES ('s', $1)", orjson.dumps(payload).decode()
+        )
+    finally:
+        await connection.close()
+    await worker.inbox.post("s", message("s", "q1"))
+    records = await wait_for_answers(postgres_dsn, {"s": ["q1"]}, within=20)
+    errors = [r.data["message"] for r in records["s"] if r.kind == "error"]
+    assert len(errors) == 1 and "malformed message" in errors[0], errors
+    assert_each_question_answered_once(records, {"s": ["q1"]})
+    assert await worker.inbox.pending("s") == []
+    # nothing of the row reached the conversation the model is shown
+    history = project("s", records["s"]).history
+    assert [entry.text for entry in history if entry.role == "user"] == ["q1"]
+
+
+async def test_a_second_live_worker_with_the_same_id_is_refused_at_start(worker: Worker, postgres_dsn: str) -> None:
+    await worker.runtime.receive(ReceiveTextEvent("s", message="q1"))
+    twin = Worker(fresh_agent(), postgres_dsn, worker_id="a", lease_ttl=10, poll_interval=1)
+    with pytest.raises(ConfigurationError, match="worker id 'a' is in use by a live worker"):
+        await twin.start()
+    info = await worker.leases.owner_of("s")
+    assert info is not None and info.epoch == 1  # the twin took nothing
+    records = await wait_for_answers(postgres_dsn, {"s": ["q1"]})
+    assert_each_question_answered_once(records, {"s": ["q1"]})
+
+
+async def test_the_id_of_a_worker_that_died_can_be_used_again(postgres_dsn: str) -> None:
+    dead = Worker(fresh_agent(), postgres_dsn, worker_id="a", lease_ttl=10, poll_interval=1)
+    await dead.start()
+    await dead.runtime.receive(ReceiveTextEvent("s", message="q1"))
+    await wait_for_answers(postgres_dsn, {"s": ["q1"]})
+    connection = await asyncpg.connect(postgres_dsn)
+    try:  # it dies: no heartbeat since a lease_ttl
+        await connection.execute("UPDATE baf_workers SET heartbeat_at = now() - interval '11 seconds'")
+        await connection.execute("UPDATE baf_leases SET expires_at = now() - interval '1 second'")
+    finally:
+        await connection.close()
+    async with Worker(fresh_agent(), postgres_dsn, worker_id="a", lease_ttl=10, poll_interval=1) as again:
+        assert await again.claim("s")
+        info = await again.leases.owner_of("s")
+        assert info is not None and info.owner == "a" and info.epoch == 2  # taken over: the dead one is fenced
+    await dead.stop()
