@@ -503,6 +503,7 @@ class TelegramPlatform(Platform):
             await self._answer(query, fate.notice(), alert=True)
             self._edit_request(chat_id, message.message_id, request, fate)
             return
+        known = (chat_id, request.call_id) in self._requests  # sent from here: its decision's delivery edits it
         event = ApprovalEvent(
             session_id, call_id=request.call_id, approved=approved, approver=_approver(query.from_user)
         )
@@ -514,7 +515,6 @@ class TelegramPlatform(Platform):
             await self._answer(query, "Your decision could not be recorded; press the button again.")
             return
         await self._answer(query, "Approved." if approved else "Denied.")
-        known = (chat_id, request.call_id) in self._requests  # sent from here: its decision's delivery edits it
         task = asyncio.ensure_future(self._show_decision(chat_id, message.message_id, session_id, seq, done, known))
         self._typing.add(task)
         task.add_done_callback(self._typing.discard)
