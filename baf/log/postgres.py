@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
 from baf.errors import (
-    ConfigurationError,
     CorruptRecordError,
     LeaseLostError,
     LogClosedError,
@@ -44,6 +43,7 @@ from baf.errors import (
     LogError,
     LogReadOnlyError,
     LogStorageError,
+    MissingExtraError,
 )
 from baf.log import upcast as upcast_module
 from baf.log.jsontext import decode_json
@@ -595,6 +595,6 @@ def decode_row(session_id: str, row: Any) -> Record:
 def _import_asyncpg() -> Any:
     try:
         import asyncpg
-    except ImportError as exc:  # pragma: no cover - depends on the install
-        raise ConfigurationError("a postgresql:// log needs asyncpg: pip install 'baf[postgres]'") from exc
+    except ImportError as exc:
+        raise MissingExtraError("a postgresql:// log (asyncpg)", "postgres") from exc
     return asyncpg

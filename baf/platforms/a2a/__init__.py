@@ -1,4 +1,4 @@
-"""Serve an agent over the Agent2Agent protocol (the ``a2a`` extra: ``pip install 'baf[a2a]'``).
+"""Serve an agent over the Agent2Agent protocol (the ``a2a`` extra: ``pip install -e ".[a2a]"`` in a clone).
 
 ::
 
@@ -34,7 +34,14 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import uvicorn
+from baf.errors import MissingExtraError
+
+try:  # first, so that a missing extra is named with its pip command rather than a bare ModuleNotFoundError
+    import a2a.server  # noqa: F401
+    import uvicorn
+except ImportError as exc:
+    raise MissingExtraError("A2APlatform (a2a-sdk, uvicorn)", "a2a") from exc
+
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes

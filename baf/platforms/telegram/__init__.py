@@ -1,4 +1,4 @@
-"""A Telegram bot for an agent, on aiogram 3 (the ``telegram`` extra: ``pip install 'baf[telegram]'``).
+"""A Telegram bot for an agent, on aiogram 3 (the ``telegram`` extra: ``pip install -e ".[telegram]"`` in a clone).
 
 ::
 
@@ -49,6 +49,13 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
+
+from baf.errors import MissingExtraError
+
+try:  # first, so that a missing extra is named with its pip command rather than a bare ModuleNotFoundError
+    import aiogram  # noqa: F401
+except ImportError as exc:
+    raise MissingExtraError("TelegramPlatform (aiogram)", "telegram") from exc
 
 from aiogram import Bot
 from aiogram.client.session.aiohttp import AiohttpSession
