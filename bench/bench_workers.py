@@ -17,7 +17,7 @@ been up a while: its statements prepared, its code paths run once).
 
 Part 2. Framework time per model turn with a zero-latency model (10 tool turns, then the answer), SQLite
 against PostgreSQL in the same run, with 1, 10 and 50 sessions answering at once in one process (median
-of ``--reps`` rounds for one session, fewer for more). The target (PostgreSQL within 1.5x "with group
+of ``--reps`` rounds for one session, at least 5 for more). The target (PostgreSQL within 1.5x "with group
 commit") is the concurrent rows: there the commits of many sessions share the writer's round trips. One
 session alone stays near 3x: each turn has two durable points (the model's answer before the tool runs,
 the tool's result before the next model call), each a round trip to the server (~0.1 ms on loopback)
@@ -207,7 +207,7 @@ async def run(server: str, sessions: int, reps: int, folder: Path) -> None:
     for column in ("concurrent sessions", "sqlite (normal)", "postgres", "postgres / sqlite"):
         turns.add_column(column)
     for sessions in CONCURRENCY:
-        rounds = max(3, reps // sessions)
+        rounds = max(5, reps // sessions)
         sqlite_us = await per_turn(f"sqlite:///{folder / f'turns-{sessions}.db'}", sessions, rounds)
         postgres_us = await per_turn(await fresh_schema(server), sessions, rounds)
         label = f"{sessions}" + (" (one commit round trip per durable point)" if sessions == 1 else " (group commit)")
