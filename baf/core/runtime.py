@@ -11,6 +11,7 @@ import asyncio
 import gc
 import logging
 import threading
+import uuid
 import weakref
 from collections import deque
 from collections.abc import Iterator, Mapping
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from baf.core.cache import SessionCache
 from baf.core.engine import Resumption, find_resumption, run_step
 from baf.core.events import Event, ReceiveTextEvent, event_from_data
+from baf.core.forwarded import FORWARDED_KEY, ForwardedMessages
 from baf.core.intent_routing import intent_threshold
 from baf.core.live import LiveSession
 from baf.core.machine import MachineModel, compile_machine
@@ -392,7 +394,10 @@ class Runtime:
 
     def unfollow(self, session_id: str) -> LiveSession | None:
         """Stop following ``session_id`` (no client of it is left here, or this runtime now runs it)."""
-        return self._followed.pop(session_id, None)
+        live = self._followed.pop(session_id, None)
+        if live is not None and live.forwarded is not None:
+            live.forwarded.release()
+        return live
 
     def _view(self, projection: SessionProjection, platform: Platform | None) -> LiveSession:
         live = LiveSession(self, SessionWriter(self.log, projection, self.agent.redactor), platform)
@@ -573,13 +578,7 @@ class Runtime:
         if self.router is not None and event.session_id not in self._live:
             self._check_session_id(event.session_id)  # before a lease or an inbox row stores it
             if not await self.claim(event.session_id):  # another worker owns it: its inbox takes it
-                if platform is not None:
-                    # Followed before the owner can record the message: its replies come after the view.
-                    await self.follow(event.session_id, platform)
-                await self.router.forward(event.session_id, data, platform)
-                forwarded: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-                forwarded.set_result(None)
-                return None, forwarded
+                return None, await self._forward(event, data, platform)
         live = await self._get_live(event.session_id, platform)
         recorded_at = live.projection.deliveries.get(event.delivery_id) if event.delivery_id is not None else None
         if recorded_at is not None:
@@ -604,6 +603,33 @@ class Runtime:
             self._evict(live, exc)
             raise
         return live, done
+
+    async def _forward(self, event: Event, data: dict[str, Any], platform: Platform | None) -> asyncio.Future[None]:
+        """Send ``event`` (recorded as ``data``) to the worker that owns its session; return a future that
+        resolves once it is handled there when ``platform`` has a client waiting for the session's
+        output (``baf.core.forwarded``), else at once."""
+        assert self.router is not None, "only a worker among many forwards messages"
+        handled: asyncio.Future[None] | None = None
+        if platform is not None:
+            # Followed before the owner can record the message: its replies come after the view.
+            view = await self.follow(event.session_id, platform)
+            if platform.has_client(event.session_id):
+                # A mark the view recognises the message's record by (not a delivery id: those are kept
+                # in the projection, for the dedup of redeliveries).
+                data[FORWARDED_KEY] = uuid.uuid4().hex
+                if view.forwarded is None:
+                    view.forwarded = ForwardedMessages()
+                handled = view.forwarded.add(data[FORWARDED_KEY])
+        try:
+            await self.router.forward(event.session_id, data, platform)
+        except BaseException:
+            if handled is not None:
+                handled.cancel()
+            raise
+        if handled is None:
+            handled = asyncio.get_running_loop().create_future()
+            handled.set_result(None)
+        return handled
 
     async def receive_forwarded(
         self, session_id: str, inbox_id: int, data: dict[str, Any] | None, error: str | None = None

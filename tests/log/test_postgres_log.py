@@ -211,6 +211,38 @@ async def test_the_work_index_stays_right_when_another_store_appended_in_between
         assert '"unhandled":[7]' in rows[0][0]
 
 
+async def test_a_loaded_session_is_appended_to_without_reading_the_work_index_and_stays_right(
+    postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A worker taking over a session another store wrote learns its last seq and work status with the load
+    # (one snapshot), so its first append is one statement; an append by someone else after the load makes
+    # that append conflict (the seq is taken), never build on a stale status.
+    import baf.log.postgres as postgres_module
+
+    read_first: list[list[str]] = []
+    original = postgres_module.stored_work
+
+    async def counted(connection: asyncpg.Connection, sessions: list[str]) -> object:
+        read_first.append(sessions)
+        return await original(connection, sessions)
+
+    monkeypatch.setattr(postgres_module, "stored_work", counted)
+    async with PostgresLog(postgres_dsn) as first, PostgresLog(postgres_dsn) as second:
+        await first.append([work_rec("s", 1, "session_started"), work_rec("s", 2, "message_received", text="a")])
+        await first.append([work_rec("t", 1, "note")])
+        await asyncio.gather(second.read_for_load("s"), second.read_for_load("t"))
+        await second.append([work_rec("s", 3, "step_started", event_seq=None)])
+        assert read_first == []  # its status came with the load: nothing read before the append
+        rows = await query(postgres_dsn, "SELECT status FROM baf_work WHERE session_id = 's'")
+        assert '"open":0' in rows[0][0] and '"unhandled":[2]' in rows[0][0]  # built on the loaded status
+        await first.append([work_rec("t", 2, "message_received", text="b")])  # after second's load of t
+        with pytest.raises(LogConflictError):
+            await second.append([work_rec("t", 2, "message_received", text="c")])
+        assert read_first == [["t"]]  # the retry alone read the index, and the conflict wrote nothing
+        assert await second.unfinished_sessions() == ["s", "t"]
+        assert [r.data.get("text") for r in await second.read("t")] == [None, "b"]
+
+
 # -- a burst of sessions: reads asked for together share one query ------------------------------------------
 
 
