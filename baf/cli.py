@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -22,7 +23,7 @@ from rich.text import Text
 from baf.errors import ConfigurationError, LogError, SessionNotFoundError
 from baf.log import SessionLog, SQLiteLog, open_log
 from baf.log.redaction import Redactor
-from baf.replay.render import visible, visible_json
+from baf.replay.render import NARROW, fit_columns, print_fitted, visible, visible_json
 
 if TYPE_CHECKING:
     from baf.core.agent import Agent
@@ -146,6 +147,11 @@ def _parser() -> argparse.ArgumentParser:
 
     sessions = commands.add_parser("sessions", help="list the sessions of a log")
     sessions.add_argument("log", nargs="?", help=f"a log file or URL (default: {DEFAULT_LOG_FILE} in this folder)")
+    output = sessions.add_mutually_exclusive_group()
+    output.add_argument(
+        "--plain", action="store_true", help="for scripts: a header, then one session a line, tab-separated"
+    )
+    output.add_argument("--json", action="store_true", help="for scripts: one JSON object per session and line")
     sessions.set_defaults(handler=_cmd_sessions)
 
     log = commands.add_parser("log", help="print the records of a session")
@@ -333,7 +339,7 @@ class _UsageError(ValueError):
 def _cmd_sessions(args: argparse.Namespace) -> int:
     from baf.replay.commands import report_unreadable
     from baf.replay.reading import session_rows
-    from baf.replay.render import render_sessions
+    from baf.replay.render import render_sessions, session_records, sessions_plain
 
     if args.log is None:
         args.log = _default_log("sessions")
@@ -343,7 +349,13 @@ def _cmd_sessions(args: argparse.Namespace) -> int:
             return await session_rows(log)
 
     rows = asyncio.run(collect())
-    render_sessions(_Stdout(), rows, f"sessions in {_shown(args.log)}")  # the list `baf replay LOG` shows
+    if args.json:
+        for line in session_records(rows):
+            print(visible_json(json.dumps(line, ensure_ascii=False)))
+    elif args.plain:
+        print("\n".join(sessions_plain(rows)))
+    else:
+        render_sessions(_Stdout(), rows, f"sessions in {_shown(args.log)}")  # the list `baf replay LOG` shows
     return report_unreadable(rows, "sessions")
 
 
@@ -377,13 +389,20 @@ def _cmd_log(args: argparse.Namespace) -> int:
             print(visible_json(json.dumps(line, ensure_ascii=False)))
         return 0
     table = Table(title=Text(visible(f"session {redactor.redact_text(args.session)}")))
-    for column in ("seq", "time", "kind", "data"):
-        table.add_column(column, overflow="fold")
+    # seq, time and kind keep their line (a kind is what one passes to --kind); the data folds.
+    for column in ("seq", "time", "kind"):
+        table.add_column(column, no_wrap=True, justify="right" if column == "seq" else "left")
+    table.add_column("data", overflow="fold", ratio=1)
+    columns = fit_columns(console)
+    short = columns is not None and columns < NARROW  # the year and a box's width left to the data
+    if short:
+        table.box, table.collapse_padding, table.pad_edge = box.SIMPLE_HEAD, True, False
     for r in records:
         data = json.dumps(r.data, ensure_ascii=False)
         shown = visible_json(data if len(data) < 300 else data[:297] + "...")
-        table.add_row(str(r.seq), _when(r.ts), Text(visible(r.kind)), Text(shown))
-    console.print(table)
+        when = datetime.fromtimestamp(r.ts).strftime("%m-%d %H:%M:%S") if short and r.ts else _when(r.ts)
+        table.add_row(str(r.seq), when, Text(visible(r.kind)), Text(shown))
+    print_fitted(console, table)
     return 0
 
 

@@ -5,7 +5,9 @@
     BafError
     ├── ConfigurationError          the agent was wired wrongly (duplicate state, two initial states, ...)
     │   │                           or cannot start as set up (a platform's port is in use, ...)
-    │   └── AgentFileError          a YAML agent file is invalid; each problem names file, line and column
+    │   ├── AgentFileError          a YAML agent file is invalid; each problem names file, line and column
+    │   └── MissingExtraError       a feature needs an optional extra that is not installed; says the
+    │                               pip command for this install (also an ``ImportError``)
     ├── TemplateError               a YAML agent's template could not be rendered (a missing variable, an
     │                               attribute the sandbox refuses)
     ├── SessionVariableError        a session variable that cannot be stored (not JSON-serialisable)
@@ -65,7 +67,12 @@ record and contained; the session goes on.
 
 from __future__ import annotations
 
+import json
+import os
+from importlib import metadata
+from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 __all__ = [
     "AgentFileError",
@@ -89,6 +96,7 @@ __all__ = [
     "LogInUseError",
     "LogReadOnlyError",
     "LogStorageError",
+    "MissingExtraError",
     "PathEscapeError",
     "PatternBudgetError",
     "PatternError",
@@ -134,6 +142,50 @@ class AgentFileError(ConfigurationError):
         shown = "\n".join(f"  {path}:{line}:{column}: {message}" for _, line, column, message in self.problems)
         count = len(self.problems)
         super().__init__(f"{path}: {count} problem{'s' if count != 1 else ''}\n{shown}")
+
+
+class MissingExtraError(ConfigurationError, ImportError):
+    """``what`` needs the optional ``extra`` (``web``, ``postgres``, ``mcp``, ...), which is not installed.
+
+    The message gives the command that installs it for the baf being run: ``pip install -e "DIR[web]"``
+    for a clone (an editable install, or run from its folder; ``".[web]"`` when run in that folder),
+    ``pip install "PATH[web]"`` for one installed from a local folder or file, and
+    ``pip install "baf[web]"`` otherwise. ``extra`` and ``command`` hold both parts.
+    """
+
+    def __init__(self, what: str, extra: str) -> None:
+        self.extra = extra
+        self.command = _install_command(extra)
+        super().__init__(f"{what} needs the {extra!r} extra, which is not installed: {self.command}")
+
+
+def _install_command(extra: str) -> str:
+    """The pip command that adds the optional ``extra`` to the baf being run (see :class:`MissingExtraError`)."""
+    target, editable = _installed_from()
+    if target is None:
+        return f'pip install "baf[{extra}]"'
+    if editable and Path(target) == Path.cwd():
+        target = "."
+    return f'pip install {"-e " if editable else ""}"{target}[{extra}]"'
+
+
+def _installed_from() -> tuple[str | None, bool]:
+    """Where this baf comes from: its source tree and ``True`` when it runs from one (an editable install of
+    a clone, or a clone on ``sys.path``); the local folder or file pip installed it from (``direct_url.json``,
+    PEP 610) and ``False``; ``(None, False)`` for a package index (or unknown), where ``baf`` names it."""
+    source = Path(__file__).resolve().parent.parent
+    if (source / "pyproject.toml").is_file():
+        return str(source), True
+    try:
+        direct = json.loads(metadata.distribution("baf").read_text("direct_url.json") or "null")
+    except (metadata.PackageNotFoundError, ValueError):
+        return None, False
+    if not isinstance(direct, dict) or not str(direct.get("url", "")).startswith("file:"):
+        return None, False
+    path = unquote(urlsplit(str(direct["url"])).path)
+    if os.name == "nt" and path.startswith("/") and path[2:3] == ":":
+        path = path[1:]  # file:///C:/... is C:/...
+    return path, False
 
 
 class TemplateError(BafError):

@@ -1,6 +1,6 @@
 """Two baf agents talking over A2A, offline: a travel planner asks a weather agent.
 
-    pip install 'baf[a2a]'
+    pip install -e ".[a2a]"      # in a clone of baf
     python examples/a2a_agents.py
 
 The weather agent is served with ``use_a2a_platform`` on a free loopback port; the planner gets it as

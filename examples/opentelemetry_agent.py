@@ -4,7 +4,7 @@
 the spans it emitted, nested as they ran, with their GenAI attributes. With a collector running (Jaeger,
 Phoenix, Langfuse, an OpenTelemetry Collector...), ``--otlp http://localhost:4318/v1/traces`` sends them
 there instead; ``--content`` adds prompts, completions and tool results (redacted). Needs the otel extra:
-``pip install 'baf[otel]'``.
+``pip install -e ".[otel]"`` (in a clone of baf).
 """
 
 from __future__ import annotations

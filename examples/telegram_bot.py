@@ -1,7 +1,7 @@
 """A Telegram bot that keeps notes: send it text to note down, a photo or document to keep, /list to
 see what it kept, /clear to start over.
 
-    pip install 'baf[telegram]'
+    pip install -e ".[telegram]"      # in a clone of baf
     TELEGRAM_BOT_TOKEN=123456:ABC... python examples/telegram_bot.py
 
 Talk to your bot in Telegram (create it with @BotFather). Optional settings:

@@ -249,7 +249,7 @@ class Agent:
         return platform
 
     def use_websocket_platform(self, **options: Any) -> WebSocketPlatform:
-        """Attach the WebSocket platform (the ``web`` extra: ``pip install 'baf[web]'``). With ``ui=True``
+        """Attach the WebSocket platform (the ``web`` extra: ``pip install -e ".[web]"`` in a clone). With ``ui=True``
         (the default) it also serves the browser UI at http://localhost:PORT/."""
         from baf.platforms.websocket import WebSocketPlatform
 
@@ -258,7 +258,7 @@ class Agent:
         return platform
 
     def use_telegram_platform(self, token: str, **options: Any) -> TelegramPlatform:
-        """Attach a Telegram bot (the ``telegram`` extra: ``pip install 'baf[telegram]'``); options as for
+        """Attach a Telegram bot (the ``telegram`` extra); options as for
         :class:`~baf.platforms.telegram.TelegramPlatform`."""
         from baf.platforms.telegram import TelegramPlatform
 
@@ -267,7 +267,7 @@ class Agent:
         return platform
 
     def use_a2a_platform(self, host: str = "127.0.0.1", port: int = 9000, **options: Any) -> A2APlatform:
-        """Serve the agent over A2A (the ``a2a`` extra: ``pip install 'baf[a2a]'``); options as for
+        """Serve the agent over A2A (the ``a2a`` extra); options as for
         :class:`~baf.platforms.a2a.A2APlatform`."""
         from baf.platforms.a2a import A2APlatform
 

@@ -102,7 +102,7 @@ class SessionCache:
             if self._can_drop(live):
                 idle.append(live)
         for live in idle:
-            self._let_go(live)
+            self.let_go(live)
 
     def close(self) -> None:
         """Drop nothing more (the runtime is stopping); cancel the expiry timer."""
@@ -111,7 +111,8 @@ class SessionCache:
             self._timer.cancel()
             self._timer = None
 
-    def _let_go(self, live: LiveSession) -> None:
+    def let_go(self, live: LiveSession) -> None:
+        """Drop ``live`` now (``drop`` is called), whether or not it is idle: the caller checked."""
         if self.remove(live):
             self._drop(live)
 
@@ -136,7 +137,7 @@ class SessionCache:
                 break  # use order: every later one was used more recently
             live = self._sessions[session_id]
             if self._can_drop(live):
-                self._let_go(live)
+                self.let_go(live)
             else:
                 self.touch(live)  # busy: looked at again one idle period after it comes to rest
         self._arm()

@@ -23,6 +23,7 @@ from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from baf.core.delivery import platform_call_of
+from baf.core.forwarded import ForwardedMessages
 from baf.core.session import Delivery, Session
 from baf.core.writer import SessionWriter
 from baf.errors import LogClosedError
@@ -45,6 +46,11 @@ _T = TypeVar("_T")
 
 #: At most this many replies wait for a platform to attach (see ``LiveSession.attach_platform``).
 _PARKED_LIMIT = 1000
+
+
+async def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _retrieve_exception(future: asyncio.Future[None]) -> None:
@@ -89,6 +95,8 @@ class LiveSession:
         # handles recorded messages before the platform that serves the session asks for it): sent, in
         # order, once one is (see attach_platform). Bounded: the log keeps them all anyway.
         self._parked: deque[tuple[str, tuple[Any, ...], int | None]] = deque(maxlen=_PARKED_LIMIT)
+        #: A followed session only: the messages this worker forwarded to its owner that a platform waits on.
+        self.forwarded: ForwardedMessages | None = None
         #: What bodies, conditions, hooks and platforms are given.
         self.session = Session(self)
 
@@ -253,6 +261,10 @@ class LiveSession:
             send = getattr(self.platform, call[0], None)
             if send is not None:
                 self._outbox.append((functools.partial(send, self.session, *call[1]), record.seq))
+        if self.forwarded:
+            # After the calls that showed the message's step, in the same order.
+            for future in self.forwarded.handled(records, projection):
+                self._outbox.append((functools.partial(_resolve, future), None))
         return shown
 
     @property

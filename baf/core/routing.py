@@ -10,6 +10,7 @@ the log.
 
 from __future__ import annotations
 
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -30,8 +31,9 @@ class SessionRouter(Protocol):
         ``platform`` is where its client is connected, for the replies to find their way back."""
         ...
 
-    async def release(self, session_id: str) -> None:
-        """This runtime no longer holds ``session_id`` (stopped, or dropped it)."""
+    def release(self, session_id: str) -> Coroutine[Any, Any, None]:
+        """This runtime no longer holds ``session_id`` (it dropped it): the router stops taking it as held
+        here at once, when called, and gives its ownership up when the coroutine returned is run."""
         ...
 
     def follow(self, session_id: str) -> None:

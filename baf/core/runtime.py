@@ -11,6 +11,7 @@ import asyncio
 import gc
 import logging
 import threading
+import uuid
 import weakref
 from collections import deque
 from collections.abc import Iterator, Mapping
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from baf.core.cache import SessionCache
 from baf.core.engine import Resumption, find_resumption, run_step
 from baf.core.events import Event, ReceiveTextEvent, event_from_data
+from baf.core.forwarded import FORWARDED_KEY, ForwardedMessages
 from baf.core.intent_routing import intent_threshold
 from baf.core.live import LiveSession
 from baf.core.machine import MachineModel, compile_machine
@@ -162,7 +164,8 @@ class Runtime:
             self._unload,
         )
         self._mailboxes: dict[str, deque[_Item]] = {}
-        self._releasing: set[asyncio.Future[None]] = set()  # leases being given up (a worker's dropped sessions)
+        # Leases being given up (a worker's dropped sessions), by session: claimed again only after.
+        self._releasing: dict[str, asyncio.Future[None]] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._check_queued: set[str] = set()
         self._machine: AsyncMachine | None = None
@@ -174,6 +177,7 @@ class Runtime:
         # Sessions another worker runs that this one shows on its platforms (see follow()).
         self._followed: dict[str, LiveSession] = {}
         self._wanted: dict[str, int] = {}  # callers waiting for a session's load, by session id
+        self._letting_go: set[str] = set()  # sessions to drop from memory once at rest (see let_go())
         self._stopped = False
         self._toolsets_started = False
 
@@ -358,7 +362,7 @@ class Runtime:
         ``platform``."""
         if self.router is not None and session_id not in self._live:
             self._check_session_id(session_id)
-            if not await self.router.claim(session_id):
+            if not await self.claim(session_id):
                 return (await self.follow(session_id, platform)).session
         return (await self._get_live(session_id, platform)).session
 
@@ -390,7 +394,10 @@ class Runtime:
 
     def unfollow(self, session_id: str) -> LiveSession | None:
         """Stop following ``session_id`` (no client of it is left here, or this runtime now runs it)."""
-        return self._followed.pop(session_id, None)
+        live = self._followed.pop(session_id, None)
+        if live is not None and live.forwarded is not None:
+            live.forwarded.release()
+        return live
 
     def _view(self, projection: SessionProjection, platform: Platform | None) -> LiveSession:
         live = LiveSession(self, SessionWriter(self.log, projection, self.agent.redactor), platform)
@@ -510,6 +517,7 @@ class Runtime:
         """Drop ``live`` from memory (the cache let it go). A caller still holding it gets a clear
         ``LogClosedError`` on a write; the next use loads the session again."""
         live.close("it was dropped from memory while idle; get it again (agent.get_or_create_session)")
+        self._letting_go.discard(live.id)
         self._mailboxes.pop(live.id, None)
         self._workers.pop(live.id, None)
         self._check_queued.discard(live.id)
@@ -521,15 +529,28 @@ class Runtime:
                 # before the lease goes and another worker may write.
                 self._view(live.projection, live.platform)
                 self.router.follow(live.id)
-            releasing = asyncio.ensure_future(self.router.release(live.id))
-            self._releasing.add(releasing)
-            releasing.add_done_callback(self._released)
+            session_id = live.id
+            releasing = asyncio.ensure_future(self.router.release(session_id))
+            self._releasing[session_id] = releasing
+            releasing.add_done_callback(lambda done: self._released(session_id, done))
 
-    def _released(self, releasing: asyncio.Future[None]) -> None:
-        self._releasing.discard(releasing)
+    def _released(self, session_id: str, releasing: asyncio.Future[None]) -> None:
+        if self._releasing.get(session_id) is releasing:
+            del self._releasing[session_id]
         if not releasing.cancelled() and releasing.exception() is not None:
             # The lease then expires by itself: the session is only taken over later.
             logger.warning("releasing a dropped session's lease failed: %s", releasing.exception())
+
+    async def claim(self, session_id: str) -> bool:
+        """Under a router: ask it for ``session_id`` (not in memory here), ``True`` if this runtime may run
+        it. A release of its lease still under way (it was just dropped) ends first: claimed before, the
+        session would be loaded again under the lease being given up, and its appends refused once it is."""
+        if self.router is None:
+            return True
+        releasing = self._releasing.get(session_id)
+        if releasing is not None:
+            await asyncio.wait([releasing])  # its failure is logged by _released
+        return await self.router.claim(session_id)
 
     async def _snapshot_if_due(self, live: LiveSession) -> None:
         """After a step: write a snapshot if ``snapshot_every`` records were written since the last one."""
@@ -560,14 +581,8 @@ class Runtime:
             raise ValueError(f"{type(event).__name__} cannot be recorded: its fields must be JSON ({exc})") from exc
         if self.router is not None and event.session_id not in self._live:
             self._check_session_id(event.session_id)  # before a lease or an inbox row stores it
-            if not await self.router.claim(event.session_id):  # another worker owns it: its inbox takes it
-                if platform is not None:
-                    # Followed before the owner can record the message: its replies come after the view.
-                    await self.follow(event.session_id, platform)
-                await self.router.forward(event.session_id, data, platform)
-                forwarded: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-                forwarded.set_result(None)
-                return None, forwarded
+            if not await self.claim(event.session_id):  # another worker owns it: its inbox takes it
+                return None, await self._forward(event, data, platform)
         live = await self._get_live(event.session_id, platform)
         recorded_at = live.projection.deliveries.get(event.delivery_id) if event.delivery_id is not None else None
         if recorded_at is not None:
@@ -593,13 +608,44 @@ class Runtime:
             raise
         return live, done
 
+    async def _forward(self, event: Event, data: dict[str, Any], platform: Platform | None) -> asyncio.Future[None]:
+        """Send ``event`` (recorded as ``data``) to the worker that owns its session; return a future that
+        resolves once it is handled there when ``platform`` has a client waiting for the session's
+        output (``baf.core.forwarded``), else at once."""
+        assert self.router is not None, "only a worker among many forwards messages"
+        handled: asyncio.Future[None] | None = None
+        if platform is not None:
+            # Followed before the owner can record the message: its replies come after the view.
+            view = await self.follow(event.session_id, platform)
+            if platform.has_client(event.session_id):
+                # A mark the view recognises the message's record by (not a delivery id: those are kept
+                # in the projection, for the dedup of redeliveries).
+                data[FORWARDED_KEY] = uuid.uuid4().hex
+                if view.forwarded is None:
+                    view.forwarded = ForwardedMessages()
+                handled = view.forwarded.add(data[FORWARDED_KEY])
+        try:
+            await self.router.forward(event.session_id, data, platform)
+        except BaseException:
+            if handled is not None:
+                handled.cancel()
+            raise
+        if handled is None:
+            handled = asyncio.get_running_loop().create_future()
+            handled.set_result(None)
+        return handled
+
     async def receive_forwarded(
         self, session_id: str, inbox_id: int, data: dict[str, Any] | None, error: str | None = None
     ) -> None:
         """Take a message another worker forwarded (inbox row ``inbox_id``) into the session this runtime
         owns: its ``message_received`` record and the row's deletion commit together, so it is handled
         exactly once. A row that is not a readable message (``data`` None, ``error`` says why) becomes an
-        ``error`` record instead, consumed the same way: the session goes on."""
+        ``error`` record instead, consumed the same way: the session goes on. A session dropped from memory
+        since the caller had it is claimed again first; if another worker holds it by now, the row is left
+        for that worker."""
+        if session_id not in self._live and not await self.claim(session_id):
+            return
         live = await self._get_live(session_id, None)
         event, problem = _forwarded_event(session_id, data)
         if event is None:
@@ -629,6 +675,18 @@ class Runtime:
         except LogError as exc:
             self._evict(live, exc)
             raise
+
+    def let_go(self, session_id: str) -> None:
+        """Drop ``session_id`` from memory as soon as it is at rest (now, if it is), as the cache drops an
+        idle session: nothing is lost, its next use loads it again. Under a router its lease is given up
+        then, so another worker may take it (``SessionRouter.release``)."""
+        live = self._live.get(session_id)
+        if live is None:
+            return
+        if self._at_rest(live):
+            self._live.let_go(live)
+        else:
+            self._letting_go.add(session_id)  # the end of its running step looks again (see _drain)
 
     def drop(self, session_id: str) -> None:
         """Forget ``session_id`` without writing to it again (a worker lost its lease): its running step is
@@ -744,6 +802,11 @@ class Runtime:
                 self._evict(live, exc)
                 return
         if not self.control.halting:
+            if live.id in self._letting_go:
+                self._letting_go.discard(live.id)
+                if self._at_rest(live):
+                    self._live.let_go(live)
+                    return
             self._live.touch(live)
             self._live.trim()  # this session, now at rest, may go too if it is the least recently used
 
@@ -753,6 +816,7 @@ class Runtime:
         logger.error("session %s: %s; reloading it from the log on next use", live.id, exc)
         if not self._live.remove(live):
             return  # already replaced by a reloaded session: leave that one alone
+        self._letting_go.discard(live.id)
         mailbox = self._mailboxes.pop(live.id, deque())
         for item in mailbox:
             _settle(item, exc)

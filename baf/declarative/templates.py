@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from baf.core.session import runtime_side
-from baf.errors import ConfigurationError, TemplateError
+from baf.errors import MissingExtraError, TemplateError
 
 if TYPE_CHECKING:
     from jinja2 import Template
@@ -28,8 +28,8 @@ def _environment() -> Any:
     try:
         from jinja2 import StrictUndefined
         from jinja2.sandbox import ImmutableSandboxedEnvironment
-    except ImportError:  # pragma: no cover - depends on the install
-        raise ConfigurationError("YAML agents need Jinja2 for their templates: pip install 'baf[yaml]'") from None
+    except ImportError as exc:
+        raise MissingExtraError("YAML agents (Jinja2, for their templates)", "yaml") from exc
     return ImmutableSandboxedEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
 
 

@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import unquote
 
 from baf.errors import (
-    ConfigurationError,
     CorruptRecordError,
     LeaseLostError,
     LogClosedError,
@@ -44,6 +43,7 @@ from baf.errors import (
     LogError,
     LogReadOnlyError,
     LogStorageError,
+    MissingExtraError,
 )
 from baf.log import upcast as upcast_module
 from baf.log.jsontext import decode_json
@@ -60,11 +60,16 @@ if TYPE_CHECKING:
 __all__ = ["SCHEMA_VERSION", "PostgresLog", "decode_row", "encode_row", "redact_dsn"]
 
 _SELECT: Final = "SELECT seq, kind, data, ts, version FROM baf_records WHERE session_id = $1 AND seq > $2 ORDER BY seq"
+# One statement (one snapshot): the records from each session's latest snapshot on, then its row of the work
+# index, if any (seq NULL), so that the writer knows each loaded session's last seq and work status.
 _SELECT_FOR_LOAD: Final = """
 SELECT r.session_id, r.seq, r.kind, r.data, r.ts, r.version FROM unnest($1::text[]) AS u(s)
 JOIN baf_records r ON r.session_id = u.s AND r.seq >= coalesce(
     (SELECT max(x.seq) FROM baf_records x WHERE x.session_id = u.s AND x.kind = 'snapshot'), 1
-) ORDER BY r.session_id, r.seq
+)
+UNION ALL
+SELECT w.session_id, NULL, NULL, w.status, NULL, NULL FROM baf_work w WHERE w.session_id = ANY($1::text[])
+ORDER BY 1, 2 NULLS LAST
 """
 
 
@@ -151,6 +156,7 @@ class PostgresLog(SessionLog):
         self._fences: dict[str, int] = {}
         self._known = Known()
         self._loads: Coalescer[str, list[Record]] = Coalescer(self._read_for_load_many)
+        self._reads: Coalescer[tuple[str, int], list[Record]] = Coalescer(self._read_many)
 
     def __repr__(self) -> str:
         return f"PostgresLog({redact_dsn(self._dsn)!r})"
@@ -470,13 +476,32 @@ class PostgresLog(SessionLog):
     # -- reading --------------------------------------------------------------------------------------
 
     async def read(self, session_id: str, after_seq: int = 0) -> list[Record]:
+        """The records of ``session_id`` after ``after_seq``. Reads asked for together (a worker catching up
+        the sessions it follows after a commit notified many of them) share one query."""
+        self._check_open()
+        return await self._reads.get((session_id, after_seq))
+
+    async def _read_many(self, wanted: list[tuple[str, int]]) -> dict[tuple[str, int], list[Record] | BaseException]:
         async with self.connection() as connection:
-            rows = await connection.fetch(_SELECT, session_id, after_seq)
+            if len(wanted) == 1:
+                session_id, after_seq = wanted[0]
+                rows = [(session_id, after_seq, *row) for row in await connection.fetch(_SELECT, session_id, after_seq)]
+            else:
+                rows = await connection.fetch(_SELECT_AFTER_MANY, [w[0] for w in wanted], [w[1] for w in wanted])
+        found: dict[tuple[str, int], list[Any]] = {key: [] for key in wanted}
+        for row in rows:
+            found[(row[0], row[1])].append(row[2:])
         upcasters = upcast_module.UPCASTERS  # looked up on each call: a test may swap the registry
-        for expected, row in enumerate(rows, after_seq + 1):
-            if row[0] != expected:  # seqs have no gaps (guarantee 3): a missing record is corruption
-                raise missing_record(session_id, expected, row[0])
-        return [upcasters.upcast(decode_row(session_id, row)) for row in rows]
+        read: dict[tuple[str, int], list[Record] | BaseException] = {}
+        for (session_id, after_seq), session_rows in found.items():
+            try:
+                for expected, row in enumerate(session_rows, after_seq + 1):
+                    if row[0] != expected:  # seqs have no gaps (guarantee 3): a missing record is corruption
+                        raise missing_record(session_id, expected, row[0])
+                read[(session_id, after_seq)] = [upcasters.upcast(decode_row(session_id, row)) for row in session_rows]
+            except LogError as exc:
+                read[(session_id, after_seq)] = exc
+        return read
 
     async def sessions(self) -> list[str]:
         async with self.connection() as connection:
@@ -502,8 +527,12 @@ class PostgresLog(SessionLog):
         async with self.connection() as connection:
             rows = await connection.fetch(_SELECT_FOR_LOAD, session_ids)
         by_session: dict[str, list[Any]] = {session_id: [] for session_id in session_ids}
+        work: dict[str, str] = {}
         for row in rows:
-            by_session[row[0]].append(row[1:])
+            if row[1] is None:
+                work[row[0]] = row[3]
+            else:
+                by_session[row[0]].append(row[1:])
         upcasters = upcast_module.UPCASTERS  # looked up on each call: a test may swap the registry
         loaded: dict[str, list[Record] | BaseException] = {}
         for session_id, session_rows in by_session.items():
@@ -516,6 +545,10 @@ class PostgresLog(SessionLog):
                 loaded[session_id] = [upcasters.upcast(decode_row(session_id, row)) for row in session_rows]
             except LogError as exc:
                 loaded[session_id] = exc
+                continue
+            if session_rows and not self._read_only:
+                # What the work index held with these records: the session's next append needs no read.
+                self._known.loaded(session_id, session_rows[-1][0], work.get(session_id))
         return loaded
 
     async def shared_secret(self, name: str) -> bytes | None:
@@ -533,6 +566,13 @@ class PostgresLog(SessionLog):
                 )
             value = await connection.fetchval("SELECT value FROM baf_meta WHERE key = $1", key)
         return bytes.fromhex(value) if value is not None else None
+
+
+# Many sessions' records after a seq each, in one statement (see PostgresLog.read).
+_SELECT_AFTER_MANY: Final = """
+SELECT u.s, u.a, r.seq, r.kind, r.data, r.ts, r.version FROM unnest($1::text[], $2::bigint[]) AS u(s, a)
+JOIN baf_records r ON r.session_id = u.s AND r.seq > u.a ORDER BY u.s, u.a, r.seq
+"""
 
 
 async def _no_reset(_connection: asyncpg.Connection) -> None:
@@ -595,6 +635,6 @@ def decode_row(session_id: str, row: Any) -> Record:
 def _import_asyncpg() -> Any:
     try:
         import asyncpg
-    except ImportError as exc:  # pragma: no cover - depends on the install
-        raise ConfigurationError("a postgresql:// log needs asyncpg: pip install 'baf[postgres]'") from exc
+    except ImportError as exc:
+        raise MissingExtraError("a postgresql:// log (asyncpg)", "postgres") from exc
     return asyncpg

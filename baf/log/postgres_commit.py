@@ -14,8 +14,9 @@ false means nothing was written:
   is skipped by the lock (after waiting for it), so the count comes out short.
 
 The work index's new statuses are computed here, in Python, from the statuses the writer knows
-(:class:`Known`); the statement only stores them. A group whose sessions' statuses are not all known reads
-them first (:func:`stored_work`), in the same transaction.
+(:class:`Known`: from its own appends, and from loads, which read each session's row with its records); the
+statement only stores them. A group whose sessions' statuses are not all known reads them first
+(:func:`stored_work`), in the same transaction.
 """
 
 from __future__ import annotations
@@ -162,7 +163,7 @@ def _where(condition: str) -> str:
 
 
 class Known:
-    """What a writer knows of the sessions it wrote: the last seq it committed and the work status after it.
+    """What a writer knows of the sessions it wrote or loaded: the last seq and the work status after it.
 
     That status is the one ``baf_work`` holds as long as nobody else appended to the session since, and
     nobody else can have: the next append's first seq must follow the known last one, and if another writer
@@ -195,6 +196,21 @@ class Known:
             entries.pop(session_id, None)
             if status is not None:
                 entries[session_id] = (plan.last_seq[session_id], status)
+        while len(entries) > KNOWN_LIMIT:
+            del entries[next(iter(entries))]
+
+    def loaded(self, session_id: str, last_seq: int, status: str | None) -> None:
+        """Learn a session's last seq and its ``baf_work`` row (``None``: none, idle), read in one snapshot
+        (a load): the writer then needs no read before its next append, as if it had written them. A row it
+        cannot read is not learnt (the next append reads it)."""
+        try:
+            work = IDLE if status is None else WorkStatus.from_text(status)
+        except ValueError:
+            self._entries.pop(session_id, None)
+            return
+        entries = self._entries
+        entries.pop(session_id, None)
+        entries[session_id] = (last_seq, work)
         while len(entries) > KNOWN_LIMIT:
             del entries[next(iter(entries))]
 

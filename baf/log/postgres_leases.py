@@ -13,11 +13,13 @@ says which sessions it has lost. Releasing a lease expires it but keeps its row,
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from baf.errors import ConfigurationError
 from baf.log.postgres_batch import Coalescer
+from baf.log.postgres_inbox import INBOX_CHANNEL
 
 if TYPE_CHECKING:
     from baf.log.postgres import PostgresLog
@@ -42,6 +44,16 @@ ON CONFLICT (session_id) DO UPDATE
         expires_at = EXCLUDED.expires_at
     WHERE l.owner = EXCLUDED.owner OR l.expires_at < now()
 RETURNING epoch
+"""
+# Releases asked for together (a burst of sessions given up), in one statement; mail waiting for them is
+# announced again. Updating no key column, it takes no lock an append's KEY SHARE waits for.
+_RELEASE_MANY = f"""
+WITH released AS (
+    UPDATE baf_leases l SET expires_at = now() - interval '1 second' FROM unnest($1::text[], $2::bigint[]) AS f(s, e)
+    WHERE l.session_id = f.s AND l.epoch = f.e AND l.owner = $3
+)
+SELECT pg_notify('{INBOX_CHANNEL}', s)
+FROM (SELECT DISTINCT session_id AS s FROM baf_inbox WHERE session_id = ANY($1)) AS waiting
 """
 # Many sessions at once (a burst of them reaching a worker), in one statement: the same locking first, in
 # session order, as is the insert (two workers' bursts lock and insert in the same order: no deadlock).
@@ -85,6 +97,10 @@ class Leases:
         self.worker_id: str = log.worker_id
         self.ttl = ttl
         self._acquiring: Coalescer[str, int | None] = Coalescer(self._acquire_many)
+        self._expiring: Coalescer[tuple[str, int], None] = Coalescer(self._expire_many)
+        # A heartbeat and the expiry of a released lease never overlap: the expiry comes after a heartbeat
+        # that read the lease as held (and renewed it: its epoch still matches), never before.
+        self._renewing = asyncio.Lock()
 
     async def register(self) -> None:
         """Write this worker's heartbeat row, and tell the other workers. ``ConfigurationError`` if a live
@@ -155,20 +171,25 @@ class Leases:
             return None
         return None if epoch is None else int(epoch)
 
-    async def release(self, session_id: str) -> None:
-        """Give ``session_id`` up: appends to it are refused from now on, and any worker may take it."""
+    def release(self, session_id: str) -> Coroutine[Any, Any, None]:
+        """Give ``session_id`` up: appends to it are refused at once (before the coroutine returned runs),
+        and once it has run any worker may take it. Mail waiting for it (posted while this worker held it,
+        by a worker that could not take it then) is announced again on the inbox channel, so that a worker
+        takes it now rather than at its next poll."""
         epoch = self._log.fenced().get(session_id)
         self._log.unfence(session_id)
-        if epoch is None:
-            return
-        async with self._log.connection() as connection:
+        return self._expire(session_id, epoch)
+
+    async def _expire(self, session_id: str, epoch: int | None) -> None:
+        if epoch is not None:
+            await self._expiring.get((session_id, epoch))
+
+    async def _expire_many(self, leases: list[tuple[str, int]]) -> dict[tuple[str, int], BaseException | None]:
+        async with self._renewing, self._log.connection() as connection:
             await connection.execute(
-                "UPDATE baf_leases SET expires_at = now() - interval '1 second' "
-                "WHERE session_id = $1 AND owner = $2 AND epoch = $3",
-                session_id,
-                self.worker_id,
-                epoch,
+                _RELEASE_MANY, [lease[0] for lease in leases], [lease[1] for lease in leases], self.worker_id
             )
+        return dict.fromkeys(leases)
 
     async def release_all(self, held: dict[str, int]) -> None:
         """Give up every lease in ``held`` (session -> epoch) and remove this worker's row, on a connection
@@ -201,24 +222,27 @@ class Leases:
         A lease counts as held only at the epoch the store is fenced with: a session another worker took
         over meanwhile is lost even if it has expired again since.
         """
-        fenced = self._log.fenced()
-        async with self._log.connection() as connection, connection.transaction():
-            await connection.execute(
-                "INSERT INTO baf_workers (worker_id) VALUES ($1) "
-                "ON CONFLICT (worker_id) DO UPDATE SET heartbeat_at = now()",
-                self.worker_id,
-            )
-            renewed = await connection.fetch(
-                "UPDATE baf_leases l SET expires_at = now() + make_interval(secs => $4) "
-                "FROM unnest($1::text[], $2::bigint[]) AS f(s, e) "
-                "WHERE l.session_id = f.s AND l.epoch = f.e AND l.owner = $3 RETURNING l.session_id",
-                list(fenced),
-                list(fenced.values()),
-                self.worker_id,
-                self.ttl,
-            )
+        async with self._renewing:
+            fenced = self._log.fenced()
+            async with self._log.connection() as connection, connection.transaction():
+                await connection.execute(
+                    "INSERT INTO baf_workers (worker_id) VALUES ($1) "
+                    "ON CONFLICT (worker_id) DO UPDATE SET heartbeat_at = now()",
+                    self.worker_id,
+                )
+                renewed = await connection.fetch(
+                    "UPDATE baf_leases l SET expires_at = now() + make_interval(secs => $4) "
+                    "FROM unnest($1::text[], $2::bigint[]) AS f(s, e) "
+                    "WHERE l.session_id = f.s AND l.epoch = f.e AND l.owner = $3 RETURNING l.session_id",
+                    list(fenced),
+                    list(fenced.values()),
+                    self.worker_id,
+                    self.ttl,
+                )
         kept = {row[0] for row in renewed}
-        lost = [session_id for session_id in fenced if session_id not in kept]
+        # Lost: not renewed, and still held with the epoch read (a session taken again meanwhile, with a
+        # newer epoch, is this worker's).
+        lost = [s for s, epoch in fenced.items() if s not in kept and self._log.fenced().get(s) == epoch]
         for session_id in lost:
             self._log.unfence(session_id)
         return lost

@@ -32,7 +32,7 @@ from baf.errors import LogClosedError
 
 if TYPE_CHECKING:
     from baf.core.session import Session
-    from baf.reasoning.approval import ApprovalRequest
+    from baf.reasoning.approval import ApprovalDecision, ApprovalExpiry, ApprovalRequest
 
 __all__ = ["TerminalPlatform"]
 
@@ -312,6 +312,23 @@ class TerminalPlatform(Platform):
         self._streamed.finish(session.id)  # what the model wrote with the call is not an answer
         body = Text(f"{request.tool}({request.arguments})\ncall {request.call_id}: answer below (y approves)")
         self._show(Panel(body, title="approval needed", title_align="left", style="yellow"), session=session)
+
+    async def reply_approval_decision(self, session: Session, decision: ApprovalDecision) -> None:
+        """Say who decided a call that waited (here or on another channel), and why, as the web UI does."""
+        if not self._bound(session):
+            return
+        mark, outcome, style = ("✓", "approved", "green") if decision.approved else ("✗", "denied", "red")
+        by = f" by {decision.by}" if decision.by else ""
+        reason = f": {decision.reason}" if decision.reason else ""
+        self._show(Text(f"{mark} {decision.tool} {outcome}{by}{reason}", style=style), session=session)
+
+    async def reply_approval_expired(self, session: Session, expiry: ApprovalExpiry) -> None:
+        """Say that calls which waited were dropped undecided."""
+        if not self._bound(session):
+            return
+        calls = ", ".join(expiry.call_ids)
+        self._show(Text(f"· approval expired ({calls}): {expiry.reason or 'the conversation moved on'}",
+                        style="yellow"), session=session)  # fmt: skip
 
     async def reply_reasoning_step(self, session: Session, step: Any) -> None:
         if not self.show_steps or not self._bound(session):

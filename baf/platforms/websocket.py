@@ -1,6 +1,6 @@
 """A WebSocket server for agents, with a browser UI served from the same port.
 
-Needs the ``web`` extra (``pip install 'baf[web]'``, which installs ``websockets``)::
+Needs the ``web`` extra (``pip install -e ".[web]"`` in a clone of baf; it installs ``websockets``)::
 
     agent.add_platform(WebSocketPlatform(port=8765))   # then open http://localhost:8765/
     agent.run()
@@ -150,7 +150,7 @@ from urllib.parse import parse_qs, urlsplit
 from baf.core.events import ApprovalEvent, ReceiveTextEvent
 from baf.core.platform import Platform
 from baf.core.session import runtime_side
-from baf.errors import ConfigurationError, LogClosedError
+from baf.errors import ConfigurationError, LogClosedError, MissingExtraError
 from baf.log.record import Record, RecordKind
 from baf.log.redaction import Redactor, log_exception
 from baf.platforms.limits import ClientLimits, ConnectionBudget, RateLimiter
@@ -162,8 +162,8 @@ try:
     from websockets.datastructures import Headers, MultipleValuesError
     from websockets.exceptions import ConnectionClosed
     from websockets.http11 import Request, Response
-except ImportError as exc:  # pragma: no cover - depends on the installed extras
-    raise ImportError("WebSocketPlatform needs the 'websockets' package: pip install 'baf[web]'") from exc
+except ImportError as exc:
+    raise MissingExtraError("WebSocketPlatform (websockets)", "web") from exc
 
 if TYPE_CHECKING:
     from baf.core.session import Session

@@ -1,4 +1,4 @@
-"""A remote A2A agent as a tool the model can call (the ``a2a`` extra: ``pip install 'baf[a2a]'``).
+"""A remote A2A agent as a tool the model can call (the ``a2a`` extra: ``pip install -e ".[a2a]"`` in a clone).
 
 ::
 
@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from baf.errors import ConfigurationError, ToolError, ToolExecutionError
+from baf.errors import MissingExtraError, ToolError, ToolExecutionError
 from baf.reasoning.tool import Tool
 
 __all__ = ["a2a_agent_tool"]
@@ -59,7 +59,7 @@ def a2a_agent_tool(
     try:
         import a2a.client  # noqa: F401 - fail here, with the extra named, not at the first call
     except ImportError as exc:
-        raise ConfigurationError("A2A tools need the a2a extra: pip install 'baf[a2a]'") from exc
+        raise MissingExtraError("A2A tools", "a2a") from exc
     peer = _Peer(url.rstrip("/") + "/", name, timeout, dict(headers or {}))
 
     async def ask(message: str, session: Any = None) -> str:

@@ -19,6 +19,7 @@ import json
 from collections.abc import Iterable
 from typing import IO, Any
 
+from baf.errors import MissingExtraError
 from baf.log.record import Record
 from baf.log.redaction import Redactor
 from baf.replay.render import visible_json
@@ -59,7 +60,7 @@ def export_otel(
 
     Raises:
         ValueError: no records.
-        ConfigurationError: the ``otel`` extra is not installed.
+        MissingExtraError: the ``otel`` extra is not installed (a ``ConfigurationError``).
     """
     if redactor is not None:
         records = [redactor.redact_record(r) for r in records]
@@ -74,8 +75,11 @@ def export_otel(
 def otlp_json(spans: list[Any]) -> dict[str, Any]:
     """SDK spans as an OTLP/JSON ``ExportTraceServiceRequest``: encoded by the OTLP protobuf encoder, in
     protobuf's JSON form, with ids in hex as OTLP/JSON wants them (protobuf's JSON has them in base64)."""
-    from google.protobuf.json_format import MessageToDict
-    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    try:
+        from google.protobuf.json_format import MessageToDict
+        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    except ImportError as exc:
+        raise MissingExtraError("OTLP/JSON export", "otel") from exc
 
     document = MessageToDict(
         encode_spans(spans), use_integers_for_enums=True, always_print_fields_with_no_presence=True

@@ -18,6 +18,8 @@ from typing import Any, Final
 
 from rich import box
 from rich.console import Console
+from rich.measure import Measurement
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -25,9 +27,9 @@ from baf.log.redaction import Redactor
 from baf.replay.state_at import SessionSnapshot
 from baf.replay.timeline import Entry, EntryKind
 
-__all__ = ["DEFAULT_WIDTH", "entry_line", "fit_columns", "grep_context", "render_entry", "render_group_end",
-           "render_llm_request", "render_sessions", "render_snapshot", "render_timeline", "shorten", "visible",
-           "visible_json"]  # fmt: skip
+__all__ = ["DEFAULT_WIDTH", "SESSION_FIELDS", "entry_line", "fit_columns", "grep_context", "print_fitted",
+           "render_entry", "render_group_end", "render_llm_request", "render_sessions", "render_snapshot",
+           "render_timeline", "session_records", "sessions_plain", "shorten", "visible", "visible_json"]  # fmt: skip
 
 #: Characters of a text shown before it is cut.
 DEFAULT_WIDTH: Final = 160
@@ -91,7 +93,7 @@ def _time(ts: float | None, narrow: bool = False) -> str:
     return datetime.fromtimestamp(ts).strftime("%H:%M:%S" if narrow else "%H:%M:%S.%f")[: 8 if narrow else -3]
 
 
-#: Below this many columns the timeline drops the milliseconds and the session list its first activity.
+#: Below this many columns the timeline drops the milliseconds.
 NARROW = 100
 
 
@@ -101,6 +103,21 @@ def fit_columns(console: Console) -> int | None:
     if console.is_terminal or os.environ.get("COLUMNS"):
         return console.width
     return None
+
+
+def print_fitted(console: Console, renderable: Any) -> None:
+    """Print ``renderable`` (a table) in the terminal's width; to a file or a pipe (:func:`fit_columns`), as
+    wide as it is, so that nothing is wrapped or cut (rich would squeeze it into 80 columns)."""
+    if fit_columns(console) is not None:
+        console.print(renderable)
+        return
+    natural = Measurement.get(console, console.options.update_width(1 << 16), renderable).maximum
+    shown_at = console.width
+    console.width = max(shown_at, natural)
+    try:
+        console.print(renderable)
+    finally:
+        console.width = shown_at
 
 
 def grep_context(entry: Entry, grep: str, around: int = 30) -> str | None:
@@ -219,34 +236,109 @@ def render_group_end(console: Console, entry: Entry) -> None:
 def render_sessions(console: Console, rows: Iterable[dict[str, Any]], title: str) -> None:
     """The session list (``baf sessions LOG``, ``baf replay LOG``); ``title`` is text, not markup.
 
-    Narrower than :data:`NARROW` columns (a terminal of 80), the list leaves out the first activity and
-    shows the last one without seconds, so that ids and dates stay on one line each."""
+    An id is what one copies into the next command, so it is never wrapped: the list takes the fullest
+    layout whose lines fit the terminal (or ``COLUMNS``) and leaves out, in turn, the first activity, the
+    seconds, and the agent (named in the title instead when every session has the same one). When even
+    the narrowest table does not fit, each session takes two lines: its id, then the rest. Output to a
+    file or a pipe is not wrapped at all (:func:`fit_columns`); ``--plain`` and ``--json`` are for scripts.
+    """
     rows = list(rows)
-    narrow = console.width < NARROW
-    longest = max((len(visible(str(row["session"]))) for row in rows), default=7)
-    table = Table(title=_shown(title), box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD,
-                  padding=(0, 1) if not narrow else (0, 0, 0, 1))  # fmt: skip
-    # An id is what one copies into the next command: it keeps its line while it can (up to 40 characters).
-    table.add_column("session", overflow="fold", min_width=min(40, max(7, longest)))
-    table.add_column("agent", overflow="fold")
-    if not narrow:
+    width = fit_columns(console)
+    agents = {row["agent"] for row in rows if row.get("unreadable") is None}
+    one_agent = next(iter(agents)) if len(agents) == 1 and len(rows) > 1 else None
+    layouts = [(True, True, False), (False, True, False), (False, False, False)]
+    if one_agent:
+        title = f"{title} (agent {one_agent})"
+        layouts = [(first, seconds, True) for first, seconds, _ in layouts]
+    else:
+        layouts.append((False, False, True))
+    unbounded = console.options.update_width(1 << 16)  # measured as if any width would do
+    for first, seconds, agentless in layouts:
+        table = _sessions_table(rows, title, first=first, seconds=seconds, agent=not agentless)
+        natural = Measurement.get(console, unbounded, table).maximum
+        if width is None or natural <= width:
+            print_fitted(console, table)
+            return
+    console.print(_shown(title, "bold"))
+    for row in rows:
+        console.print(_shown(row["session"]), no_wrap=True, crop=False, soft_wrap=True)
+        console.print(Padding(_summary(row, agent=one_agent is None), (0, 0, 0, 3)))
+
+
+def _sessions_table(rows: list[dict[str, Any]], title: str, *, first: bool, seconds: bool, agent: bool) -> Table:
+    table = Table(title=_shown(title), box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True)
+    table.add_column("session", no_wrap=True)
+    if agent:
+        table.add_column("agent", no_wrap=True)
+    if first:
         table.add_column("first activity", no_wrap=True)
     table.add_column("last activity", no_wrap=True)
     for column in ("records", "state", "errors"):
-        table.add_column(column, overflow="fold", no_wrap=column != "state")
+        table.add_column(column, no_wrap=True, justify="right" if column != "state" else "left")
     for row in rows:
+        cells: list[Any] = [_shown(row["session"])]
         if row.get("unreadable") is not None:
             seq = getattr(row["unreadable"], "seq", "?")
-            dates = ["-"] if narrow else ["-", "-"]
-            table.add_row(_shown(row["session"]), "-", *dates, "?", Text(f"unreadable at #{seq}", style="red"), "?")
-            continue
-        dates = [_date(row["last"], narrow)] if narrow else [_date(row["first"]), _date(row["last"])]
-        table.add_row(
-            _shown(row["session"]), _shown(row["agent"] or "-"), *dates,
-            str(row["records"]), _shown(row["state"] or "-"),
-            Text(str(row["errors"]), style="red" if row["errors"] else ""),
-        )  # fmt: skip
-    console.print(table)
+            cells += ["-"] * (agent + first + 1) + ["?", Text(f"unreadable at #{seq}", style="red"), "?"]
+        else:
+            cells += [_shown(row["agent"] or "-")] if agent else []
+            cells += [_date(row["first"])] if first else []
+            cells += [_date(row["last"], narrow=not seconds), str(row["records"]), _shown(row["state"] or "-"),
+                      Text(str(row["errors"]), style="red" if row["errors"] else "")]  # fmt: skip
+        table.add_row(*cells)
+    return table
+
+
+def _summary(row: dict[str, Any], *, agent: bool) -> Text:
+    """A session's row as one line, for the two-line layout of a very narrow terminal."""
+    if row.get("unreadable") is not None:
+        return Text(f"unreadable at #{getattr(row['unreadable'], 'seq', '?')}", style="red")
+    parts = [row["agent"] or "-"] if agent else []
+    parts += [_date(row["last"], narrow=True), f"{row['records']} records", row["state"] or "-"]
+    line = _shown(" · ".join(parts), "dim")
+    line.append(f" · {row['errors']} errors", style="red" if row["errors"] else "dim")
+    return line
+
+
+#: The fields of ``baf sessions --plain`` (a header line first) and ``--json``, in order.
+SESSION_FIELDS: Final = ("session", "agent", "first_activity", "last_activity", "records", "state", "errors",
+                         "unreadable")  # fmt: skip
+
+
+def session_records(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The session list for scripts: one dict per session with :data:`SESSION_FIELDS` (times in Unix
+    seconds; ``unreadable`` the error of a session that could not be read, else ``None``; secrets of the
+    environment redacted from it, as from the ids)."""
+    redact = Redactor.from_environment().redact_text
+    return [
+        {
+            "session": row["session"], "agent": row["agent"], "first_activity": row["first"],
+            "last_activity": row["last"], "records": row["records"], "state": row["state"],
+            "errors": row["errors"],
+            "unreadable": None if row.get("unreadable") is None else redact(str(row["unreadable"])),
+        }
+        for row in rows
+    ]  # fmt: skip
+
+
+def sessions_plain(rows: Iterable[dict[str, Any]]) -> list[str]:
+    """``baf sessions --plain``: a header, then one session a line, fields separated by tabs; times in ISO
+    8601 with the UTC offset, unknown fields empty, tabs and line breaks inside a field escaped."""
+    lines = ["\t".join(SESSION_FIELDS)]
+    for record in session_records(rows):
+        cells = []
+        for name in SESSION_FIELDS:
+            value = record[name]
+            if name.endswith("_activity") and value is not None:
+                value = datetime.fromtimestamp(value).astimezone().isoformat(timespec="seconds")
+            cells.append("" if value is None else _plain_cell(str(value)))
+        lines.append("\t".join(cells))
+    return lines
+
+
+def _plain_cell(text: str) -> str:
+    escaped = text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    return visible(escaped)
 
 
 def _date(ts: float | None, narrow: bool = False) -> str:

@@ -32,7 +32,7 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Final
 
 from baf.core.runtime import Runtime
@@ -97,6 +97,9 @@ class Worker:
         self._takers: dict[str, asyncio.Task[None]] = {}
         self._again: set[str] = set()
         self._polled: set[str] = set()
+        # Sessions this worker gave up lately because their clients are on other workers, and when: their
+        # mail is left to the worker the client is on (see _chosen_for) for a poll interval.
+        self._given_up: dict[str, float] = {}
         self._peers: list[str] = []  # the live workers, refreshed with each heartbeat and when one comes or goes
         self._refreshing: asyncio.Future[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -169,9 +172,10 @@ class Worker:
         """Put the message in the inbox; its owner is notified and takes it."""
         await self.inbox.post(session_id, data)
 
-    async def release(self, session_id: str) -> None:
-        """Give the session's lease up."""
-        await self.leases.release(session_id)
+    def release(self, session_id: str) -> Coroutine[Any, Any, None]:
+        """Give the session's lease up: nothing more is appended to it here from this call on (so a message
+        for it is claimed anew), the lease row is expired when the coroutine returned runs."""
+        return self.leases.release(session_id)
 
     def follow(self, session_id: str) -> None:
         """Keep ``session_id`` (another worker runs it) current for this worker's clients of it."""
@@ -250,6 +254,8 @@ class Worker:
                     self._want(session_id, polled=True)
             except Exception as exc:
                 logger.warning("worker %s: poll failed: %s", self.worker_id, exc)
+            now = asyncio.get_running_loop().time()
+            self._given_up = {s: at for s, at in self._given_up.items() if now - at < self.poll_interval}
             await asyncio.sleep(self.poll_interval)
 
     async def _take_logged(self, session_id: str, polled: bool) -> None:
@@ -262,6 +268,20 @@ class Worker:
                           session_id)  # fmt: skip
 
     def _chosen_for(self, session_id: str) -> bool:
+        """Whether this worker takes the mail of ``session_id``, which no worker holds, as soon as it is told
+        of it: it does if a client of the session is connected here (its messages then start here), and
+        not if it gave the session up lately because its clients are elsewhere (see _take); otherwise if
+        it is the one the rendezvous hash picks among the live workers."""
+        if self._has_client(session_id):
+            return True
+        given_up = self._given_up.get(session_id)
+        if given_up is not None:
+            if asyncio.get_running_loop().time() - given_up < self.poll_interval:
+                return False
+            del self._given_up[session_id]
+        return self._hash_picks(session_id)
+
+    def _hash_picks(self, session_id: str) -> bool:
         """Whether this worker is the one the rendezvous hash picks for ``session_id`` among the live ones."""
         peers = self._peers
         if len(peers) < 2:
@@ -291,8 +311,23 @@ class Worker:
                 # A notification with no message behind it (taken already, or sent by hand: NOTIFY needs no
                 # privilege on baf's tables) must not make this worker own, start and run a session.
                 return
-            if not await self.claim(session_id):
+            if not await self.runtime.claim(session_id):  # after a release of it under way, if any
                 return  # a live worker owns it: its own notification or poll takes the mail
         await self.runtime.get_or_create(session_id)  # loads it, resuming an interrupted step
-        for message in await self.inbox.pending(session_id):
+        messages = await self.inbox.pending(session_id)
+        if session_id not in self.log.fenced():
+            # Given up meanwhile (its clients are elsewhere, see below) or lost: the worker that holds or
+            # claims it next takes its mail (a release announces mail left waiting).
+            return
+        for message in messages:
             await self.runtime.receive_forwarded(session_id, message.id, message.payload, message.error)
+        if messages and not self._has_client(session_id):
+            # Its client is on another worker (it reconnected there, or a load balancer sent it there):
+            # give the session up once these are handled, so that its next message is taken where it
+            # arrives rather than come through the inbox and be followed back, round trips each time.
+            self._given_up[session_id] = asyncio.get_running_loop().time()
+            self.runtime.let_go(session_id)
+
+    def _has_client(self, session_id: str) -> bool:
+        """Whether a client of ``session_id`` is connected to one of this worker's platforms."""
+        return any(platform.has_client(session_id) for platform in self.agent.platforms)

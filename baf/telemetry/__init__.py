@@ -1,4 +1,4 @@
-"""OpenTelemetry for baf (the ``otel`` extra: ``pip install 'baf[otel]'``).
+"""OpenTelemetry for baf (the ``otel`` extra: ``pip install -e ".[otel]"`` in a clone of baf).
 
 One mapping from records to spans following the GenAI semantic conventions
 (:mod:`baf.telemetry.mapping`), used two ways:

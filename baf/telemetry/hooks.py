@@ -20,7 +20,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from baf.core.hooks import StepHooks
-from baf.errors import ConfigurationError
+from baf.errors import MissingExtraError
 from baf.telemetry.mapping import SCOPE_NAME, SpanAction, SpanMapper
 
 if TYPE_CHECKING:
@@ -47,14 +47,14 @@ class OpenTelemetryHooks(StepHooks):
         max_queue: Records the span thread may fall behind by before records are dropped.
 
     Raises:
-        ConfigurationError: the ``otel`` extra is not installed (``pip install 'baf[otel]'``).
+        MissingExtraError: the ``otel`` extra is not installed (a ``ConfigurationError``).
     """
 
     def __init__(self, tracer_provider: Any = None, capture_content: bool = False, max_queue: int = 100_000) -> None:
         try:
             from opentelemetry import trace
-        except ImportError as exc:  # pragma: no cover - the extra is part of dev
-            raise ConfigurationError("OpenTelemetryHooks need the otel extra: pip install 'baf[otel]'") from exc
+        except ImportError as exc:
+            raise MissingExtraError("OpenTelemetryHooks", "otel") from exc
         self.tracer_provider = tracer_provider if tracer_provider is not None else trace.get_tracer_provider()
         self.capture_content = capture_content
         self.max_queue = max_queue

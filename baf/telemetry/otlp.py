@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from baf.errors import ConfigurationError
+from baf.errors import MissingExtraError
 
 __all__ = ["otlp_tracer_provider"]
 
@@ -58,15 +58,15 @@ def otlp_tracer_provider(
         batch_delay: Seconds spans wait to be sent with others (the batch processor's schedule delay).
 
     Raises:
-        ConfigurationError: the ``otel`` extra is not installed (``pip install 'baf[otel]'``).
+        MissingExtraError: the ``otel`` extra is not installed (a ``ConfigurationError``).
     """
     try:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
-    except ImportError as exc:  # pragma: no cover - the extra is part of dev
-        raise ConfigurationError("OTLP export needs the otel extra: pip install 'baf[otel]'") from exc
+    except ImportError as exc:
+        raise MissingExtraError("OTLP export", "otel") from exc
     exporter = _GuardedExporter(
         OTLPSpanExporter(endpoint=endpoint, headers=dict(headers or {}), timeout=timeout), endpoint, retry_after
     )

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from baf.errors import ConfigurationError
+from baf.errors import MissingExtraError
 from baf.log.record import Record, RecordKind
 from baf.telemetry.mapping import SCOPE_NAME, SpanAction, SpanMapper, nanos
 
@@ -46,15 +46,15 @@ def spans_from_records(
     the last record (a step a crash interrupted) end there, marked as errors.
 
     Raises:
-        ConfigurationError: the ``otel`` extra is not installed.
+        MissingExtraError: the ``otel`` extra is not installed (a ``ConfigurationError``).
     """
     try:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import Event, ReadableSpan
         from opentelemetry.sdk.util.instrumentation import InstrumentationScope
         from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
-    except ImportError as exc:  # pragma: no cover - the extra is part of dev
-        raise ConfigurationError("OpenTelemetry spans need the otel extra: pip install 'baf[otel]'") from exc
+    except ImportError as exc:
+        raise MissingExtraError("OpenTelemetry spans", "otel") from exc
 
     records = list(records)
     if not records:

@@ -151,8 +151,9 @@ class PlatformContract:
     #: Seconds to wait for any one output.
     wait: float = 5.0
     #: Whether a reply the agent makes on its own, between the user's messages (after an approval
-    #: decision), reaches the user. ``False`` for a request/response channel (A2A: a reply belongs to the
-    #: task of a message); the contract then checks that reply in the log instead.
+    #: decision), reaches the user. ``False`` for a request/response channel whose client cannot send the
+    #: decision itself (a reply belongs to the request of a message); the contract then checks that reply
+    #: in the log instead.
     replies_between_messages: bool = True
 
     def make_platform(self) -> Platform:

@@ -4,7 +4,7 @@
 example needs no API key. It starts the server as a subprocess, lists its tools (``calc__add``,
 ``calc__multiply``, ``calc__divide``), asks two questions, prints the tool calls and the answers, stops
 the server, and then re-runs the recorded session from the log without starting the server again.
-Needs the mcp extra: ``pip install 'baf[mcp]'``.
+Needs the mcp extra: ``pip install -e ".[mcp]"`` (in a clone of baf).
 """
 
 from __future__ import annotations

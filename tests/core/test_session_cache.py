@@ -114,6 +114,42 @@ async def test_a_session_with_queued_or_running_work_is_never_dropped() -> None:
         await runtime.stop()
 
 
+async def test_a_session_let_go_is_dropped_once_at_rest_and_comes_back_intact() -> None:
+    agent = Agent("slow", log="memory://")
+    idle = agent.new_state("idle", initial=True)
+    gate = asyncio.Event()
+
+    async def wait_for_gate(session: Session) -> None:
+        if session.event is not None:
+            if session.event.text == "slow":
+                await gate.wait()
+            session["n"] = session.get("n", 0) + 1
+            session.reply(f"done {session.event.text}")
+
+    idle.set_body(wait_for_gate)
+    idle.when_event().go_to(idle)
+    log = MemoryLog()
+    runtime = Runtime(agent, log)  # the default bounds would keep both for minutes
+    await runtime.start()
+    try:
+        await runtime.receive_message("rest", "a")
+        runtime.let_go("rest")  # at rest: dropped at once
+        assert "rest" not in runtime.sessions
+        slow = await runtime.receive(ReceiveTextEvent("busy", message="slow"))
+        await asyncio.sleep(0.05)
+        runtime.let_go("busy")  # in a step: kept until it ends
+        assert "busy" in runtime.sessions
+        gate.set()
+        await slow
+        await until(lambda: "busy" not in runtime.sessions, "the session was dropped at the end of its step")
+        runtime.let_go("never-loaded")  # nothing to drop
+        assert (await runtime.receive_message("busy", "b")).get("n") == 2  # loaded again from the log
+        assert "busy" in runtime.sessions  # let go once: not again at the end of later steps
+        assert await replies(log, "busy") == ["done slow", "done b"]
+    finally:
+        await runtime.stop()
+
+
 async def test_a_caller_holding_a_dropped_session_is_told_clearly() -> None:
     runtime = Runtime(counter(), MemoryLog(), max_sessions=0)
     await runtime.start()

@@ -211,6 +211,38 @@ async def test_the_work_index_stays_right_when_another_store_appended_in_between
         assert '"unhandled":[7]' in rows[0][0]
 
 
+async def test_a_loaded_session_is_appended_to_without_reading_the_work_index_and_stays_right(
+    postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A worker taking over a session another store wrote learns its last seq and work status with the load
+    # (one snapshot), so its first append is one statement; an append by someone else after the load makes
+    # that append conflict (the seq is taken), never build on a stale status.
+    import baf.log.postgres as postgres_module
+
+    read_first: list[list[str]] = []
+    original = postgres_module.stored_work
+
+    async def counted(connection: asyncpg.Connection, sessions: list[str]) -> object:
+        read_first.append(sessions)
+        return await original(connection, sessions)
+
+    monkeypatch.setattr(postgres_module, "stored_work", counted)
+    async with PostgresLog(postgres_dsn) as first, PostgresLog(postgres_dsn) as second:
+        await first.append([work_rec("s", 1, "session_started"), work_rec("s", 2, "message_received", text="a")])
+        await first.append([work_rec("t", 1, "note")])
+        await asyncio.gather(second.read_for_load("s"), second.read_for_load("t"))
+        await second.append([work_rec("s", 3, "step_started", event_seq=None)])
+        assert read_first == []  # its status came with the load: nothing read before the append
+        rows = await query(postgres_dsn, "SELECT status FROM baf_work WHERE session_id = 's'")
+        assert '"open":0' in rows[0][0] and '"unhandled":[2]' in rows[0][0]  # built on the loaded status
+        await first.append([work_rec("t", 2, "message_received", text="b")])  # after second's load of t
+        with pytest.raises(LogConflictError):
+            await second.append([work_rec("t", 2, "message_received", text="c")])
+        assert read_first == [["t"]]  # the retry alone read the index, and the conflict wrote nothing
+        assert await second.unfinished_sessions() == ["s", "t"]
+        assert [r.data.get("text") for r in await second.read("t")] == [None, "b"]
+
+
 # -- a burst of sessions: reads asked for together share one query ------------------------------------------
 
 
@@ -248,6 +280,32 @@ async def test_loads_and_inbox_reads_asked_together_share_a_query_and_a_damaged_
             *([{"text": f"for {name}"}] for name in names[:3]),
             *([] for _ in names[3:]),
         ]
+
+
+async def test_reads_asked_together_share_a_query_each_from_its_own_seq(postgres_dsn: str) -> None:
+    async with PostgresLog(postgres_dsn) as log:
+        names = [f"s{i}" for i in range(6)]
+        await asyncio.gather(*(log.append([rec(name, 1, name), rec(name, 2), rec(name, 3)]) for name in names))
+        await log.append([rec("gap", 1)])
+        await query(postgres_dsn, "INSERT INTO baf_records VALUES ('gap', 3, 'note', '{}', 1.5, 1)")
+        batches: list[int] = []
+        run_reads = log._read_many
+
+        async def counted(wanted: list[tuple[str, int]]) -> object:
+            batches.append(len(wanted))
+            return await run_reads(wanted)
+
+        log._reads._run = counted  # type: ignore[assignment]
+        # A follower catching up: each session after the last seq it showed; one session twice, from two seqs.
+        asked = [(name, i % 3) for i, name in enumerate(names)] + [("s0", 2), ("gap", 0), ("none", 0)]
+        got = await asyncio.gather(*(log.read(name, after) for name, after in asked), return_exceptions=True)
+        assert batches == [9]  # one query
+        for (name, after), records in zip(asked[:7], got[:7], strict=True):
+            assert [r.seq for r in records] == list(range(after + 1, 4)), name  # type: ignore[union-attr]
+        assert got[0][0].data == {"text": "s0"}  # type: ignore[index]
+        assert isinstance(got[7], CorruptRecordError) and got[7].seq == 2  # only the damaged one fails
+        assert got[8] == []
+        assert [r.seq for r in await log.read("s1", 1)] == [2, 3]  # alone, as before
 
 
 async def test_leases_asked_together_share_a_statement_and_a_busy_one_is_refused_alone(
@@ -374,6 +432,53 @@ async def test_a_released_lease_is_taken_with_a_higher_epoch(worker_logs: tuple[
         await a.append([rec("s", 1)])
     assert await Leases(b).acquire("s") == 2  # epochs only grow: an old owner's epoch never comes back
     assert await Leases(a).acquire("s") is None
+
+
+async def test_a_release_stops_appends_at_once_and_announces_mail_left_waiting(
+    worker_logs: tuple[PostgresLog, PostgresLog],
+) -> None:
+    a, b = worker_logs
+    heard: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+    stop = await Inbox(b).listen(lambda channel, session: heard.put_nowait((channel, session)), (INBOX_CHANNEL,))
+    try:
+        leases = Leases(a)
+        for session_id in ("with-mail", "without"):
+            await leases.acquire(session_id)
+        await Inbox(b).post("with-mail", {"text": "posted while a held it"})
+        assert await asyncio.wait_for(heard.get(), 5) == (INBOX_CHANNEL, "with-mail")  # the post's own
+        releases = [leases.release("with-mail"), leases.release("without")]
+        assert a.fenced() == {}  # before the releases have run: a message for them is claimed anew
+        await asyncio.gather(*releases)  # asked together: one statement
+        assert await asyncio.wait_for(heard.get(), 5) == (INBOX_CHANNEL, "with-mail")  # told again: it is free
+        await asyncio.sleep(0.2)
+        assert heard.empty()  # nothing waits for the other one
+        assert await Leases(b).acquire("with-mail") == 2 and await Leases(b).acquire("without") == 2
+    finally:
+        await stop()
+
+
+async def test_a_heartbeat_keeps_a_lease_taken_again_with_a_newer_epoch_while_it_ran(
+    worker_logs: tuple[PostgresLog, PostgresLog],
+) -> None:
+    a, b = worker_logs
+    leases_a = Leases(a, ttl=30)
+    await leases_a.register()
+    await leases_a.acquire("s")
+    await query(a.dsn, "UPDATE baf_leases SET expires_at = now() - interval '1 second' WHERE session_id = 's'")
+    assert await Leases(b).acquire("s") == 2  # taken over ...
+    blocker = await asyncpg.connect(a.dsn)  # holds a's heartbeat row: its heartbeat waits for it
+    try:
+        await blocker.execute("BEGIN")
+        await blocker.execute("SELECT 1 FROM baf_workers WHERE worker_id = $1 FOR UPDATE", a.worker_id)
+        heartbeat = asyncio.ensure_future(leases_a.heartbeat())  # ... a's heartbeat reads its lease (epoch 1) ...
+        await asyncio.sleep(0.1)
+        await query(a.dsn, "UPDATE baf_leases SET expires_at = now() - interval '1 second' WHERE session_id = 's'")
+        assert await leases_a.acquire("s") == 3  # ... and a takes it again before the heartbeat's answer
+        await blocker.execute("COMMIT")
+    finally:
+        await blocker.close()
+    assert await heartbeat == []  # epoch 1 was lost, but a holds the session again: not dropped
+    assert a.fenced() == {"s": 3}
 
 
 # -- the inbox --------------------------------------------------------------------------------------------

@@ -47,11 +47,10 @@ _users = itertools.count(1)
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "a2a_agents.py"
 
 
-def _user_message(text: str, context_id: str) -> SendMessageRequest:
+def _user_message(text: str | Part, context_id: str) -> SendMessageRequest:
+    part = Part(text=text) if isinstance(text, str) else text
     return SendMessageRequest(
-        message=Message(
-            role=Role.ROLE_USER, message_id=uuid.uuid4().hex, context_id=context_id, parts=[Part(text=text)]
-        )
+        message=Message(role=Role.ROLE_USER, message_id=uuid.uuid4().hex, context_id=context_id, parts=[part])
     )
 
 
@@ -77,7 +76,7 @@ class A2AClient(ContractClient):
         http = httpx.AsyncClient(timeout=10)
         return cls(await create_client(url, ClientConfig(streaming=True, httpx_client=http)), http)
 
-    async def send(self, text: str) -> None:
+    async def send(self, text: str | Part) -> None:
         # The next message leaves only once the server has answered this one's stream with its first event
         # (the message is then in the session's queue), so one user's messages arrive in the order sent.
         accepted = asyncio.Event()
@@ -87,7 +86,14 @@ class A2AClient(ContractClient):
         await asyncio.wait([waiting, reader], timeout=10, return_when=asyncio.FIRST_COMPLETED)
         waiting.cancel()
 
-    async def _read(self, text: str, accepted: asyncio.Event) -> None:
+    async def decide(self, call_id: str, approved: bool, reason: str = "") -> bool:
+        """Send the decision as a data part, in a new task of the context (``docs/a2a.md``)."""
+        part = Part()
+        part.data.struct_value.update({"approval": {"call_id": call_id, "approved": approved, "reason": reason}})
+        await self.send(part)
+        return True
+
+    async def _read(self, text: str | Part, accepted: asyncio.Event) -> None:
         async for response in self.client.send_message(_user_message(text, self.context_id)):
             accepted.set()
             if response.HasField("artifact_update"):
@@ -111,8 +117,6 @@ class A2AClient(ContractClient):
 
 
 class TestA2APlatform(PlatformContract):
-    replies_between_messages = False  # a reply belongs to the task of a message
-
     def make_platform(self) -> Platform:
         return A2APlatform("127.0.0.1", 0)
 

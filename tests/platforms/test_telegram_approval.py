@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from baf import Agent
+from baf import Agent, ApprovalEvent
 from baf.library.state.reasoning_state_library import reasoning_body
 from baf.llm.base import LLMResponse, ToolCall
 from baf.log.record import Record, RecordKind
@@ -109,6 +110,8 @@ async def test_approve_runs_the_call_answers_the_press_and_shows_the_decision(se
         assert "Approved by telegram user 31 (@user31)." in shown and "pay-a" in shown
         assert "reply_markup" not in edits[-1].params  # the buttons are gone
         (decided,) = await records(agent, 31, RecordKind.APPROVAL_DECIDED)
+        await asyncio.sleep(0.3)
+        assert len(edits_of(server, request)) == 1  # the press and the decision's delivery: one edit
         assert decided.data["approved"] is True and decided.data["by"] == "telegram user 31 (@user31)"
     finally:
         await agent.stop()
@@ -201,5 +204,25 @@ async def test_a_second_press_is_answered_with_the_first_decision(server: BotAPI
         assert answers[1]["text"] == "This call was already approved by telegram user 37 (@user37)."
         await agent.wait_idle()
         assert ran == ["bob"] and len(await records(agent, 37, RecordKind.APPROVAL_DECIDED)) == 1
+    finally:
+        await agent.stop()
+
+
+async def test_a_decision_made_elsewhere_or_an_expiry_closes_the_requests_message(server: BotAPIStandIn) -> None:
+    ran: list[str] = []
+    agent, _ = await running(server, ran)
+    try:
+        request = await ask(server, 38, "h")
+        # An operator decides through another channel: no press here, the message still shows it.
+        await agent.receive_event(ApprovalEvent("telegram-38", call_id="pay-h", approved=False, approver="ops"))
+        edits = await server.wait_for(lambda: edits_of(server, request))
+        assert "Denied by ops." in visible_text(edits[-1].params["text"])
+        assert "reply_markup" not in edits[-1].params
+        waiting = await ask(server, 38, "i")
+        server.push_message(38, text="never mind")  # the user moves on: the request expires
+        edits = await server.wait_for(lambda: edits_of(server, waiting))
+        assert "Expired" in visible_text(edits[-1].params["text"])
+        await agent.wait_idle()
+        assert ran == [] and server.answers() == []
     finally:
         await agent.stop()

@@ -178,6 +178,45 @@ async def test_a_followed_session_taken_over_goes_on_here_without_a_gap_or_a_rep
     await other.close()
 
 
+async def test_a_session_whose_client_moved_to_the_other_worker_moves_there(workers: Any, postgres_dsn: str) -> None:
+    (a, port_a), (b, port_b) = workers
+    first = await Client.open(port_b)
+    welcome = await first.hello()
+    session_id = welcome["session_id"]
+    await first.ask("q1")
+    await first.close()  # the client leaves b (a page reload) and comes back on a
+    forwarded: list[str] = []
+    forward = a.forward
+
+    async def counting(session_id: str, data: dict[str, Any], platform: Any) -> None:
+        forwarded.append(data["text"])
+        await forward(session_id, data, platform)
+
+    a.forward = counting  # type: ignore[method-assign]
+    moved = await Client.open(port_a)
+    await moved.hello(welcome["resume_token"])
+    history = await moved.until("history")
+    await moved.ask("q2")  # b runs it (the inbox), then gives the session up: its client is on a
+    await turn_done(postgres_dsn, session_id, "q2")
+    for _ in range(100):
+        info = await Leases(a.log).owner_of(session_id)
+        if info is not None and not info.live:
+            break
+        await asyncio.sleep(0.05)
+    assert info is not None and info.owner == "b" and not info.live
+    assert session_id not in b.runtime.sessions
+    await moved.ask("q3")  # taken where it arrives: a runs the session from now on
+    await turn_done(postgres_dsn, session_id, "q3")
+    assert forwarded == ["q2"]
+    assert session_id in a.runtime.sessions and session_id not in a.runtime.followed
+    info = await Leases(a.log).owner_of(session_id)
+    assert info is not None and info.owner == "a" and info.live
+    expected = await shown_records(postgres_dsn, session_id, after=history["last_seq"])
+    await moved.until_seq(expected[-1]["seq"])
+    assert seqs_and_types(moved.live()) == [(item["seq"], item["type"]) for item in expected]  # once, in order
+    await moved.close()
+
+
 async def test_a_followed_session_no_client_watches_is_dropped(workers: Any) -> None:
     (a, port_a), (_, port_b) = workers
     owner_client = await Client.open(port_b)

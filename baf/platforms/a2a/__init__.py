@@ -1,4 +1,4 @@
-"""Serve an agent over the Agent2Agent protocol (the ``a2a`` extra: ``pip install 'baf[a2a]'``).
+"""Serve an agent over the Agent2Agent protocol (the ``a2a`` extra: ``pip install -e ".[a2a]"`` in a clone).
 
 ::
 
@@ -13,7 +13,12 @@ talk to it with JSON-RPC at ``http://HOST:PORT/`` (A2A 1.0; 0.3 clients are serv
 An A2A **context** is a baf session (``a2a-<context id>``); a **task** is one message to it, handled as
 the session's mailbox handles any message. Reasoning steps and task lists stream as ``working`` status
 updates, replies arrive as artifacts, and the task ends ``completed`` (or ``failed`` with the error the
-user would have seen). See :mod:`baf.platforms.a2a.executor` for the mapping.
+user would have seen, or ``input-required`` while a tool call waits for approval; a data part
+``{"approval": {...}}`` decides it). See :mod:`baf.platforms.a2a.executor` for the mapping.
+
+With many workers (``baf serve``), a task whose session another worker runs is carried out there: the
+message goes through the inbox, and this worker, whose client waits for the task, follows the session's
+log and publishes what it shows until the message is handled (:meth:`A2APlatform.has_client`).
 
 The SDK keeps the task objects it serves to ``GetTask`` in memory, the newest ``max_tasks`` of them;
 the conversation itself is in the baf log, and survives a restart as any session does.
@@ -29,7 +34,14 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import uvicorn
+from baf.errors import MissingExtraError
+
+try:  # first, so that a missing extra is named with its pip command rather than a bare ModuleNotFoundError
+    import a2a.server  # noqa: F401
+    import uvicorn
+except ImportError as exc:
+    raise MissingExtraError("A2APlatform (a2a-sdk, uvicorn)", "a2a") from exc
+
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
@@ -43,6 +55,7 @@ from baf.platforms.a2a.executor import SESSION_PREFIX, SessionExecutor, TaskRout
 
 if TYPE_CHECKING:
     from baf.core.session import Session
+    from baf.reasoning.approval import ApprovalRequest
 
 __all__ = ["SESSION_PREFIX", "A2APlatform"]
 
@@ -84,6 +97,8 @@ class A2APlatform(Platform):
         self.routes: dict[str, TaskRoute] = {}
         self._server: uvicorn.Server | None = None
         self._serving: asyncio.Task[None] | None = None
+        #: Whether the listening socket shares its port (``SO_REUSEPORT``) with other worker processes.
+        self.reuse_port = False
 
     @property
     def url(self) -> str:
@@ -118,6 +133,8 @@ class A2APlatform(Platform):
         sock = socket.socket(socket.AF_INET6 if ":" in self.host else socket.AF_INET, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if self.reuse_port:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             sock.bind((self.host, self.port))
         except OSError as exc:
             sock.close()
@@ -155,6 +172,15 @@ class A2APlatform(Platform):
                 with contextlib.suppress(asyncio.CancelledError):
                     await serving
 
+    def share_with_workers(self) -> None:
+        """Share the port with the other worker processes of ``baf serve`` on this host (``SO_REUSEPORT``)."""
+        self.reuse_port = True
+
+    def has_client(self, session_id: str) -> bool:
+        """Whether a task of ``session_id`` runs here now: its client waits for what the session shows
+        (a streaming request, or a blocking one), so a worker that does not run the session follows it."""
+        return session_id in self.routes
+
     # -- outbound: into the running task's queue ----------------------------------------------------
 
     def _route(self, session: Session, kind: str, payload: Any) -> None:
@@ -180,6 +206,10 @@ class A2APlatform(Platform):
     async def reply_task_list_update(self, session: Session, tasks: list[dict[str, Any]]) -> None:
         """Stream the task list as a ``working`` status update."""
         self._route(session, "tasks", [dict(task) for task in tasks])
+
+    async def reply_approval_request(self, session: Session, request: ApprovalRequest) -> None:
+        """The running task ends ``input-required``, describing the call (see the executor)."""
+        self._route(session, "approval", request.to_dict())
 
     async def reply_options(self, session: Session, message: str, options: Sequence[str]) -> None:
         """An artifact with the text and the options as data."""

@@ -1,4 +1,4 @@
-"""A Telegram bot for an agent, on aiogram 3 (the ``telegram`` extra: ``pip install 'baf[telegram]'``).
+"""A Telegram bot for an agent, on aiogram 3 (the ``telegram`` extra: ``pip install -e ".[telegram]"`` in a clone).
 
 ::
 
@@ -45,9 +45,17 @@ import functools
 import hmac
 import logging
 import secrets
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
+
+from baf.errors import MissingExtraError
+
+try:  # first, so that a missing extra is named with its pip command rather than a bare ModuleNotFoundError
+    import aiogram  # noqa: F401
+except ImportError as exc:
+    raise MissingExtraError("TelegramPlatform (aiogram)", "telegram") from exc
 
 from aiogram import Bot
 from aiogram.client.session.aiohttp import AiohttpSession
@@ -87,7 +95,7 @@ from baf.platforms.telegram.status import StatusView
 
 if TYPE_CHECKING:
     from baf.core.session import Session
-    from baf.reasoning.approval import ApprovalRequest
+    from baf.reasoning.approval import ApprovalDecision, ApprovalExpiry, ApprovalRequest
 
 __all__ = ["SESSION_PREFIX", "TelegramPlatform"]
 
@@ -107,6 +115,8 @@ _TYPING_EVERY = 4.5  # seconds; Telegram shows "typing" for 5 s or until the bot
 _REFUSAL = "This bot does not serve this chat."
 _EDITED = "I read messages once, as they arrive: edits are not applied. Send the corrected text as a new message."
 _UNSUPPORTED = "I can read text, photos and documents; this kind of message was not passed on."
+#: Approval request messages remembered for editing (see TelegramPlatform._requests).
+_REQUESTS_KEPT = 1000
 #: How long (seconds) the platform looks for a pressed request's decision in the log before it stops
 #: waiting to edit the message (the decision may be made by another worker, which owns the session).
 _DECISION_WAIT = 30.0
@@ -188,6 +198,10 @@ class TelegramPlatform(Platform):
         self._typing: set[asyncio.Task[None]] = set()  # the typing indicators, and the approval messages'
         # edits waiting for their decision (both cancelled on stop)
         self._views: dict[int, StatusView] = {}
+        # The approval requests this platform sent, by chat and call id: handles on messages already sent
+        # (as the status views are), so a decision or an expiry made anywhere edits its message. Bounded;
+        # a request not here (sent before a restart, or by another worker) is edited on a press instead.
+        self._requests: OrderedDict[tuple[int, str], tuple[int, ApprovalRequest]] = OrderedDict()
 
     def __repr__(self) -> str:  # never the token
         mode = "webhook" if self.webhook_url else "polling"
@@ -496,6 +510,7 @@ class TelegramPlatform(Platform):
             await self._answer(query, fate.notice(), alert=True)
             self._edit_request(chat_id, message.message_id, request, fate)
             return
+        known = (chat_id, request.call_id) in self._requests  # sent from here: its decision's delivery edits it
         event = ApprovalEvent(
             session_id, call_id=request.call_id, approved=approved, approver=_approver(query.from_user)
         )
@@ -507,7 +522,7 @@ class TelegramPlatform(Platform):
             await self._answer(query, "Your decision could not be recorded; press the button again.")
             return
         await self._answer(query, "Approved." if approved else "Denied.")
-        task = asyncio.ensure_future(self._show_decision(chat_id, message.message_id, session_id, seq, done))
+        task = asyncio.ensure_future(self._show_decision(chat_id, message.message_id, session_id, seq, done, known))
         self._typing.add(task)
         task.add_done_callback(self._typing.discard)
 
@@ -526,10 +541,11 @@ class TelegramPlatform(Platform):
             logger.warning("could not answer a button press: %s", exc)
 
     async def _show_decision(
-        self, chat_id: int, message_id: int, session_id: str, seq: int, done: asyncio.Future[None]
+        self, chat_id: int, message_id: int, session_id: str, seq: int, done: asyncio.Future[None], known: bool
     ) -> None:
         """Once the decision is recorded (here, or by the worker that owns the session), edit the request's
-        message to show it: what the log says, so a press that lost a race shows the decision that won."""
+        message to show it: what the log says, so a press that lost a race shows the decision that won.
+        Unless ``reply_approval_decision`` did already (a request ``known`` here, and closed since)."""
         await asyncio.wait([done], timeout=_DECISION_WAIT)
         loop = asyncio.get_running_loop()
         deadline, pause = loop.time() + _DECISION_WAIT, 0.1
@@ -540,7 +556,8 @@ class TelegramPlatform(Platform):
                 logger.warning("chat %s: cannot read the decision to show it: %s", chat_id, exc)
                 return
             if request is not None and fate is not None:
-                self._edit_request(chat_id, message_id, request, fate)
+                close = functools.partial(self._close_pressed, chat_id, message_id, request, fate, known)
+                self._put(chat_id, "the approval message", close)
                 return
             if loop.time() >= deadline:
                 logger.warning("chat %s: no decision recorded for the request at seq %s yet", chat_id, seq)
@@ -548,18 +565,25 @@ class TelegramPlatform(Platform):
             await asyncio.sleep(pause)
             pause = min(pause * 2, 2.0)
 
+    async def _close_pressed(
+        self, chat_id: int, message_id: int, request: ApprovalRequest, fate: Fate, known: bool
+    ) -> None:
+        if self._requests.pop((chat_id, request.call_id), None) is None and known:
+            return  # closed already by the decision's own delivery (reply_approval_decision)
+        await self._edit(chat_id, message_id, request, fate)
+
     def _edit_request(self, chat_id: int, message_id: int, request: ApprovalRequest, fate: Fate) -> None:
+        """Queue an edit of the request's message to end with its fate."""
+        self._put(chat_id, "the approval message", functools.partial(self._edit, chat_id, message_id, request, fate))
+
+    async def _edit(self, chat_id: int, message_id: int, request: ApprovalRequest, fate: Fate) -> None:
         """Edit the request's message to end with its fate; the buttons go (an edit without markup)."""
         text = render_html(request_text(request, fate))
-
-        async def edit() -> None:
-            try:
-                await self.bot.edit_message_text(text, chat_id=chat_id, message_id=message_id, parse_mode="HTML")
-            except TelegramBadRequest as exc:
-                if "not modified" not in exc.message:  # shown already (two presses, two edits)
-                    raise
-
-        self._put(chat_id, "the approval message", edit)
+        try:
+            await self.bot.edit_message_text(text, chat_id=chat_id, message_id=message_id, parse_mode="HTML")
+        except TelegramBadRequest as exc:
+            if "not modified" not in exc.message:  # shown already (a press and the decision, both edit it)
+                raise
 
     # -- outbound ---------------------------------------------------------------------------------
 
@@ -615,7 +639,36 @@ class TelegramPlatform(Platform):
                 InlineKeyboardButton(text="❌ Deny", callback_data=button_data(False, seq)),
             ]]
         )  # fmt: skip
-        self._send_text(chat_id, request_text(request), reply_markup=keyboard)
+        text = request_text(request)
+
+        async def send() -> None:
+            sent = await self._send_html(chat_id, text, keyboard, False)
+            self._requests[(chat_id, request.call_id)] = (sent.message_id, request)
+            while len(self._requests) > _REQUESTS_KEPT:
+                self._requests.popitem(last=False)
+
+        self._put(chat_id, "an approval request", send)
+
+    async def reply_approval_decision(self, session: Session, decision: ApprovalDecision) -> None:
+        """Edit the request's message to show the decision, whoever made it, and drop its buttons."""
+        self._close_request(self.chat_id_of(session), decision.call_id, Fate(decision.approved, decision.by,
+                                                                              decision.reason))  # fmt: skip
+
+    async def reply_approval_expired(self, session: Session, expiry: ApprovalExpiry) -> None:
+        """Edit the messages of the requests that expired to say so, and drop their buttons."""
+        chat_id = self.chat_id_of(session)
+        for call_id in expiry.call_ids:
+            self._close_request(chat_id, call_id, Fate(None))
+
+    def _close_request(self, chat_id: int, call_id: str, fate: Fate) -> None:
+        async def close() -> None:
+            # Looked up when the chat's queue reaches it: the request's own send, ahead in the queue, has
+            # then made the handle.
+            sent = self._requests.pop((chat_id, call_id), None)
+            if sent is not None:
+                await self._edit(chat_id, sent[0], sent[1], fate)
+
+        self._put(chat_id, "the approval message", close)
 
     async def reply_options(self, session: Session, message: str, options: Sequence[str]) -> None:
         """Send ``message`` with a one-time reply keyboard, one button per option; a tap sends its text."""

@@ -6,7 +6,9 @@ callback data, which a model's call id may not fit, and the record says everythi
 the tool, the arguments). A press is checked against the log (:func:`request_fate`): a request that was
 decided or expired meanwhile is answered as such and nothing is sent to the agent; otherwise the press
 becomes an ``ApprovalEvent`` of that chat's session, which the engine checks once more. The message is
-then edited to show what the log says was decided, by whom, and loses its buttons.
+then edited to show what the log says was decided, by whom, and loses its buttons. A decision made
+elsewhere, or an expiry, edits it the same way when it is delivered (``reply_approval_decision``,
+``reply_approval_expired``).
 
 Nothing here is session state: the buttons hold the seq, the log holds the rest.
 """
@@ -25,7 +27,7 @@ __all__ = ["CALLBACK_PREFIX", "Fate", "button_data", "parse_button", "request_fa
 #: What the buttons' callback data starts with (a press of any other button is not an approval).
 CALLBACK_PREFIX = "baf-approval"
 
-_ARGUMENTS_SHOWN = 2000  # characters of the arguments shown (a message holds 4,096)
+_ARGUMENTS_SHOWN = 1500  # characters of the arguments shown (a message holds 4,096 UTF-16 units)
 
 
 def button_data(approved: bool, seq: int) -> str:

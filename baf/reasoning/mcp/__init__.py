@@ -1,4 +1,4 @@
-"""Tools from MCP servers (the ``mcp`` extra: ``pip install 'baf[mcp]'``).
+"""Tools from MCP servers (the ``mcp`` extra: ``pip install -e ".[mcp]"`` in a clone of baf).
 
 ``agent.add_mcp_server(name, command=[...])`` or ``agent.add_mcp_server(name, url="http://.../mcp")``
 adds an :class:`MCPToolset`: the server's tools, listed when the runtime starts, offered to the model

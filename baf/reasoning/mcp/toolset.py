@@ -20,7 +20,7 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
 
-from baf.errors import ConfigurationError, ToolServerError
+from baf.errors import ConfigurationError, MissingExtraError, ToolServerError
 from baf.reasoning.effects import ReplayGuardError, offline_tool_schemas
 from baf.reasoning.mcp.connection import Listing, MCPConnection, ServerSpec
 from baf.reasoning.mcp.names import ListedTool, default_prefix, model_name, select_tools
@@ -97,7 +97,7 @@ class MCPToolset:
         if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
             raise ConfigurationError(f"{where}: max_restarts must be a whole number, 0 or more")
         if importlib.util.find_spec("mcp") is None:
-            raise ConfigurationError(f"{where}: MCP tools need the mcp extra: pip install 'baf[mcp]'")
+            raise MissingExtraError(f"{where}: MCP tools", "mcp")
         self.name = name
         self.prefix = resolved_prefix
         self.wanted: tuple[str, ...] | None = tuple(tools) if tools is not None else None
