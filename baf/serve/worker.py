@@ -313,9 +313,8 @@ class Worker:
                 return
             if not await self.runtime.claim(session_id):  # after a release of it under way, if any
                 return  # a live worker owns it: its own notification or poll takes the mail
-        # Loading it (resuming an interrupted step) and reading its mail go together: two reads of what this
-        # worker now owns, one round trip of waiting instead of two (each a burst's batch, see Coalescer).
-        _, messages = await asyncio.gather(self.runtime.get_or_create(session_id), self.inbox.pending(session_id))
+        await self.runtime.get_or_create(session_id)  # loads it, resuming an interrupted step
+        messages = await self.inbox.pending(session_id)
         if session_id not in self.log.fenced():
             # Given up meanwhile (its clients are elsewhere, see below) or lost: the worker that holds or
             # claims it next takes its mail (a release announces mail left waiting).
