@@ -99,20 +99,27 @@ class Run:
 
 
 class CPUClock:
-    """CPU seconds of groups of processes between ``start()`` and ``stop()`` (``scheduled``: all threads)."""
+    """CPU seconds of groups of processes between ``start()`` and ``stop()`` (``scheduled``: all threads). A
+    process that ended meanwhile (a connection closed) is left out: what it spent in the window is unknown."""
 
     def __init__(self, **groups: list[int]) -> None:
         self.groups = groups
-        self._before: dict[str, tuple[float, float]] = {}
+        self._before: dict[int, tuple[float, float]] = {}
         self.spent: dict[str, tuple[float, float]] = {}
 
     def start(self) -> None:
-        self._before = {name: scheduled(pids) for name, pids in self.groups.items()}
+        self._before = {pid: scheduled([pid]) for pids in self.groups.values() for pid in pids}
 
     def stop(self) -> None:
+        alive = {pid for pid in self._before if os.path.exists(f"/proc/{pid}")}
         for name, pids in self.groups.items():
-            running, waiting = scheduled(pids)
-            self.spent[name] = (running - self._before[name][0], waiting - self._before[name][1])
+            running = waiting = 0.0
+            for pid in pids:
+                if pid in alive:
+                    now = scheduled([pid])
+                    running += now[0] - self._before[pid][0]
+                    waiting += now[1] - self._before[pid][1]
+            self.spent[name] = (running, waiting)
 
 
 async def sqlite_run(sessions: int, tool_turns: int, delay: float, folder: Path) -> Run:
