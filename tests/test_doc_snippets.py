@@ -153,3 +153,15 @@ def test_the_working_memory_example_prints_what_its_comments_say() -> None:
         "llm_text: notes on notes on tides",
         "notes on notes on tides",
     ]
+
+
+def test_no_page_carries_merge_conflict_markers() -> None:
+    # A merge once left its markers in scaling_out.md, and a reader got both sides of the conflict.
+    pages = [README, *sorted(DOCS.glob("*.md")), *sorted((DOCS.parent / "examples").rglob("*.md"))]
+    marked = [
+        f"{page.name}:{number}"
+        for page in pages
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
+        if re.match(r"(<{7}|={7}|>{7})( |$)", line)
+    ]
+    assert marked == []
