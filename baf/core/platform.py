@@ -60,7 +60,9 @@ class Platform:
     def share_with_workers(self) -> None:
         """Called by ``baf.serve`` before :meth:`start`, in each of several worker processes running this
         agent on one host: a platform that listens on a port lets them all listen on it (the WebSocket
-        platform: ``SO_REUSEPORT``, the kernel spreads the connections). Default: nothing."""
+        platform: ``SO_REUSEPORT``, the kernel spreads the connections). A platform that cannot be shared
+        raises :class:`~baf.errors.ConfigurationError` saying why (the terminal: one person's terminal), and
+        the worker stops before it opens anything. Default: nothing."""
 
     async def reply(self, session: Session, message: str) -> None:
         """Send a text reply (Markdown allowed) to the session's user."""
