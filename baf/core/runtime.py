@@ -871,7 +871,8 @@ def _show_now(live: LiveSession) -> None:
     """A message was recorded and is durable: show it to the session's clients connected here now
     (another tab of the sender's), not at the session's next commit, which a running step may hold back.
     A client connected to another worker gets it from the log (``baf.serve.follower``)."""
-    if live.platform is not None and live.platform.has_client(live.id):
+    has_client = getattr(live.platform, "has_client", None)  # a duck-typed platform may lack it
+    if has_client is not None and has_client(live.id):
         live.commit_soon()
 
 
