@@ -247,15 +247,15 @@ async def test_a_coroutine_run_in_its_own_context_returns_raises_and_is_cancelle
     assert cleaned == ["outer"]  # cancelled inside, where it reads the context it was given
 
 
-async def _under_asyncio_timeout(coroutine: Any, timeout: float | None) -> Any:
-    async with asyncio.timeout(timeout):
+async def _under_asyncio_timeout(coroutine: Any, limit: float | None) -> Any:
+    async with asyncio.timeout(limit):
         return await coroutine
 
 
-async def _under_time_limited(coroutine: Any, timeout: float | None) -> Any:
+async def _under_time_limited(coroutine: Any, limit: float | None) -> Any:
     from baf.reasoning.tool_calls import time_limited
 
-    return await time_limited(coroutine, timeout)
+    return await time_limited(coroutine, limit)
 
 
 @pytest.mark.parametrize("limited", [_under_asyncio_timeout, _under_time_limited], ids=["asyncio", "baf"])
@@ -289,11 +289,11 @@ async def test_a_time_limited_coroutine_ends_as_under_asyncio_timeout(limited: A
             cleaned.append("hang")
 
     async def busy_then_answer() -> str:
-        time.sleep(0.15)  # past the limit without waiting: nothing can interrupt it
+        time.sleep(0.15)  # noqa: ASYNC251  # past the limit without waiting: nothing can interrupt it
         return "busy"
 
     async def busy_then_wait() -> str:
-        time.sleep(0.15)  # the limit is counted from the start, so the first wait is already too late
+        time.sleep(0.15)  # noqa: ASYNC251  # the limit counts from the start: the first wait is too late
         await asyncio.sleep(0.05)
         return "too late"
 
