@@ -28,7 +28,7 @@ from rich.text import Text
 from baf.core.events import ApprovalEvent
 from baf.core.platform import Platform
 from baf.core.session import runtime_side
-from baf.errors import LogClosedError
+from baf.errors import ConfigurationError, LogClosedError
 
 if TYPE_CHECKING:
     from baf.core.session import Session
@@ -117,6 +117,15 @@ class TerminalPlatform(Platform):
     def output_closed(self) -> bool:
         """Whether the chat ended because the terminal's output was closed."""
         return self._output_closed
+
+    def share_with_workers(self) -> None:
+        """Refused: a terminal is one person's, and worker processes would all read it and chat on one
+        session that only one of them can run. ``baf serve`` stops the workers with this message."""
+        raise ConfigurationError(
+            "the terminal platform cannot be shared by worker processes (they would all read this "
+            "terminal): serve the agent over a platform clients connect to, such as "
+            "agent.use_websocket_platform(port=8765), or chat with it in one process with baf run"
+        )
 
     async def start(self) -> None:
         self._lines = _raw_lines(self._input_fd)

@@ -40,14 +40,14 @@ def serve(path: str, dsn: str, workers: int, lease_ttl: float, poll_interval: fl
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        codes = _wait_reporting_deaths(children)
+        codes = _wait_reporting_deaths(children, lease_ttl)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     return max((abs(code) for code in codes), default=0)
 
 
-def _wait_reporting_deaths(children: list[subprocess.Popen[bytes]]) -> list[int]:
+def _wait_reporting_deaths(children: list[subprocess.Popen[bytes]], lease_ttl: float) -> list[int]:
     """Wait for every worker; one killed by a signal (kill -9, the OOM killer) is reported at once, as the
     other workers keep serving and take its sessions over when its leases expire."""
     codes: dict[int, int] = {}
@@ -59,11 +59,20 @@ def _wait_reporting_deaths(children: list[subprocess.Popen[bytes]]) -> list[int]
             codes[child.pid] = code
             if code < 0 and -code not in (signal.SIGTERM, signal.SIGINT):
                 running = sum(1 for other in children if other.poll() is None)
-                sys.stderr.write(f"baf serve: worker {child.pid} was killed by signal {-code}; {running} still "
-                                 "running take its sessions over when its leases expire\n")  # fmt: skip
+                sys.stderr.write(_death_notice(child.pid, -code, running, lease_ttl))
                 sys.stderr.flush()
         time.sleep(0.1)
     return [codes[child.pid] for child in children]
+
+
+def _death_notice(pid: int, signum: int, running: int, lease_ttl: float) -> str:
+    """What ``baf serve`` says when worker ``pid`` was killed by ``signum`` and ``running`` workers are left."""
+    if running == 0:
+        after = "none still running: a worker started on this database takes its sessions over once"
+    else:
+        after = f"{running} still running: {'it takes' if running == 1 else 'they take'} its sessions over once"
+    expiry = f"its leases expire, {lease_ttl:g} s after its last heartbeat"
+    return f"baf serve: worker {pid} was killed by signal {signum}; {after} {expiry}\n"
 
 
 async def _run_worker(path: str, dsn: str, lease_ttl: float, poll_interval: float) -> None:

@@ -72,6 +72,38 @@ def test_a_worker_that_cannot_start_says_why_in_one_line(tmp_path: Path) -> None
     assert len(lines) == 2 and all("baf serve: worker" in line and "must define one Agent" in line for line in lines)
 
 
+TERMINAL_AGENT = """
+from baf import Agent
+
+agent = Agent("chat", log="memory://")
+agent.new_state("idle", initial=True)
+agent.use_terminal_platform()
+"""
+
+
+def test_an_agent_on_the_terminal_is_refused_before_any_database_is_reached(tmp_path: Path) -> None:
+    # Two workers on one terminal would both read it and chat on one session only one of them runs.
+    (tmp_path / "chat.py").write_text(TERMINAL_AGENT)
+    result = baf("serve", "chat.py", "--log", "postgresql://baf@127.0.0.1:9/none", "--workers", "2", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 2, result.stderr
+    assert all("terminal platform cannot be shared by worker processes" in line for line in lines), lines
+    assert all("use_websocket_platform" in line and "baf run" in line for line in lines), lines
+
+
+def test_a_killed_worker_is_reported_with_who_takes_its_sessions_over() -> None:
+    from baf.serve.process import _death_notice
+
+    assert _death_notice(41, 9, 1, 10.0) == (
+        "baf serve: worker 41 was killed by signal 9; 1 still running: it takes its sessions over once its "
+        "leases expire, 10 s after its last heartbeat\n"
+    )
+    assert "2 still running: they take its sessions over" in _death_notice(41, 9, 2, 10.0)
+    assert "none still running: a worker started on this database takes" in _death_notice(41, 9, 0, 2.5)
+    assert "2.5 s after its last heartbeat" in _death_notice(41, 9, 0, 2.5)
+
+
 WEB_AGENT = """
 from baf import Agent
 
@@ -115,7 +147,7 @@ async def test_a_worker_killed_under_baf_serve_is_reported_at_once(postgres_dsn:
             line = await asyncio.wait_for(asyncio.to_thread(serve.stderr.readline), 10)
             if "baf serve:" in line:
                 break
-        assert f"worker {victim} was killed by signal 9; 1 still running" in line
+        assert f"worker {victim} was killed by signal 9; 1 still running: it takes its sessions over" in line
     finally:
         serve.send_signal(signal.SIGTERM)
         code = await asyncio.to_thread(serve.wait, 30)
