@@ -68,6 +68,14 @@ class Platform:
         """Send a text reply (Markdown allowed) to the session's user."""
         raise NotImplementedError(f"{type(self).__name__} must implement reply()")
 
+    async def reply_user_message(self, session: Session, text: str, client_message_id: str | None) -> None:
+        """Show a message the user sent (its ``message_received`` record is durable) to every client of the
+        session, in order with the replies: a second browser tab or device of the same user then sees
+        it live, not only after a reload. ``client_message_id`` is the id the sending client gave it
+        (:attr:`~baf.core.events.Event.client_message_id`), or ``None``: that client shows the message
+        already and should recognize it by this id rather than show it twice. Optional: the default does
+        nothing (in a chat service the user sees their own message anyway)."""
+
     async def reply_reasoning_step(self, session: Session, step: Any) -> None:
         """Show one reasoning step (``ReasoningStep``) as it happens. Optional."""
 

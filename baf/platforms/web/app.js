@@ -112,15 +112,31 @@
 
   // -- chat -----------------------------------------------------------------------------------------
 
-  // Messages this page sent and showed at once, not yet seen in a history: a history after the last seq
-  // seen may hold them (they were recorded after it), and they must not be shown twice.
-  let echoes = [];
+  // A message this page sends is shown at once, marked with an id of the page's own making; the server
+  // shows every recorded message to all the session's connections (a ``user`` frame, or a history item)
+  // with that id, so this page recognizes its own and another tab's message appears live.
+  function newMessageId() {
+    const bytes = new Uint8Array(12);
+    crypto.getRandomValues(bytes); // crypto.randomUUID needs a secure context; a LAN address is not one
+    return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+  }
 
-  function addUser(text, local) {
+  function ownMessage(id) {
+    return id ? messages.querySelector('.msg.user[data-message-id="' + CSS.escape(String(id)) + '"]') : null;
+  }
+
+  function addUser(text, id) {
     const bubble = el("div", "msg user", text);
+    if (id) bubble.dataset.messageId = String(id);
     messages.appendChild(bubble);
-    if (local) echoes.push(text);
     scrollDown();
+    return bubble;
+  }
+
+  // A recorded message (a live ``user`` frame or a history item): this page's own is already shown.
+  function showUser(item) {
+    const bubble = ownMessage(item.id) || addUser(item.text, item.id);
+    bubble.dataset.seq = String(item.seq);
   }
 
   function addReply(frame) {
@@ -360,7 +376,6 @@
     messages.replaceChildren();
     streaming = null;
     currentTrace = null;
-    echoes = [];
     showTasks([]);
   }
 
@@ -380,17 +395,13 @@
     if (after === 0) clearView(); // a whole history: redraw; otherwise it continues this view
     if (typeof frame.last_seq === "number") lastSeq = Math.max(lastSeq, frame.last_seq);
     (frame.items || []).forEach((item) => {
-      if (item.type === "user") {
-        const echoed = echoes.indexOf(item.text);
-        if (echoed >= 0) echoes.splice(echoed, 1); // already shown when it was sent
-        else addUser(item.text);
-      } else if (item.type === "reply") addReply(item);
+      if (item.type === "user") showUser(item);
+      else if (item.type === "reply") addReply(item);
       else if (item.type === "reasoning_step") addStep(item.step);
       else if (item.type === "task_list") showTasks(item.tasks || []);
       else if (item.type === "error") addError(item.message);
       else if (item.type.startsWith("approval_")) showApproval(item);
     });
-    echoes = [];
     if (frame.truncated && after === 0) messages.prepend(el("p", "muted", "Older history is not shown."));
   }
 
@@ -417,6 +428,7 @@
       setStatus("connected", "connected");
     },
     history: handleHistory,
+    user(frame) { if (fresh(frame)) showUser(frame); },
     reply(frame) { if (fresh(frame)) addReply(frame); },
     reply_delta: showDelta,
     reasoning_step(frame) { if (fresh(frame)) addStep(frame.step || {}); },
@@ -448,10 +460,11 @@
 
   function sendMessage(text) {
     if (!text.trim()) return;
-    if (send({ type: "message", text })) {
+    const id = newMessageId();
+    if (send({ type: "message", text, id })) {
       hideBanner();
       expireWaitingApprovals();
-      addUser(text, true);
+      addUser(text, id);
     }
   }
 
