@@ -138,6 +138,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"baf serve: worker {os.getpid()} stopped: {exc}\n")
         sys.stderr.flush()
         return 2
+    except Exception as exc:
+        from baf.cli import from_user_code, user_traceback
+
+        if not from_user_code(exc):
+            raise
+        # The agent file failed to load (a bug of the user's): its traceback from their code on, as
+        # `baf run` shows it, after a line that says which worker stopped; one write, as above.
+        sys.stderr.write(
+            f"baf serve: worker {os.getpid()} stopped: the agent file failed to load:\n{user_traceback(exc)}"
+        )
+        sys.stderr.flush()
+        return 1
     return 0
 
 

@@ -72,6 +72,16 @@ def test_a_worker_that_cannot_start_says_why_in_one_line(tmp_path: Path) -> None
     assert len(lines) == 2 and all("baf serve: worker" in line and "must define one Agent" in line for line in lines)
 
 
+def test_a_worker_whose_agent_file_raises_shows_the_users_traceback_only(tmp_path: Path) -> None:
+    (tmp_path / "buggy.py").write_text("from baf import Agent\n\nraise RuntimeError('boom at import')\n")
+    result = baf("serve", "buggy.py", "--log", "postgresql://baf@127.0.0.1:9/none", "--workers", "2", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    said = result.stderr
+    assert said.count("stopped: the agent file failed to load:\nTraceback (most recent call last):\n") == 2, said
+    assert said.count('buggy.py", line 3, in <module>') == 2 and said.count("RuntimeError: boom at import") == 2
+    assert "baf/serve/process.py" not in said and "asyncio" not in said and "<frozen" not in said, said
+
+
 TERMINAL_AGENT = """
 from baf import Agent
 
