@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import enum
 import json
+import json.scanner
 import math
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -105,7 +106,7 @@ _ARGUMENTS_DECODER = json.JSONDecoder(
 # Its scanner (C, with the same hooks): ``decode`` wraps it in Python (white space around the value, extra
 # data after it) that cost twice the scan of a typical arguments object. Raises ``StopIteration`` where
 # there is no value, ``ValueError`` where the hooks refuse one.
-_scan_value = _ARGUMENTS_DECODER.scan_once
+_scan_value: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(cast(Any, _ARGUMENTS_DECODER))
 
 
 def _text_of(raw: str | bytes | bytearray) -> str:
