@@ -136,6 +136,10 @@ def test_a_meter_totals_every_call_however_often_it_is_read() -> None:
     assert meter.usage == Usage(300, 3)
     meter.calls.append(CallUsage("p", "turn", "m", Usage(7, 0), 0.0))
     assert meter.usage == Usage(307, 3)
+    priced = Meter(PriceTable({"m": Price(0.1, 0.3)}))
+    for number in range(1, 8):
+        priced.add("p", "turn", "m", Usage(1000 * number + 1, 7 * number))
+    assert priced.cost == sum(call.cost for call in priced.calls)  # the same float, added in the same order
 
 
 async def test_cost_budget() -> None:

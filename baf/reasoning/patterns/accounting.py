@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from baf.llm.base import Usage
 
 __all__ = ["Budget", "CallUsage", "Meter", "Price", "PriceTable"]
+
+_cost_of = operator.attrgetter("cost")
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +95,7 @@ class Meter:
     @property
     def cost(self) -> float:
         """Total cost so far."""
-        return sum(call.cost for call in self.calls)
+        return sum(map(_cost_of, self.calls))  # the same sum as over a generator, at C speed
 
     def add(self, pattern: str, purpose: str, model: str, usage: Usage) -> CallUsage:
         """Count one call."""
