@@ -449,17 +449,17 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
     report = asyncio.run(collect())
     console = _Stdout(highlight=False)
-    console.print(Text(visible(f"{_shown(args.log)}: {report.sessions:,} sessions, {report.records:,} records read")),
-                  soft_wrap=True)  # fmt: skip
+    sessions = f"{report.sessions:,} session{'' if report.sessions == 1 else 's'}"
+    records = f"{report.records:,} record{'' if report.records == 1 else 's'}"
+    console.print(Text(visible(f"{_shown(args.log)}: {sessions}, {records} read")), soft_wrap=True)
     for finding in report.findings:
         style = "red" if finding.damage else "yellow"
         label = "damaged" if finding.damage else "note"
         console.print(Text(visible(f"{label}: {finding}"), style=style), soft_wrap=True)
     damage = sum(finding.damage for finding in report.findings)
     if damage:
-        console.print(
-            Text(visible(f"{_shown(args.log)} is damaged: {damage} problem(s) found"), style="red"), soft_wrap=True
-        )
+        problems = f"{damage} problem{'' if damage == 1 else 's'}"
+        console.print(Text(visible(f"{_shown(args.log)} is damaged: {problems} found"), style="red"), soft_wrap=True)
         return 1
     console.print(Text(visible(f"{_shown(args.log)}: no damage found"), style="green"), soft_wrap=True)
     return 0
