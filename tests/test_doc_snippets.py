@@ -165,3 +165,17 @@ def test_no_page_carries_merge_conflict_markers() -> None:
         if re.match(r"(<{7}|={7}|>{7})( |$)", line)
     ]
     assert marked == []
+
+
+def test_the_yaml_page_shows_the_problems_its_broken_file_has(tmp_path: Path) -> None:
+    from baf import load_agent
+    from baf.errors import AgentFileError
+
+    page = (DOCS / "yaml_agents.md").read_text(encoding="utf-8")
+    broken = next(b for b in re.findall(r"```yaml\n(.*?)```", page, re.S) if "nowhere" in b)
+    start = page.index("agent.yaml: 2 problems")
+    shown = page[start : page.index("```", start)]
+    (tmp_path / "agent.yaml").write_text(broken, encoding="utf-8")
+    with pytest.raises(AgentFileError) as raised:
+        load_agent(tmp_path / "agent.yaml")
+    assert str(raised.value).replace(str(tmp_path / "agent.yaml"), "agent.yaml") == shown.rstrip("\n")
