@@ -145,9 +145,10 @@ class Worker:
         if self._stop_listening is not None:
             await self._stop_listening()
             self._stop_listening = None
-        held = self.log.fenced()
         await self.agent.stop()
-        await self.leases.release_all(held)
+        # Read after the runtime stopped: it gave up the leases of the sessions it dropped before closing
+        # the log, and may have taken one more while its steps finished.
+        await self.leases.release_all(self.log.fenced())
 
     async def __aenter__(self) -> Worker:
         await self.start()

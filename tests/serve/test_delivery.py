@@ -17,7 +17,7 @@ from baf.log.postgres_leases import Leases
 from baf.platforms.websocket import WebSocketPlatform, history_items
 from baf.serve import Worker
 
-from .helpers import load_agent
+from .helpers import eventually, load_agent
 from .ws_client import Client
 
 WS_FIXTURE = "serve_ws_agent.py"
@@ -248,11 +248,16 @@ async def test_a_session_dropped_from_memory_while_its_client_watches_is_followe
         welcome = await on_b.hello()
         session_id = welcome["session_id"]
         await on_b.ask("q1")
-        for _ in range(50):
-            await asyncio.sleep(0.1)
-            if session_id not in b.runtime.sessions:
-                break
-        assert session_id not in b.runtime.sessions and session_id in b.runtime.followed
+        await eventually(lambda: session_id not in b.runtime.sessions, "b dropped the idle session")
+        assert session_id in b.runtime.followed
+
+        async def released() -> bool:
+            info = await Leases(a.log).owner_of(session_id)
+            return info is not None and not info.live
+
+        # The lease is given up just after the drop: a message reaching a before that is forwarded to b,
+        # which would take the session back (its client is there) and run the turn itself.
+        await eventually(released, "b gave the dropped session's lease up")
         seen = max(frame["seq"] for frame in on_b.live())
         on_a = await Client.open(platform_a.port)  # the same user in another tab, on a
         await on_a.hello(welcome["resume_token"])

@@ -4,6 +4,7 @@ notifications, malformed messages. (Worker processes and kill -9: test_failover.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 
 import asyncpg
@@ -14,7 +15,7 @@ from baf.errors import LogError
 from baf.log.postgres_leases import Leases
 from baf.serve import Worker
 
-from .helpers import assert_each_question_answered_once, fresh_agent, message, wait_for_answers
+from .helpers import assert_each_question_answered_once, eventually, fresh_agent, message, wait_for_answers
 
 
 @pytest.fixture
@@ -148,6 +149,36 @@ async def test_a_session_dropped_from_memory_gives_its_lease_up(postgres_dsn: st
         assert "s" not in worker.runtime.sessions
         assert info is not None and not info.live  # any worker may take the next message at once
         assert "s" not in worker.log.fenced()
+
+
+async def test_a_stop_right_after_sessions_were_dropped_gives_their_leases_up_before_the_log_closes(
+    postgres_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    worker = Worker(fresh_agent(), postgres_dsn, worker_id="stopping", lease_ttl=30, poll_interval=1)
+    await worker.start()
+    try:
+        for session_id in ("s1", "s2"):
+            await (await worker.runtime.receive(ReceiveTextEvent(session_id, message="q1")))
+        # A heartbeat under way holds the leases up, so the releases of the sessions dropped now are still
+        # pending when the stop begins (as for sessions whose steps end just as SIGTERM comes).
+        await worker.leases._renewing.acquire()
+        worker.runtime.let_go("s1")
+        worker.runtime.let_go("s2")
+        assert "s1" not in worker.runtime.sessions and "s1" not in worker.log.fenced()
+        stopping = asyncio.create_task(worker.stop())
+        await eventually(lambda: worker.runtime.stopping, "the runtime began to stop")
+    finally:
+        if worker.leases._renewing.locked():
+            worker.leases._renewing.release()
+    await stopping
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text  # nothing alarming
+    connection = await asyncpg.connect(postgres_dsn)
+    try:
+        live = await connection.fetch("SELECT session_id FROM baf_leases WHERE expires_at >= now()")
+        registered = await connection.fetch("SELECT worker_id FROM baf_workers")
+    finally:
+        await connection.close()
+    assert live == [] and registered == []  # other workers may take the sessions at once
 
 
 async def test_free_sessions_with_mail_go_to_the_worker_the_hash_chooses(
