@@ -101,7 +101,9 @@ class Worker:
         # mail is left to the worker the client is on (see _chosen_for) for a poll interval.
         self._given_up: dict[str, float] = {}
         self._peers: list[str] = []  # the live workers, refreshed with each heartbeat and when one comes or goes
-        self._refreshing: asyncio.Future[None] | None = None
+        # One refresh of the peers at a time; asked for while one runs, one more runs after it (see _peers_stale).
+        self._refreshing: asyncio.Task[None] | None = None
+        self._peers_stale_since_read = False
         self._tasks: list[asyncio.Task[None]] = []
         self._stop_listening: Any = None
 
@@ -122,7 +124,7 @@ class Worker:
             self._stop_listening = None
             await self.log.close()
             raise
-        self._peers = await self.leases.live_workers()
+        await self._peers_stale()  # through the one refresh: one a notification started is not overtaken
         for platform in self.agent.platforms:  # the other workers on this host listen on the same ports
             platform.share_with_workers()
         await self.agent.start(self.runtime)
@@ -145,6 +147,10 @@ class Worker:
         if self._stop_listening is not None:
             await self._stop_listening()
             self._stop_listening = None
+        if self._refreshing is not None:  # no notification starts another now (nor a heartbeat)
+            self._refreshing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refreshing
         await self.agent.stop()
         # Read after the runtime stopped: it gave up the leases of the sessions it dropped before closing
         # the log, and may have taken one more while its steps finished.
@@ -192,13 +198,25 @@ class Worker:
         if channel == INBOX_CHANNEL:
             self._want(payload)  # a session id
         elif channel == WORKERS_CHANNEL and self._stop_listening is not None and payload != self.worker_id:
-            self._refreshing = asyncio.ensure_future(self._refresh_peers())  # kept: tasks are weakly held
+            self._peers_stale()
+
+    def _peers_stale(self) -> asyncio.Task[None]:
+        """The list of live workers may have changed: read it again, soon. Refreshes are coalesced: a burst
+        of notifications (many workers starting or stopping at once) costs one read, or two when it comes
+        while a read is under way, instead of one read per notification on every worker. None is missed:
+        a change told of after a read began is read by the next one, which begins once that read ends."""
+        self._peers_stale_since_read = True
+        if self._refreshing is None or self._refreshing.done():
+            self._refreshing = asyncio.create_task(self._refresh_peers(), name="baf-worker-peers")
+        return self._refreshing
 
     async def _refresh_peers(self) -> None:
-        try:
-            self._peers = await self.leases.live_workers()
-        except Exception as exc:  # the next heartbeat refreshes them
-            logger.warning("worker %s: cannot list the live workers: %s", self.worker_id, exc)
+        while self._peers_stale_since_read:
+            self._peers_stale_since_read = False
+            try:
+                self._peers = await self.leases.live_workers()
+            except Exception as exc:  # the next heartbeat refreshes them
+                logger.warning("worker %s: cannot list the live workers: %s", self.worker_id, exc)
 
     def _want(self, session_id: str, polled: bool = False) -> None:
         """Take ``session_id``'s waiting mail soon, without waiting for other sessions' takes. ``polled``: the
@@ -228,10 +246,10 @@ class Worker:
             await asyncio.sleep(interval)
             try:
                 lost = await self.leases.heartbeat()
-                self._peers = await self.leases.live_workers()
             except Exception as exc:  # the database is away: appends are fenced anyway, retry next time
                 logger.warning("worker %s: heartbeat failed: %s", self.worker_id, exc)
                 continue
+            self._peers_stale()  # workers that died stop counting (through the one refresh, never two at once)
             for session_id in lost:
                 logger.warning("worker %s: lost session %s to another worker", self.worker_id, session_id)
                 self.runtime.drop(session_id)

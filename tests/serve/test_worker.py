@@ -181,6 +181,66 @@ async def test_a_stop_right_after_sessions_were_dropped_gives_their_leases_up_be
     assert live == [] and registered == []  # other workers may take the sessions at once
 
 
+async def test_a_burst_of_worker_notifications_is_one_or_two_reads_of_the_live_workers(postgres_dsn: str) -> None:
+    async with Worker(fresh_agent(), postgres_dsn, worker_id="a", lease_ttl=30, poll_interval=1) as worker:
+        reads = 0
+        read = worker.leases.live_workers
+
+        async def counted() -> list[str]:
+            nonlocal reads
+            reads += 1
+            return await read()
+
+        worker.leases.live_workers = counted  # type: ignore[method-assign]
+        connection = await asyncpg.connect(postgres_dsn)
+        try:  # 200 workers coming or going at once (as a restart of a big deployment), and one new worker
+            async with connection.transaction():
+                await connection.execute("INSERT INTO baf_workers (worker_id) VALUES ('z')")
+                await connection.execute("SELECT pg_notify('baf_workers', 'w' || i) FROM generate_series(1, 200) i")
+        finally:
+            await connection.close()
+        await eventually(lambda: worker._peers == ["a", "z"], "the worker listed the new worker")
+        refreshing = worker._refreshing
+        assert refreshing is not None
+        await refreshing
+        # One read for the burst, another if part of it came while that read was under way (and one more if
+        # a heartbeat fell meanwhile): never one per notification.
+        assert 1 <= reads <= 5, reads
+
+
+async def test_a_worker_told_of_a_change_while_it_reads_the_live_workers_reads_them_again(postgres_dsn: str) -> None:
+    async with Worker(fresh_agent(), postgres_dsn, worker_id="a", lease_ttl=30, poll_interval=1) as worker:
+        reads = 0
+        answer_late = asyncio.Event()
+        read = worker.leases.live_workers
+
+        async def first_answer_late() -> list[str]:
+            nonlocal reads
+            reads += 1
+            peers = await read()
+            if reads == 1:
+                await answer_late.wait()
+            return peers
+
+        worker.leases.live_workers = first_answer_late  # type: ignore[method-assign]
+        connection = await asyncpg.connect(postgres_dsn)
+        try:
+            await connection.execute("SELECT pg_notify('baf_workers', 'x')")  # a worker leaving, say
+            await eventually(lambda: reads == 1, "the worker began to read the live workers")
+            # y registers after that read: its answer, when it comes, does not list y
+            await connection.execute("INSERT INTO baf_workers (worker_id) VALUES ('y')")
+            await connection.execute("SELECT pg_notify('baf_workers', 'y')")
+            await eventually(lambda: worker._peers_stale_since_read, "the worker heard y register")
+        finally:
+            await connection.close()
+        answer_late.set()
+        refreshing = worker._refreshing
+        assert refreshing is not None
+        await refreshing
+        assert worker._peers == ["a", "y"]  # read again after the late answer, not left without y
+        assert reads == 2
+
+
 async def test_free_sessions_with_mail_go_to_the_worker_the_hash_chooses(
     workers: tuple[Worker, Worker], postgres_dsn: str
 ) -> None:
