@@ -106,6 +106,7 @@ class Worker:
         self._peers_stale_since_read = False
         self._tasks: list[asyncio.Task[None]] = []
         self._stop_listening: Any = None
+        self._said_replaced = False  # see _heartbeats
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -250,6 +251,14 @@ class Worker:
                 logger.warning("worker %s: heartbeat failed: %s", self.worker_id, exc)
                 continue
             self._peers_stale()  # workers that died stop counting (through the one refresh, never two at once)
+            if self.leases.replaced and not self._said_replaced:
+                self._said_replaced = True
+                logger.error(
+                    "worker %s: another process took this worker's id over (this one missed its heartbeats for "
+                    "longer than lease_ttl: it was paused, or cut from the database); it gave its %d sessions up "
+                    "and runs none from now on (their messages go to the other workers): restart it",
+                    self.worker_id, len(lost),
+                )  # fmt: skip
             for session_id in lost:
                 logger.warning("worker %s: lost session %s to another worker", self.worker_id, session_id)
                 self.runtime.drop(session_id)

@@ -481,6 +481,47 @@ async def test_a_heartbeat_keeps_a_lease_taken_again_with_a_newer_epoch_while_it
     assert a.fenced() == {"s": 3}
 
 
+async def test_a_worker_paused_past_its_ttl_whose_id_was_taken_meanwhile_is_fenced_off(postgres_dsn: str) -> None:
+    """Two processes of one worker id: the first paused (SIGSTOP, GC) longer than ``ttl``, the second started
+    with its id meanwhile (the id's holder looked dead), then the first resumes. The stale one never writes
+    again, even to a session whose lease it took after its last heartbeat (still live when the other came)."""
+    async with PostgresLog(postgres_dsn, worker_id="w") as paused, PostgresLog(postgres_dsn, worker_id="w") as twin:
+        leases_paused = Leases(paused, ttl=10)
+        await leases_paused.register()
+        assert await leases_paused.acquire("early") == 1
+        await paused.append([rec("early", 1, "before the pause")])
+        # It pauses: its last heartbeat grows older than ttl, while the lease it took on "late" after that
+        # heartbeat is still live (each lease runs ttl from when it was taken or renewed).
+        await query(postgres_dsn, "UPDATE baf_workers SET heartbeat_at = now() - interval '11 seconds'")
+        await query(postgres_dsn, "UPDATE baf_leases SET expires_at = now() - interval '1 second'")
+        assert await leases_paused.acquire("late") == 1
+        leases_twin = Leases(twin, ttl=10)
+        await leases_twin.register()  # the id's holder looks dead: taken over
+        # Its sessions are the twin's now, at new epochs: the paused process's are stale.
+        assert (await leases_twin.acquire("late") or 0) > 1
+        assert (await leases_twin.acquire("early") or 0) > 1
+        await twin.append([rec("late", 1, "the twin's")])
+        # The paused process resumes, still believing it holds both sessions: the database refuses its
+        # append (the epoch moved on), it takes nothing more under the id, and its heartbeat, refused too,
+        # says it lost every session.
+        with pytest.raises(LeaseLostError, match="lost its lease"):
+            await paused.append([rec("late", 2, "after the pause")])
+        assert await leases_paused.acquire("new") is None
+        assert not leases_paused.replaced
+        assert await leases_paused.heartbeat() == ["early"] and leases_paused.replaced
+        assert paused.fenced() == {}
+        with pytest.raises(LeaseLostError):
+            await paused.append([rec("early", 2, "after the pause")])
+        assert await leases_paused.acquire("late") is None
+        assert (await leases_twin.owner_of("new")) is None
+        await leases_paused.release_all(paused.fenced())  # its stop leaves the twin's registration alone
+        assert [row[0] for row in await query(postgres_dsn, "SELECT worker_id FROM baf_workers")] == ["w"]
+        assert await leases_twin.heartbeat() == [] and sorted(twin.fenced()) == ["early", "late"]
+        assert [r.data["text"] for r in await twin.read("late")] == ["the twin's"]
+        assert [r.data["text"] for r in await twin.read("early")] == ["before the pause"]
+        await twin.append([rec("early", 2, "the twin goes on")])
+
+
 # -- the inbox --------------------------------------------------------------------------------------------
 
 
