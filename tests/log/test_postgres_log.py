@@ -394,11 +394,12 @@ async def test_two_workers_racing_for_a_session_one_wins(worker_logs: tuple[Post
 
 async def test_a_paused_owner_cannot_write_after_a_takeover(worker_logs: tuple[PostgresLog, PostgresLog]) -> None:
     a, b = worker_logs
-    leases_a, leases_b = Leases(a, ttl=0.2), Leases(b, ttl=5)
+    leases_a, leases_b = Leases(a, ttl=30), Leases(b, ttl=5)
     assert await leases_a.acquire("s") == 1
     await a.append([rec("s", 1, "a's first")])
     assert await leases_b.acquire("s") is None  # a's lease is live
-    await asyncio.sleep(0.4)  # a is "paused": no heartbeat, its lease expires
+    # a is "paused": no heartbeat, its lease expires (on the database's clock, as ttl would have it)
+    await query(a.dsn, "UPDATE baf_leases SET expires_at = now() - interval '1 second' WHERE session_id = 's'")
     assert await leases_b.acquire("s") == 2  # the takeover bumps the epoch
     await b.append([rec("s", 2, "b's")])
     with pytest.raises(LeaseLostError, match="lost its lease"):
@@ -411,12 +412,14 @@ async def test_heartbeats_keep_a_lease_and_report_the_ones_lost(
     worker_logs: tuple[PostgresLog, PostgresLog],
 ) -> None:
     a, b = worker_logs
-    leases_a, leases_b = Leases(a, ttl=0.3), Leases(b)
+    leases_a, leases_b = Leases(a, ttl=30), Leases(b)
     await leases_a.acquire("kept")
     await leases_a.acquire("lost")
-    for _ in range(4):
-        await asyncio.sleep(0.1)
-        assert await leases_a.heartbeat() == []
+    # Both about to expire (a's heartbeats were late): a heartbeat renews them by ttl from now.
+    await query(a.dsn, "UPDATE baf_leases SET expires_at = now() + interval '1 second'")
+    assert await leases_a.heartbeat() == []
+    left = await query(a.dsn, "SELECT extract(epoch FROM expires_at - now()) FROM baf_leases")
+    assert all(row[0] > 20 for row in left), left
     assert await leases_b.acquire("kept") is None  # renewed: still a's
     await query(a.dsn, "UPDATE baf_leases SET expires_at = now() - interval '1 second' WHERE session_id = 'lost'")
     assert await leases_b.acquire("lost") == 2
