@@ -107,6 +107,7 @@ class Worker:
         self._tasks: list[asyncio.Task[None]] = []
         self._stop_listening: Any = None
         self._said_replaced = False  # see _heartbeats
+        self._repolling: asyncio.Task[None] | None = None  # a poll after the listener reconnected
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -117,7 +118,9 @@ class Worker:
         # time is either heard registering or listed. Not the records channel: a worker follows other
         # workers' records only while a client of theirs is connected here (the follower listens to them
         # then: each notification costs a wake-up).
-        self._stop_listening = await self.inbox.listen(self._notified, channels=(INBOX_CHANNEL, WORKERS_CHANNEL))
+        self._stop_listening = await self.inbox.listen(
+            self._notified, channels=(INBOX_CHANNEL, WORKERS_CHANNEL), on_reconnect=self._listening_again
+        )
         try:
             await self.leases.register()
         except BaseException:  # refused (a live worker has this id): leave nothing open
@@ -139,6 +142,8 @@ class Worker:
         """Stop the loops and the agent (steps finish, the log is flushed), then give the leases up so
         other workers can take the sessions at once."""
         tasks = [*self._tasks, *self._takers.values()]
+        if self._repolling is not None:
+            tasks.append(self._repolling)
         self._tasks = []
         for task in tasks:
             task.cancel()
@@ -191,7 +196,9 @@ class Worker:
 
     async def _listen_to_records(self, on_session: Callable[[str], None]) -> Callable[[], Awaitable[None]]:
         """Listen to the records channel (every commit's session id); return an async ``stop()``."""
-        return await self.inbox.listen(lambda _channel, session_id: on_session(session_id), (RECORDS_CHANNEL,))
+        return await self.inbox.listen(
+            lambda _channel, session_id: on_session(session_id), (RECORDS_CHANNEL,), self.follower.all_due
+        )
 
     # -- loops ----------------------------------------------------------------------------------------
 
@@ -200,6 +207,13 @@ class Worker:
             self._want(payload)  # a session id
         elif channel == WORKERS_CHANNEL and self._stop_listening is not None and payload != self.worker_id:
             self._peers_stale()
+
+    def _listening_again(self) -> None:
+        """The listening connection was lost and is back: what was notified meanwhile was lost with it.
+        Look for waiting mail now rather than at the next poll, and list the live workers again."""
+        self._peers_stale()
+        if self._tasks and (self._repolling is None or self._repolling.done()):  # started and not stopping
+            self._repolling = asyncio.create_task(self._poll_once(), name="baf-worker-repoll")
 
     def _peers_stale(self) -> asyncio.Task[None]:
         """The list of live workers may have changed: read it again, soon. Refreshes are coalesced: a burst
@@ -277,14 +291,17 @@ class Worker:
     async def _poll(self) -> None:
         """Every ``poll_interval``, look for what notifications missed and for sessions whose owner died."""
         while True:
-            try:
-                for session_id in await self._orphans():
-                    self._want(session_id, polled=True)
-            except Exception as exc:
-                logger.warning("worker %s: poll failed: %s", self.worker_id, exc)
+            await self._poll_once()
             now = asyncio.get_running_loop().time()
             self._given_up = {s: at for s, at in self._given_up.items() if now - at < self.poll_interval}
             await asyncio.sleep(self.poll_interval)
+
+    async def _poll_once(self) -> None:
+        try:
+            for session_id in await self._orphans():
+                self._want(session_id, polled=True)
+        except Exception as exc:
+            logger.warning("worker %s: poll failed: %s", self.worker_id, exc)
 
     async def _take_logged(self, session_id: str, polled: bool) -> None:
         try:

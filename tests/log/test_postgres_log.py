@@ -168,6 +168,27 @@ async def test_commits_wake_listeners_of_the_records_channel(postgres_dsn: str) 
             await stop()
 
 
+async def test_a_listener_whose_connection_is_lost_listens_again_and_says_so(postgres_dsn: str) -> None:
+    async with PostgresLog(postgres_dsn) as log:
+        heard: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+        back = asyncio.Event()
+        stop = await Inbox(log).listen(
+            lambda channel, session: heard.put_nowait((channel, session)), (RECORDS_CHANNEL,), back.set
+        )
+        try:
+            cut = await query(
+                postgres_dsn,
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE 'LISTEN %' "
+                "AND pid <> pg_backend_pid()",
+            )
+            assert len(cut) == 1  # as a server restart would
+            await asyncio.wait_for(back.wait(), 30)  # the caller is told: what was notified meanwhile is lost
+            await log.append([rec("followed", 1)])
+            assert await asyncio.wait_for(heard.get(), 30) == (RECORDS_CHANNEL, "followed")  # heard again
+        finally:
+            await stop()
+
+
 async def test_in_a_group_an_append_whose_inbox_row_is_gone_fails_alone(
     worker_logs: tuple[PostgresLog, PostgresLog],
 ) -> None:

@@ -242,6 +242,39 @@ async def test_a_worker_told_of_a_change_while_it_reads_the_live_workers_reads_t
         assert reads == 2
 
 
+async def listening_backends(connection: asyncpg.Connection) -> list[int]:
+    """The server pids of the connections listening to baf's channels (the worker's, here)."""
+    rows = await connection.fetch(
+        "SELECT pid FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND pid <> pg_backend_pid()"
+    )
+    return [row[0] for row in rows]
+
+
+async def test_a_worker_whose_listening_connection_is_cut_listens_again_and_takes_what_came_meanwhile(
+    postgres_dsn: str,
+) -> None:
+    # No poll during the test (it would find the mail too, later): only notifications wake the worker.
+    async with Worker(fresh_agent(), postgres_dsn, worker_id="a", lease_ttl=10, poll_interval=3600) as worker:
+        connection = await asyncpg.connect(postgres_dsn)
+        try:
+            (listener,) = await listening_backends(connection)
+            # The server cuts the listening connection (as a restart does), and a message comes meanwhile.
+            await connection.execute("SELECT pg_terminate_backend($1)", listener)
+            await worker.inbox.post("s", message("s", "q1"))
+            records = await wait_for_answers(postgres_dsn, {"s": ["q1"]})
+            assert_each_question_answered_once(records, {"s": ["q1"]})
+
+            async def listening_again() -> bool:
+                return len(await listening_backends(connection)) == 1
+
+            await eventually(listening_again, "the worker listened again")
+        finally:
+            await connection.close()
+        await worker.inbox.post("t", message("t", "q1"))  # notified as before
+        records = await wait_for_answers(postgres_dsn, {"t": ["q1"]})
+        assert_each_question_answered_once(records, {"t": ["q1"]})
+
+
 async def test_free_sessions_with_mail_go_to_the_worker_the_hash_chooses(postgres_dsn: str) -> None:
     # No poll during the test: it takes, after a moment, what the chosen worker has not taken yet, and a
     # chosen worker slowed down by a loaded machine would then lose some of its sessions to the other.
