@@ -113,6 +113,10 @@ class Worker:
 
     async def start(self) -> None:
         """Open the log, register, start the agent (its platforms too) and the worker's loops."""
+        # First, before anything is opened: a platform that cannot serve many workers (the terminal) says
+        # so here. The other workers on this host listen on the same ports.
+        for platform in self.agent.platforms:
+            platform.share_with_workers()
         await self.log.start()
         # Listening before registering, and listing the live workers after: a worker starting at the same
         # time is either heard registering or listed. Not the records channel: a worker follows other
@@ -128,9 +132,13 @@ class Worker:
             self._stop_listening = None
             await self.log.close()
             raise
+<<<<<<< HEAD
         await self._peers_stale()  # through the one refresh: one a notification started is not overtaken
         for platform in self.agent.platforms:  # the other workers on this host listen on the same ports
             platform.share_with_workers()
+=======
+        self._peers = await self.leases.live_workers()
+>>>>>>> main
         await self.agent.start(self.runtime)
         self._tasks = [
             asyncio.create_task(self._heartbeats(), name="baf-worker-heartbeat"),

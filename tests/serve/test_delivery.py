@@ -18,7 +18,7 @@ from baf.platforms.websocket import WebSocketPlatform, history_items
 from baf.serve import Worker
 
 from .helpers import eventually, load_agent
-from .ws_client import Client
+from .ws_client import LIVE, Client
 
 WS_FIXTURE = "serve_ws_agent.py"
 
@@ -96,6 +96,39 @@ async def test_a_client_on_the_other_worker_gets_every_record_once_in_order(work
     await owner_client.until("reply", text="answer to q2")  # the client on b got it from b itself
     await owner_client.close()
     await other.close()
+
+
+async def test_a_message_sent_on_either_worker_shows_live_on_both_once_in_order(
+    workers: Any, postgres_dsn: str
+) -> None:
+    """The same session in two tabs, each connected to another worker: what one tab sends appears live in
+    the other (from the log, on the worker that does not run it), with the sender's id, in log order."""
+    (a, port_a), (b, port_b) = workers
+    on_b = await Client.open(port_b)
+    welcome = await on_b.hello()
+    session_id = welcome["session_id"]
+    await on_b.ask("q1")
+    on_a = await Client.open(port_a)
+    await on_a.hello(welcome["resume_token"])
+    history = await on_a.until("history")
+    await on_a.send(type="message", text="q2", id="sent-on-a")  # forwarded to b, which runs it
+    await on_b.until("user", text="q2", id="sent-on-a")  # b's client sees it as b records it ...
+    await turn_done(postgres_dsn, session_id, "q2")
+    await on_b.send(type="message", text="q3", id="sent-on-b")  # ... and a's sees this one from the log
+    await turn_done(postgres_dsn, session_id, "q3")
+    async with PostgresLog(postgres_dsn, read_only=True) as log:
+        expected = history_items(await log.read(session_id, history["last_seq"]))
+    await on_a.until_seq(expected[-1]["seq"])
+    await on_b.until_seq(expected[-1]["seq"])
+    await asyncio.sleep(0.3)  # anything delivered twice would arrive now
+    users = [(item["seq"], item["text"], item["id"]) for item in expected if item["type"] == "user"]
+    assert [text for _, text, _ in users] == ["q2", "q3"]
+    for client in (on_a, on_b):
+        await client.ws.close()
+        shown = [f for f in client.frames if f.get("type") in (*LIVE, "user") and f.get("seq", 0) > history["last_seq"]]
+        assert seqs_and_types(shown) == [(item["seq"], item["type"]) for item in expected]
+        assert [(f["seq"], f["text"], f["id"]) for f in shown if f["type"] == "user"] == users
+    assert session_id not in a.runtime.sessions and session_id in b.runtime.sessions
 
 
 async def test_a_lost_notification_delays_delivery_to_the_poll_and_loses_nothing(

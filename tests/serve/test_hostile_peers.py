@@ -37,6 +37,11 @@ HOSTILE_ROWS = {
     "text not a string": {"event": {"type": "text", "message": "x"}, "text": {"a": 1}},
     "text not the event's": {"event": {"type": "text", "message": "x"}, "text": "y"},
     "delivery id not a string": {"event": {"type": "text", "message": "x"}, "text": "x", "delivery": [1]},
+    "client message id not a string": {
+        "event": {"type": "text", "message": "x"},
+        "text": "x",
+        "client_message_id": {"a": 1},
+    },
     "event not an object": {"event": "text", "text": "x"},
     "no event": {"text": "x"},
 }
