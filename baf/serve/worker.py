@@ -132,13 +132,7 @@ class Worker:
             self._stop_listening = None
             await self.log.close()
             raise
-<<<<<<< HEAD
         await self._peers_stale()  # through the one refresh: one a notification started is not overtaken
-        for platform in self.agent.platforms:  # the other workers on this host listen on the same ports
-            platform.share_with_workers()
-=======
-        self._peers = await self.leases.live_workers()
->>>>>>> main
         await self.agent.start(self.runtime)
         self._tasks = [
             asyncio.create_task(self._heartbeats(), name="baf-worker-heartbeat"),
