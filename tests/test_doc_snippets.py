@@ -139,9 +139,9 @@ def test_every_install_command_in_the_docs_installs_an_extra_of_this_checkout() 
     for page, command in commands:
         if command.startswith(".venv/bin/pip install"):  # the README's two first commands
             continue
-        match = re.fullmatch(r'pip install -e "\.\[([a-z0-9]+)\]"\s*', command)
+        match = re.fullmatch(r'pip install -e "\.\[([a-z0-9]+(?:,[a-z0-9]+)*)\]"\s*', command)
         assert match, f"{page}: {command!r}"
-        assert match.group(1) in extras, f"{page}: {command!r}"
+        assert set(match.group(1).split(",")) <= extras, f"{page}: {command!r}"
 
 
 def test_the_working_memory_example_prints_what_its_comments_say() -> None:
@@ -153,3 +153,29 @@ def test_the_working_memory_example_prints_what_its_comments_say() -> None:
         "llm_text: notes on notes on tides",
         "notes on notes on tides",
     ]
+
+
+def test_no_page_carries_merge_conflict_markers() -> None:
+    # A merge once left its markers in scaling_out.md, and a reader got both sides of the conflict.
+    pages = [README, *sorted(DOCS.glob("*.md")), *sorted((DOCS.parent / "examples").rglob("*.md"))]
+    marked = [
+        f"{page.name}:{number}"
+        for page in pages
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
+        if re.match(r"(<{7}|={7}|>{7})( |$)", line)
+    ]
+    assert marked == []
+
+
+def test_the_yaml_page_shows_the_problems_its_broken_file_has(tmp_path: Path) -> None:
+    from baf import load_agent
+    from baf.errors import AgentFileError
+
+    page = (DOCS / "yaml_agents.md").read_text(encoding="utf-8")
+    broken = next(b for b in re.findall(r"```yaml\n(.*?)```", page, re.S) if "nowhere" in b)
+    start = page.index("agent.yaml: 2 problems")
+    shown = page[start : page.index("```", start)]
+    (tmp_path / "agent.yaml").write_text(broken, encoding="utf-8")
+    with pytest.raises(AgentFileError) as raised:
+        load_agent(tmp_path / "agent.yaml")
+    assert str(raised.value).replace(str(tmp_path / "agent.yaml"), "agent.yaml") == shown.rstrip("\n")

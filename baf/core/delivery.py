@@ -22,7 +22,8 @@ __all__ = ["platform_call_of"]
 
 def platform_call_of(record: Record) -> tuple[str, tuple[Any, ...]] | None:
     """``(method, args)``: the ``Platform`` call that showed ``record`` to the user (``platform.method(
-    session, *args)``), or ``None`` for a record the user is not shown (a transition, a tool call, an
+    session, *args)``; for a message the user sent, the call that showed it to the session's clients), or
+    ``None`` for a record the user is not shown (a transition, a tool call, an
     error that stayed in the log, a reasoning step or task list recorded with ``streamed: false``). A
     reply whose stored fields do not make that call (a damaged file or image) is shown as its text."""
     data = record.data
@@ -31,6 +32,13 @@ def platform_call_of(record: Record) -> tuple[str, tuple[Any, ...]] | None:
         return None
     if kind == RecordKind.REPLY:
         return _reply_call(data)
+    if kind == RecordKind.MESSAGE_RECEIVED:
+        text = data.get("text")
+        if text is None:  # an event with nothing to show (an approval decision shows as its own record)
+            return None
+        client_message_id = data.get("client_message_id")
+        mark = client_message_id if isinstance(client_message_id, str) else None
+        return "reply_user_message", (str(text), mark)
     if kind == RecordKind.REASONING_STEP:
         return "reply_reasoning_step", (ReasoningStep.from_dict(data),)
     if kind == RecordKind.TASK_LIST:

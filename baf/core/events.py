@@ -46,6 +46,10 @@ class Event:
     #: may deliver one message twice (after a crash, before it confirmed it). Recorded with the message;
     #: a second event with an id the session recorded lately is not recorded or handled again.
     delivery_id: str | None = field(default=None, init=False, repr=False, compare=False)
+    #: The client's own id for this message (a browser tab's), recorded with it and passed back when the
+    #: message is shown to the session's clients (``Platform.reply_user_message``): the client that sent
+    #: it, which shows it already, recognizes it by this id, and every other client shows it.
+    client_message_id: str | None = field(default=None, init=False, repr=False, compare=False)
     #: The name the event is recorded under. Defaults to the class name.
     type_name: ClassVar[str] = "event"
 

@@ -210,6 +210,18 @@ class LiveSession:
         if send is not None:
             self._outbox.append((functools.partial(send, self.session, *self.redacted(args)), self.projection.last_seq))
 
+    def show_received(self, record: Record) -> None:
+        """Queue the call that shows the message just recorded as ``record`` to the session's clients
+        (:meth:`~baf.core.platform.Platform.reply_user_message`: another tab of the same user sees it live)
+        for the next commit, with its seq, in order with what the session shows after it."""
+        call = platform_call_of(record)
+        if call is not None:
+            self.queue_platform_call(call[0], *call[1])
+
+    def commit_soon(self) -> None:
+        """Start a :meth:`commit` without waiting for it: the sends queued so far run once it is done."""
+        asyncio.ensure_future(self.commit()).add_done_callback(_retrieve_exception)
+
     def park(self, method: str, args: tuple[Any, ...]) -> None:
         """Keep ``platform.<method>(session, *args)`` (a reply, an error message; redacted) for the
         platform this session has but that is not attached yet: :meth:`attach_platform` sends it."""
@@ -229,7 +241,7 @@ class LiveSession:
             for send, args, seq in reversed(parked)
             if send is not None
         )
-        asyncio.ensure_future(self.commit()).add_done_callback(_retrieve_exception)
+        self.commit_soon()
 
     def redacted(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
         """``args`` with the agent's secrets replaced in strings, containers and dataclasses (a

@@ -60,11 +60,21 @@ class Platform:
     def share_with_workers(self) -> None:
         """Called by ``baf.serve`` before :meth:`start`, in each of several worker processes running this
         agent on one host: a platform that listens on a port lets them all listen on it (the WebSocket
-        platform: ``SO_REUSEPORT``, the kernel spreads the connections). Default: nothing."""
+        platform: ``SO_REUSEPORT``, the kernel spreads the connections). A platform that cannot be shared
+        raises :class:`~baf.errors.ConfigurationError` saying why (the terminal: one person's terminal), and
+        the worker stops before it opens anything. Default: nothing."""
 
     async def reply(self, session: Session, message: str) -> None:
         """Send a text reply (Markdown allowed) to the session's user."""
         raise NotImplementedError(f"{type(self).__name__} must implement reply()")
+
+    async def reply_user_message(self, session: Session, text: str, client_message_id: str | None) -> None:
+        """Show a message the user sent (its ``message_received`` record is durable) to every client of the
+        session, in order with the replies: a second browser tab or device of the same user then sees
+        it live, not only after a reload. ``client_message_id`` is the id the sending client gave it
+        (:attr:`~baf.core.events.Event.client_message_id`), or ``None``: that client shows the message
+        already and should recognize it by this id rather than show it twice. Optional: the default does
+        nothing (in a chat service the user sees their own message anyway)."""
 
     async def reply_reasoning_step(self, session: Session, step: Any) -> None:
         """Show one reasoning step (``ReasoningStep``) as it happens. Optional."""

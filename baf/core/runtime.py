@@ -324,6 +324,11 @@ class Runtime:
                 await live.flush()
             except LogError:
                 log_exception(logger, self.agent.redactor, "session %s: final flush failed", live.id)
+        if self._releasing:
+            # Leases of sessions dropped just before the stop are being given up through the log's
+            # connections: closed under them, the releases would fail (and say so once per session), and
+            # the leases would stay held until they expire, delaying the sessions' takeover by other workers.
+            await asyncio.wait(list(self._releasing.values()))  # a failure is logged by _released
         try:
             await self.log.close()
         finally:
@@ -572,6 +577,8 @@ class Runtime:
         data = {"event": event.to_data(), "text": event.text}
         if event.delivery_id is not None:
             data["delivery"] = event.delivery_id
+        if event.client_message_id is not None:
+            data["client_message_id"] = event.client_message_id
         if data["text"] is not None and not isinstance(data["text"], str):
             # The fold reads it as the conversation's text: refused here, not found corrupt on a restart.
             raise ValueError(f"{type(event).__name__}.text must be a string or None, got {type(data['text']).__name__}")
@@ -597,6 +604,7 @@ class Runtime:
             # A new message to a fork is the user continuing it: what it held comes first, in order.
             self._release_held(live)
         record = live.record(RecordKind.MESSAGE_RECEIVED, data)
+        live.show_received(record)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         # Queue before awaiting the flush, so the mailbox order is the record order.
         self._schedule(live, _Item("event", event, record.seq, done))
@@ -606,6 +614,7 @@ class Runtime:
             done.cancel()  # the caller gets the error here, not through the future
             self._evict(live, exc)
             raise
+        _show_now(live)
         return live, done
 
     async def _forward(self, event: Event, data: dict[str, Any], platform: Platform | None) -> asyncio.Future[None]:
@@ -668,6 +677,7 @@ class Runtime:
         if live.projection.holding:
             self._release_held(live)
         record = live.record(RecordKind.MESSAGE_RECEIVED, data)
+        live.show_received(record)
         live.writer.consume_inbox(inbox_id)
         self._schedule(live, _Item("event", event, record.seq, None))
         try:
@@ -675,6 +685,7 @@ class Runtime:
         except LogError as exc:
             self._evict(live, exc)
             raise
+        _show_now(live)
 
     def let_go(self, session_id: str) -> None:
         """Drop ``session_id`` from memory as soon as it is at rest (now, if it is), as the cache drops an
@@ -861,6 +872,15 @@ def _close_interrupted_step(
     )
 
 
+def _show_now(live: LiveSession) -> None:
+    """A message was recorded and is durable: show it to the session's clients connected here now
+    (another tab of the sender's), not at the session's next commit, which a running step may hold back.
+    A client connected to another worker gets it from the log (``baf.serve.follower``)."""
+    has_client = getattr(live.platform, "has_client", None)  # a duck-typed platform may lack it
+    if has_client is not None and has_client(live.id):
+        live.commit_soon()
+
+
 def _discard(mailbox: deque[_Item], item: _Item) -> None:
     """Remove the finished head item, unless an eviction already emptied the mailbox."""
     if mailbox and mailbox[0] is item:
@@ -900,6 +920,9 @@ def _forwarded_event(session_id: str, data: dict[str, Any] | None) -> tuple[Even
     delivery = data.get("delivery")
     if delivery is not None and not isinstance(delivery, str):
         return None, "its delivery id is not a string"
+    client_message_id = data.get("client_message_id")
+    if client_message_id is not None and not isinstance(client_message_id, str):
+        return None, "its client message id is not a string"
     return event, ""
 
 

@@ -21,9 +21,11 @@ Client → server:
     connection is bound before any is again, so each record is shown once: in the history (its ``last_seq``
     covers it) or in a live frame after it. A token that does not verify gets
     ``error`` (``bad_token``) and the connection stays unbound; it may send ``hello`` again.
-``{"type": "message", "text": "..."}``
+``{"type": "message", "text": "...", "id": ID}``
     A user message for the connection's session. Answers arrive as ``reply`` / ``reasoning_step`` /
-    ``task_list`` / ``error`` frames.
+    ``task_list`` / ``error`` frames. ``id`` (optional; 1 to 64 letters, digits, ``-`` or ``_``) is the
+    client's own id for the message: it comes back in the ``user`` frame showing the message, so the
+    client that sent it can tell it from a message of another tab.
 ``{"type": "approval", "call_id": ID, "approved": BOOL, "reason": "..."}``
     A decision on a tool call waiting for approval in the connection's session (``reason`` optional, for
     a denial). It becomes an :class:`~baf.core.events.ApprovalEvent` of that session, with the client's
@@ -35,13 +37,19 @@ Client → server:
     The session's history after seq ``N``, read from the log: answered with ``history``. As for a resume,
     it is read between the session's sends, so a view redrawn from it shows each record once.
 
-Server → client (every live ``reply``, ``reasoning_step``, ``task_list``, ``approval_*`` and agent ``error``
+Server → client (every live ``user``, ``reply``, ``reasoning_step``, ``task_list``, ``approval_*`` and agent ``error``
 frame carries ``seq``, the seq of the log record it shows: a client that reconnects sends the last seq it saw
 as ``after_seq`` and gets exactly what came after, nothing twice and nothing missed):
 
 ``{"type": "welcome", "protocol": 1, "agent": NAME, "session_id": ID, "resume_token": TOKEN, "resumed": BOOL,
-"examples": [...]}``
+"examples": [...], "max_message_size": N}``
     ``examples``: what the platform suggests asking (``examples=``); the UI shows them in an empty chat.
+    ``max_message_size``: the longest frame, in bytes, the server takes (the UI does not send a longer one).
+``{"type": "user", "text": "...", "id": ID}``
+    A message the user sent, once recorded (with its ``seq``, in order with the replies), sent to every
+    connection of the session, so another tab or device shows it live. ``id`` is the one the message
+    frame carried (absent if none): the connection that sent it shows it already and should not show it
+    twice.
 ``{"type": "reply", "text": "...", "format": "markdown"}``
     Also ``{"type": "reply", "format": "file" | "image", "name", "mime_type", "data" (base64), "text"}`` and
     ``{"type": "reply", "format": "options", "text", "options": [...]}``.
@@ -64,19 +72,22 @@ as ``after_seq`` and gets exactly what came after, nothing twice and nothing mis
 ``{"type": "task_list", "tasks": [{"id", "description", "status", "result"}, ...]}``
     A full snapshot; ``status`` is ``pending``, ``in_progress``, ``completed`` or ``skipped``.
 ``{"type": "history", "after_seq": N, "last_seq": M, "truncated": BOOL, "items": [...]}``
-    Items in log order, each with its ``seq`` and a ``type``: ``user`` / ``reply`` (``text``),
+    Items in log order, each with its ``seq`` and a ``type``: ``user`` (``text``, and ``id`` as in the
+    live frame) / ``reply`` (``text``),
     ``reasoning_step`` (``step``), ``task_list`` (``tasks``), ``approval_request``, ``approval_decision``
     and ``approval_expired`` (each as its live frame), ``error`` (``message``: the errors that were
     shown live, as they were shown; a failed tool or model call shows as its step or reply). ``reply`` items carry
     the same ``format`` / ``options`` / ``name`` / ``mime_type`` / ``data`` as the live ``reply`` frame.
-``{"type": "error", "code": CODE, "message": "..."}``
+``{"type": "error", "code": CODE, "message": "...", "id": ID}``
     Codes: ``bad_json``, ``bad_frame``, ``unknown_type``, ``too_large``, ``binary``, ``no_session``,
     ``bad_token``, ``unavailable`` (the agent could not take the message: it was not recorded, so send
     it again later), ``busy`` (``max_pending_messages`` messages of this connection are still being
     handled, or a ``history`` is still being sent: the frame was not acted on; retry after an answer),
     ``internal`` (the server failed on the frame; the connection stays usable), ``agent`` (an error
     while handling a message, shown to the user), ``rate_limited`` (a limit of ``limits`` was reached:
-    the frame was not acted on; the frame has ``retry_after``, the seconds to wait).
+    the frame was not acted on; the frame has ``retry_after``, the seconds to wait). An error refusing a
+    ``message`` frame that carried an ``id`` has that ``id``: the message was not recorded (a client can
+    mark it as not sent).
 
 Security
 ========
@@ -179,6 +190,7 @@ _SESSION_PREFIX = "ws-"
 _SESSION_ID = re.compile(r"^ws-[A-Za-z0-9_-]{16,64}$")
 _TOKEN_ISSUED = re.compile(r"^[0-9a-f]{1,12}$")
 _TOKEN_MAC = re.compile(r"^[A-Za-z0-9_-]{43}$")  # an HMAC-SHA256 in unpadded base64url
+_CLIENT_MESSAGE_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _TOKEN_CONTEXT = b"baf.websocket.resume.v2:"
 # How far in the future an issue time may lie (clocks of several servers sharing a secret drift).
 _TOKEN_CLOCK_SKEW = 300.0
@@ -715,31 +727,45 @@ class WebSocketPlatform(Platform):
         return after
 
     async def _on_message(self, client: _Client, frame: dict[str, Any]) -> None:
+        client_message_id = frame.get("id")
+        if client_message_id is not None and not (
+            isinstance(client_message_id, str) and _CLIENT_MESSAGE_ID.fullmatch(client_message_id)
+        ):
+            self._error(client, "bad_frame", "'id' must be 1 to 64 letters, digits, '-' or '_'")
+            return
+        # A refusal names the message it refuses, so the client can mark that one as not sent.
+        mark = {"id": client_message_id} if client_message_id is not None else {}
         text = frame.get("text")
         if not isinstance(text, str) or not text.strip():
-            self._error(client, "bad_frame", "a message needs a non-empty 'text' string")
+            self._error(client, "bad_frame", "a message needs a non-empty 'text' string", **mark)
             return
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:  # JSON escapes can spell lone surrogates, which no log can store
-            self._error(client, "bad_frame", "'text' must be valid Unicode (no lone surrogates)")
+            self._error(client, "bad_frame", "'text' must be valid Unicode (no lone surrogates)", **mark)
             return
         if client.session_id is None:
-            self._error(client, "no_session", "send hello first")
+            self._error(client, "no_session", "send hello first", **mark)
             return
         agent = self.agent
         assert agent is not None, "add the platform to an agent first"
         client.pending = {done for done in client.pending if not done.done()}
         if len(client.pending) >= self.max_pending_messages:
             # The session's mailbox would grow without bound: the client has to wait for answers.
-            self._error(client, "busy", f"{len(client.pending)} messages are still being handled; send this one later")
+            waiting = (
+                "1 earlier message is" if len(client.pending) == 1 else f"{len(client.pending)} earlier messages are"
+            )
+            self._error(client, "busy", f"{waiting} still being handled; send this one once answered", **mark)
             return
         try:
             # Returns once the message is durably recorded; handling goes on in the session's mailbox.
-            done = await agent.receive_event(ReceiveTextEvent(client.session_id, message=text), self)
+            event = ReceiveTextEvent(client.session_id, message=text)
+            event.client_message_id = client_message_id
+            done = await agent.receive_event(event, self)
         except Exception as exc:
             log_exception(logger, self._redactor(), "session %s: the agent could not take a message", client.session_id)
-            self._error(client, "unavailable", f"the message was not accepted ({type(exc).__name__}); try again")
+            self._error(client, "unavailable", f"the message was not accepted ({type(exc).__name__}); try again",
+                        **mark)  # fmt: skip
             return
         if not done.done():
             client.pending.add(done)
@@ -825,6 +851,7 @@ class WebSocketPlatform(Platform):
                 "resume_token": self.resume_token(session_id),
                 "resumed": resumed,
                 "examples": self.examples,
+                "max_message_size": self.max_message_size,
             },
         )
 
@@ -908,6 +935,14 @@ class WebSocketPlatform(Platform):
         for client in list(clients):
             self._enqueue(client, encoded, session)
 
+    async def reply_user_message(self, session: Session, text: str, client_message_id: str | None) -> None:
+        """Send a ``user`` frame to every connection of the session: another tab shows the message live;
+        the one that sent it finds its ``id`` there."""
+        frame: dict[str, Any] = {"type": "user", "text": text}
+        if client_message_id is not None:
+            frame["id"] = client_message_id
+        self._broadcast(session, frame)
+
     async def reply(self, session: Session, message: str) -> None:
         """Send a (Markdown) text reply to the session's connections."""
         self._broadcast(session, {"type": "reply", "text": message, "format": "markdown"})
@@ -989,7 +1024,10 @@ def history_items(records: Sequence[Record]) -> list[dict[str, Any]]:
         if record.kind == RecordKind.MESSAGE_RECEIVED:
             text = data.get("text")
             if text is not None:
-                items.append({"seq": record.seq, "type": "user", "text": text})
+                item = {"seq": record.seq, "type": "user", "text": text}
+                if isinstance(data.get("client_message_id"), str):
+                    item["id"] = data["client_message_id"]
+                items.append(item)
         elif record.kind == RecordKind.REPLY:
             item = {"seq": record.seq, "type": "reply", "text": data.get("text", "")}
             # The same fields as the live frame, so a resumed view shows buttons, files and images again.

@@ -59,6 +59,7 @@ __all__ = [
     "schema_of",
     "shorten",
     "step_arguments",
+    "time_limited",
 ]
 
 _T = TypeVar("_T")
@@ -258,9 +259,9 @@ class ToolRunner:
                 served = source.tool_result(step, call, tool)
             if served is not None:
                 return ToolOutcome(call, served.content, served.is_error, served.original_size, context)
-            async with self._semaphore:
-                async with asyncio.timeout(timeout):  # the clock starts when the call may run, not before
-                    content, is_error = tool.render_result(await tool.call(args, session=self.session)), False
+            async with self._semaphore:  # the clock starts when the call may run, not before
+                result = await time_limited(tool.call(args, session=self.session), timeout)
+                content, is_error = tool.render_result(result), False
         except ReplayGuardError:
             raise  # a re-run asked for a result the log lacks: never turn that into a tool error
         except ToolError as exc:
@@ -312,6 +313,70 @@ def in_own_context(coroutine: Coroutine[Any, Any, _T]) -> Awaitable[_T]:
     the three in one run).
     """
     return _InContext(coroutine, contextvars.copy_context())
+
+
+def time_limited(coroutine: Coroutine[Any, Any, _T], timeout: float | None) -> Awaitable[_T]:
+    """``coroutine`` to await with a time limit of ``timeout`` seconds from now (``None``: none): what
+    ``async with asyncio.timeout(timeout): await coroutine`` does, ``TimeoutError`` included.
+
+    The timer is armed only when the coroutine first waits, for the same deadline. A timer can only fire
+    while the coroutine waits, so one that finishes without waiting (a tool that computes its answer)
+    finishes as it would have under the timer, which cost 33,000 instructions of a ~640,000-instruction
+    reasoning turn for nothing (``bench/ab_instructions.py``).
+    """
+    if timeout is None:
+        return coroutine
+    return _TimeLimited(coroutine, asyncio.get_running_loop().time() + timeout)
+
+
+class _TimeLimited(Awaitable[_T]):
+    """Runs a coroutine's first step; if it waits, the rest runs under ``asyncio.timeout_at(deadline)``."""
+
+    __slots__ = ("coroutine", "deadline")
+
+    def __init__(self, coroutine: Coroutine[Any, Any, _T], deadline: float) -> None:
+        self.coroutine, self.deadline = coroutine, deadline
+
+    def __await__(self) -> Generator[Any, Any, _T]:
+        try:
+            waiting_on = self.coroutine.send(None)
+        except StopIteration as stop:
+            return cast(_T, stop.value)  # done without waiting: no timer could have fired
+        # The timer is set before the task first waits: from here on, as if it had been set at the start.
+        return (yield from _rest_in_time(self.coroutine, waiting_on, self.deadline).__await__())
+
+
+async def _rest_in_time(coroutine: Coroutine[Any, Any, _T], waiting_on: Any, deadline: float) -> _T:
+    async with asyncio.timeout_at(deadline):
+        return await _Resumed(coroutine, waiting_on)
+
+
+class _Resumed(Awaitable[_T]):
+    """Awaits a coroutine that was stepped once and is waiting on ``waiting_on``: the rest of an ``await``."""
+
+    __slots__ = ("coroutine", "waiting_on")
+
+    def __init__(self, coroutine: Coroutine[Any, Any, _T], waiting_on: Any) -> None:
+        self.coroutine, self.waiting_on = coroutine, waiting_on
+
+    def __await__(self) -> Generator[Any, Any, _T]:
+        coroutine, yielded = self.coroutine, self.waiting_on
+        while True:
+            try:
+                value = yield yielded
+            except GeneratorExit:
+                coroutine.close()
+                raise
+            except BaseException as exc:  # cancellation (the timer's, or anyone's): the coroutine's to handle
+                try:
+                    yielded = coroutine.throw(exc)
+                except StopIteration as stop:
+                    return cast(_T, stop.value)
+                continue
+            try:
+                yielded = coroutine.send(value)
+            except StopIteration as stop:
+                return cast(_T, stop.value)
 
 
 class _InContext(Awaitable[_T]):

@@ -113,9 +113,11 @@ class RerunReport:
         return self.divergence is None
 
     def __str__(self) -> str:
-        served = f"{self.llm_responses_served} LLM responses and {self.tool_results_served} tool results served"
+        served = (f"{_counted(self.llm_responses_served, 'LLM response')} and "
+                  f"{_counted(self.tool_results_served, 'tool result')} served")  # fmt: skip
         if self.divergence is None:
-            return f"session {self.session_id!r}: identical ({self.records_compared} records compared; {served})"
+            compared = _counted(self.records_compared, "record")
+            return f"session {self.session_id!r}: identical ({compared} compared; {served})"
         d = self.divergence
         lines = [
             f"session {self.session_id!r}: diverges at seq {d.seq}: {d.what} ({served})",
@@ -405,3 +407,8 @@ def _full_requests(records: Sequence[Record]) -> dict[int, dict[str, Any]]:
 def _show(value: Any, limit: int = 2000) -> str:
     text = json.dumps(value, ensure_ascii=False, default=str)
     return text if len(text) <= limit else f"{text[:limit]}… [{len(text)} characters]"
+
+
+def _counted(count: int, noun: str) -> str:
+    """``1 tool result``, ``2 tool results``."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -40,14 +41,14 @@ def serve(path: str, dsn: str, workers: int, lease_ttl: float, poll_interval: fl
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        codes = _wait_reporting_deaths(children)
+        codes = _wait_reporting_deaths(children, lease_ttl)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     return max((abs(code) for code in codes), default=0)
 
 
-def _wait_reporting_deaths(children: list[subprocess.Popen[bytes]]) -> list[int]:
+def _wait_reporting_deaths(children: list[subprocess.Popen[bytes]], lease_ttl: float) -> list[int]:
     """Wait for every worker; one killed by a signal (kill -9, the OOM killer) is reported at once, as the
     other workers keep serving and take its sessions over when its leases expire."""
     codes: dict[int, int] = {}
@@ -59,11 +60,20 @@ def _wait_reporting_deaths(children: list[subprocess.Popen[bytes]]) -> list[int]
             codes[child.pid] = code
             if code < 0 and -code not in (signal.SIGTERM, signal.SIGINT):
                 running = sum(1 for other in children if other.poll() is None)
-                sys.stderr.write(f"baf serve: worker {child.pid} was killed by signal {-code}; {running} still "
-                                 "running take its sessions over when its leases expire\n")  # fmt: skip
+                sys.stderr.write(_death_notice(child.pid, -code, running, lease_ttl))
                 sys.stderr.flush()
         time.sleep(0.1)
     return [codes[child.pid] for child in children]
+
+
+def _death_notice(pid: int, signum: int, running: int, lease_ttl: float) -> str:
+    """What ``baf serve`` says when worker ``pid`` was killed by ``signum`` and ``running`` workers are left."""
+    if running == 0:
+        after = "none still running: a worker started on this database takes its sessions over once"
+    else:
+        after = f"{running} still running: {'it takes' if running == 1 else 'they take'} its sessions over once"
+    expiry = f"its leases expire, {lease_ttl:g} s after its last heartbeat"
+    return f"baf serve: worker {pid} was killed by signal {signum}; {after} {expiry}\n"
 
 
 async def _run_worker(path: str, dsn: str, lease_ttl: float, poll_interval: float) -> None:
@@ -75,6 +85,15 @@ async def _run_worker(path: str, dsn: str, lease_ttl: float, poll_interval: floa
     _show_baf_log_lines()
 
     agent = load_agent_file(path)
+    if not agent.platforms:
+        # Legitimate (workers that only take over sessions and forwarded messages), but a new user serving
+        # an agent written for baf run, which adds the terminal, would otherwise wait for nothing.
+        logging.getLogger("baf.serve").warning(
+            "agent %r has no platform, so no client can reach this worker: it runs only what reaches it through "
+            "the database (messages forwarded to it, sessions it takes over); to serve clients, give the agent "
+            "one (agent.use_websocket_platform(port=8765), or platforms: in a YAML agent)",
+            agent.name,
+        )
     worker = Worker(agent, dsn, lease_ttl=lease_ttl, poll_interval=poll_interval)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -119,6 +138,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"baf serve: worker {os.getpid()} stopped: {exc}\n")
         sys.stderr.flush()
         return 2
+    except Exception as exc:
+        from baf.cli import from_user_code, user_traceback
+
+        if not from_user_code(exc):
+            raise
+        # The agent file failed to load (a bug of the user's): its traceback from their code on, as
+        # `baf run` shows it, after a line that says which worker stopped; one write, as above.
+        sys.stderr.write(
+            f"baf serve: worker {os.getpid()} stopped: the agent file failed to load:\n{user_traceback(exc)}"
+        )
+        sys.stderr.flush()
+        return 1
     return 0
 
 

@@ -40,6 +40,10 @@ PNG = b"\x89PNG fake"
          ("reply_reasoning_step", (ReasoningStep("tool_call", 1, "look", {"x": 1}),))),
         (RecordKind.TASK_LIST, {"tasks": [{"id": 1}]}, ("reply_task_list_update", ([{"id": 1}],))),
         (RecordKind.ERROR, {"source": "body", "shown": "Oops"}, ("reply_error", ("Oops",))),
+        # A message the user sent: shown to the session's clients, with the id its client gave it.
+        (RecordKind.MESSAGE_RECEIVED, {"text": "hi", "event": {}}, ("reply_user_message", ("hi", None))),
+        (RecordKind.MESSAGE_RECEIVED, {"text": "hi", "event": {}, "client_message_id": "m1"},
+         ("reply_user_message", ("hi", "m1"))),
         (RecordKind.APPROVAL_REQUESTED, {"step": 2, "call_id": "c1", "name": "pay", "arguments": "{}"},
          ("reply_approval_request", (ApprovalRequest("c1", "pay", "{}", 2),))),
     ],
@@ -51,7 +55,7 @@ def test_a_shown_record_is_the_call_that_showed_it(kind: str, data: dict[str, An
 @pytest.mark.parametrize(
     ("kind", "data"),
     [
-        (RecordKind.MESSAGE_RECEIVED, {"text": "hi", "event": {}}),
+        (RecordKind.MESSAGE_RECEIVED, {"text": None, "event": {"type": "approval"}}),  # shown as its decision
         (RecordKind.ERROR, {"source": "tool", "message": "boom"}),  # stayed in the log
         (RecordKind.TRANSITION, {"source": "a", "dest": "b"}),
         (RecordKind.VARIABLE_SET, {"name": "x", "value": 1}),

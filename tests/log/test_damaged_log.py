@@ -187,7 +187,7 @@ def test_a_record_deleted_from_the_middle_is_a_gap_naming_session_and_seq(
     code, out, _ = run(capsys, "check", str(db))
     assert code == 1
     assert "session 's1' seq 20: the record is missing: the session's records go from seq 19 to 21" in out
-    assert out.count("damaged: session") == 1 and "1 problem(s) found" in out
+    assert out.count("damaged: session") == 1 and "is damaged: 1 problem found" in out
 
 
 async def test_starting_an_agent_with_a_gap_in_a_session_to_resume_names_it(db: Path) -> None:
@@ -202,6 +202,21 @@ async def test_starting_an_agent_with_a_gap_in_a_session_to_resume_names_it(db: 
     await agent.stop()
     assert (caught.value.session_id, caught.value.seq) == ("s1", 20)
     assert str(db) in str(caught.value)
+
+
+def test_check_counts_one_session_and_one_record_in_the_singular(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "one.db"
+
+    async def write() -> None:
+        async with SQLiteLog(db) as log:
+            await log.append(turn("only", 1, "hello")[:1])
+
+    asyncio.run(write())
+    code, out, _ = run(capsys, "check", str(db))
+    assert code == 0
+    assert f"{db}: 1 session, 1 record read" in out
 
 
 def test_a_read_only_check_of_a_sound_log_changes_nothing(db: Path, capsys: pytest.CaptureFixture[str]) -> None:

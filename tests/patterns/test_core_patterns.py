@@ -31,6 +31,7 @@ from baf.reasoning.patterns import (
     StopReason,
     pattern_registry,
 )
+from baf.reasoning.patterns.accounting import CallUsage, Meter
 from baf.reasoning.patterns.models import ChainOfThoughtOutput, ConfidenceReport
 from baf.reasoning.tool import Tool
 from baf.testing import FunctionLLM, ScriptedLLM
@@ -121,6 +122,24 @@ async def test_usage_cost_and_token_budget() -> None:
     assert result.usage == Usage(200, 100)
     assert [c.usage.total_tokens for c in result.calls] == [150, 150]
     assert result.cost == pytest.approx(2 * (100 * 1.0 + 50 * 2.0) / 1e6)
+
+
+def test_a_meter_totals_every_call_however_often_it_is_read() -> None:
+    """The meter keeps a running total (read after every call) that always equals the sum of its calls."""
+    meter = Meter(budget=Budget(max_tokens=1000))
+    assert meter.usage == Usage() and meter.exceeded() is None
+    for number in range(1, 6):
+        meter.add("p", "turn", "m", Usage(100 * number, number))
+        assert meter.usage == Usage(sum(100 * n for n in range(1, number + 1)), sum(range(1, number + 1)))
+    assert meter.exceeded() == "token budget spent: 1515 of 1000 tokens used"
+    del meter.calls[2:]  # the list is public: what it holds is what is counted
+    assert meter.usage == Usage(300, 3)
+    meter.calls.append(CallUsage("p", "turn", "m", Usage(7, 0), 0.0))
+    assert meter.usage == Usage(307, 3)
+    priced = Meter(PriceTable({"m": Price(0.1, 0.3)}))
+    for number in range(1, 8):
+        priced.add("p", "turn", "m", Usage(1000 * number + 1, 7 * number))
+    assert priced.cost == sum(call.cost for call in priced.calls)  # the same float, added in the same order
 
 
 async def test_cost_budget() -> None:

@@ -355,7 +355,10 @@ async def test_rich_replies_and_agent_errors() -> None:
         client = await Client.open(platform.ws_url)
         await client.hello()
         await client.send({"type": "message", "text": "show me"})
+        echoed = await client.recv()  # the message itself comes first, as every client of the session sees it
+        assert echoed["type"] == "user" and echoed["text"] == "show me" and "id" not in echoed
         options = await client.recv()
+        assert options["seq"] > echoed["seq"]
         assert options.pop("seq") > 0
         assert options == {"type": "reply", "format": "options", "text": "Pick one", "options": ["red", "blue"]}
         image = await client.recv()
@@ -689,8 +692,10 @@ async def test_reconnect_history_shows_what_was_shown_live_errors_included() -> 
         again = await Client.open(platform.ws_url)
         await again.hello(resume=client.token)
         history, _ = await again.until("history")
-    from_log = [shown(item) for item in history["items"] if item["type"] != "user"]
+    # The user's messages too: shown live (``user`` frames) where a reload shows them.
+    from_log = [shown(item) for item in history["items"]]
     assert from_log == [shown(f) for f in live]
+    assert [f["text"] for f in live if f["type"] == "user"] == ["use the tool", "ask again", "crash"]
     assert "secret detail" not in json.dumps(history)
 
 

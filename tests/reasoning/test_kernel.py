@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -244,3 +245,78 @@ async def test_a_coroutine_run_in_its_own_context_returns_raises_and_is_cancelle
         async with asyncio.timeout(0.05):
             await in_own_context(hang())
     assert cleaned == ["outer"]  # cancelled inside, where it reads the context it was given
+
+
+async def _under_asyncio_timeout(coroutine: Any, limit: float | None) -> Any:
+    async with asyncio.timeout(limit):
+        return await coroutine
+
+
+async def _under_time_limited(coroutine: Any, limit: float | None) -> Any:
+    from baf.reasoning.tool_calls import time_limited
+
+    return await time_limited(coroutine, limit)
+
+
+@pytest.mark.parametrize("limited", [_under_asyncio_timeout, _under_time_limited], ids=["asyncio", "baf"])
+async def test_a_time_limited_coroutine_ends_as_under_asyncio_timeout(limited: Any) -> None:
+    """time_limited arms its timer only when the coroutine first waits; each case ends as it does under
+    ``asyncio.timeout`` (run both ways)."""
+    cleaned: list[str] = []
+
+    async def at_once() -> str:
+        return "now"
+
+    async def after_a_wait() -> str:
+        await asyncio.sleep(0)
+        return "later"
+
+    async def fail_at_once() -> None:
+        raise ValueError("at once")
+
+    async def fail_later() -> None:
+        await asyncio.sleep(0)
+        raise ValueError("later")
+
+    async def own_timeout() -> None:
+        await asyncio.sleep(0)
+        raise TimeoutError("the tool's own")
+
+    async def hang() -> None:
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            cleaned.append("hang")
+
+    async def busy_then_answer() -> str:
+        time.sleep(0.15)  # noqa: ASYNC251  # past the limit without waiting: nothing can interrupt it
+        return "busy"
+
+    async def busy_then_wait() -> str:
+        time.sleep(0.15)  # noqa: ASYNC251  # the limit counts from the start: the first wait is too late
+        await asyncio.sleep(0.05)
+        return "too late"
+
+    assert await limited(at_once(), 0.1) == "now"
+    assert await limited(after_a_wait(), 0.1) == "later"
+    assert await limited(after_a_wait(), None) == "later"
+    with pytest.raises(ValueError, match="at once"):
+        await limited(fail_at_once(), 0.1)
+    with pytest.raises(ValueError, match="later"):
+        await limited(fail_later(), 0.1)
+    with pytest.raises(TimeoutError, match="the tool's own"):
+        await limited(own_timeout(), 0.1)
+    with pytest.raises(TimeoutError):
+        await limited(hang(), 0.05)
+    assert cleaned == ["hang"]
+    assert await limited(busy_then_answer(), 0.1) == "busy"
+    with pytest.raises(TimeoutError):
+        await limited(busy_then_wait(), 0.1)
+    # Cancelled from outside (the agent stopping): a cancellation, not a timeout, and the coroutine sees it.
+    task = asyncio.ensure_future(limited(hang(), 30))
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert cleaned == ["hang", "hang"]
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]

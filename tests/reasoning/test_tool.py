@@ -22,6 +22,7 @@ from baf.errors import (
 )
 from baf.reasoning import Tool
 from baf.reasoning.tool import parse_docstring, tool
+from baf.reasoning.tool_arguments import parse_arguments
 
 # ---- helpers -------------------------------------------------------------------------------------------
 
@@ -579,6 +580,33 @@ def test_arguments_json_would_silently_change_are_refused(raw: str, reason: str)
 def test_an_integer_too_large_for_a_float_parameter_is_an_argument_problem() -> None:
     message = problems_of('{"name": "n", "count": 1, "ratio": ' + "9" * 400 + ', "flag": true, "tags": []}')
     assert "argument 'ratio': expected number, got integer 99999" in message and "too large for a number" in message
+
+
+@pytest.mark.parametrize(
+    "raw",
+    ['{"a": 1}', '{"a": 1}  \n', '  {"a": 1}', '{"a": [1, {"b": null}], "c": "\\u00e9"}', "{}", '{"a": 1.5e3}'],
+)
+def test_an_object_is_read_as_json_reads_it(raw: str) -> None:
+    """The usual text (an object, nothing around it) is read by the decoder's scanner alone; white space
+    around it goes through the whole decoder: the same value either way."""
+    assert parse_arguments("t", raw) == json.loads(raw)
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        ('{"a": 1}x', "Extra data"),
+        ('{"a": 1} {"b": 2}', "Extra data"),
+        ('{"a": 1', "Expecting ',' delimiter"),
+        ('{"a": 1, "a": 2}', "the key 'a' appears more than once"),
+        ('{"a": NaN}', "NaN is not valid JSON"),
+        ('{"a": 1e999}', "the number 1e999 is too large"),
+    ],
+)
+def test_an_object_with_something_wrong_is_refused_with_the_reason(raw: str, reason: str) -> None:
+    with pytest.raises(ToolArgumentError, match="not valid JSON") as caught:
+        parse_arguments("t", raw)
+    assert reason in str(caught.value)
 
 
 def test_a_byte_order_mark_is_refused_as_json_loads_refuses_it() -> None:

@@ -246,3 +246,12 @@ async def test_a_rerun_from_a_url_leaves_the_file_as_it_was(tmp_path: Path) -> N
     await assert_replays(f"sqlite:///{db}", "s", build(ForbiddenLLM(), tools_live=False))
     assert db.read_bytes() == before
     assert os.listdir(tmp_path) == ["weather.db"]
+
+
+def test_a_report_counts_in_words_that_agree_with_the_number() -> None:
+    from baf.replay.rerun import RerunReport
+
+    one = RerunReport("s", None, records_compared=1, llm_responses_served=1, tool_results_served=1)
+    assert str(one) == "session 's': identical (1 record compared; 1 LLM response and 1 tool result served)"
+    two = RerunReport("s", None, records_compared=18, llm_responses_served=2, tool_results_served=0)
+    assert str(two) == "session 's': identical (18 records compared; 2 LLM responses and 0 tool results served)"

@@ -112,15 +112,31 @@
 
   // -- chat -----------------------------------------------------------------------------------------
 
-  // Messages this page sent and showed at once, not yet seen in a history: a history after the last seq
-  // seen may hold them (they were recorded after it), and they must not be shown twice.
-  let echoes = [];
+  // A message this page sends is shown at once, marked with an id of the page's own making; the server
+  // shows every recorded message to all the session's connections (a ``user`` frame, or a history item)
+  // with that id, so this page recognizes its own and another tab's message appears live.
+  function newMessageId() {
+    const bytes = new Uint8Array(12);
+    crypto.getRandomValues(bytes); // crypto.randomUUID needs a secure context; a LAN address is not one
+    return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+  }
 
-  function addUser(text, local) {
+  function ownMessage(id) {
+    return id ? messages.querySelector('.msg.user[data-message-id="' + CSS.escape(String(id)) + '"]') : null;
+  }
+
+  function addUser(text, id) {
     const bubble = el("div", "msg user", text);
+    if (id) bubble.dataset.messageId = String(id);
     messages.appendChild(bubble);
-    if (local) echoes.push(text);
     scrollDown();
+    return bubble;
+  }
+
+  // A recorded message (a live ``user`` frame or a history item): this page's own is already shown.
+  function showUser(item) {
+    const bubble = ownMessage(item.id) || addUser(item.text, item.id);
+    bubble.dataset.seq = String(item.seq);
   }
 
   function addReply(frame) {
@@ -226,6 +242,15 @@
     return box;
   }
 
+  // One line for the trace from what the model wrote: its first paragraph, shortened. The step's summary
+  // folds the whole text into a line, which turns a table or a list into a run of | and - marks.
+  function firstParagraph(text, summary) {
+    if (typeof text !== "string" || !text.trim()) return summary || "";
+    const first = text.trim().split(/\n\s*\n/)[0].replace(/\s+/g, " ");
+    const more = first.length < text.trim().length;
+    return first.length > 160 ? first.slice(0, 159) + "…" : first + (more ? " …" : "");
+  }
+
   function addStep(step) {
     if (step.kind === "reasoning_started") { openTrace(step); return; }
     const group = currentTrace || openTrace({ summary: "(continued)" });
@@ -253,7 +278,7 @@
         "↳ " + step.summary, String(details.result === undefined ? "" : details.result));
       row.appendChild(box);
     } else if (step.kind === "llm_text") {
-      row.append(details.final ? "✎ answer: " : "✎ ", renderInline(step.summary || ""));
+      row.append(details.final ? "✎ answer: " : "✎ ", renderInline(firstParagraph(details.text, step.summary)));
     } else {
       row.textContent = "• " + step.summary;
     }
@@ -342,6 +367,7 @@
     const list = $("tasks");
     list.replaceChildren();
     $("no-tasks").hidden = tasks.length > 0;
+    $("task-panel").toggleAttribute("data-empty", tasks.length === 0); // a phone hides the empty panel
     tasks.forEach((task) => {
       const status = String(task.status || "pending");
       const li = el("li", "task status-" + status);
@@ -360,7 +386,6 @@
     messages.replaceChildren();
     streaming = null;
     currentTrace = null;
-    echoes = [];
     showTasks([]);
   }
 
@@ -380,17 +405,13 @@
     if (after === 0) clearView(); // a whole history: redraw; otherwise it continues this view
     if (typeof frame.last_seq === "number") lastSeq = Math.max(lastSeq, frame.last_seq);
     (frame.items || []).forEach((item) => {
-      if (item.type === "user") {
-        const echoed = echoes.indexOf(item.text);
-        if (echoed >= 0) echoes.splice(echoed, 1); // already shown when it was sent
-        else addUser(item.text);
-      } else if (item.type === "reply") addReply(item);
+      if (item.type === "user") showUser(item);
+      else if (item.type === "reply") addReply(item);
       else if (item.type === "reasoning_step") addStep(item.step);
       else if (item.type === "task_list") showTasks(item.tasks || []);
       else if (item.type === "error") addError(item.message);
       else if (item.type.startsWith("approval_")) showApproval(item);
     });
-    echoes = [];
     if (frame.truncated && after === 0) messages.prepend(el("p", "muted", "Older history is not shown."));
   }
 
@@ -408,6 +429,7 @@
   const handlers = {
     welcome(frame) {
       sessionStorage.setItem(TOKEN_KEY, frame.resume_token);
+      maxMessageBytes = typeof frame.max_message_size === "number" ? frame.max_message_size : 0;
       $("agent-name").textContent = frame.agent || "baf agent";
       $("hint-agent").textContent = frame.agent || "the agent";
       document.title = (frame.agent || "baf") + " · baf";
@@ -417,6 +439,7 @@
       setStatus("connected", "connected");
     },
     history: handleHistory,
+    user(frame) { if (fresh(frame)) showUser(frame); },
     reply(frame) { if (fresh(frame)) addReply(frame); },
     reply_delta: showDelta,
     reasoning_step(frame) { if (fresh(frame)) addStep(frame.step || {}); },
@@ -432,7 +455,9 @@
         send({ type: "hello" });
         return;
       }
-      if (frame.code === "agent") { if (fresh(frame)) { dropStreaming(); addError(frame.message); } }
+      const refused = frame.code !== "agent" && ownMessage(frame.id);
+      if (refused) notSent(refused, frame.message);
+      else if (frame.code === "agent") { if (fresh(frame)) { dropStreaming(); addError(frame.message); } }
       else showBanner("Error (" + frame.code + "): " + frame.message);
     },
   };
@@ -446,13 +471,35 @@
     return true;
   }
 
+  // The largest frame the server reads (its welcome says; 0: unknown). A longer message is not sent at all.
+  let maxMessageBytes = 0;
+
+  // Send a message and show it; false if it was not sent (the composer then keeps its text).
   function sendMessage(text) {
-    if (!text.trim()) return;
-    if (send({ type: "message", text })) {
-      hideBanner();
-      expireWaitingApprovals();
-      addUser(text, true);
+    if (!text.trim()) return false;
+    const id = newMessageId();
+    const frame = { type: "message", text, id };
+    const size = new TextEncoder().encode(JSON.stringify(frame)).length;
+    if (maxMessageBytes && size > maxMessageBytes) {
+      showBanner("This message is too long to send (" + size + " bytes; the agent takes at most " +
+        maxMessageBytes + "). Shorten it, or send it in parts.");
+      return false;
     }
+    if (!send(frame)) return false;
+    hideBanner();
+    expireWaitingApprovals();
+    addUser(text, id);
+    return true;
+  }
+
+  // The server refused a message this page sent (an error frame with its id): it was not recorded, and
+  // the agent never saw it. Say so under it, and put the text back in the composer to send again.
+  function notSent(bubble, why) {
+    bubble.dataset.state = "not-sent";
+    const note = el("div", "not-sent-note", "Not sent: " + why);
+    bubble.after(note);
+    if (!input.value) input.value = bubble.textContent;
+    scrollDown();
   }
 
   function connect() {
@@ -488,9 +535,7 @@
 
   $("composer").addEventListener("submit", (event) => {
     event.preventDefault();
-    const text = input.value;
-    input.value = "";
-    sendMessage(text);
+    if (sendMessage(input.value)) input.value = ""; // a message not sent stays, to be sent again
   });
   input.addEventListener("keydown", (event) => {
     if (event.key === "Enter" && !event.shiftKey) {

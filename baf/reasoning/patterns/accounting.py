@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from baf.llm.base import Usage
 
 __all__ = ["Budget", "CallUsage", "Meter", "Price", "PriceTable"]
+
+_cost_of = operator.attrgetter("cost")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,19 +75,27 @@ class Meter:
     prices: PriceTable = field(default_factory=PriceTable)
     budget: Budget = field(default_factory=Budget)
     calls: list[CallUsage] = field(default_factory=list)
+    # The usage of the first ``_counted`` calls: the budget is checked after every model call, and adding
+    # up every call again each time grew with the run (quadratic in its turns).
+    _total: Usage = field(default_factory=Usage, init=False, repr=False, compare=False)
+    _counted: int = field(default=0, init=False, repr=False, compare=False)
 
     @property
     def usage(self) -> Usage:
         """Total usage so far."""
-        total = Usage()
-        for call in self.calls:
+        calls = self.calls
+        if self._counted > len(calls):  # calls were taken out of the list: add them all up again
+            self._total, self._counted = Usage(), 0
+        total = self._total
+        for call in calls[self._counted :]:
             total = total + call.usage
+        self._total, self._counted = total, len(calls)
         return total
 
     @property
     def cost(self) -> float:
         """Total cost so far."""
-        return sum(call.cost for call in self.calls)
+        return sum(map(_cost_of, self.calls))  # the same sum as over a generator, at C speed
 
     def add(self, pattern: str, purpose: str, model: str, usage: Usage) -> CallUsage:
         """Count one call."""
