@@ -86,8 +86,10 @@ as ``after_seq`` and gets exactly what came after, nothing twice and nothing mis
     ``internal`` (the server failed on the frame; the connection stays usable), ``agent`` (an error
     while handling a message, shown to the user), ``rate_limited`` (a limit of ``limits`` was reached:
     the frame was not acted on; the frame has ``retry_after``, the seconds to wait). An error refusing a
-    ``message`` frame that carried an ``id`` has that ``id``: the message was not recorded (a client can
-    mark it as not sent).
+    ``message`` frame that carried a well-formed ``id`` has that ``id``: the message was not recorded (a
+    client can mark it as not sent). The refusals made before a frame is read (``rate_limited``,
+    ``too_large``, ``binary``) cannot name it and have no ``id``: they refuse the newest frame the
+    connection sent, so the browser UI marks its newest message not yet shown as recorded as not sent.
 
 Security
 ========
@@ -690,7 +692,11 @@ class WebSocketPlatform(Platform):
             log_exception(
                 logger, self._redactor(), "websocket client %s: handling a %r frame failed", client.ws.id, kind
             )
-            self._error(client, "internal", f"the server failed on this frame ({type(exc).__name__})")
+            # A message frame's refusal names it (when its id is well-formed), so the client marks it not sent.
+            client_message_id = frame.get("id") if kind == "message" else None
+            valid = isinstance(client_message_id, str) and _CLIENT_MESSAGE_ID.fullmatch(client_message_id)
+            mark = {"id": client_message_id} if valid else {}
+            self._error(client, "internal", f"the server failed on this frame ({type(exc).__name__})", **mark)
 
     async def _on_hello(self, client: _Client, frame: dict[str, Any]) -> None:
         is_resume = frame.get("type") == "resume"
