@@ -342,7 +342,7 @@ class _TimeLimited(Awaitable[_T]):
         self.awaitable, self.deadline = awaitable, deadline
 
     def __await__(self) -> Generator[Any, Any, _T]:
-        steps = cast(_Steps[_T], self.awaitable.__await__())
+        steps: _Steps[_T] = self.awaitable.__await__()
         try:
             waiting_on = steps.send(None)
         except StopIteration as stop:
