@@ -28,7 +28,15 @@ from baf.replay.render import NARROW, fit_columns, print_fitted, visible, visibl
 if TYPE_CHECKING:
     from baf.core.agent import Agent
 
-__all__ = ["find_agent", "load_agent_file", "load_agent_module", "main", "open_existing_log"]
+__all__ = [
+    "find_agent",
+    "from_user_code",
+    "load_agent_file",
+    "load_agent_module",
+    "main",
+    "open_existing_log",
+    "user_traceback",
+]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,17 +50,18 @@ def main(argv: list[str] | None = None) -> int:
         result: int = args.handler(args)
         sys.stdout.flush()  # inside the try: a reader that went away must not fail at exit instead
         return result
-    except BrokenPipeError as exc:
-        if getattr(exc, _FROM_USER_CODE, False):
-            raise  # the user's own pipe or socket broke, not our stdout: their traceback is what they need
-        return _stdout_closed()
-    except ConfigurationError as exc:
-        return _fail(args.command, exc)
-    except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError, ValueError,
-            LookupError, LogError) as exc:  # fmt: skip
-        if getattr(exc, _FROM_USER_CODE, False):
-            raise  # a bug in the user's agent file: its traceback is what they need
-        return _fail(args.command, exc)
+    except Exception as exc:
+        if from_user_code(exc):
+            # A bug in the user's agent file (a BrokenPipeError too: their own pipe or socket, not our
+            # stdout): its traceback is what they need, from their code on, as Python would show it.
+            sys.stderr.write(user_traceback(exc))
+            return 1
+        if isinstance(exc, BrokenPipeError):
+            return _stdout_closed()
+        if isinstance(exc, (ConfigurationError, FileNotFoundError, IsADirectoryError, NotADirectoryError,
+                            PermissionError, ValueError, LookupError, LogError)):  # fmt: skip
+            return _fail(args.command, exc)
+        raise
 
 
 def _fail(command: str, error: object) -> int:
@@ -86,6 +95,30 @@ class _Stdout(Console):
 
 #: Set on an exception raised by the user's own code under ``baf run`` / ``--rerun``.
 _FROM_USER_CODE = "_baf_from_user_code"
+
+
+def from_user_code(exc: BaseException) -> bool:
+    """Whether ``exc`` came from the user's agent file (or a module it imports) while baf loaded it."""
+    return bool(getattr(exc, _FROM_USER_CODE, False))
+
+
+def user_traceback(exc: BaseException) -> str:
+    """The traceback of ``exc``, raised by the user's agent file while baf loaded it, from the user's
+    first frame on: the frames before it (baf's loader, importlib, ``runpy``, ``asyncio``) say nothing
+    about the bug. A syntax error, which has no frame of the user's, shows its line and caret."""
+    import sysconfig
+    import traceback
+
+    baf_folder = str(Path(__file__).resolve().parent)
+    standard_library = sysconfig.get_paths()["stdlib"]
+
+    def ours(filename: str) -> bool:
+        return filename.startswith(("<frozen ", baf_folder, standard_library))
+
+    frames = exc.__traceback__
+    while frames is not None and ours(frames.tb_frame.f_code.co_filename):
+        frames = frames.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, frames))
 
 
 @contextlib.contextmanager

@@ -134,6 +134,24 @@ def test_run_keeps_the_traceback_of_errors_in_user_code(tmp_path: Path) -> None:
         assert "Traceback" in result.stderr and 'buggy.py", line 2, in setup' in result.stderr
 
 
+def test_a_file_that_fails_to_load_shows_its_traceback_from_the_users_code_on(tmp_path: Path) -> None:
+    # As `python buggy.py` would show it: baf's loader, importlib and the CLI are not the user's bug.
+    (tmp_path / "helper.py").write_text("def setup():\n    raise RuntimeError('boom at import')\n")
+    (tmp_path / "buggy.py").write_text("from helper import setup\n\nsetup()\n")
+    result = baf("run", "buggy.py", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[0] == "Traceback (most recent call last):", result.stderr
+    assert lines[1].endswith('buggy.py", line 3, in <module>'), result.stderr
+    assert 'helper.py", line 2, in setup' in result.stderr and lines[-1] == "RuntimeError: boom at import"
+    assert "baf/cli.py" not in result.stderr and "<frozen" not in result.stderr
+    (tmp_path / "typo.py").write_text("from baf import Agent\nagent = Agent('x', log='memory://'\n")
+    result = baf("run", "typo.py", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr and 'typo.py", line 2' in result.stderr
+    assert result.stderr.rstrip().endswith("SyntaxError: '(' was never closed"), result.stderr
+
+
 def test_output_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
     golden = Path(__file__).parent / "fixtures" / "golden" / "golden.db"
     db = tmp_path / "golden.db"

@@ -9,6 +9,7 @@ Bodies are not machine callbacks: the engine runs them, so it can record before 
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,13 @@ if TYPE_CHECKING:
     from baf.core.transition import Condition, Transition
 
 __all__ = ["MachineModel", "compile_machine"]
+
+# transitions logs every state's entry and exit at INFO ("Finished processing state idle exit callbacks"):
+# how baf works inside, not what the agent did (the session log says that), and it filled the output of
+# any application that logs at INFO. An application that sets this logger's level keeps its own choice.
+_transitions_logger = logging.getLogger("transitions")
+if _transitions_logger.level == logging.NOTSET:
+    _transitions_logger.setLevel(logging.WARNING)
 
 
 class MachineModel:

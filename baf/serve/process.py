@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -84,6 +85,15 @@ async def _run_worker(path: str, dsn: str, lease_ttl: float, poll_interval: floa
     _show_baf_log_lines()
 
     agent = load_agent_file(path)
+    if not agent.platforms:
+        # Legitimate (workers that only take over sessions and forwarded messages), but a new user serving
+        # an agent written for baf run, which adds the terminal, would otherwise wait for nothing.
+        logging.getLogger("baf.serve").warning(
+            "agent %r has no platform, so no client can reach this worker: it runs only what reaches it through "
+            "the database (messages forwarded to it, sessions it takes over); to serve clients, give the agent "
+            "one (agent.use_websocket_platform(port=8765), or platforms: in a YAML agent)",
+            agent.name,
+        )
     worker = Worker(agent, dsn, lease_ttl=lease_ttl, poll_interval=poll_interval)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -128,6 +138,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"baf serve: worker {os.getpid()} stopped: {exc}\n")
         sys.stderr.flush()
         return 2
+    except Exception as exc:
+        from baf.cli import from_user_code, user_traceback
+
+        if not from_user_code(exc):
+            raise
+        # The agent file failed to load (a bug of the user's): its traceback from their code on, as
+        # `baf run` shows it, after a line that says which worker stopped; one write, as above.
+        sys.stderr.write(
+            f"baf serve: worker {os.getpid()} stopped: the agent file failed to load:\n{user_traceback(exc)}"
+        )
+        sys.stderr.flush()
+        return 1
     return 0
 
 

@@ -558,3 +558,21 @@ async def test_an_event_that_is_not_json_is_refused_before_anything_is_recorded(
                 await agent.receive_event(ReceiveJSONEvent("s", payload=payload), platform)
         await agent.wait_idle()
         assert await agent.log.read("s") == before
+
+
+async def test_an_application_logging_at_info_is_not_shown_the_state_machines_inner_steps(
+    platform: RecordingPlatform, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The `transitions` library logs each state's entry and exit at INFO; an agent's output is not the place.
+    import logging
+
+    caplog.set_level(logging.INFO)  # as logging.basicConfig(level=logging.INFO) does: the root's level
+    agent = Agent("chatty", log="memory://")
+    idle = agent.new_state("idle", initial=True)
+    idle.when_event(ReceiveTextEvent).go_to(idle)
+    idle.set_body(lambda session: session.reply("ok") if session.event else None)
+    async with agent:
+        await agent.receive_message("s", "hi", platform)
+        await agent.wait_idle("s")
+    assert platform.replies["s"] == ["ok"]
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("transitions")] == []

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import asyncpg
 import pytest
 from baf_test_helpers import baf
 
@@ -42,12 +43,20 @@ async def test_baf_serve_runs_workers_that_answer_and_stop_on_sigterm(postgres_d
         records = await wait_for_answers(postgres_dsn, expected, within=30)
         assert_each_question_answered_once(records, expected)
     finally:
-        serve.send_signal(signal.SIGTERM)
+        serve.send_signal(signal.SIGTERM)  # as the last steps end: sessions are being given up as it comes
         code = await asyncio.to_thread(serve.wait, 30)
         serve.stdout.close()  # type: ignore[union-attr]
+        said = serve.stderr.read()  # type: ignore[union-attr]
         serve.stderr.close()  # type: ignore[union-attr]
     assert code == 0
+    assert "failed" not in said and "Traceback" not in said, said  # a clean stop says nothing alarming
     # Stopped cleanly: every lease given up, so other workers could take the sessions at once.
+    connection = await asyncpg.connect(postgres_dsn)
+    try:
+        assert await connection.fetch("SELECT session_id FROM baf_leases WHERE expires_at >= now()") == []
+        assert await connection.fetch("SELECT worker_id FROM baf_workers") == []
+    finally:
+        await connection.close()
     sessions = baf("sessions", postgres_dsn, cwd=tmp_path)
     assert sessions.returncode == 0, sessions.stderr
     assert all(session_id in sessions.stdout for session_id in expected)
@@ -72,6 +81,16 @@ def test_a_worker_that_cannot_start_says_why_in_one_line(tmp_path: Path) -> None
     assert len(lines) == 2 and all("baf serve: worker" in line and "must define one Agent" in line for line in lines)
 
 
+def test_a_worker_whose_agent_file_raises_shows_the_users_traceback_only(tmp_path: Path) -> None:
+    (tmp_path / "buggy.py").write_text("from baf import Agent\n\nraise RuntimeError('boom at import')\n")
+    result = baf("serve", "buggy.py", "--log", "postgresql://baf@127.0.0.1:9/none", "--workers", "2", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    said = result.stderr
+    assert said.count("stopped: the agent file failed to load:\nTraceback (most recent call last):\n") == 2, said
+    assert said.count('buggy.py", line 3, in <module>') == 2 and said.count("RuntimeError: boom at import") == 2
+    assert "baf/serve/process.py" not in said and "asyncio" not in said and "<frozen" not in said, said
+
+
 TERMINAL_AGENT = """
 from baf import Agent
 
@@ -90,6 +109,32 @@ def test_an_agent_on_the_terminal_is_refused_before_any_database_is_reached(tmp_
     assert len(lines) == 2, result.stderr
     assert all("terminal platform cannot be shared by worker processes" in line for line in lines), lines
     assert all("use_websocket_platform" in line and "baf run" in line for line in lines), lines
+
+
+def start_one_worker(path: str, dsn: str, cwd: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "baf.cli", "serve", path, "--log", dsn, "--workers", "1"],
+        cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+async def test_a_worker_of_an_agent_without_a_platform_says_no_client_can_reach_it(
+    postgres_dsn: str, tmp_path: Path
+) -> None:
+    # A YAML agent without platforms: baf run would add the terminal; baf serve adds nothing.
+    (tmp_path / "quiet.yaml").write_text("name: quiet\nstates:\n  - name: idle\n    initial: true\n")
+    serve = start_one_worker("quiet.yaml", postgres_dsn, tmp_path)
+    try:
+        assert serve.stderr is not None
+        line = await asyncio.wait_for(asyncio.to_thread(serve.stderr.readline), 30)
+        assert line.startswith("agent 'quiet' has no platform, so no client can reach this worker"), line
+        assert "agent.use_websocket_platform(port=8765)" in line and "platforms:" in line
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(serve.wait, 30)
+        serve.stdout.close()  # type: ignore[union-attr]
+        serve.stderr.close()  # type: ignore[union-attr]
 
 
 def test_a_killed_worker_is_reported_with_who_takes_its_sessions_over() -> None:
