@@ -147,3 +147,19 @@ async def test_a_message_the_server_failed_on_is_refused_with_its_id() -> None:
         refused, _ = await client.until("error")
         assert refused["code"] == "internal" and "id" not in refused
         await client.close()
+
+
+async def test_a_message_sent_without_an_id_is_not_echoed_to_its_sender_but_shown_in_the_other_tab() -> None:
+    # A protocol 1 client sends no id: it could not tell its own message from another tab's.
+    async with two_tabs(body_agent(echo)) as (_, first, second):
+        await first.send({"type": "message", "text": "old client"})
+        _, to_sender = await first.until("reply")
+        _, to_other = await second.until("reply")
+        assert shown(to_sender) == [("reply", "echo: old client")]
+        assert shown(to_other) == [("user", "old client"), ("reply", "echo: old client")]
+        # The same text again from the other tab: the first tab sees it, once.
+        await second.send({"type": "message", "text": "old client"})
+        _, to_first = await first.until("reply")
+        _, to_second = await second.until("reply")
+        assert shown(to_first) == [("user", "old client"), ("reply", "echo: old client")]
+        assert shown(to_second) == [("reply", "echo: old client")]
