@@ -155,7 +155,8 @@ def _detail(entry: Entry, width: int) -> str:
         tokens = sum(_tokens(c) for c in children)
         # No outcome: still running when the log ends ("open"), or cut short when its step ended.
         outcome = finished.get("outcome") or ("in flight" if entry.status == "open" else "cut short")
-        return f"{shorten(entry.title, width)}  [{outcome}, {calls} LLM calls, {tokens} tokens]"
+        counts = f"{calls} LLM call{'' if calls == 1 else 's'}, {tokens} token{'' if tokens == 1 else 's'}"
+        return f"{shorten(entry.title, width)}  [{outcome}, {counts}]"
     return shorten(entry.title, width)
 
 
