@@ -244,6 +244,9 @@ def render_sessions(console: Console, rows: Iterable[dict[str, Any]], title: str
     file or a pipe is not wrapped at all (:func:`fit_columns`); ``--plain`` and ``--json`` are for scripts.
     """
     rows = list(rows)
+    if not rows:  # an empty table reads as a bug; say what it means
+        console.print(_shown(f"{title}: no sessions yet"))
+        return
     width = fit_columns(console)
     agents = {row["agent"] for row in rows if row.get("unreadable") is None}
     one_agent = next(iter(agents)) if len(agents) == 1 and len(rows) > 1 else None
