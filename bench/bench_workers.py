@@ -10,6 +10,12 @@ Part 1. ``--sessions`` sessions (default 200) each get one message, answered aft
   and the clock stops when every session has answered (its reply and the end of its step committed: the
   unfinished-work index is empty).
 
+Beside each wall time: the CPU seconds spent while the clock ran by the processes that do the work (the
+SQLite process; the worker processes), by the PostgreSQL server's processes (when it runs on this machine:
+the throwaway cluster's do) and by this process posting the messages, and the seconds all of them were
+runnable but waited for a CPU (near zero on an idle machine; on a shared one, what the others cost). Wall
+time against CPU time says whether a configuration waits (round trips, sessions moving in step) or computes.
+
 In every configuration the sessions exist before the clock starts (created, their initial body run), so
 the clock times the messages: the workers take each session over (its lease, its load) after the clock.
 And each configuration answers ``WARM_UP`` other sessions first (a warm process, as a server that has
@@ -40,6 +46,7 @@ import sys
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
@@ -48,6 +55,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import console, median
 from bench_reasoning import BenchLLM, build_agent
+from bench_websocket import postgres_pids, scheduled
 from rich.table import Table
 
 from baf.core.events import ReceiveTextEvent
@@ -79,7 +87,42 @@ async def fresh_schema(dsn: str) -> str:
     return with_schema(dsn, name)
 
 
-async def sqlite_run(sessions: int, tool_turns: int, delay: float, folder: Path) -> float:
+@dataclass
+class Run:
+    """One configuration's wall time and the CPU seconds spent while its clock ran (see the docstring)."""
+
+    wall: float
+    work: float  # the SQLite process, or the worker processes
+    database: float | None  # the PostgreSQL server's processes; None: SQLite, or a server elsewhere
+    client: float  # this process, posting the messages (0 for SQLite: it is the work)
+    waited: float  # runnable but waiting for a CPU, all of the above
+
+
+class CPUClock:
+    """CPU seconds of groups of processes between ``start()`` and ``stop()`` (``scheduled``: all threads). A
+    process that ended meanwhile (a connection closed) is left out: what it spent in the window is unknown."""
+
+    def __init__(self, **groups: list[int]) -> None:
+        self.groups = groups
+        self._before: dict[int, tuple[float, float]] = {}
+        self.spent: dict[str, tuple[float, float]] = {}
+
+    def start(self) -> None:
+        self._before = {pid: scheduled([pid]) for pids in self.groups.values() for pid in pids}
+
+    def stop(self) -> None:
+        alive = {pid for pid in self._before if os.path.exists(f"/proc/{pid}")}
+        for name, pids in self.groups.items():
+            running = waiting = 0.0
+            for pid in pids:
+                if pid in alive:
+                    now = scheduled([pid])
+                    running += now[0] - self._before[pid][0]
+                    waiting += now[1] - self._before[pid][1]
+            self.spent[name] = (running, waiting)
+
+
+async def sqlite_run(sessions: int, tool_turns: int, delay: float, folder: Path) -> Run:
     llm = BenchLLM(tool_turns, delay=delay)
     agent, platform = build_agent(f"sqlite:///{folder / f'{uuid.uuid4().hex}.db'}", llm, planning=False)
     async with agent:
@@ -87,9 +130,13 @@ async def sqlite_run(sessions: int, tool_turns: int, delay: float, folder: Path)
         await asyncio.gather(*(agent.get_or_create_session(sid, platform) for sid in warm + ids))
         await agent.wait_idle()
         await asyncio.gather(*(agent.receive_message(sid, "Please look everything up.", platform) for sid in warm))
+        clock = CPUClock(work=[os.getpid()])
+        clock.start()
         started = time.perf_counter()
         await asyncio.gather(*(agent.receive_message(sid, "Please look everything up.", platform) for sid in ids))
-        return time.perf_counter() - started
+        wall = time.perf_counter() - started
+        clock.stop()
+        return Run(wall, clock.spent["work"][0], None, 0.0, clock.spent["work"][1])
 
 
 def start_workers(dsn: str, count: int, tool_turns: int, delay: float) -> list[subprocess.Popen[str]]:
@@ -99,7 +146,7 @@ def start_workers(dsn: str, count: int, tool_turns: int, delay: float) -> list[s
     return [subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env) for _ in range(count)]
 
 
-async def postgres_run(server: str, workers: int, sessions: int, tool_turns: int, delay: float) -> float:
+async def postgres_run(server: str, workers: int, sessions: int, tool_turns: int, delay: float) -> Run:
     dsn = await fresh_schema(server)
     ids, warm = [f"c{i}" for i in range(sessions)], [f"w{i}" for i in range(WARM_UP)]
     await create_sessions(dsn, warm + ids)  # the tables too, before the workers start
@@ -115,11 +162,19 @@ async def postgres_run(server: str, workers: int, sessions: int, tool_turns: int
             try:
                 await asyncio.gather(*(post(inbox, sid) for sid in warm))
                 await wait_for_replies(connection, len(warm))
+                # The server's processes as the clock starts: the workers' connections are open by now.
+                database = await asyncio.to_thread(postgres_pids, dsn)
+                clock = CPUClock(work=[p.pid for p in processes], database=database, client=[os.getpid()])
+                clock.start()
                 started = time.perf_counter()
                 # All at once, as 200 clients' messages reach a platform at once (the SQLite run gathers too).
                 await asyncio.gather(*(post(inbox, sid) for sid in ids))
                 await wait_for_replies(connection, len(warm) + len(ids))
-                return time.perf_counter() - started
+                wall = time.perf_counter() - started
+                clock.stop()
+                spent = clock.spent
+                on_server = spent["database"][0] if database else None
+                return Run(wall, spent["work"][0], on_server, spent["client"][0], sum(w for _, w in spent.values()))
             finally:
                 await connection.close()
     finally:
@@ -195,13 +250,19 @@ async def run(server: str, sessions: int, reps: int, folder: Path) -> None:
     out = console()
     out.print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     table = Table(title=f"{sessions} sessions x {tool_turns + 1} model calls of 50 ms (ideal {ideal:.2f} s)")
-    for column in ("configuration", "wall s", "x ideal"):
+    for column in ("configuration", "wall s", "x ideal", "CPU s: process(es)", "CPU s: PostgreSQL", "CPU s: poster",
+                   "waited for a CPU s"):  # fmt: skip
         table.add_column(column)
-    wall = await sqlite_run(sessions, tool_turns, delay, folder)
-    table.add_row("sqlite x1 (one process)", f"{wall:.3f}", f"{wall / ideal:.2f}")
+
+    def add(label: str, run: Run) -> None:
+        database = "-" if run.database is None else f"{run.database:.3f}"
+        client = f"{run.client:.3f}" if run.client else "-"
+        table.add_row(label, f"{run.wall:.3f}", f"{run.wall / ideal:.2f}", f"{run.work:.3f}", database, client,
+                      f"{run.waited:.3f}")  # fmt: skip
+
+    add("sqlite x1 (one process)", await sqlite_run(sessions, tool_turns, delay, folder))
     for count in (1, 2):
-        wall = await postgres_run(server, count, sessions, tool_turns, delay)
-        table.add_row(f"postgres x{count} (worker processes)", f"{wall:.3f}", f"{wall / ideal:.2f}")
+        add(f"postgres x{count} (worker processes)", await postgres_run(server, count, sessions, tool_turns, delay))
     out.print(table)
     turns = Table(title="framework µs per model turn (zero-latency model, 10 tool turns, median)")
     for column in ("concurrent sessions", "sqlite (normal)", "postgres", "postgres / sqlite"):

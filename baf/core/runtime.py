@@ -324,6 +324,11 @@ class Runtime:
                 await live.flush()
             except LogError:
                 log_exception(logger, self.agent.redactor, "session %s: final flush failed", live.id)
+        if self._releasing:
+            # Leases of sessions dropped just before the stop are being given up through the log's
+            # connections: closed under them, the releases would fail (and say so once per session), and
+            # the leases would stay held until they expire, delaying the sessions' takeover by other workers.
+            await asyncio.wait(list(self._releasing.values()))  # a failure is logged by _released
         try:
             await self.log.close()
         finally:

@@ -7,7 +7,8 @@ waiting rows in arrival order (``pending``) and moves each into the session log 
 message's records. A crash before that commit leaves the row for the next owner; after it, the message is
 in the log and the row is gone: consumed once.
 
-Notifications only wake workers; a worker that missed one finds the rows on its next (slow) poll.
+Notifications only wake workers; a worker that missed one finds the rows on its next (slow) poll. A
+listening connection that is lost (a server restart) is opened again, and the listener told so.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 
     from baf.log.postgres import PostgresLog
 
-__all__ = ["INBOX_CHANNEL", "RECORDS_CHANNEL", "Inbox", "InboxMessage"]
+__all__ = ["INBOX_CHANNEL", "RECORDS_CHANNEL", "RELISTEN_MAX_DELAY", "Inbox", "InboxMessage"]
 
 #: Notified with a session id when a message for it enters the inbox.
 INBOX_CHANNEL = "baf_inbox"
@@ -36,6 +37,9 @@ INBOX_CHANNEL = "baf_inbox"
 RECORDS_CHANNEL = "baf_records"
 
 logger = logging.getLogger("baf.log.postgres")
+
+#: The longest wait (seconds) between two tries to listen again after a listening connection was lost.
+RELISTEN_MAX_DELAY = 5.0
 
 #: How many waiting messages of a session one read returns (the owner reads again after handling them).
 _PENDING_LIMIT = 100
@@ -133,15 +137,20 @@ class Inbox:
         return [row[0] for row in rows]
 
     async def listen(
-        self, on_session: Callable[[str, str], None], channels: tuple[str, ...] = (INBOX_CHANNEL, RECORDS_CHANNEL)
+        self,
+        on_session: Callable[[str, str], None],
+        channels: tuple[str, ...] = (INBOX_CHANNEL, RECORDS_CHANNEL),
+        on_reconnect: Callable[[], None] | None = None,
     ) -> Callable[[], Any]:
         """Call ``on_session(channel, session_id)`` for every notification on ``channels`` (by default the
         inbox and the records channels); return an async ``stop()``. One connection of its own, outside the
         pool. Listen only to what you use: every commit notifies the records channel, and each notification
-        costs each listener a wake-up."""
-        import asyncpg
+        costs each listener a wake-up.
 
-        connection: asyncpg.Connection = await asyncpg.connect(self._log.dsn)
+        A connection lost (the server restarted, the backend was terminated) is opened again, retrying with
+        a growing delay (up to ``RELISTEN_MAX_DELAY`` seconds); notifications sent meanwhile are lost, so
+        ``on_reconnect()`` is called once it listens again, for the caller to look for what they named."""
+        import asyncpg
 
         def notified(_connection: Any, _pid: int, channel: str, payload: str) -> None:
             try:
@@ -149,14 +158,77 @@ class Inbox:
             except Exception:
                 logger.exception("an inbox listener failed")
 
-        for channel in channels:
-            await connection.add_listener(channel, notified)
+        listening = _Listening()
+
+        async def connect() -> asyncpg.Connection:
+            connection: asyncpg.Connection = await asyncpg.connect(self._log.dsn)
+            try:
+                for channel in channels:
+                    await connection.add_listener(channel, notified)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(connection.close(), 5)
+                raise
+            connection.add_termination_listener(lost)
+            return connection
+
+        def lost(connection: asyncpg.Connection) -> None:
+            # Also called when stop() closes it, and for a connection replaced already: only the current
+            # connection's loss, while listening, is reconnected.
+            if listening.stopped or connection is not listening.connection:
+                return
+            listening.reconnecting = asyncio.get_running_loop().create_task(relisten(), name="baf-relisten")
+
+        async def relisten() -> None:
+            delay = 0.1
+            while True:
+                try:
+                    connection = await connect()
+                except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                    logger.warning("cannot listen to %s again (retrying in %.1f s): %s", ", ".join(channels), delay,
+                                   exc)  # fmt: skip
+                    await asyncio.sleep(delay)
+                    delay = min(2 * delay, RELISTEN_MAX_DELAY)
+                    continue
+                if listening.stopped:  # stop() came while this connected
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(connection.close(), 5)
+                    return
+                listening.connection = connection
+                if not connection.is_closed():
+                    break
+                await asyncio.sleep(delay)  # lost again before its loss could be heard: try again
+                delay = min(2 * delay, RELISTEN_MAX_DELAY)
+            if on_reconnect is not None:
+                try:
+                    on_reconnect()
+                except Exception:
+                    logger.exception("an inbox listener failed")
+
+        listening.connection = await connect()
+        if listening.connection.is_closed():  # lost before its loss could be heard
+            lost(listening.connection)
 
         async def stop() -> None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(connection.close(), 5)
+            listening.stopped = True
+            if listening.reconnecting is not None:
+                listening.reconnecting.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await listening.reconnecting
+            if listening.connection is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(listening.connection.close(), 5)
 
         return stop
+
+
+@dataclass(slots=True)
+class _Listening:
+    """A listener's state: its current connection, the task opening a new one after a loss, if any."""
+
+    connection: Any = None
+    reconnecting: asyncio.Task[None] | None = None
+    stopped: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,14 @@ once another worker has taken the session over: its append fails with ``LeaseLos
 
 A worker keeps its leases alive with :meth:`Leases.heartbeat` (one statement for all of them), which also
 says which sessions it has lost. Releasing a lease expires it but keeps its row, so epochs only grow.
+
+A worker id is held by one process at a time: :meth:`Leases.register` takes an id over only when its
+heartbeat is older than ``ttl`` (its process died, or is paused). The registration is the id's
+**incarnation** (``baf_workers.started_at``): taking an id over expires every live lease the id holds and
+bumps its epoch, and a lease is taken, or a heartbeat renewed, only by the id's current incarnation. A process
+paused past ``ttl`` whose id was taken meanwhile therefore finds, when it resumes, every append refused
+(``LeaseLostError``), no lease to take and its heartbeat refused (:attr:`Leases.replaced`): never two
+writers of one session, not even for a lease it took after its last heartbeat and that was still live.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Coroutine
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from baf.errors import ConfigurationError
@@ -29,15 +38,23 @@ __all__ = ["WORKERS_CHANNEL", "LeaseInfo", "Leases"]
 #: Notified with a worker's id when it registers or leaves, so that the others refresh their list of peers.
 WORKERS_CHANNEL = "baf_workers"
 
+# Whether the worker taking a lease is its id's current incarnation ($4: its registration's started_at; NULL
+# for a store that never registered, as in tests of leases alone). An id taken over by another process
+# (this one was paused past ttl) takes nothing more.
+_CURRENT = (
+    "($4::timestamptz IS NULL OR EXISTS (SELECT 1 FROM baf_workers w WHERE w.worker_id = $2 AND w.started_at = $4))"
+)
+
 # One statement, one round trip. The lease row is locked FOR UPDATE before anything else (the INSERT's source
 # row needs the locking CTE scanned first), so no append checking the old epoch (FOR KEY SHARE) can commit
 # after the epoch changed; the upsert alone would not do it, as updating no key column takes a lock that does
 # not conflict with KEY SHARE. NOWAIT: a lease row locked now is being appended under by its owner, or taken
 # by another worker, and waiting would only hold a connection to learn that someone else has the session.
-_ACQUIRE = """
+_ACQUIRE = f"""
 WITH locked AS MATERIALIZED (SELECT session_id FROM baf_leases WHERE session_id = $1 FOR UPDATE NOWAIT)
 INSERT INTO baf_leases AS l (session_id, owner, epoch, expires_at)
 SELECT $1, $2, 1, now() + make_interval(secs => $3) FROM (SELECT count(*) FROM locked) AS lock_first
+WHERE {_CURRENT}
 ON CONFLICT (session_id) DO UPDATE
     SET owner = EXCLUDED.owner,
         epoch = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at >= now() THEN l.epoch ELSE l.epoch + 1 END,
@@ -57,13 +74,14 @@ FROM (SELECT DISTINCT session_id AS s FROM baf_inbox WHERE session_id = ANY($1))
 """
 # Many sessions at once (a burst of them reaching a worker), in one statement: the same locking first, in
 # session order, as is the insert (two workers' bursts lock and insert in the same order: no deadlock).
-_ACQUIRE_MANY = """
+_ACQUIRE_MANY = f"""
 WITH wanted AS (SELECT DISTINCT s FROM unnest($1::text[]) AS u(s)),
 locked AS MATERIALIZED (
     SELECT session_id FROM baf_leases WHERE session_id IN (SELECT s FROM wanted) ORDER BY session_id FOR UPDATE NOWAIT
 )
 INSERT INTO baf_leases AS l (session_id, owner, epoch, expires_at)
-SELECT s, $2, 1, now() + make_interval(secs => $3) FROM wanted, (SELECT count(*) FROM locked) AS lock_first ORDER BY s
+SELECT s, $2, 1, now() + make_interval(secs => $3) FROM wanted, (SELECT count(*) FROM locked) AS lock_first
+WHERE {_CURRENT} ORDER BY s
 ON CONFLICT (session_id) DO UPDATE
     SET owner = EXCLUDED.owner,
         epoch = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at >= now() THEN l.epoch ELSE l.epoch + 1 END,
@@ -101,22 +119,39 @@ class Leases:
         # A heartbeat and the expiry of a released lease never overlap: the expiry comes after a heartbeat
         # that read the lease as held (and renewed it: its epoch still matches), never before.
         self._renewing = asyncio.Lock()
+        # This process's registration of the id (its started_at), once registered; see the module's docstring.
+        self._incarnation: datetime | None = None
+        self._replaced = False
+
+    @property
+    def replaced(self) -> bool:
+        """Whether another process took this worker's id over (this one missed its heartbeats for longer
+        than ``ttl``: it was paused, or cut from the database): it then holds no lease and takes none."""
+        return self._replaced
 
     async def register(self) -> None:
         """Write this worker's heartbeat row, and tell the other workers. ``ConfigurationError`` if a live
         worker (its heartbeat younger than ``ttl``) has this id: two workers of one id would both count as
         the owner of its sessions, at one epoch, and write to them side by side. The row of a worker of
-        this id that died (or stopped) is taken over."""
+        this id that died (or stopped) is taken over, and so are its leases: those still live are expired
+        and their epochs bumped, so that a process of this id that was only paused can never append again."""
         async with self._log.connection() as connection:
             registered = await connection.fetchval(
                 "WITH registered AS (INSERT INTO baf_workers (worker_id) VALUES ($1) "
                 "ON CONFLICT (worker_id) DO UPDATE SET heartbeat_at = now(), started_at = now() "
-                "WHERE baf_workers.heartbeat_at <= now() - make_interval(secs => $2) RETURNING worker_id) "
-                f"SELECT count(pg_notify('{WORKERS_CHANNEL}', worker_id)) FROM registered",
+                "WHERE baf_workers.heartbeat_at <= now() - make_interval(secs => $2) RETURNING worker_id, started_at), "
+                # Updating no key column, this waits for no append: one under way (it checked the old epoch)
+                # still holds the lease row, so no takeover (FOR UPDATE) happens before it commits.
+                # A lease that expired already needs no bump: taking it bumps its epoch.
+                "fenced AS (UPDATE baf_leases SET epoch = epoch + 1, expires_at = now() - interval '1 second' "
+                "WHERE owner = $1 AND expires_at >= now() AND EXISTS (SELECT 1 FROM registered)) "
+                f"SELECT started_at FROM registered, pg_notify('{WORKERS_CHANNEL}', worker_id)",
                 self.worker_id,
                 self.ttl,
             )
-            if registered:
+            if registered is not None:
+                self._incarnation = registered
+                self._replaced = False
                 return
             age = await connection.fetchval(
                 "SELECT extract(epoch FROM now() - heartbeat_at) FROM baf_workers WHERE worker_id = $1",
@@ -145,7 +180,9 @@ class Leases:
         if len(session_ids) > 1:
             try:
                 async with self._log.connection() as connection:
-                    rows = await connection.fetch(_ACQUIRE_MANY, sorted(session_ids), self.worker_id, self.ttl)
+                    rows = await connection.fetch(
+                        _ACQUIRE_MANY, sorted(session_ids), self.worker_id, self.ttl, self._incarnation
+                    )
             except (
                 asyncpg.LockNotAvailableError,
                 asyncpg.DeadlockDetectedError,
@@ -166,7 +203,7 @@ class Leases:
 
         try:
             async with self._log.connection() as connection:
-                epoch = await connection.fetchval(_ACQUIRE, session_id, self.worker_id, self.ttl)
+                epoch = await connection.fetchval(_ACQUIRE, session_id, self.worker_id, self.ttl, self._incarnation)
         except asyncpg.LockNotAvailableError:
             return None
         return None if epoch is None else int(epoch)
@@ -193,7 +230,8 @@ class Leases:
 
     async def release_all(self, held: dict[str, int]) -> None:
         """Give up every lease in ``held`` (session -> epoch) and remove this worker's row, on a connection
-        of its own: the store may be closed already (a worker stopping after its runtime)."""
+        of its own: the store may be closed already (a worker stopping after its runtime). The row of
+        another process that took this worker's id over (:attr:`replaced`) is left alone."""
         import asyncpg
 
         for session_id in held:
@@ -209,9 +247,11 @@ class Leases:
                 self.worker_id,
             )
             await connection.execute(
-                "WITH gone AS (DELETE FROM baf_workers WHERE worker_id = $1) "
-                f"SELECT pg_notify('{WORKERS_CHANNEL}', $1)",
+                "WITH gone AS (DELETE FROM baf_workers WHERE worker_id = $1 "
+                "AND ($2::timestamptz IS NULL OR started_at = $2) RETURNING worker_id) "
+                f"SELECT pg_notify('{WORKERS_CHANNEL}', worker_id) FROM gone",
                 self.worker_id,
+                self._incarnation,
             )
         finally:
             await connection.close()
@@ -220,16 +260,29 @@ class Leases:
         """Renew this worker's row and every lease it still holds; return (and unfence) the sessions lost.
 
         A lease counts as held only at the epoch the store is fenced with: a session another worker took
-        over meanwhile is lost even if it has expired again since.
+        over meanwhile is lost even if it has expired again since. If another process took this worker's
+        id over (:attr:`replaced`), every session is lost and the heartbeat renews nothing.
         """
         async with self._renewing:
             fenced = self._log.fenced()
             async with self._log.connection() as connection, connection.transaction():
-                await connection.execute(
-                    "INSERT INTO baf_workers (worker_id) VALUES ($1) "
-                    "ON CONFLICT (worker_id) DO UPDATE SET heartbeat_at = now()",
+                # Renewed only by the id's current incarnation. A row gone (deleted by hand) is written
+                # again: no other process holds the id then, and this one goes on as its incarnation.
+                incarnation = await connection.fetchval(
+                    "INSERT INTO baf_workers (worker_id) VALUES ($1) ON CONFLICT (worker_id) DO UPDATE SET "
+                    "heartbeat_at = now() WHERE $2::timestamptz IS NULL OR baf_workers.started_at = $2 "
+                    "RETURNING started_at",
                     self.worker_id,
+                    self._incarnation,
                 )
+                if incarnation is None:
+                    self._replaced = True
+                    fenced_now = self._log.fenced()
+                    for session_id in fenced_now:
+                        self._log.unfence(session_id)
+                    return list(fenced_now)
+                if self._incarnation is not None:
+                    self._incarnation = incarnation
                 renewed = await connection.fetch(
                     "UPDATE baf_leases l SET expires_at = now() + make_interval(secs => $4) "
                     "FROM unnest($1::text[], $2::bigint[]) AS f(s, e) "

@@ -19,9 +19,11 @@ from markdown_it import MarkdownIt
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.live import Live
 from rich.markdown import Markdown
+from rich.padding import Padding
 from rich.panel import Panel
 from rich.rule import Rule
 from rich.segment import Segment
+from rich.styled import Styled
 from rich.table import Table
 from rich.text import Text
 
@@ -40,6 +42,8 @@ logger = logging.getLogger(__name__)
 
 _STATUS_MARK = {"pending": "[ ]", "in_progress": "[~]", "completed": "[x]", "skipped": "[-]"}
 _QUIT_WORDS = {"exit", "quit", "/exit", "/quit"}
+#: Reasoning steps whose ``details["text"]`` is what the model wrote (Markdown), shown rendered.
+_MODEL_TEXT_STEPS = ("llm_text", "llm_tool_calls")
 #: Seconds between two redraws of an answer being streamed: each redraw renders the whole answer's
 #: Markdown again, which would cost more than the model's pace if done for every piece.
 _REDRAW_EVERY = 0.08
@@ -77,6 +81,10 @@ class TerminalPlatform(Platform):
     at the bottom of the terminal and redrawn as pieces arrive; the reply that completes it takes its
     place, so the screen holds the rendered answer once and never the raw pieces. On an output that is not
     a terminal (a pipe, a file) the pieces are not shown: only the reply is printed, as without streaming.
+
+    In the reasoning trace, what the model wrote between tool calls (the text it sent with a call, an
+    answer the loop sent back) is rendered as Markdown under its step's line, as a reply is; the final
+    answer is only marked there, and shown whole in the reply's panel.
 
     A tool call waiting for approval is shown with its arguments, and before the next message the chat
     asks about it: ``y`` approves, ``n`` or an empty line denies, any other text denies with that text as
@@ -348,8 +356,21 @@ class TerminalPlatform(Platform):
         if kind in ("reasoning_started", "reasoning_finished"):
             self._show(Rule(Text(f"{kind.replace('_', ' ')}", style="dim"), style="dim"), session=session)
             return
-        line = Text(f"  · [{data.get('step', 0)}] {kind}: {data.get('summary', '')}", style="dim")
-        self._show(line, session=session)
+        details = data.get("details")
+        details = details if isinstance(details, dict) else {}
+        written = details.get("text") if kind in _MODEL_TEXT_STEPS else None
+        head = f"  · [{data.get('step', 0)}] {kind}:"
+        if kind == "llm_text" and details.get("final"):
+            # The reply that follows shows it whole, rendered: the trace only marks where it came.
+            self._show(Text(f"{head} the answer, below", style="dim"), session=session)
+        elif isinstance(written, str) and written.strip():
+            # What the model wrote is Markdown, as a reply is: rendered, not its one-line summary quoted
+            # raw; under the step's line, indented and dim so it reads as part of the trace.
+            summary = f" {data.get('summary', '')}" if kind != "llm_text" else ""
+            self._show(Text(head + summary, style="dim"), session=session)
+            self._show(_trace_markdown(written), session=session)
+        else:
+            self._show(Text(f"{head} {data.get('summary', '')}", style="dim"), session=session)
 
     async def reply_task_list_update(self, session: Session, tasks: list[dict[str, Any]]) -> None:
         if not self.show_steps or not tasks or not self._bound(session):
@@ -373,6 +394,12 @@ class TerminalPlatform(Platform):
         except BrokenPipeError as exc:
             self._streamed.finish()
             self._output_lost(exc, session)
+
+
+def _trace_markdown(markdown: str) -> RenderableType:
+    """What the model wrote in a step of the trace (text before tool calls, an answer it was sent back
+    on): its Markdown rendered as a reply's is, indented under the step's line, dim."""
+    return Styled(Padding(_Markdown(markdown), (0, 0, 0, 6)), "dim")
 
 
 def _reply_panel(session: Session, markdown: str, subtitle: str | None = None) -> Panel:

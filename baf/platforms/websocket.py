@@ -42,8 +42,9 @@ frame carries ``seq``, the seq of the log record it shows: a client that reconne
 as ``after_seq`` and gets exactly what came after, nothing twice and nothing missed):
 
 ``{"type": "welcome", "protocol": 1, "agent": NAME, "session_id": ID, "resume_token": TOKEN, "resumed": BOOL,
-"examples": [...]}``
+"examples": [...], "max_message_size": N}``
     ``examples``: what the platform suggests asking (``examples=``); the UI shows them in an empty chat.
+    ``max_message_size``: the longest frame, in bytes, the server takes (the UI does not send a longer one).
 ``{"type": "user", "text": "...", "id": ID}``
     A message the user sent, once recorded (with its ``seq``, in order with the replies), sent to every
     connection of the session, so another tab or device shows it live. ``id`` is the one the message
@@ -77,14 +78,18 @@ as ``after_seq`` and gets exactly what came after, nothing twice and nothing mis
     and ``approval_expired`` (each as its live frame), ``error`` (``message``: the errors that were
     shown live, as they were shown; a failed tool or model call shows as its step or reply). ``reply`` items carry
     the same ``format`` / ``options`` / ``name`` / ``mime_type`` / ``data`` as the live ``reply`` frame.
-``{"type": "error", "code": CODE, "message": "..."}``
+``{"type": "error", "code": CODE, "message": "...", "id": ID}``
     Codes: ``bad_json``, ``bad_frame``, ``unknown_type``, ``too_large``, ``binary``, ``no_session``,
     ``bad_token``, ``unavailable`` (the agent could not take the message: it was not recorded, so send
     it again later), ``busy`` (``max_pending_messages`` messages of this connection are still being
     handled, or a ``history`` is still being sent: the frame was not acted on; retry after an answer),
     ``internal`` (the server failed on the frame; the connection stays usable), ``agent`` (an error
     while handling a message, shown to the user), ``rate_limited`` (a limit of ``limits`` was reached:
-    the frame was not acted on; the frame has ``retry_after``, the seconds to wait).
+    the frame was not acted on; the frame has ``retry_after``, the seconds to wait). An error refusing a
+    ``message`` frame that carried a well-formed ``id`` has that ``id``: the message was not recorded (a
+    client can mark it as not sent). The refusals made before a frame is read (``rate_limited``,
+    ``too_large``, ``binary``) cannot name it and have no ``id``: they refuse the newest frame the
+    connection sent, so the browser UI marks its newest message not yet shown as recorded as not sent.
 
 Security
 ========
@@ -687,7 +692,11 @@ class WebSocketPlatform(Platform):
             log_exception(
                 logger, self._redactor(), "websocket client %s: handling a %r frame failed", client.ws.id, kind
             )
-            self._error(client, "internal", f"the server failed on this frame ({type(exc).__name__})")
+            # A message frame's refusal names it (when its id is well-formed), so the client marks it not sent.
+            client_message_id = frame.get("id") if kind == "message" else None
+            valid = isinstance(client_message_id, str) and _CLIENT_MESSAGE_ID.fullmatch(client_message_id)
+            mark = {"id": client_message_id} if valid else {}
+            self._error(client, "internal", f"the server failed on this frame ({type(exc).__name__})", **mark)
 
     async def _on_hello(self, client: _Client, frame: dict[str, Any]) -> None:
         is_resume = frame.get("type") == "resume"
@@ -724,30 +733,35 @@ class WebSocketPlatform(Platform):
         return after
 
     async def _on_message(self, client: _Client, frame: dict[str, Any]) -> None:
-        text = frame.get("text")
-        if not isinstance(text, str) or not text.strip():
-            self._error(client, "bad_frame", "a message needs a non-empty 'text' string")
-            return
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:  # JSON escapes can spell lone surrogates, which no log can store
-            self._error(client, "bad_frame", "'text' must be valid Unicode (no lone surrogates)")
-            return
         client_message_id = frame.get("id")
         if client_message_id is not None and not (
             isinstance(client_message_id, str) and _CLIENT_MESSAGE_ID.fullmatch(client_message_id)
         ):
             self._error(client, "bad_frame", "'id' must be 1 to 64 letters, digits, '-' or '_'")
             return
+        # A refusal names the message it refuses, so the client can mark that one as not sent.
+        mark = {"id": client_message_id} if client_message_id is not None else {}
+        text = frame.get("text")
+        if not isinstance(text, str) or not text.strip():
+            self._error(client, "bad_frame", "a message needs a non-empty 'text' string", **mark)
+            return
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # JSON escapes can spell lone surrogates, which no log can store
+            self._error(client, "bad_frame", "'text' must be valid Unicode (no lone surrogates)", **mark)
+            return
         if client.session_id is None:
-            self._error(client, "no_session", "send hello first")
+            self._error(client, "no_session", "send hello first", **mark)
             return
         agent = self.agent
         assert agent is not None, "add the platform to an agent first"
         client.pending = {done for done in client.pending if not done.done()}
         if len(client.pending) >= self.max_pending_messages:
             # The session's mailbox would grow without bound: the client has to wait for answers.
-            self._error(client, "busy", f"{len(client.pending)} messages are still being handled; send this one later")
+            waiting = (
+                "1 earlier message is" if len(client.pending) == 1 else f"{len(client.pending)} earlier messages are"
+            )
+            self._error(client, "busy", f"{waiting} still being handled; send this one once answered", **mark)
             return
         try:
             # Returns once the message is durably recorded; handling goes on in the session's mailbox.
@@ -756,7 +770,8 @@ class WebSocketPlatform(Platform):
             done = await agent.receive_event(event, self)
         except Exception as exc:
             log_exception(logger, self._redactor(), "session %s: the agent could not take a message", client.session_id)
-            self._error(client, "unavailable", f"the message was not accepted ({type(exc).__name__}); try again")
+            self._error(client, "unavailable", f"the message was not accepted ({type(exc).__name__}); try again",
+                        **mark)  # fmt: skip
             return
         if not done.done():
             client.pending.add(done)
@@ -842,6 +857,7 @@ class WebSocketPlatform(Platform):
                 "resume_token": self.resume_token(session_id),
                 "resumed": resumed,
                 "examples": self.examples,
+                "max_message_size": self.max_message_size,
             },
         )
 

@@ -69,6 +69,12 @@ class Follower:
         self._due.add(session_id)
         self._wake.set()
 
+    def all_due(self) -> None:
+        """Catch every followed session up now (the records channel's listener reconnected: what was
+        notified while it was away was lost)."""
+        self._due |= set(self._runtime.followed)
+        self._wake.set()
+
     def notified(self, session_id: str) -> None:
         """Records of ``session_id`` were committed (a ``baf_records`` notification)."""
         if session_id in self._runtime.followed:

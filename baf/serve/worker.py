@@ -101,9 +101,13 @@ class Worker:
         # mail is left to the worker the client is on (see _chosen_for) for a poll interval.
         self._given_up: dict[str, float] = {}
         self._peers: list[str] = []  # the live workers, refreshed with each heartbeat and when one comes or goes
-        self._refreshing: asyncio.Future[None] | None = None
+        # One refresh of the peers at a time; asked for while one runs, one more runs after it (see _peers_stale).
+        self._refreshing: asyncio.Task[None] | None = None
+        self._peers_stale_since_read = False
         self._tasks: list[asyncio.Task[None]] = []
         self._stop_listening: Any = None
+        self._said_replaced = False  # see _heartbeats
+        self._repolling: asyncio.Task[None] | None = None  # a poll after the listener reconnected
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -118,7 +122,9 @@ class Worker:
         # time is either heard registering or listed. Not the records channel: a worker follows other
         # workers' records only while a client of theirs is connected here (the follower listens to them
         # then: each notification costs a wake-up).
-        self._stop_listening = await self.inbox.listen(self._notified, channels=(INBOX_CHANNEL, WORKERS_CHANNEL))
+        self._stop_listening = await self.inbox.listen(
+            self._notified, channels=(INBOX_CHANNEL, WORKERS_CHANNEL), on_reconnect=self._listening_again
+        )
         try:
             await self.leases.register()
         except BaseException:  # refused (a live worker has this id): leave nothing open
@@ -126,7 +132,7 @@ class Worker:
             self._stop_listening = None
             await self.log.close()
             raise
-        self._peers = await self.leases.live_workers()
+        await self._peers_stale()  # through the one refresh: one a notification started is not overtaken
         await self.agent.start(self.runtime)
         self._tasks = [
             asyncio.create_task(self._heartbeats(), name="baf-worker-heartbeat"),
@@ -138,6 +144,8 @@ class Worker:
         """Stop the loops and the agent (steps finish, the log is flushed), then give the leases up so
         other workers can take the sessions at once."""
         tasks = [*self._tasks, *self._takers.values()]
+        if self._repolling is not None:
+            tasks.append(self._repolling)
         self._tasks = []
         for task in tasks:
             task.cancel()
@@ -147,9 +155,14 @@ class Worker:
         if self._stop_listening is not None:
             await self._stop_listening()
             self._stop_listening = None
-        held = self.log.fenced()
+        if self._refreshing is not None:  # no notification starts another now (nor a heartbeat)
+            self._refreshing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refreshing
         await self.agent.stop()
-        await self.leases.release_all(held)
+        # Read after the runtime stopped: it gave up the leases of the sessions it dropped before closing
+        # the log, and may have taken one more while its steps finished.
+        await self.leases.release_all(self.log.fenced())
 
     async def __aenter__(self) -> Worker:
         await self.start()
@@ -185,7 +198,9 @@ class Worker:
 
     async def _listen_to_records(self, on_session: Callable[[str], None]) -> Callable[[], Awaitable[None]]:
         """Listen to the records channel (every commit's session id); return an async ``stop()``."""
-        return await self.inbox.listen(lambda _channel, session_id: on_session(session_id), (RECORDS_CHANNEL,))
+        return await self.inbox.listen(
+            lambda _channel, session_id: on_session(session_id), (RECORDS_CHANNEL,), self.follower.all_due
+        )
 
     # -- loops ----------------------------------------------------------------------------------------
 
@@ -193,13 +208,32 @@ class Worker:
         if channel == INBOX_CHANNEL:
             self._want(payload)  # a session id
         elif channel == WORKERS_CHANNEL and self._stop_listening is not None and payload != self.worker_id:
-            self._refreshing = asyncio.ensure_future(self._refresh_peers())  # kept: tasks are weakly held
+            self._peers_stale()
+
+    def _listening_again(self) -> None:
+        """The listening connection was lost and is back: what was notified meanwhile was lost with it.
+        Look for waiting mail now rather than at the next poll, and list the live workers again."""
+        self._peers_stale()
+        if self._tasks and (self._repolling is None or self._repolling.done()):  # started and not stopping
+            self._repolling = asyncio.create_task(self._poll_once(), name="baf-worker-repoll")
+
+    def _peers_stale(self) -> asyncio.Task[None]:
+        """The list of live workers may have changed: read it again, soon. Refreshes are coalesced: a burst
+        of notifications (many workers starting or stopping at once) costs one read, or two when it comes
+        while a read is under way, instead of one read per notification on every worker. None is missed:
+        a change told of after a read began is read by the next one, which begins once that read ends."""
+        self._peers_stale_since_read = True
+        if self._refreshing is None or self._refreshing.done():
+            self._refreshing = asyncio.create_task(self._refresh_peers(), name="baf-worker-peers")
+        return self._refreshing
 
     async def _refresh_peers(self) -> None:
-        try:
-            self._peers = await self.leases.live_workers()
-        except Exception as exc:  # the next heartbeat refreshes them
-            logger.warning("worker %s: cannot list the live workers: %s", self.worker_id, exc)
+        while self._peers_stale_since_read:
+            self._peers_stale_since_read = False
+            try:
+                self._peers = await self.leases.live_workers()
+            except Exception as exc:  # the next heartbeat refreshes them
+                logger.warning("worker %s: cannot list the live workers: %s", self.worker_id, exc)
 
     def _want(self, session_id: str, polled: bool = False) -> None:
         """Take ``session_id``'s waiting mail soon, without waiting for other sessions' takes. ``polled``: the
@@ -229,10 +263,18 @@ class Worker:
             await asyncio.sleep(interval)
             try:
                 lost = await self.leases.heartbeat()
-                self._peers = await self.leases.live_workers()
             except Exception as exc:  # the database is away: appends are fenced anyway, retry next time
                 logger.warning("worker %s: heartbeat failed: %s", self.worker_id, exc)
                 continue
+            self._peers_stale()  # workers that died stop counting (through the one refresh, never two at once)
+            if self.leases.replaced and not self._said_replaced:
+                self._said_replaced = True
+                logger.error(
+                    "worker %s: another process took this worker's id over (this one missed its heartbeats for "
+                    "longer than lease_ttl: it was paused, or cut from the database); it gave its %d sessions up "
+                    "and runs none from now on (their messages go to the other workers): restart it",
+                    self.worker_id, len(lost),
+                )  # fmt: skip
             for session_id in lost:
                 logger.warning("worker %s: lost session %s to another worker", self.worker_id, session_id)
                 self.runtime.drop(session_id)
@@ -251,14 +293,17 @@ class Worker:
     async def _poll(self) -> None:
         """Every ``poll_interval``, look for what notifications missed and for sessions whose owner died."""
         while True:
-            try:
-                for session_id in await self._orphans():
-                    self._want(session_id, polled=True)
-            except Exception as exc:
-                logger.warning("worker %s: poll failed: %s", self.worker_id, exc)
+            await self._poll_once()
             now = asyncio.get_running_loop().time()
             self._given_up = {s: at for s, at in self._given_up.items() if now - at < self.poll_interval}
             await asyncio.sleep(self.poll_interval)
+
+    async def _poll_once(self) -> None:
+        try:
+            for session_id in await self._orphans():
+                self._want(session_id, polled=True)
+        except Exception as exc:
+            logger.warning("worker %s: poll failed: %s", self.worker_id, exc)
 
     async def _take_logged(self, session_id: str, polled: bool) -> None:
         try:

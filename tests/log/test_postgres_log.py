@@ -168,6 +168,27 @@ async def test_commits_wake_listeners_of_the_records_channel(postgres_dsn: str) 
             await stop()
 
 
+async def test_a_listener_whose_connection_is_lost_listens_again_and_says_so(postgres_dsn: str) -> None:
+    async with PostgresLog(postgres_dsn) as log:
+        heard: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+        back = asyncio.Event()
+        stop = await Inbox(log).listen(
+            lambda channel, session: heard.put_nowait((channel, session)), (RECORDS_CHANNEL,), back.set
+        )
+        try:
+            cut = await query(
+                postgres_dsn,
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE 'LISTEN %' "
+                "AND pid <> pg_backend_pid()",
+            )
+            assert len(cut) == 1  # as a server restart would
+            await asyncio.wait_for(back.wait(), 30)  # the caller is told: what was notified meanwhile is lost
+            await log.append([rec("followed", 1)])
+            assert await asyncio.wait_for(heard.get(), 30) == (RECORDS_CHANNEL, "followed")  # heard again
+        finally:
+            await stop()
+
+
 async def test_in_a_group_an_append_whose_inbox_row_is_gone_fails_alone(
     worker_logs: tuple[PostgresLog, PostgresLog],
 ) -> None:
@@ -394,11 +415,12 @@ async def test_two_workers_racing_for_a_session_one_wins(worker_logs: tuple[Post
 
 async def test_a_paused_owner_cannot_write_after_a_takeover(worker_logs: tuple[PostgresLog, PostgresLog]) -> None:
     a, b = worker_logs
-    leases_a, leases_b = Leases(a, ttl=0.2), Leases(b, ttl=5)
+    leases_a, leases_b = Leases(a, ttl=30), Leases(b, ttl=5)
     assert await leases_a.acquire("s") == 1
     await a.append([rec("s", 1, "a's first")])
     assert await leases_b.acquire("s") is None  # a's lease is live
-    await asyncio.sleep(0.4)  # a is "paused": no heartbeat, its lease expires
+    # a is "paused": no heartbeat, its lease expires (on the database's clock, as ttl would have it)
+    await query(a.dsn, "UPDATE baf_leases SET expires_at = now() - interval '1 second' WHERE session_id = 's'")
     assert await leases_b.acquire("s") == 2  # the takeover bumps the epoch
     await b.append([rec("s", 2, "b's")])
     with pytest.raises(LeaseLostError, match="lost its lease"):
@@ -411,12 +433,14 @@ async def test_heartbeats_keep_a_lease_and_report_the_ones_lost(
     worker_logs: tuple[PostgresLog, PostgresLog],
 ) -> None:
     a, b = worker_logs
-    leases_a, leases_b = Leases(a, ttl=0.3), Leases(b)
+    leases_a, leases_b = Leases(a, ttl=30), Leases(b)
     await leases_a.acquire("kept")
     await leases_a.acquire("lost")
-    for _ in range(4):
-        await asyncio.sleep(0.1)
-        assert await leases_a.heartbeat() == []
+    # Both about to expire (a's heartbeats were late): a heartbeat renews them by ttl from now.
+    await query(a.dsn, "UPDATE baf_leases SET expires_at = now() + interval '1 second'")
+    assert await leases_a.heartbeat() == []
+    left = await query(a.dsn, "SELECT extract(epoch FROM expires_at - now()) FROM baf_leases")
+    assert all(row[0] > 20 for row in left), left
     assert await leases_b.acquire("kept") is None  # renewed: still a's
     await query(a.dsn, "UPDATE baf_leases SET expires_at = now() - interval '1 second' WHERE session_id = 'lost'")
     assert await leases_b.acquire("lost") == 2
@@ -479,6 +503,47 @@ async def test_a_heartbeat_keeps_a_lease_taken_again_with_a_newer_epoch_while_it
         await blocker.close()
     assert await heartbeat == []  # epoch 1 was lost, but a holds the session again: not dropped
     assert a.fenced() == {"s": 3}
+
+
+async def test_a_worker_paused_past_its_ttl_whose_id_was_taken_meanwhile_is_fenced_off(postgres_dsn: str) -> None:
+    """Two processes of one worker id: the first paused (SIGSTOP, GC) longer than ``ttl``, the second started
+    with its id meanwhile (the id's holder looked dead), then the first resumes. The stale one never writes
+    again, even to a session whose lease it took after its last heartbeat (still live when the other came)."""
+    async with PostgresLog(postgres_dsn, worker_id="w") as paused, PostgresLog(postgres_dsn, worker_id="w") as twin:
+        leases_paused = Leases(paused, ttl=10)
+        await leases_paused.register()
+        assert await leases_paused.acquire("early") == 1
+        await paused.append([rec("early", 1, "before the pause")])
+        # It pauses: its last heartbeat grows older than ttl, while the lease it took on "late" after that
+        # heartbeat is still live (each lease runs ttl from when it was taken or renewed).
+        await query(postgres_dsn, "UPDATE baf_workers SET heartbeat_at = now() - interval '11 seconds'")
+        await query(postgres_dsn, "UPDATE baf_leases SET expires_at = now() - interval '1 second'")
+        assert await leases_paused.acquire("late") == 1
+        leases_twin = Leases(twin, ttl=10)
+        await leases_twin.register()  # the id's holder looks dead: taken over
+        # Its sessions are the twin's now, at new epochs: the paused process's are stale.
+        assert (await leases_twin.acquire("late") or 0) > 1
+        assert (await leases_twin.acquire("early") or 0) > 1
+        await twin.append([rec("late", 1, "the twin's")])
+        # The paused process resumes, still believing it holds both sessions: the database refuses its
+        # append (the epoch moved on), it takes nothing more under the id, and its heartbeat, refused too,
+        # says it lost every session.
+        with pytest.raises(LeaseLostError, match="lost its lease"):
+            await paused.append([rec("late", 2, "after the pause")])
+        assert await leases_paused.acquire("new") is None
+        assert not leases_paused.replaced
+        assert await leases_paused.heartbeat() == ["early"] and leases_paused.replaced
+        assert paused.fenced() == {}
+        with pytest.raises(LeaseLostError):
+            await paused.append([rec("early", 2, "after the pause")])
+        assert await leases_paused.acquire("late") is None
+        assert (await leases_twin.owner_of("new")) is None
+        await leases_paused.release_all(paused.fenced())  # its stop leaves the twin's registration alone
+        assert [row[0] for row in await query(postgres_dsn, "SELECT worker_id FROM baf_workers")] == ["w"]
+        assert await leases_twin.heartbeat() == [] and sorted(twin.fenced()) == ["early", "late"]
+        assert [r.data["text"] for r in await twin.read("late")] == ["the twin's"]
+        assert [r.data["text"] for r in await twin.read("early")] == ["before the pause"]
+        await twin.append([rec("early", 2, "the twin goes on")])
 
 
 # -- the inbox --------------------------------------------------------------------------------------------

@@ -88,6 +88,9 @@ async def test_approve_and_deny_in_the_browser() -> None:
             await expect(other_card).to_have_attribute("data-state", "approved")
             await expect(other_card.locator(".approval-outcome")).to_have_text(await approved_live.inner_text())
             await expect(other_card.locator("button:enabled")).to_have_count(0)
+            # Decided: the buttons and the reason box are gone from both cards; the outcome line says it all.
+            for decided in (card, other_card):
+                await expect(decided.locator(".approval-buttons")).to_be_hidden()
             await expect(page.locator(".msg.assistant").last).to_have_text("Outcome: deleted report.txt")
             assert ran == ["report.txt"]
 

@@ -166,10 +166,11 @@ async def test_a_retried_stream_and_a_turn_before_a_tool_call_leave_only_the_fin
         screen = Screen()
         await chat(server, "total?", screen, show_steps=True)
     assert "look" in screen.raw and "that up" in screen.raw
-    # (The trace's step lines quote the model's text as it wrote it, streamed or not: left out here.)
-    text = "\n".join(line for line in screen.lines if not line.startswith("  · "))
+    # The trace shows the text written with the tool call rendered too, and marks where the answer came.
+    text = screen.text
     assert text.count("The total is 42.") == 1 and "**" not in text and "The total is\n" not in text, text
     assert "Let me" not in "\n".join(answer_panel(screen))
+    assert "      Let me look that up." in screen.lines
     # The steps printed while the answer was written stay, above it.
     steps = [i for i, line in enumerate(screen.lines) if "tool_result" in line]
     assert steps and steps[-1] < screen.lines.index(answer_panel(screen)[0])

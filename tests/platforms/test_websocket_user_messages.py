@@ -94,3 +94,56 @@ async def test_a_message_id_that_is_not_a_short_token_is_refused_and_nothing_is_
         assert first.session_id is not None
         records = await agent.runtime.log.read(first.session_id)
         assert [r for r in records if r.kind == "message_received"] == []
+
+
+async def test_a_refused_message_is_named_by_its_id_and_the_welcome_gives_the_size_limit() -> None:
+    release = asyncio.Event()
+
+    async def slow(session: Session) -> None:
+        await release.wait()
+        session.reply("done")
+
+    agent = body_agent(slow)
+    platform = WebSocketPlatform("127.0.0.1", 0, max_pending_messages=1, max_message_size=4000)
+    agent.add_platform(platform)
+    async with agent:
+        client = await Client.open(platform.ws_url)
+        assert (await client.hello())["max_message_size"] == 4000
+        await client.send({"type": "message", "text": "   ", "id": "blank"})
+        error = await client.recv()
+        assert (error["code"], error["id"]) == ("bad_frame", "blank")
+        await client.send({"type": "message", "text": "first", "id": "m1"})
+        await client.until("user", id="m1")
+        await client.send({"type": "message", "text": "second", "id": "m2"})
+        error, _ = await client.until("error")
+        assert (error["code"], error["id"]) == ("busy", "m2")
+        assert error["message"] == "1 earlier message is still being handled; send this one once answered"
+        await client.send({"type": "message", "text": "third"})  # no id: a refusal names none
+        error, _ = await client.until("error")
+        assert error["code"] == "busy" and "id" not in error
+        release.set()
+        await client.until("reply", text="done")
+        records = await agent.runtime.log.read(client.session_id or "")
+        assert [r.data["text"] for r in records if r.kind == "message_received"] == ["first"]
+        await client.close()
+
+
+async def test_a_message_the_server_failed_on_is_refused_with_its_id() -> None:
+    async def broken(platform: WebSocketPlatform, client: Any, frame: dict[str, Any]) -> None:
+        raise RuntimeError("a bug")
+
+    agent = body_agent(echo)
+    platform = WebSocketPlatform("127.0.0.1", 0)
+    platform._handlers = {**WebSocketPlatform._handlers, "message": broken}  # type: ignore[misc]
+    agent.add_platform(platform)
+    async with agent:
+        client = await Client.open(platform.ws_url)
+        await client.hello()
+        await client.send({"type": "message", "text": "hi", "id": "m-1"})
+        refused, _ = await client.until("error")
+        assert refused["code"] == "internal" and refused["id"] == "m-1"
+        # An id that is not well-formed is not echoed back.
+        await client.send({"type": "message", "text": "hi", "id": "<script>"})
+        refused, _ = await client.until("error")
+        assert refused["code"] == "internal" and "id" not in refused
+        await client.close()

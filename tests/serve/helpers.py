@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,22 @@ def load_agent(name: str) -> Agent:
     spec.loader.exec_module(module)
     agent: Agent = module.agent
     return agent
+
+
+async def eventually(condition: Callable[[], Awaitable[bool] | bool], what: str, within: float = 60.0) -> None:
+    """Wait until ``condition()`` holds, checking every 20 ms: the tests wait for the state they mean, not
+    for a time. ``within`` only bounds a hung run (it is no measure): it fails saying ``what`` never came."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        held = condition()
+        if not isinstance(held, bool):
+            held = await held
+        if held:
+            return
+        if loop.time() > deadline:
+            raise AssertionError(f"never happened within {within} s: {what}")
+        await asyncio.sleep(0.02)
 
 
 def message(session_id: str, text: str) -> dict[str, Any]:
@@ -73,6 +90,7 @@ def assert_each_question_answered_once(records: dict[str, list[Record]], expecte
 __all__ = [
     "FIXTURE",
     "assert_each_question_answered_once",
+    "eventually",
     "fresh_agent",
     "load_agent",
     "message",

@@ -38,21 +38,28 @@ async def ready(worker: subprocess.Popen[str]) -> str:
     return line.split()[1]
 
 
-async def busiest_owner_mid_run(dsn: str, within: float = 30.0) -> str:
-    """The worker that owns the most sessions with unfinished work, once a model answer has been recorded
-    and it owns at least five such sessions."""
+def callers(calls: Path) -> set[str]:
+    """The pids of the workers that made a model call (the fixture agent notes each in ``calls``)."""
+    return {line.split()[0] for line in calls.read_text().splitlines()} if calls.exists() else set()
+
+
+async def busiest_owner_mid_run(dsn: str, calls: Path, pids: dict[str, int], within: float = 60.0) -> str:
+    """The worker that owns the most sessions with unfinished work, once it owns at least five such sessions,
+    one of them with a model answer recorded, and it has made a model call itself (a worker that took a
+    burst of sessions may not have reached their model calls yet: its kill would test nothing)."""
     connection = await asyncpg.connect(dsn)
     try:
         deadline = asyncio.get_running_loop().time() + within
         while asyncio.get_running_loop().time() < deadline:
             row = await connection.fetchrow(
                 "SELECT l.owner, count(*) FROM baf_work w JOIN baf_leases l USING (session_id) "
-                "WHERE w.unfinished AND l.expires_at > now() "
-                "AND EXISTS (SELECT 1 FROM baf_records WHERE kind = 'llm_response') "
-                "GROUP BY l.owner ORDER BY count(*) DESC LIMIT 1"
+                "WHERE w.unfinished AND l.expires_at > now() GROUP BY l.owner "
+                "HAVING bool_or(EXISTS (SELECT 1 FROM baf_records r WHERE r.session_id = w.session_id "
+                "AND r.kind = 'llm_response')) ORDER BY count(*) DESC LIMIT 1"
             )
             if row is not None and row[1] >= 5:
-                return str(row[0])
+                if str(pids[row[0]]) in callers(calls):
+                    return str(row[0])
             await asyncio.sleep(0.01)
     finally:
         await connection.close()
@@ -73,7 +80,8 @@ async def test_kill_9_of_a_worker_mid_run_loses_and_repeats_nothing(postgres_dsn
                     await inbox.post(session_id, message(session_id, questions[j]))
         # Kill the worker holding the most sessions in the middle of a turn (unfinished work, an answer
         # already recorded somewhere), however fast the workers go.
-        victim_index = ids.index(await busiest_owner_mid_run(postgres_dsn))
+        pids = {worker_id: worker.pid for worker_id, worker in zip(ids, workers, strict=True)}
+        victim_index = ids.index(await busiest_owner_mid_run(postgres_dsn, calls, pids))
         victim, survivor_id = workers[victim_index], ids[1 - victim_index]
         victim.send_signal(signal.SIGKILL)
         await asyncio.to_thread(victim.wait, 10)

@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from baf.core.events import ReceiveTextEvent
-from baf.errors import ConfigurationError, SessionIdError
+from baf.errors import ConfigurationError, LogError, SessionIdError
 from baf.log.projection import project
 from baf.serve import Worker
 
@@ -96,6 +96,39 @@ async def test_the_id_of_a_worker_that_died_can_be_used_again(postgres_dsn: str)
         info = await again.leases.owner_of("s")
         assert info is not None and info.owner == "a" and info.epoch == 2  # taken over: the dead one is fenced
     await dead.stop()
+
+
+async def test_a_worker_paused_past_its_lease_ttl_whose_id_was_taken_meanwhile_runs_nothing_after(
+    postgres_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    paused = Worker(fresh_agent(), postgres_dsn, worker_id="a", lease_ttl=10, poll_interval=1)
+    await paused.start()
+    try:
+        heartbeats = next(task for task in paused._tasks if task.get_name() == "baf-worker-heartbeat")
+        heartbeats.cancel()  # it pauses (as under SIGSTOP): no heartbeat from now on ...
+        await (await paused.runtime.receive(ReceiveTextEvent("s", message="q1")))
+        connection = await asyncpg.connect(postgres_dsn)
+        try:  # ... for longer than lease_ttl (its lease on s, taken after its last heartbeat, is still live)
+            await connection.execute("UPDATE baf_workers SET heartbeat_at = now() - interval '11 seconds'")
+        finally:
+            await connection.close()
+        async with Worker(fresh_agent(), postgres_dsn, worker_id="a", lease_ttl=10, poll_interval=1) as twin:
+            info = await twin.leases.owner_of("s")
+            assert info is not None and not info.live and info.epoch == 2  # the paused one's lease is fenced off
+            # The paused worker resumes: its client's next message. Its append is refused, so the message goes
+            # to the twin through the inbox; the twin runs the session from then on.
+            with pytest.raises(LogError):
+                await (await paused.runtime.receive(ReceiveTextEvent("s", message="q2")))
+            await paused.runtime.receive(ReceiveTextEvent("s", message="q2"))
+            records = await wait_for_answers(postgres_dsn, {"s": ["q1", "q2"]})
+            assert_each_question_answered_once(records, {"s": ["q1", "q2"]})
+            assert "s" not in paused.runtime.sessions
+            lost = await paused.leases.heartbeat()  # its next heartbeat: refused, every session lost
+            assert lost == [] and paused.leases.replaced and paused.log.fenced() == {}
+            assert not await paused.claim("t")  # it takes nothing more under the id
+    finally:
+        await paused.stop()
+    assert "Traceback" not in caplog.text
 
 
 @pytest.mark.parametrize("bad_id", ["s\x00nul", "s\ud800surrogate"], ids=["NUL", "lone surrogate"])

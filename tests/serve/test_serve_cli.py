@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import asyncpg
 import pytest
 from baf_test_helpers import baf
 
@@ -42,12 +43,20 @@ async def test_baf_serve_runs_workers_that_answer_and_stop_on_sigterm(postgres_d
         records = await wait_for_answers(postgres_dsn, expected, within=30)
         assert_each_question_answered_once(records, expected)
     finally:
-        serve.send_signal(signal.SIGTERM)
+        serve.send_signal(signal.SIGTERM)  # as the last steps end: sessions are being given up as it comes
         code = await asyncio.to_thread(serve.wait, 30)
         serve.stdout.close()  # type: ignore[union-attr]
+        said = serve.stderr.read()  # type: ignore[union-attr]
         serve.stderr.close()  # type: ignore[union-attr]
     assert code == 0
+    assert "failed" not in said and "Traceback" not in said, said  # a clean stop says nothing alarming
     # Stopped cleanly: every lease given up, so other workers could take the sessions at once.
+    connection = await asyncpg.connect(postgres_dsn)
+    try:
+        assert await connection.fetch("SELECT session_id FROM baf_leases WHERE expires_at >= now()") == []
+        assert await connection.fetch("SELECT worker_id FROM baf_workers") == []
+    finally:
+        await connection.close()
     sessions = baf("sessions", postgres_dsn, cwd=tmp_path)
     assert sessions.returncode == 0, sessions.stderr
     assert all(session_id in sessions.stdout for session_id in expected)

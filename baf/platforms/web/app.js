@@ -137,6 +137,11 @@
   function showUser(item) {
     const bubble = ownMessage(item.id) || addUser(item.text, item.id);
     bubble.dataset.seq = String(item.seq);
+    if (bubble.dataset.state === "not-sent") { // a refusal without an id was taken for it: it was recorded
+      delete bubble.dataset.state;
+      const note = bubble.nextElementSibling;
+      if (note && note.classList.contains("not-sent-note")) note.remove();
+    }
   }
 
   function addReply(frame) {
@@ -242,6 +247,15 @@
     return box;
   }
 
+  // One line for the trace from what the model wrote: its first paragraph, shortened. The step's summary
+  // folds the whole text into a line, which turns a table or a list into a run of | and - marks.
+  function firstParagraph(text, summary) {
+    if (typeof text !== "string" || !text.trim()) return summary || "";
+    const first = text.trim().split(/\n\s*\n/)[0].replace(/\s+/g, " ");
+    const more = first.length < text.trim().length;
+    return first.length > 160 ? first.slice(0, 159) + "…" : first + (more ? " …" : "");
+  }
+
   function addStep(step) {
     if (step.kind === "reasoning_started") { openTrace(step); return; }
     const group = currentTrace || openTrace({ summary: "(continued)" });
@@ -269,7 +283,7 @@
         "↳ " + step.summary, String(details.result === undefined ? "" : details.result));
       row.appendChild(box);
     } else if (step.kind === "llm_text") {
-      row.append(details.final ? "✎ answer: " : "✎ ", renderInline(step.summary || ""));
+      row.append(details.final ? "✎ answer: " : "✎ ", renderInline(firstParagraph(details.text, step.summary)));
     } else {
       row.textContent = "• " + step.summary;
     }
@@ -358,6 +372,7 @@
     const list = $("tasks");
     list.replaceChildren();
     $("no-tasks").hidden = tasks.length > 0;
+    $("task-panel").toggleAttribute("data-empty", tasks.length === 0); // a phone hides the empty panel
     tasks.forEach((task) => {
       const status = String(task.status || "pending");
       const li = el("li", "task status-" + status);
@@ -419,6 +434,7 @@
   const handlers = {
     welcome(frame) {
       sessionStorage.setItem(TOKEN_KEY, frame.resume_token);
+      maxMessageBytes = typeof frame.max_message_size === "number" ? frame.max_message_size : 0;
       $("agent-name").textContent = frame.agent || "baf agent";
       $("hint-agent").textContent = frame.agent || "the agent";
       document.title = (frame.agent || "baf") + " · baf";
@@ -444,7 +460,9 @@
         send({ type: "hello" });
         return;
       }
-      if (frame.code === "agent") { if (fresh(frame)) { dropStreaming(); addError(frame.message); } }
+      const refused = frame.code !== "agent" && (frame.id ? ownMessage(frame.id) : unreadRefusal(frame.code));
+      if (refused) notSent(refused, frame.message);
+      else if (frame.code === "agent") { if (fresh(frame)) { dropStreaming(); addError(frame.message); } }
       else showBanner("Error (" + frame.code + "): " + frame.message);
     },
   };
@@ -458,14 +476,44 @@
     return true;
   }
 
+  // The largest frame the server reads (its welcome says; 0: unknown). A longer message is not sent at all.
+  let maxMessageBytes = 0;
+
+  // Send a message and show it; false if it was not sent (the composer then keeps its text).
   function sendMessage(text) {
-    if (!text.trim()) return;
+    if (!text.trim()) return false;
     const id = newMessageId();
-    if (send({ type: "message", text, id })) {
-      hideBanner();
-      expireWaitingApprovals();
-      addUser(text, id);
+    const frame = { type: "message", text, id };
+    const size = new TextEncoder().encode(JSON.stringify(frame)).length;
+    if (maxMessageBytes && size > maxMessageBytes) {
+      showBanner("This message is too long to send (" + size + " bytes; the agent takes at most " +
+        maxMessageBytes + "). Shorten it, or send it in parts.");
+      return false;
     }
+    if (!send(frame)) return false;
+    hideBanner();
+    expireWaitingApprovals();
+    addUser(text, id);
+    return true;
+  }
+
+  // Refusals the server makes before it reads a frame (or when it failed on it) carry no id; frames are
+  // answered in order, so one refuses the newest message this page sent that is not yet shown as recorded.
+  const UNREAD_REFUSALS = ["rate_limited", "internal", "too_large"];
+  function unreadRefusal(code) {
+    if (!UNREAD_REFUSALS.includes(code)) return null;
+    const waiting = messages.querySelectorAll('.msg.user[data-message-id]:not([data-seq]):not([data-state="not-sent"])');
+    return waiting.length ? waiting[waiting.length - 1] : null;
+  }
+
+  // The server refused a message this page sent (an error frame with its id): it was not recorded, and
+  // the agent never saw it. Say so under it, and put the text back in the composer to send again.
+  function notSent(bubble, why) {
+    bubble.dataset.state = "not-sent";
+    const note = el("div", "not-sent-note", "Not sent: " + why);
+    bubble.after(note);
+    if (!input.value) input.value = bubble.textContent;
+    scrollDown();
   }
 
   function connect() {
@@ -501,9 +549,7 @@
 
   $("composer").addEventListener("submit", (event) => {
     event.preventDefault();
-    const text = input.value;
-    input.value = "";
-    sendMessage(text);
+    if (sendMessage(input.value)) input.value = ""; // a message not sent stays, to be sent again
   });
   input.addEventListener("keydown", (event) => {
     if (event.key === "Enter" && !event.shiftKey) {
