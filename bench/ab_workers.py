@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -64,10 +65,12 @@ def main() -> None:
     args = parser.parse_args()
     trees = [tree.resolve() for tree in args.trees]
     server = os.environ.get("BAF_BENCH_POSTGRES_DSN")
-    cluster = Path(tempfile.mkdtemp(prefix="baf-ab-workers-")) / "pg"
+    cluster: Path | None = None  # a throwaway cluster of this run's own (none with BAF_BENCH_POSTGRES_DSN)
     if not server:
+        cluster = Path(tempfile.mkdtemp(prefix="baf-ab-workers-")) / "pg"
         started = subprocess.run(["bash", str(SCRIPT), "start", str(cluster)], capture_output=True, text=True)
         if started.returncode != 0:
+            shutil.rmtree(cluster.parent, ignore_errors=True)
             sys.exit(f"could not start PostgreSQL: {started.stderr}")
         server = started.stdout.strip()
     results: dict[Path, list[list[float | None]]] = {tree: [] for tree in trees}
@@ -83,8 +86,9 @@ def main() -> None:
                       f"waited {waited:.3f}", flush=True)  # fmt: skip
         print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     finally:
-        if cluster.parent.exists():
+        if cluster is not None:
             subprocess.run(["bash", str(SCRIPT), "stop", str(cluster)], capture_output=True, check=False)
+            shutil.rmtree(cluster.parent, ignore_errors=True)
     first = statistics.median(r[0] or 0.0 for r in results[trees[0]])
     print(f"\n{args.sessions} sessions on {args.workers} worker(s), {args.rounds} rounds: median (minimum)")
     for tree in trees:

@@ -155,15 +155,42 @@ def test_the_working_memory_example_prints_what_its_comments_say() -> None:
     ]
 
 
-def test_no_page_carries_merge_conflict_markers() -> None:
+def conflict_marker_lines(text: str) -> list[int]:
+    """The numbers of the lines a merge conflict left in ``text``. ``=======`` alone is a Markdown or
+    reStructuredText underline too, so it counts only in a text that has an opening or closing marker."""
+    lines = text.splitlines()
+    ends = [n for n, line in enumerate(lines, 1) if re.match(r"(<{7}|>{7}) ", line)]
+    middles = [n for n, line in enumerate(lines, 1) if line == "=" * 7] if ends else []
+    return sorted(ends + middles)
+
+
+def tracked_text_files() -> list[Path]:
+    root = DOCS.parent
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=False)
+    if listed.returncode == 0:
+        return [root / name for name in listed.stdout.decode().split("\0") if name]
+    # Not a git checkout (an unpacked source archive): the project's own folders.
+    folders = ("baf", "docs", "examples", "tests", "bench", ".ci")
+    return [README, root / "pyproject.toml", *(p for f in folders for p in sorted((root / f).rglob("*")))]
+
+
+def test_conflict_markers_are_found_and_underlines_are_not() -> None:
+    conflicted = f"a = 1\n{'<' * 7} HEAD\nb = 2\n{'=' * 7}\nb = 3\n{'>' * 7} other\n"
+    assert conflict_marker_lines(conflicted) == [2, 4, 6]
+    assert conflict_marker_lines(f"Title\n{'=' * 7}\n\ntext\n") == []
+
+
+def test_no_tracked_file_carries_merge_conflict_markers() -> None:
     # A merge once left its markers in scaling_out.md, and a reader got both sides of the conflict.
-    pages = [README, *sorted(DOCS.glob("*.md")), *sorted((DOCS.parent / "examples").rglob("*.md"))]
-    marked = [
-        f"{page.name}:{number}"
-        for page in pages
-        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1)
-        if re.match(r"(<{7}|={7}|>{7})( |$)", line)
-    ]
+    marked = []
+    for path in tracked_text_files():
+        if not path.is_file():
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue  # not text
+        marked += [f"{path.relative_to(DOCS.parent)}:{n}" for n in conflict_marker_lines(text)]
     assert marked == []
 
 
