@@ -4,6 +4,7 @@ group commit and a server that goes away. Against a real PostgreSQL server (see 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import subprocess
@@ -23,7 +24,7 @@ from baf.errors import (
     LogReadOnlyError,
     LogStorageError,
 )
-from baf.log import Record, open_log
+from baf.log import Record, open_log, postgres_leases
 from baf.log.postgres import PostgresLog
 from baf.log.postgres_inbox import INBOX_CHANNEL, RECORDS_CHANNEL, Inbox
 from baf.log.postgres_leases import Leases
@@ -490,17 +491,24 @@ async def test_a_heartbeat_keeps_a_lease_taken_again_with_a_newer_epoch_while_it
     await leases_a.acquire("s")
     await query(a.dsn, "UPDATE baf_leases SET expires_at = now() - interval '1 second' WHERE session_id = 's'")
     assert await Leases(b).acquire("s") == 2  # taken over ...
-    blocker = await asyncpg.connect(a.dsn)  # holds a's heartbeat row: its heartbeat waits for it
-    try:
-        await blocker.execute("BEGIN")
-        await blocker.execute("SELECT 1 FROM baf_workers WHERE worker_id = $1 FOR UPDATE", a.worker_id)
-        heartbeat = asyncio.ensure_future(leases_a.heartbeat())  # ... a's heartbeat reads its lease (epoch 1) ...
-        await asyncio.sleep(0.1)
-        await query(a.dsn, "UPDATE baf_leases SET expires_at = now() - interval '1 second' WHERE session_id = 's'")
-        assert await leases_a.acquire("s") == 3  # ... and a takes it again before the heartbeat's answer
-        await blocker.execute("COMMIT")
-    finally:
-        await blocker.close()
+    # a's heartbeat waits for its connection (a's acquire waits for the heartbeat's worker row lock: held
+    # back before it), having read its lease (epoch 1) ...
+    gate = asyncio.Event()
+    connect = a.connection
+
+    @contextlib.asynccontextmanager
+    async def held_back() -> AsyncIterator[asyncpg.Connection]:
+        await gate.wait()
+        async with connect() as connection:
+            yield connection
+
+    a.connection = held_back  # type: ignore[method-assign]
+    heartbeat = asyncio.ensure_future(leases_a.heartbeat())
+    await asyncio.sleep(0.1)
+    a.connection = connect  # type: ignore[method-assign]
+    await query(a.dsn, "UPDATE baf_leases SET expires_at = now() - interval '1 second' WHERE session_id = 's'")
+    assert await leases_a.acquire("s") == 3  # ... and a takes it again before the heartbeat's answer
+    gate.set()
     assert await heartbeat == []  # epoch 1 was lost, but a holds the session again: not dropped
     assert a.fenced() == {"s": 3}
 
@@ -544,6 +552,51 @@ async def test_a_worker_paused_past_its_ttl_whose_id_was_taken_meanwhile_is_fenc
         assert [r.data["text"] for r in await twin.read("late")] == ["the twin's"]
         assert [r.data["text"] for r in await twin.read("early")] == ["before the pause"]
         await twin.append([rec("early", 2, "the twin goes on")])
+        # The twin stops cleanly (its row gone): the replaced process stays out, writing no row again.
+        await leases_twin.release_all(twin.fenced())
+        assert await leases_paused.heartbeat() == [] and leases_paused.replaced
+        assert await query(postgres_dsn, "SELECT worker_id FROM baf_workers") == []
+        assert await leases_paused.acquire("early") is None and await leases_paused.acquire("fresh") is None
+        assert paused.fenced() == {} and (await leases_paused.owner_of("fresh")) is None
+
+
+async def test_a_lease_a_replaced_incarnation_takes_while_its_id_is_taken_over_is_fenced(postgres_dsn: str) -> None:
+    """A paused process of an id takes a lease on a new session (no lease row yet) while a new process
+    registers the id: its lease, committed after the registration, is still fenced (its epoch bumped), so
+    the two never hold one session at one epoch. Its transaction is held open to interleave the two."""
+    async with PostgresLog(postgres_dsn, worker_id="w") as paused, PostgresLog(postgres_dsn, worker_id="w") as twin:
+        leases_paused = Leases(paused, ttl=10)
+        await leases_paused.register()
+        await query(postgres_dsn, "UPDATE baf_workers SET heartbeat_at = now() - interval '11 seconds'")
+        taking = await asyncpg.connect(postgres_dsn)  # the paused process's acquire, its commit held back
+        try:
+            await taking.execute("BEGIN")
+            epoch = await taking.fetchval(
+                postgres_leases._ACQUIRE,
+                "new",
+                "w",
+                10.0,
+                leases_paused._incarnation,
+            )
+            assert epoch == 1
+            leases_twin = Leases(twin, ttl=10)
+            registering = asyncio.ensure_future(leases_twin.register())
+            waiting = (
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            )
+            async with asyncio.timeout(30):  # the registration waits for the lease's commit (or is done)
+                while True:  # the server's state, read again: no event to wait on
+                    if registering.done() or await taking.fetchval(waiting):
+                        break
+                    await asyncio.sleep(0.01)
+            await taking.execute("COMMIT")
+            await registering
+        finally:
+            await taking.close()
+        assert (await leases_twin.acquire("new") or 0) > 1  # a new epoch: the paused one's is stale
+        paused.fence("new", 1)
+        with pytest.raises(LeaseLostError):
+            await paused.append([rec("new", 1, "after the pause")])
 
 
 # -- the inbox --------------------------------------------------------------------------------------------
