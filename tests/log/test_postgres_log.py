@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import os
 import shutil
 import subprocess
@@ -170,24 +171,90 @@ async def test_commits_wake_listeners_of_the_records_channel(postgres_dsn: str) 
 
 
 async def test_a_listener_whose_connection_is_lost_listens_again_and_says_so(postgres_dsn: str) -> None:
-    async with PostgresLog(postgres_dsn) as log:
+    name = "baf-test-listener-lost"  # its connections are told apart from others' on a shared server
+    admin = await asyncpg.connect(postgres_dsn)
+    async with PostgresLog(f"{postgres_dsn}{'&' if '?' in postgres_dsn else '?'}application_name={name}") as log:
         heard: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
         back = asyncio.Event()
         stop = await Inbox(log).listen(
             lambda channel, session: heard.put_nowait((channel, session)), (RECORDS_CHANNEL,), back.set
         )
         try:
-            cut = await query(
-                postgres_dsn,
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE 'LISTEN %' "
-                "AND pid <> pg_backend_pid()",
-            )
-            assert len(cut) == 1  # as a server restart would
+            await _cut_listener(admin, name, listening=True)  # as a server restart would
             await asyncio.wait_for(back.wait(), 30)  # the caller is told: what was notified meanwhile is lost
             await log.append([rec("followed", 1)])
             assert await asyncio.wait_for(heard.get(), 30) == (RECORDS_CHANNEL, "followed")  # heard again
         finally:
             await stop()
+    await admin.close()
+
+
+async def _cut_listener(admin: asyncpg.Connection, application_name: str, listening: bool = False) -> None:
+    """Terminate the listening backend of this test alone (others may share the server); ``listening``: the
+    one of its connections whose last statement was a LISTEN."""
+    cut = await admin.fetch(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND application_name = $1 AND pid <> pg_backend_pid() "
+        "AND (NOT $2 OR query LIKE 'LISTEN %')",
+        application_name,
+        listening,
+    )
+    assert len(cut) == 1
+
+
+async def test_a_listener_keeps_trying_whatever_fails_and_listens_once_again(
+    postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reconnecting fails with an error that is not a connection's (here a RuntimeError): it goes on
+    trying, a second report of the same loss starts no second reconnect, and ``stop()`` never raises."""
+    name = "baf-test-relisten-any-error"
+    admin = await asyncpg.connect(postgres_dsn)  # opened before connecting fails
+    async with PostgresLog(postgres_dsn) as log:
+        back = asyncio.Event()
+        stop = await Inbox(log).listen(lambda channel, session: None, (RECORDS_CHANNEL,), back.set)
+        listening = inspect.getclosurevars(stop).nonlocals["listening"]
+        first = listening.connection
+        (lost,) = [callback.cb for callback in first._termination_listeners]
+        await first.execute(f"SET application_name = '{name}'")
+        calls: list[int] = []
+        gate = asyncio.Event()
+        connect = asyncpg.connect
+
+        async def failing_twice(*args: object, **kwargs: object) -> asyncpg.Connection:
+            calls.append(1)
+            await gate.wait()
+            if len(calls) <= 2:
+                raise RuntimeError("not a connection's error")
+            return await connect(*args, **kwargs)
+
+        monkeypatch.setattr(asyncpg, "connect", failing_twice)
+        try:
+            await _cut_listener(admin, name)
+            async with asyncio.timeout(30):
+                while not calls:  # noqa: ASYNC110 - the loss is heard on the event loop: no event to wait on
+                    await asyncio.sleep(0.01)
+            lost(first)  # heard again: no second reconnect
+            await asyncio.sleep(0.1)
+            assert len(calls) == 1
+            gate.set()
+            await asyncio.wait_for(back.wait(), 30)  # listening again, after two failures
+            assert len(calls) == 3
+        finally:
+            await stop()
+        # Stopped while retrying an error that is not a connection's: stop() returns.
+        calls.clear()
+        monkeypatch.setattr(asyncpg, "connect", connect)
+        stop = await Inbox(log).listen(lambda channel, session: None, (RECORDS_CHANNEL,))
+        first = inspect.getclosurevars(stop).nonlocals["listening"].connection
+        await first.execute(f"SET application_name = '{name}'")
+        monkeypatch.setattr(asyncpg, "connect", failing_twice)
+        gate.set()
+        await _cut_listener(admin, name)
+        async with asyncio.timeout(30):
+            while len(calls) < 2:  # noqa: ASYNC110 - the retries run on the event loop: no event to wait on
+                await asyncio.sleep(0.01)
+        await stop()
+    await admin.close()
 
 
 async def test_in_a_group_an_append_whose_inbox_row_is_gone_fails_alone(
