@@ -109,8 +109,9 @@ def user_traceback(exc: BaseException) -> str:
     import sysconfig
     import traceback
 
-    baf_folder = str(Path(__file__).resolve().parent)
-    standard_library = sysconfig.get_paths()["stdlib"]
+    # With the separator: a user's folder beside baf's (``.../baf_agents/``) must not pass for baf's own.
+    baf_folder = str(Path(__file__).resolve().parent) + os.sep
+    standard_library = sysconfig.get_paths()["stdlib"].rstrip(os.sep) + os.sep
 
     def ours(filename: str) -> bool:
         return filename.startswith(("<frozen ", baf_folder, standard_library))

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from baf_test_helpers import baf
 
-from baf.cli import main
+from baf.cli import __file__ as cli_file
+from baf.cli import main, user_traceback
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "greetings_agent.py"
 
@@ -132,6 +133,23 @@ def test_run_keeps_the_traceback_of_errors_in_user_code(tmp_path: Path) -> None:
         result = baf("run", "buggy.py", cwd=tmp_path)
         assert result.returncode == 1, result.stderr
         assert "Traceback" in result.stderr and 'buggy.py", line 2, in setup' in result.stderr
+
+
+def test_the_load_traceback_keeps_the_users_frames_in_a_folder_named_like_bafs_own() -> None:
+    # A folder beside baf's whose name starts the same (``.../baf_agents/``) is the user's, not baf's.
+    baf_folder = str(Path(cli_file).resolve().parent)
+    agent_file = os.path.join(baf_folder + "_agents", "agent.py")
+    user_code = compile("def setup():\n    raise ValueError('boom')\nsetup()\n", agent_file, "exec")
+    loader = compile("exec(user_code, {})\n", os.path.join(baf_folder, "loader.py"), "exec")
+    try:
+        exec(loader, {"user_code": user_code})
+    except ValueError as exc:
+        assert exc.__traceback__ is not None
+        exc.__traceback__ = exc.__traceback__.tb_next  # from baf's (stand-in) loader on, as under baf run
+        shown = user_traceback(exc)
+    assert "loader.py" not in shown
+    assert f'File "{agent_file}", line 3, in <module>' in shown
+    assert f'File "{agent_file}", line 2, in setup' in shown
 
 
 def test_a_file_that_fails_to_load_shows_its_traceback_from_the_users_code_on(tmp_path: Path) -> None:

@@ -26,7 +26,6 @@ an append that leaves a session idle removes its row.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -113,29 +112,29 @@ def work_after(status: WorkStatus, kind: str, seq: int, data: Mapping[str, Any])
     A ``step_started`` whose ``event_seq`` is not an integer (a damaged record) counts as a step without
     an event: the fold (``SessionProjection``) is the one that reports such a record as corrupt.
     """
+    # Built field by field (awaiting_start, open_step, unhandled, held, start_held), not with
+    # dataclasses.replace: a store folds this into every append holding one of WORK_KINDS, and replace()
+    # cost three times the construction.
+    awaiting_start, open_step, unhandled, held, start_held = (
+        status.awaiting_start, status.open_step, status.unhandled, status.held, status.start_held,
+    )  # fmt: skip
     if kind == RecordKind.MESSAGE_RECEIVED:
-        return dataclasses.replace(status, unhandled=status.unhandled | {seq})
+        return WorkStatus(awaiting_start, open_step, unhandled | {seq}, held, start_held)
     if kind == RecordKind.STEP_STARTED:
         event_seq = data.get("event_seq")
         if type(event_seq) is not int:
             event_seq = None
-        unhandled = status.unhandled - {event_seq} if event_seq is not None else status.unhandled
-        open_step = event_seq if event_seq is not None else 0
-        return dataclasses.replace(
-            status, awaiting_start=False, start_held=False, open_step=open_step, unhandled=unhandled
-        )
+        if event_seq is not None:
+            return WorkStatus(False, event_seq, unhandled - {event_seq}, held, False)
+        return WorkStatus(False, 0, unhandled, held, False)
     if kind == RecordKind.STEP_FINISHED:
-        return dataclasses.replace(status, open_step=None)
+        return WorkStatus(awaiting_start, None, unhandled, held, start_held)
     if kind == RecordKind.SESSION_STARTED:
-        return dataclasses.replace(status, awaiting_start=True)
+        return WorkStatus(True, open_step, unhandled, held, start_held)
     if kind == RecordKind.FORKED_FROM:
-        return dataclasses.replace(status, awaiting_start=False, unhandled=frozenset(),
-                                   held=status.held | status.unhandled,
-                                   start_held=status.start_held or status.awaiting_start)  # fmt: skip
+        return WorkStatus(False, open_step, frozenset(), held | unhandled, start_held or awaiting_start)
     if kind == RecordKind.FORK_CONTINUED:
-        return dataclasses.replace(status, awaiting_start=status.awaiting_start or status.start_held,
-                                   unhandled=status.unhandled | status.held, held=frozenset(),
-                                   start_held=False)  # fmt: skip
+        return WorkStatus(awaiting_start or start_held, open_step, unhandled | held, frozenset(), False)
     return status
 
 

@@ -48,8 +48,9 @@ as ``after_seq`` and gets exactly what came after, nothing twice and nothing mis
 ``{"type": "user", "text": "...", "id": ID}``
     A message the user sent, once recorded (with its ``seq``, in order with the replies), sent to every
     connection of the session, so another tab or device shows it live. ``id`` is the one the message
-    frame carried (absent if none): the connection that sent it shows it already and should not show it
-    twice.
+    frame carried: the connection that sent it shows it already and should not show it twice. A message
+    sent without an ``id`` (protocol 1 clients) is not echoed to the connection that sent it, which could
+    not tell it from another tab's; the session's other connections get it, without an ``id``.
 ``{"type": "reply", "text": "...", "format": "markdown"}``
     Also ``{"type": "reply", "format": "file" | "image", "name", "mime_type", "data" (base64), "text"}`` and
     ``{"type": "reply", "format": "options", "text", "options": [...]}``.
@@ -86,8 +87,10 @@ as ``after_seq`` and gets exactly what came after, nothing twice and nothing mis
     ``internal`` (the server failed on the frame; the connection stays usable), ``agent`` (an error
     while handling a message, shown to the user), ``rate_limited`` (a limit of ``limits`` was reached:
     the frame was not acted on; the frame has ``retry_after``, the seconds to wait). An error refusing a
-    ``message`` frame that carried an ``id`` has that ``id``: the message was not recorded (a client can
-    mark it as not sent).
+    ``message`` frame that carried a well-formed ``id`` has that ``id``: the message was not recorded (a
+    client can mark it as not sent). The refusals made before a frame is read (``rate_limited``,
+    ``too_large``, ``binary``) cannot name it and have no ``id``: they refuse the newest frame the
+    connection sent, so the browser UI marks its newest message not yet shown as recorded as not sent.
 
 Security
 ========
@@ -190,6 +193,8 @@ _SESSION_PREFIX = "ws-"
 _SESSION_ID = re.compile(r"^ws-[A-Za-z0-9_-]{16,64}$")
 _TOKEN_ISSUED = re.compile(r"^[0-9a-f]{1,12}$")
 _TOKEN_MAC = re.compile(r"^[A-Za-z0-9_-]{43}$")  # an HMAC-SHA256 in unpadded base64url
+#: Messages without an id a connection may have waiting for their ``user`` frame (more are forgotten).
+_MAX_UNMARKED = 64
 _CLIENT_MESSAGE_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _TOKEN_CONTEXT = b"baf.websocket.resume.v2:"
 # How far in the future an issue time may lie (clocks of several servers sharing a secret drift).
@@ -227,6 +232,9 @@ class _Client:
     pending: set[asyncio.Future[None]] = field(default_factory=set)
     #: Its share of ``limits``: frames per second and new sessions.
     budget: ConnectionBudget | None = None
+    #: Texts of its messages sent without an ``id`` whose ``user`` frame has not come yet: that frame is
+    #: not echoed to it (a client that gives no id could not tell it from another tab's message).
+    unmarked: list[str] = field(default_factory=list)
 
 
 class WebSocketPlatform(Platform):
@@ -690,7 +698,11 @@ class WebSocketPlatform(Platform):
             log_exception(
                 logger, self._redactor(), "websocket client %s: handling a %r frame failed", client.ws.id, kind
             )
-            self._error(client, "internal", f"the server failed on this frame ({type(exc).__name__})")
+            # A message frame's refusal names it (when its id is well-formed), so the client marks it not sent.
+            client_message_id = frame.get("id") if kind == "message" else None
+            valid = isinstance(client_message_id, str) and _CLIENT_MESSAGE_ID.fullmatch(client_message_id)
+            mark = {"id": client_message_id} if valid else {}
+            self._error(client, "internal", f"the server failed on this frame ({type(exc).__name__})", **mark)
 
     async def _on_hello(self, client: _Client, frame: dict[str, Any]) -> None:
         is_resume = frame.get("type") == "resume"
@@ -761,8 +773,12 @@ class WebSocketPlatform(Platform):
             # Returns once the message is durably recorded; handling goes on in the session's mailbox.
             event = ReceiveTextEvent(client.session_id, message=text)
             event.client_message_id = client_message_id
+            if client_message_id is None:  # before: its user frame may be sent before receive_event returns
+                client.unmarked = [*client.unmarked[-_MAX_UNMARKED + 1 :], text]
             done = await agent.receive_event(event, self)
         except Exception as exc:
+            if client_message_id is None and text in client.unmarked:
+                client.unmarked.remove(text)
             log_exception(logger, self._redactor(), "session %s: the agent could not take a message", client.session_id)
             self._error(client, "unavailable", f"the message was not accepted ({type(exc).__name__}); try again",
                         **mark)  # fmt: skip
@@ -923,8 +939,8 @@ class WebSocketPlatform(Platform):
 
     # -- outbound: the Platform interface -------------------------------------------------------
 
-    def _broadcast(self, session: Session, frame: dict[str, Any]) -> None:
-        """Queue ``frame`` for every connection showing ``session``; never waits for a client."""
+    def _broadcast(self, session: Session, frame: dict[str, Any], skip: _Client | None = None) -> None:
+        """Queue ``frame`` for every connection showing ``session`` (but ``skip``); never waits for a client."""
         clients = self._routes.get(session.id)
         if not clients:
             return  # nobody is watching: the log keeps it for their history
@@ -933,7 +949,8 @@ class WebSocketPlatform(Platform):
             frame["seq"] = seq
         encoded = json.dumps(frame, ensure_ascii=False)
         for client in list(clients):
-            self._enqueue(client, encoded, session)
+            if client is not skip:
+                self._enqueue(client, encoded, session)
 
     async def reply_user_message(self, session: Session, text: str, client_message_id: str | None) -> None:
         """Send a ``user`` frame to every connection of the session: another tab shows the message live;
@@ -941,7 +958,12 @@ class WebSocketPlatform(Platform):
         frame: dict[str, Any] = {"type": "user", "text": text}
         if client_message_id is not None:
             frame["id"] = client_message_id
-        self._broadcast(session, frame)
+        skip: _Client | None = None
+        if client_message_id is None:  # the connection that sent it without an id shows it already
+            skip = next((c for c in self._routes.get(session.id, ()) if text in c.unmarked), None)
+            if skip is not None:
+                skip.unmarked.remove(text)
+        self._broadcast(session, frame, skip=skip)
 
     async def reply(self, session: Session, message: str) -> None:
         """Send a (Markdown) text reply to the session's connections."""

@@ -125,8 +125,8 @@ def parse_arguments(tool_name: str, raw: str | bytes | bytearray) -> Any:
     if text[:1] == "{":  # the usual text, one object with nothing around it: the scanner alone reads it
         try:
             value, end = _scan_value(text, 0)
-        except (StopIteration, ValueError):
-            pass  # not JSON, or refused: the decoder below says why
+        except (StopIteration, ValueError, RecursionError):
+            pass  # not JSON, or refused, or nested too deeply: the decoder below says why
         else:
             if end == len(text):
                 return value
@@ -140,6 +140,8 @@ def parse_arguments(tool_name: str, raw: str | bytes | bytearray) -> Any:
         reason = f"{exc.msg} at line {exc.lineno} column {exc.colno}"
     except ValueError as exc:
         reason = str(exc)
+    except RecursionError:  # the model's text, so never baf's crash: the model can send it flatter
+        reason = "nested too deeply"
     excerpt = _shorten(text, _EXCERPT_CHARS)
     raise ToolArgumentError(
         f"The arguments for tool '{tool_name}' are not valid JSON ({reason}). "

@@ -315,66 +315,71 @@ def in_own_context(coroutine: Coroutine[Any, Any, _T]) -> Awaitable[_T]:
     return _InContext(coroutine, contextvars.copy_context())
 
 
-def time_limited(coroutine: Coroutine[Any, Any, _T], timeout: float | None) -> Awaitable[_T]:
-    """``coroutine`` to await with a time limit of ``timeout`` seconds from now (``None``: none): what
-    ``async with asyncio.timeout(timeout): await coroutine`` does, ``TimeoutError`` included.
+def time_limited(awaitable: Awaitable[_T], timeout: float | None) -> Awaitable[_T]:
+    """``awaitable`` to await with a time limit of ``timeout`` seconds from now (``None``: none): what
+    ``async with asyncio.timeout(timeout): await awaitable`` does, ``TimeoutError`` included.
 
-    The timer is armed only when the coroutine first waits, for the same deadline. A timer can only fire
-    while the coroutine waits, so one that finishes without waiting (a tool that computes its answer)
-    finishes as it would have under the timer, which cost 33,000 instructions of a ~640,000-instruction
-    reasoning turn for nothing (``bench/ab_instructions.py``).
+    The timer is armed only when the awaitable first waits, for the same deadline. A timer can only fire
+    while it waits, so one that finishes without waiting (a tool that computes its answer) finishes as it
+    would have under the timer, which cost 33,000 instructions of a ~640,000-instruction reasoning turn
+    for nothing (``bench/ab_instructions.py``).
     """
     if timeout is None:
-        return coroutine
-    return _TimeLimited(coroutine, asyncio.get_running_loop().time() + timeout)
+        return awaitable
+    return _TimeLimited(awaitable, asyncio.get_running_loop().time() + timeout)
+
+
+# The steps of an ``await``: what ``__await__`` returns (a coroutine's own, a future's, a generator).
+_Steps = Generator[Any, Any, _T]
 
 
 class _TimeLimited(Awaitable[_T]):
-    """Runs a coroutine's first step; if it waits, the rest runs under ``asyncio.timeout_at(deadline)``."""
+    """Runs an awaitable's first step; if it waits, the rest runs under ``asyncio.timeout_at(deadline)``."""
 
-    __slots__ = ("coroutine", "deadline")
+    __slots__ = ("awaitable", "deadline")
 
-    def __init__(self, coroutine: Coroutine[Any, Any, _T], deadline: float) -> None:
-        self.coroutine, self.deadline = coroutine, deadline
+    def __init__(self, awaitable: Awaitable[_T], deadline: float) -> None:
+        self.awaitable, self.deadline = awaitable, deadline
 
     def __await__(self) -> Generator[Any, Any, _T]:
+        steps: _Steps[_T] = self.awaitable.__await__()
         try:
-            waiting_on = self.coroutine.send(None)
+            waiting_on = steps.send(None)
         except StopIteration as stop:
             return cast(_T, stop.value)  # done without waiting: no timer could have fired
         # The timer is set before the task first waits: from here on, as if it had been set at the start.
-        return (yield from _rest_in_time(self.coroutine, waiting_on, self.deadline).__await__())
+        return (yield from _rest_in_time(steps, waiting_on, self.deadline).__await__())
 
 
-async def _rest_in_time(coroutine: Coroutine[Any, Any, _T], waiting_on: Any, deadline: float) -> _T:
+async def _rest_in_time(steps: _Steps[_T], waiting_on: Any, deadline: float) -> _T:
     async with asyncio.timeout_at(deadline):
-        return await _Resumed(coroutine, waiting_on)
+        return await _Resumed(steps, waiting_on)
 
 
 class _Resumed(Awaitable[_T]):
-    """Awaits a coroutine that was stepped once and is waiting on ``waiting_on``: the rest of an ``await``."""
+    """The rest of an ``await`` whose first step was taken and is waiting on ``waiting_on``."""
 
-    __slots__ = ("coroutine", "waiting_on")
+    __slots__ = ("steps", "waiting_on")
 
-    def __init__(self, coroutine: Coroutine[Any, Any, _T], waiting_on: Any) -> None:
-        self.coroutine, self.waiting_on = coroutine, waiting_on
+    def __init__(self, steps: _Steps[_T], waiting_on: Any) -> None:
+        self.steps, self.waiting_on = steps, waiting_on
 
     def __await__(self) -> Generator[Any, Any, _T]:
-        coroutine, yielded = self.coroutine, self.waiting_on
+        steps, yielded = self.steps, self.waiting_on
         while True:
             try:
                 value = yield yielded
             except GeneratorExit:
-                coroutine.close()
+                steps.close()
                 raise
-            except BaseException as exc:  # cancellation (the timer's, or anyone's): the coroutine's to handle
+            except BaseException as exc:  # cancellation (the timer's, or anyone's): the awaited one's to handle
                 try:
-                    yielded = coroutine.throw(exc)
+                    yielded = steps.throw(exc)
                 except StopIteration as stop:
                     return cast(_T, stop.value)
                 continue
             try:
-                yielded = coroutine.send(value)
+                yielded = steps.send(value)
             except StopIteration as stop:
                 return cast(_T, stop.value)
 

@@ -93,7 +93,8 @@ async def replay(log: SessionLog, options: ReplayOptions, console: Console, labe
     if options.session is None:
         rows = await session_rows(log)
         render_sessions(console, rows, f"sessions in {label}")
-        console.print(Text("pick one: baf replay LOG SESSION", style="dim"))
+        if rows:
+            console.print(Text("pick one: baf replay LOG SESSION", style="dim"))
         return report_unreadable(rows, "replay")
     if options.follow:
         if options.from_seq is not None:

@@ -155,7 +155,8 @@ def _detail(entry: Entry, width: int) -> str:
         tokens = sum(_tokens(c) for c in children)
         # No outcome: still running when the log ends ("open"), or cut short when its step ended.
         outcome = finished.get("outcome") or ("in flight" if entry.status == "open" else "cut short")
-        return f"{shorten(entry.title, width)}  [{outcome}, {calls} LLM calls, {tokens} tokens]"
+        counts = f"{calls} LLM call{'' if calls == 1 else 's'}, {tokens} token{'' if tokens == 1 else 's'}"
+        return f"{shorten(entry.title, width)}  [{outcome}, {counts}]"
     return shorten(entry.title, width)
 
 
@@ -243,6 +244,9 @@ def render_sessions(console: Console, rows: Iterable[dict[str, Any]], title: str
     file or a pipe is not wrapped at all (:func:`fit_columns`); ``--plain`` and ``--json`` are for scripts.
     """
     rows = list(rows)
+    if not rows:  # an empty table reads as a bug; say what it means
+        console.print(_shown(f"{title}: no sessions yet"))
+        return
     width = fit_columns(console)
     agents = {row["agent"] for row in rows if row.get("unreadable") is None}
     one_agent = next(iter(agents)) if len(agents) == 1 and len(rows) > 1 else None

@@ -11,6 +11,7 @@ from typing import Any
 from playwright.async_api import Page, async_playwright, expect
 
 from baf.core.session import Session
+from baf.platforms.limits import ClientLimits
 from baf.platforms.websocket import WebSocketPlatform
 from baf.testing import ScriptedLLM
 
@@ -174,5 +175,34 @@ async def test_a_message_the_agent_did_not_take_is_marked_not_sent_and_its_text_
             await expect(page.locator(".msg.user")).to_have_count(2)
             await page.screenshot(path=str(ARTIFACTS / "layout_offline.png"))
             assert problems == []
+        finally:
+            await browser.close()
+
+
+async def test_a_message_refused_before_it_was_read_is_marked_not_sent_and_its_text_is_kept() -> None:
+    # A rate_limited refusal is made before the frame is parsed, so it carries no id: the page must still
+    # take it for its newest message, not leave that looking sent with the composer cleared.
+    require_chromium()
+
+    async def echo(session: Session) -> None:
+        session.reply("got it")
+
+    agent = body_agent(echo)
+    # One frame per 10 s with a burst of one: the hello uses it, so a message right after it is refused.
+    platform = WebSocketPlatform("127.0.0.1", 0, limits=ClientLimits(messages_per_second=0.1))
+    agent.add_platform(platform)
+    async with agent, async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = await browser.new_page()
+            await page.goto(f"http://127.0.0.1:{platform.port}/")
+            await expect(page.locator("#status")).to_have_attribute("data-state", "connected")
+            await page.fill("#input", "too soon")
+            await page.press("#input", "Enter")
+            refused = page.locator('.msg.user[data-state="not-sent"]')
+            await expect(refused).to_have_text("too soon")
+            await expect(page.locator(".not-sent-note")).to_contain_text("too many frames")
+            assert await page.input_value("#input") == "too soon"
+            await expect(page.locator(".msg.assistant")).to_have_count(0)
         finally:
             await browser.close()

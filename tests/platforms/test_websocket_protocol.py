@@ -354,9 +354,9 @@ async def test_rich_replies_and_agent_errors() -> None:
     async with serving(body_agent(body)) as platform:
         client = await Client.open(platform.ws_url)
         await client.hello()
-        await client.send({"type": "message", "text": "show me"})
+        await client.send({"type": "message", "text": "show me", "id": "m1"})
         echoed = await client.recv()  # the message itself comes first, as every client of the session sees it
-        assert echoed["type"] == "user" and echoed["text"] == "show me" and "id" not in echoed
+        assert echoed["type"] == "user" and echoed["text"] == "show me" and echoed["id"] == "m1"
         options = await client.recv()
         assert options["seq"] > echoed["seq"]
         assert options.pop("seq") > 0
@@ -680,7 +680,7 @@ async def test_reconnect_history_shows_what_was_shown_live_errors_included() -> 
         live: list[dict[str, Any]] = []
         for text, last in (("use the tool", "reasoning_finished"), ("ask again", "reasoning_finished"),
                            ("crash", "error")):  # fmt: skip
-            await client.send({"type": "message", "text": text})
+            await client.send({"type": "message", "text": text, "id": text.replace(" ", "-")})
             while True:
                 live.append(await client.recv())
                 if last in (live[-1]["type"], live[-1].get("step", {}).get("kind")):

@@ -126,3 +126,40 @@ async def test_a_refused_message_is_named_by_its_id_and_the_welcome_gives_the_si
         records = await agent.runtime.log.read(client.session_id or "")
         assert [r.data["text"] for r in records if r.kind == "message_received"] == ["first"]
         await client.close()
+
+
+async def test_a_message_the_server_failed_on_is_refused_with_its_id() -> None:
+    async def broken(platform: WebSocketPlatform, client: Any, frame: dict[str, Any]) -> None:
+        raise RuntimeError("a bug")
+
+    agent = body_agent(echo)
+    platform = WebSocketPlatform("127.0.0.1", 0)
+    platform._handlers = {**WebSocketPlatform._handlers, "message": broken}  # type: ignore[misc]
+    agent.add_platform(platform)
+    async with agent:
+        client = await Client.open(platform.ws_url)
+        await client.hello()
+        await client.send({"type": "message", "text": "hi", "id": "m-1"})
+        refused, _ = await client.until("error")
+        assert refused["code"] == "internal" and refused["id"] == "m-1"
+        # An id that is not well-formed is not echoed back.
+        await client.send({"type": "message", "text": "hi", "id": "<script>"})
+        refused, _ = await client.until("error")
+        assert refused["code"] == "internal" and "id" not in refused
+        await client.close()
+
+
+async def test_a_message_sent_without_an_id_is_not_echoed_to_its_sender_but_shown_in_the_other_tab() -> None:
+    # A protocol 1 client sends no id: it could not tell its own message from another tab's.
+    async with two_tabs(body_agent(echo)) as (_, first, second):
+        await first.send({"type": "message", "text": "old client"})
+        _, to_sender = await first.until("reply")
+        _, to_other = await second.until("reply")
+        assert shown(to_sender) == [("reply", "echo: old client")]
+        assert shown(to_other) == [("user", "old client"), ("reply", "echo: old client")]
+        # The same text again from the other tab: the first tab sees it, once.
+        await second.send({"type": "message", "text": "old client"})
+        _, to_first = await first.until("reply")
+        _, to_second = await second.until("reply")
+        assert shown(to_first) == [("user", "old client"), ("reply", "echo: old client")]
+        assert shown(to_second) == [("reply", "echo: old client")]

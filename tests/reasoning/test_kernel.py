@@ -312,6 +312,13 @@ async def test_a_time_limited_coroutine_ends_as_under_asyncio_timeout(limited: A
     assert await limited(busy_then_answer(), 0.1) == "busy"
     with pytest.raises(TimeoutError):
         await limited(busy_then_wait(), 0.1)
+    # Any awaitable, not only a coroutine (a tool's ``call`` may hand back a future).
+    loop = asyncio.get_running_loop()
+    answered: asyncio.Future[str] = loop.create_future()
+    loop.call_later(0.01, answered.set_result, "future")
+    assert await limited(answered, 0.1) == "future"
+    with pytest.raises(TimeoutError):
+        await limited(loop.create_future(), 0.05)
     # Cancelled from outside (the agent stopping): a cancellation, not a timeout, and the coroutine sees it.
     task = asyncio.ensure_future(limited(hang(), 30))
     await asyncio.sleep(0.01)

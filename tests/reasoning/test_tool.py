@@ -1073,3 +1073,11 @@ def test_schema_cleaning_touches_keywords_not_property_names() -> None:
         "items": {"type": "array", "items": {"type": "string"}, "default": []},
         "anyOf": {"type": ["integer", "null"], "default": None},
     }
+
+
+@pytest.mark.parametrize("opening", ['{"a": ', "["])
+def test_arguments_nested_too_deeply_are_a_clear_error_not_a_crash(opening: str) -> None:
+    raw = opening * 100_000 + "1"
+    with pytest.raises(ToolArgumentError, match="nested too deeply") as caught:
+        parse_arguments("t", raw)
+    assert "not valid JSON" in str(caught.value)

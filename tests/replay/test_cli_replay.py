@@ -236,6 +236,14 @@ def test_replay_at_separates_a_task_from_its_result(tmp_path: Path, capsys: pyte
     assert "[x] 1. multiply — 42" in out and "[-] 2. add tax — the tax service is down" in out
 
 
+def test_a_reasoning_run_of_one_model_call_is_counted_in_the_singular(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = run(capsys, "replay", str(copy_golden(tmp_path)), GOLDEN_SESSION)
+    assert "┌ reasoning    hi  [answered, 1 LLM call, 128 tokens]" in out
+    assert "[answered, 5 LLM calls, 1408 tokens]" in out
+
+
 def test_the_session_start_step_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = run(capsys, "replay", str(copy_golden(tmp_path)), GOLDEN_SESSION, "--kind", "step_started")
     assert "step started (session start)" in out and "step started (event #5)" in out

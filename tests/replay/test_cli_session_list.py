@@ -128,3 +128,16 @@ def test_baf_log_keeps_seq_time_and_kind_on_their_line_in_a_narrow_terminal(log_
     kinds = [line.split()[3] for line in lines if line.split() and line.split()[0].isdigit()]  # seq, date, time, kind
     assert kinds[:3] == ["session_started", "step_started", "message_received"]
     assert len(kinds) == 8  # one line starts each record: its seq, time and whole kind
+
+
+def test_a_log_without_sessions_says_so_instead_of_an_empty_table(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.db"
+    create = f"import asyncio\nfrom baf.log import SQLiteLog\nasyncio.run(SQLiteLog({str(empty)!r}).start())"
+    subprocess.run([sys.executable, "-c", create], check=True)  # a log with its tables and no session
+    listed = baf("sessions", str(empty), cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.strip() == f"sessions in {empty}: no sessions yet"
+    replayed = baf("replay", str(empty), cwd=tmp_path)
+    assert replayed.returncode == 0, replayed.stderr
+    assert replayed.stdout.strip() == f"sessions in {empty}: no sessions yet"  # no "pick one"
+    assert baf("sessions", str(empty), "--plain", cwd=tmp_path).stdout.splitlines()[0].startswith("session\t")

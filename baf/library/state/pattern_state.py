@@ -32,7 +32,7 @@ from baf.reasoning.patterns import LLMCallInfo, PatternStep, ReasoningPattern, R
 from baf.reasoning.patterns.memory import MemoryManager, is_scope
 from baf.reasoning.recorder import Recorder
 from baf.reasoning.resume import ResumeEffects
-from baf.reasoning.step import ReasoningStep, ReasoningStepKind
+from baf.reasoning.step import ReasoningStepKind, build_step
 from baf.reasoning.tool import Tool
 from baf.reasoning.workspace import workspace_tools
 
@@ -66,7 +66,7 @@ class SessionObserver:
 
     def emit(self, kind: str, step: int, summary: str, details: dict[str, Any]) -> None:
         """Record one step and, when streaming, queue it for the platform after the next commit."""
-        reasoning_step = ReasoningStep(kind, step, summary, details)
+        reasoning_step = build_step(kind, step, summary, details)
         if self.stream_steps:
             self.recorder.record(RecordKind.REASONING_STEP, reasoning_step.to_dict())
             self.recorder.stream("reply_reasoning_step", reasoning_step)

@@ -54,7 +54,7 @@ from baf.reasoning.patterns.structured import parse_structured, schema_instructi
 from baf.reasoning.recorder import Recorder
 from baf.reasoning.resume import INTERRUPTED_TOOL_MESSAGE as INTERRUPTED_TOOL_MESSAGE  # importable from here too
 from baf.reasoning.resume import ResumeEffects
-from baf.reasoning.step import ReasoningStep, ReasoningStepKind
+from baf.reasoning.step import ReasoningStep, ReasoningStepKind, build_step
 from baf.reasoning.tool import Tool
 from baf.reasoning.tool_calls import (
     DEFAULT_MAX_TOOL_ARGUMENTS,
@@ -606,7 +606,7 @@ class _ReasoningRun:
 
     def emit(self, kind: str, step: int, summary: str, details: dict[str, Any] | None = None) -> None:
         """Record a step and, when streaming, send it to the platform once it is durable."""
-        reasoning_step = ReasoningStep(kind, step, summary, details or {})
+        reasoning_step = build_step(kind, step, summary, details or {})
         data = reasoning_step.to_dict()
         self.trace.append(data)
         if self.config.stream_steps:  # queued, not awaited: delivered in order right after the next commit

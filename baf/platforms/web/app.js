@@ -137,6 +137,11 @@
   function showUser(item) {
     const bubble = ownMessage(item.id) || addUser(item.text, item.id);
     bubble.dataset.seq = String(item.seq);
+    if (bubble.dataset.state === "not-sent") { // a refusal without an id was taken for it: it was recorded
+      delete bubble.dataset.state;
+      const note = bubble.nextElementSibling;
+      if (note && note.classList.contains("not-sent-note")) note.remove();
+    }
   }
 
   function addReply(frame) {
@@ -455,7 +460,7 @@
         send({ type: "hello" });
         return;
       }
-      const refused = frame.code !== "agent" && ownMessage(frame.id);
+      const refused = frame.code !== "agent" && (frame.id ? ownMessage(frame.id) : unreadRefusal(frame.code));
       if (refused) notSent(refused, frame.message);
       else if (frame.code === "agent") { if (fresh(frame)) { dropStreaming(); addError(frame.message); } }
       else showBanner("Error (" + frame.code + "): " + frame.message);
@@ -490,6 +495,15 @@
     expireWaitingApprovals();
     addUser(text, id);
     return true;
+  }
+
+  // Refusals the server makes before it reads a frame (or when it failed on it) carry no id; frames are
+  // answered in order, so one refuses the newest message this page sent that is not yet shown as recorded.
+  const UNREAD_REFUSALS = ["rate_limited", "internal", "too_large"];
+  function unreadRefusal(code) {
+    if (!UNREAD_REFUSALS.includes(code)) return null;
+    const waiting = messages.querySelectorAll('.msg.user[data-message-id]:not([data-seq]):not([data-state="not-sent"])');
+    return waiting.length ? waiting[waiting.length - 1] : null;
   }
 
   // The server refused a message this page sent (an error frame with its id): it was not recorded, and
