@@ -177,6 +177,8 @@ class Inbox:
             # connection's loss, while listening, is reconnected.
             if listening.stopped or connection is not listening.connection:
                 return
+            if listening.reconnecting is not None and not listening.reconnecting.done():
+                return  # heard twice (asyncpg calls its listeners soon after): a second one would leak a connection
             listening.reconnecting = asyncio.get_running_loop().create_task(relisten(), name="baf-relisten")
 
         async def relisten() -> None:
@@ -184,7 +186,7 @@ class Inbox:
             while True:
                 try:
                     connection = await connect()
-                except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+                except Exception as exc:  # anything but a cancel: the listener must come back, or stop()
                     logger.warning("cannot listen to %s again (retrying in %.1f s): %s", ", ".join(channels), delay,
                                    exc)  # fmt: skip
                     await asyncio.sleep(delay)
@@ -213,7 +215,8 @@ class Inbox:
             listening.stopped = True
             if listening.reconnecting is not None:
                 listening.reconnecting.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
+                # Never raises: a worker stopping goes on to give its leases up.
+                with contextlib.suppress(asyncio.CancelledError, Exception):
                     await listening.reconnecting
             if listening.connection is not None:
                 with contextlib.suppress(Exception):

@@ -40,21 +40,29 @@ WORKERS_CHANNEL = "baf_workers"
 
 # Whether the worker taking a lease is its id's current incarnation ($4: its registration's started_at; NULL
 # for a store that never registered, as in tests of leases alone). An id taken over by another process
-# (this one was paused past ttl) takes nothing more.
+# (this one was paused past ttl) takes nothing more. FOR SHARE holds the worker row until the lease is
+# committed: a takeover of the id (register) waits for it, then fences the lease, and one under way makes
+# this check wait and read the new started_at. Read on the statement's snapshot alone, a takeover
+# committing meanwhile would not see the new lease row, and both processes would hold it at one epoch.
 _CURRENT = (
-    "($4::timestamptz IS NULL OR EXISTS (SELECT 1 FROM baf_workers w WHERE w.worker_id = $2 AND w.started_at = $4))"
+    "($4::timestamptz IS NULL OR EXISTS (SELECT 1 FROM baf_workers w WHERE w.worker_id = $2 AND w.started_at = $4 "
+    "FOR SHARE))"
 )
 
-# One statement, one round trip. The lease row is locked FOR UPDATE before anything else (the INSERT's source
-# row needs the locking CTE scanned first), so no append checking the old epoch (FOR KEY SHARE) can commit
-# after the epoch changed; the upsert alone would not do it, as updating no key column takes a lock that does
-# not conflict with KEY SHARE. NOWAIT: a lease row locked now is being appended under by its owner, or taken
-# by another worker, and waiting would only hold a connection to learn that someone else has the session.
+# One statement, one round trip. The worker row is locked first (_CURRENT, FOR SHARE), in the order a
+# heartbeat and a registration lock (worker row, then leases): no deadlock with them. Then the lease row is
+# locked FOR UPDATE before the insert (the INSERT's source row needs the locking CTE scanned first), so no
+# append checking the old epoch (FOR KEY SHARE) can commit after the epoch changed; the upsert alone would not
+# do it, as updating no key column takes a lock that does not conflict with KEY SHARE. NOWAIT: a lease row
+# locked now is being appended under by its owner, or taken by another worker, and waiting would only hold a
+# connection to learn that someone else has the session.
 _ACQUIRE = f"""
-WITH locked AS MATERIALIZED (SELECT session_id FROM baf_leases WHERE session_id = $1 FOR UPDATE NOWAIT)
+WITH incarnation AS MATERIALIZED (SELECT 1 AS current WHERE {_CURRENT}),
+locked AS MATERIALIZED (
+    SELECT session_id FROM baf_leases WHERE session_id = $1 AND EXISTS (SELECT 1 FROM incarnation) FOR UPDATE NOWAIT
+)
 INSERT INTO baf_leases AS l (session_id, owner, epoch, expires_at)
-SELECT $1, $2, 1, now() + make_interval(secs => $3) FROM (SELECT count(*) FROM locked) AS lock_first
-WHERE {_CURRENT}
+SELECT $1, $2, 1, now() + make_interval(secs => $3) FROM (SELECT count(*) FROM locked) AS lock_first, incarnation
 ON CONFLICT (session_id) DO UPDATE
     SET owner = EXCLUDED.owner,
         epoch = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at >= now() THEN l.epoch ELSE l.epoch + 1 END,
@@ -75,13 +83,15 @@ FROM (SELECT DISTINCT session_id AS s FROM baf_inbox WHERE session_id = ANY($1))
 # Many sessions at once (a burst of them reaching a worker), in one statement: the same locking first, in
 # session order, as is the insert (two workers' bursts lock and insert in the same order: no deadlock).
 _ACQUIRE_MANY = f"""
-WITH wanted AS (SELECT DISTINCT s FROM unnest($1::text[]) AS u(s)),
+WITH incarnation AS MATERIALIZED (SELECT 1 AS current WHERE {_CURRENT}),
+wanted AS (SELECT DISTINCT s FROM unnest($1::text[]) AS u(s)),
 locked AS MATERIALIZED (
-    SELECT session_id FROM baf_leases WHERE session_id IN (SELECT s FROM wanted) ORDER BY session_id FOR UPDATE NOWAIT
+    SELECT session_id FROM baf_leases WHERE session_id IN (SELECT s FROM wanted) AND EXISTS (SELECT 1 FROM incarnation)
+    ORDER BY session_id FOR UPDATE NOWAIT
 )
 INSERT INTO baf_leases AS l (session_id, owner, epoch, expires_at)
-SELECT s, $2, 1, now() + make_interval(secs => $3) FROM wanted, (SELECT count(*) FROM locked) AS lock_first
-WHERE {_CURRENT} ORDER BY s
+SELECT s, $2, 1, now() + make_interval(secs => $3) FROM wanted, (SELECT count(*) FROM locked) AS lock_first, incarnation
+ORDER BY s
 ON CONFLICT (session_id) DO UPDATE
     SET owner = EXCLUDED.owner,
         epoch = CASE WHEN l.owner = EXCLUDED.owner AND l.expires_at >= now() THEN l.epoch ELSE l.epoch + 1 END,
@@ -136,19 +146,27 @@ class Leases:
         this id that died (or stopped) is taken over, and so are its leases: those still live are expired
         and their epochs bumped, so that a process of this id that was only paused can never append again."""
         async with self._log.connection() as connection:
-            registered = await connection.fetchval(
-                "WITH registered AS (INSERT INTO baf_workers (worker_id) VALUES ($1) "
-                "ON CONFLICT (worker_id) DO UPDATE SET heartbeat_at = now(), started_at = now() "
-                "WHERE baf_workers.heartbeat_at <= now() - make_interval(secs => $2) RETURNING worker_id, started_at), "
-                # Updating no key column, this waits for no append: one under way (it checked the old epoch)
-                # still holds the lease row, so no takeover (FOR UPDATE) happens before it commits.
-                # A lease that expired already needs no bump: taking it bumps its epoch.
-                "fenced AS (UPDATE baf_leases SET epoch = epoch + 1, expires_at = now() - interval '1 second' "
-                "WHERE owner = $1 AND expires_at >= now() AND EXISTS (SELECT 1 FROM registered)) "
-                f"SELECT started_at FROM registered, pg_notify('{WORKERS_CHANNEL}', worker_id)",
-                self.worker_id,
-                self.ttl,
-            )
+            async with connection.transaction():
+                registered = await connection.fetchval(
+                    "WITH registered AS (INSERT INTO baf_workers (worker_id) VALUES ($1) "
+                    "ON CONFLICT (worker_id) DO UPDATE SET heartbeat_at = now(), started_at = now() "
+                    "WHERE baf_workers.heartbeat_at <= now() - make_interval(secs => $2) "
+                    "RETURNING worker_id, started_at) "
+                    f"SELECT started_at FROM registered, pg_notify('{WORKERS_CHANNEL}', worker_id)",
+                    self.worker_id,
+                    self.ttl,
+                )
+                if registered is not None:
+                    # A statement of its own, on a snapshot taken after the registration: a lease the old
+                    # incarnation took while holding the worker row (FOR SHARE, see _CURRENT) is committed
+                    # and seen now. Updating no key column, this waits for no append: one under way (it
+                    # checked the old epoch) still holds the lease row, so no takeover (FOR UPDATE) happens
+                    # before it commits. A lease that expired already needs no bump: taking it bumps its epoch.
+                    await connection.execute(
+                        "UPDATE baf_leases SET epoch = epoch + 1, expires_at = now() - interval '1 second' "
+                        "WHERE owner = $1 AND expires_at >= now()",
+                        self.worker_id,
+                    )
             if registered is not None:
                 self._incarnation = registered
                 self._replaced = False
@@ -168,6 +186,8 @@ class Leases:
         when another worker holds it or its lease row is busy (an append or a takeover under way: the session
         is someone's). On success the store is fenced with the epoch. Leases asked for together share one
         statement."""
+        if self._replaced:
+            return None
         epoch = await self._acquiring.get(session_id)
         if epoch is None:
             return None
@@ -265,6 +285,13 @@ class Leases:
         """
         async with self._renewing:
             fenced = self._log.fenced()
+            if self._replaced:
+                # Out for good, even once the id's holder stopped (its row gone): writing a row again would
+                # make this process the id's holder and let it take sessions, while it told its operator
+                # to restart it (see Worker._heartbeats).
+                for session_id in fenced:
+                    self._log.unfence(session_id)
+                return list(fenced)
             async with self._log.connection() as connection, connection.transaction():
                 # Renewed only by the id's current incarnation. A row gone (deleted by hand) is written
                 # again: no other process holds the id then, and this one goes on as its incarnation.

@@ -4,6 +4,8 @@ group commit and a server that goes away. Against a real PostgreSQL server (see 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import inspect
 import os
 import shutil
 import subprocess
@@ -23,7 +25,7 @@ from baf.errors import (
     LogReadOnlyError,
     LogStorageError,
 )
-from baf.log import Record, open_log
+from baf.log import Record, open_log, postgres_leases
 from baf.log.postgres import PostgresLog
 from baf.log.postgres_inbox import INBOX_CHANNEL, RECORDS_CHANNEL, Inbox
 from baf.log.postgres_leases import Leases
@@ -169,24 +171,90 @@ async def test_commits_wake_listeners_of_the_records_channel(postgres_dsn: str) 
 
 
 async def test_a_listener_whose_connection_is_lost_listens_again_and_says_so(postgres_dsn: str) -> None:
-    async with PostgresLog(postgres_dsn) as log:
+    name = "baf-test-listener-lost"  # its connections are told apart from others' on a shared server
+    admin = await asyncpg.connect(postgres_dsn)
+    async with PostgresLog(f"{postgres_dsn}{'&' if '?' in postgres_dsn else '?'}application_name={name}") as log:
         heard: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
         back = asyncio.Event()
         stop = await Inbox(log).listen(
             lambda channel, session: heard.put_nowait((channel, session)), (RECORDS_CHANNEL,), back.set
         )
         try:
-            cut = await query(
-                postgres_dsn,
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE 'LISTEN %' "
-                "AND pid <> pg_backend_pid()",
-            )
-            assert len(cut) == 1  # as a server restart would
+            await _cut_listener(admin, name, listening=True)  # as a server restart would
             await asyncio.wait_for(back.wait(), 30)  # the caller is told: what was notified meanwhile is lost
             await log.append([rec("followed", 1)])
             assert await asyncio.wait_for(heard.get(), 30) == (RECORDS_CHANNEL, "followed")  # heard again
         finally:
             await stop()
+    await admin.close()
+
+
+async def _cut_listener(admin: asyncpg.Connection, application_name: str, listening: bool = False) -> None:
+    """Terminate the listening backend of this test alone (others may share the server); ``listening``: the
+    one of its connections whose last statement was a LISTEN."""
+    cut = await admin.fetch(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND application_name = $1 AND pid <> pg_backend_pid() "
+        "AND (NOT $2 OR query LIKE 'LISTEN %')",
+        application_name,
+        listening,
+    )
+    assert len(cut) == 1
+
+
+async def test_a_listener_keeps_trying_whatever_fails_and_listens_once_again(
+    postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reconnecting fails with an error that is not a connection's (here a RuntimeError): it goes on
+    trying, a second report of the same loss starts no second reconnect, and ``stop()`` never raises."""
+    name = "baf-test-relisten-any-error"
+    admin = await asyncpg.connect(postgres_dsn)  # opened before connecting fails
+    async with PostgresLog(postgres_dsn) as log:
+        back = asyncio.Event()
+        stop = await Inbox(log).listen(lambda channel, session: None, (RECORDS_CHANNEL,), back.set)
+        listening = inspect.getclosurevars(stop).nonlocals["listening"]
+        first = listening.connection
+        (lost,) = [callback.cb for callback in first._termination_listeners]
+        await first.execute(f"SET application_name = '{name}'")
+        calls: list[int] = []
+        gate = asyncio.Event()
+        connect = asyncpg.connect
+
+        async def failing_twice(*args: object, **kwargs: object) -> asyncpg.Connection:
+            calls.append(1)
+            await gate.wait()
+            if len(calls) <= 2:
+                raise RuntimeError("not a connection's error")
+            return await connect(*args, **kwargs)
+
+        monkeypatch.setattr(asyncpg, "connect", failing_twice)
+        try:
+            await _cut_listener(admin, name)
+            async with asyncio.timeout(30):
+                while not calls:  # noqa: ASYNC110 - the loss is heard on the event loop: no event to wait on
+                    await asyncio.sleep(0.01)
+            lost(first)  # heard again: no second reconnect
+            await asyncio.sleep(0.1)
+            assert len(calls) == 1
+            gate.set()
+            await asyncio.wait_for(back.wait(), 30)  # listening again, after two failures
+            assert len(calls) == 3
+        finally:
+            await stop()
+        # Stopped while retrying an error that is not a connection's: stop() returns.
+        calls.clear()
+        monkeypatch.setattr(asyncpg, "connect", connect)
+        stop = await Inbox(log).listen(lambda channel, session: None, (RECORDS_CHANNEL,))
+        first = inspect.getclosurevars(stop).nonlocals["listening"].connection
+        await first.execute(f"SET application_name = '{name}'")
+        monkeypatch.setattr(asyncpg, "connect", failing_twice)
+        gate.set()
+        await _cut_listener(admin, name)
+        async with asyncio.timeout(30):
+            while len(calls) < 2:  # noqa: ASYNC110 - the retries run on the event loop: no event to wait on
+                await asyncio.sleep(0.01)
+        await stop()
+    await admin.close()
 
 
 async def test_in_a_group_an_append_whose_inbox_row_is_gone_fails_alone(
@@ -490,17 +558,24 @@ async def test_a_heartbeat_keeps_a_lease_taken_again_with_a_newer_epoch_while_it
     await leases_a.acquire("s")
     await query(a.dsn, "UPDATE baf_leases SET expires_at = now() - interval '1 second' WHERE session_id = 's'")
     assert await Leases(b).acquire("s") == 2  # taken over ...
-    blocker = await asyncpg.connect(a.dsn)  # holds a's heartbeat row: its heartbeat waits for it
-    try:
-        await blocker.execute("BEGIN")
-        await blocker.execute("SELECT 1 FROM baf_workers WHERE worker_id = $1 FOR UPDATE", a.worker_id)
-        heartbeat = asyncio.ensure_future(leases_a.heartbeat())  # ... a's heartbeat reads its lease (epoch 1) ...
-        await asyncio.sleep(0.1)
-        await query(a.dsn, "UPDATE baf_leases SET expires_at = now() - interval '1 second' WHERE session_id = 's'")
-        assert await leases_a.acquire("s") == 3  # ... and a takes it again before the heartbeat's answer
-        await blocker.execute("COMMIT")
-    finally:
-        await blocker.close()
+    # a's heartbeat waits for its connection (a's acquire waits for the heartbeat's worker row lock: held
+    # back before it), having read its lease (epoch 1) ...
+    gate = asyncio.Event()
+    connect = a.connection
+
+    @contextlib.asynccontextmanager
+    async def held_back() -> AsyncIterator[asyncpg.Connection]:
+        await gate.wait()
+        async with connect() as connection:
+            yield connection
+
+    a.connection = held_back  # type: ignore[method-assign]
+    heartbeat = asyncio.ensure_future(leases_a.heartbeat())
+    await asyncio.sleep(0.1)
+    a.connection = connect  # type: ignore[method-assign]
+    await query(a.dsn, "UPDATE baf_leases SET expires_at = now() - interval '1 second' WHERE session_id = 's'")
+    assert await leases_a.acquire("s") == 3  # ... and a takes it again before the heartbeat's answer
+    gate.set()
     assert await heartbeat == []  # epoch 1 was lost, but a holds the session again: not dropped
     assert a.fenced() == {"s": 3}
 
@@ -544,6 +619,51 @@ async def test_a_worker_paused_past_its_ttl_whose_id_was_taken_meanwhile_is_fenc
         assert [r.data["text"] for r in await twin.read("late")] == ["the twin's"]
         assert [r.data["text"] for r in await twin.read("early")] == ["before the pause"]
         await twin.append([rec("early", 2, "the twin goes on")])
+        # The twin stops cleanly (its row gone): the replaced process stays out, writing no row again.
+        await leases_twin.release_all(twin.fenced())
+        assert await leases_paused.heartbeat() == [] and leases_paused.replaced
+        assert await query(postgres_dsn, "SELECT worker_id FROM baf_workers") == []
+        assert await leases_paused.acquire("early") is None and await leases_paused.acquire("fresh") is None
+        assert paused.fenced() == {} and (await leases_paused.owner_of("fresh")) is None
+
+
+async def test_a_lease_a_replaced_incarnation_takes_while_its_id_is_taken_over_is_fenced(postgres_dsn: str) -> None:
+    """A paused process of an id takes a lease on a new session (no lease row yet) while a new process
+    registers the id: its lease, committed after the registration, is still fenced (its epoch bumped), so
+    the two never hold one session at one epoch. Its transaction is held open to interleave the two."""
+    async with PostgresLog(postgres_dsn, worker_id="w") as paused, PostgresLog(postgres_dsn, worker_id="w") as twin:
+        leases_paused = Leases(paused, ttl=10)
+        await leases_paused.register()
+        await query(postgres_dsn, "UPDATE baf_workers SET heartbeat_at = now() - interval '11 seconds'")
+        taking = await asyncpg.connect(postgres_dsn)  # the paused process's acquire, its commit held back
+        try:
+            await taking.execute("BEGIN")
+            epoch = await taking.fetchval(
+                postgres_leases._ACQUIRE,
+                "new",
+                "w",
+                10.0,
+                leases_paused._incarnation,
+            )
+            assert epoch == 1
+            leases_twin = Leases(twin, ttl=10)
+            registering = asyncio.ensure_future(leases_twin.register())
+            waiting = (
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            )
+            async with asyncio.timeout(30):  # the registration waits for the lease's commit (or is done)
+                while True:  # the server's state, read again: no event to wait on
+                    if registering.done() or await taking.fetchval(waiting):
+                        break
+                    await asyncio.sleep(0.01)
+            await taking.execute("COMMIT")
+            await registering
+        finally:
+            await taking.close()
+        assert (await leases_twin.acquire("new") or 0) > 1  # a new epoch: the paused one's is stale
+        paused.fence("new", 1)
+        with pytest.raises(LeaseLostError):
+            await paused.append([rec("new", 1, "after the pause")])
 
 
 # -- the inbox --------------------------------------------------------------------------------------------

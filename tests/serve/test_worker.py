@@ -242,10 +242,16 @@ async def test_a_worker_told_of_a_change_while_it_reads_the_live_workers_reads_t
         assert reads == 2
 
 
+LISTENING_TEST = "baf-test-worker-listening"  # the application name of the test's worker's connections
+
+
 async def listening_backends(connection: asyncpg.Connection) -> list[int]:
-    """The server pids of the connections listening to baf's channels (the worker's, here)."""
+    """The server pids of the connections listening to baf's channels (the test's worker's alone: others
+    may share the server)."""
     rows = await connection.fetch(
-        "SELECT pid FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND pid <> pg_backend_pid()"
+        "SELECT pid FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND pid <> pg_backend_pid() "
+        "AND datname = current_database() AND application_name = $1",
+        LISTENING_TEST,
     )
     return [row[0] for row in rows]
 
@@ -254,7 +260,8 @@ async def test_a_worker_whose_listening_connection_is_cut_listens_again_and_take
     postgres_dsn: str,
 ) -> None:
     # No poll during the test (it would find the mail too, later): only notifications wake the worker.
-    async with Worker(fresh_agent(), postgres_dsn, worker_id="a", lease_ttl=10, poll_interval=3600) as worker:
+    named = f"{postgres_dsn}{'&' if '?' in postgres_dsn else '?'}application_name={LISTENING_TEST}"
+    async with Worker(fresh_agent(), named, worker_id="a", lease_ttl=10, poll_interval=3600) as worker:
         connection = await asyncpg.connect(postgres_dsn)
         try:
             (listener,) = await listening_backends(connection)
