@@ -634,7 +634,9 @@ class Runtime:
                     view.forwarded = ForwardedMessages()
                 handled = view.forwarded.add(data[FORWARDED_KEY])
         try:
-            await self.router.forward(event.session_id, data, platform)
+            # Redacted as the owner's record of it will be: the inbox is a table of the database too, and
+            # a row consumed stays in its files until vacuumed. The owner handles what it was given.
+            await self.router.forward(event.session_id, self.agent.redactor.redact(data), platform)
         except BaseException:
             if handled is not None:
                 handled.cancel()

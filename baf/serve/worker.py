@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import math
 import os
 import socket
 import uuid
@@ -77,9 +78,10 @@ class Worker:
         poll_interval: float = 2.0,
         pool_size: int = 4,
     ) -> None:
-        if poll_interval < 1.0:
+        if not 1.0 <= poll_interval < math.inf:  # nan too; inf: lost notifications would never be found
             raise ValueError(
-                f"poll_interval must be at least 1 second (it only covers lost notifications), got {poll_interval!r}"
+                "poll_interval must be a finite number of seconds, at least 1 (it only covers lost notifications), "
+                f"got {poll_interval!r}"
             )
         self.agent = agent
         self.worker_id = worker_id or default_worker_id()
