@@ -15,20 +15,13 @@ from baf.errors import LogError
 from baf.log.postgres_leases import Leases
 from baf.serve import Worker
 
-from .helpers import assert_each_question_answered_once, eventually, fresh_agent, message, wait_for_answers
+from .helpers import assert_each_question_answered_once, eventually, fresh_agent, message, two_workers, wait_for_answers
 
 
 @pytest.fixture
 async def workers(postgres_dsn: str) -> AsyncIterator[tuple[Worker, Worker]]:
-    a = Worker(fresh_agent(), postgres_dsn, worker_id="a", lease_ttl=10, poll_interval=1)
-    b = Worker(fresh_agent(), postgres_dsn, worker_id="b", lease_ttl=10, poll_interval=1)
-    await a.start()
-    await b.start()
-    try:
-        yield a, b
-    finally:
-        await a.stop()
-        await b.stop()
+    async with two_workers(postgres_dsn) as pair:
+        yield pair
 
 
 async def test_a_message_reaching_the_wrong_worker_is_handled_once_by_the_owner(
