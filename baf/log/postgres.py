@@ -22,6 +22,12 @@ reconnects for the next group.
 
 Reads use a small pool of other connections, so readers never wait for the writer; a pool that stays busy
 fails a read with ``LogStorageError`` after ``acquire_timeout`` instead of waiting forever.
+
+**Workers, or one plain writer.** The writer's connection holds the log's writer lock
+(``baf.log.postgres_lock``) from ``start()`` to ``close()``: shared in a worker's store, exclusive in a
+plain one (no ``worker_id``: no leases, so it must write alone). A store that cannot take it is refused at
+start with ``LogInUseError``; a writer whose connection dropped takes it again before its next commit.
+Read-only stores take none.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from baf.errors import (
     LogClosedError,
     LogConflictError,
     LogError,
+    LogInUseError,
     LogReadOnlyError,
     LogStorageError,
     MissingExtraError,
@@ -49,6 +56,7 @@ from baf.log import upcast as upcast_module
 from baf.log.jsontext import decode_json
 from baf.log.postgres_batch import Coalescer
 from baf.log.postgres_commit import Batch, Known, Plan, Refused, Row, Stored, stored_work
+from baf.log.postgres_lock import take_writer_lock
 from baf.log.postgres_schema import SCHEMA_VERSION, prepare_schema
 from baf.log.record import Record
 from baf.log.row_codec import MAX_INT32, encode_fields
@@ -129,6 +137,8 @@ class _Writer:
 
     queue: list[Batch] = field(default_factory=list)
     wakeup: asyncio.Event = field(default_factory=asyncio.Event)
+    #: The connection opened (and locked) at start, handed to the writer task.
+    connection: asyncpg.Connection | None = None
     task: asyncio.Task[None] | None = None
     closing: bool = False
 
@@ -148,6 +158,11 @@ class PostgresLog(SessionLog):
     row, that the lease still has the epoch it was taken with. A takeover (which bumps the epoch) and such
     an append therefore serialise on that row: after a takeover the old owner's appends fail with
     ``LeaseLostError`` and write nothing, however long it was paused.
+
+    Without ``worker_id`` the store is a plain process's (``baf run``, ``agent.run()``): it takes no lease, so
+    it writes only alone. ``start()`` raises ``LogInUseError``, naming the holders, when workers or another
+    plain store write the log; a worker's store is refused the same way while a plain store writes it
+    (``baf.log.postgres_lock``).
 
     ``start()`` is optional: the first call opens the store. ``close()`` commits what is queued, then
     closes; after it every call raises ``LogClosedError`` until ``start()``.
@@ -224,14 +239,24 @@ class PostgresLog(SessionLog):
             await pool.release(connection)
 
     async def _connect(self) -> asyncpg.Connection:
-        """A writer's connection: its own, outside the pool (appends never wait for readers)."""
+        """A writer's connection: its own, outside the pool (appends never wait for readers), holding the
+        writer lock for as long as it is open (``baf.log.postgres_lock``): every commit is made under it.
+        ``LogInUseError`` if another process holds the lock."""
         driver = _import_asyncpg()
+        where = redact_dsn(self._dsn)
         try:
             connection: asyncpg.Connection = await driver.connect(
                 self._dsn, timeout=self._connect_timeout, command_timeout=None
             )
         except (TimeoutError, OSError, driver.PostgresError) as exc:
-            raise LogStorageError(redact_dsn(self._dsn), f"cannot open a database connection: {exc}") from exc
+            raise LogStorageError(where, f"cannot open a database connection: {exc}") from exc
+        try:
+            await take_writer_lock(connection, where, self._worker_id)
+        except BaseException as exc:
+            connection.terminate()
+            if isinstance(exc, driver.PostgresError):
+                raise LogStorageError(where, f"cannot take the log's writer lock: {exc}") from exc
+            raise
         return connection
 
     async def _acquire(self, pool: asyncpg.Pool) -> asyncpg.Connection:
@@ -290,10 +315,18 @@ class PostgresLog(SessionLog):
             except BaseException:
                 await pool.close()
                 raise
+            writer: _Writer | None = None
+            if not self._read_only:
+                # The writer lock, on the connection the writer commits on: refused here, at start, when
+                # another process holds it (see baf.log.postgres_lock).
+                try:
+                    writer = _Writer(connection=await self._connect())
+                except BaseException:
+                    await pool.close()
+                    raise
             self._pool = pool
             self._closed = False
-            if not self._read_only:
-                writer = _Writer()
+            if writer is not None:
                 writer.task = asyncio.create_task(self._write_loop(writer), name="baf-postgres-writer")
                 self._writer = writer
 
@@ -364,7 +397,7 @@ class PostgresLog(SessionLog):
 
     async def _write_loop(self, writer: _Writer) -> None:
         """Commit what is queued, group by group, until the store closes and the queue is empty."""
-        connection: asyncpg.Connection | None = None
+        connection, writer.connection = writer.connection, None
         try:
             while True:
                 if not writer.queue:
@@ -378,6 +411,10 @@ class PostgresLog(SessionLog):
                     if connection is None or connection.is_closed():
                         connection = await self._connect()
                     await self._commit_group(connection, group)
+                except LogInUseError as exc:  # the connection was lost, and another process took the lock
+                    for batch in group:
+                        if not batch.future.done():
+                            batch.future.set_exception(exc)
                 except Exception as exc:
                     # The transaction failed as a whole: nothing of the group is durable. Say so to every
                     # appender and start the next group on a fresh connection.
