@@ -41,7 +41,7 @@ from baf.errors import (
     SessionNotFoundError,
 )
 from baf.log import open_log
-from baf.log.jsontext import json_copy
+from baf.log.jsontext import encode_json, json_copy
 from baf.log.projection import SessionProjection, project
 from baf.log.record import RecordKind
 from baf.log.redaction import log_exception
@@ -923,6 +923,11 @@ def _forwarded_event(session_id: str, data: dict[str, Any] | None) -> tuple[Even
     text), and block the messages behind it."""
     if data is None:
         return None, "not a JSON object"
+    encoded = encode_json(data)  # bytes: orjson took it, so it holds no lone surrogate
+    if not isinstance(encoded, bytes) and not _encodable(encoded):
+        # A JSON escape can spell one (a worker never posts it: Inbox.post refuses it); recorded, the
+        # message would fail its append on every try, and hold the session's later messages back for good.
+        return None, "it holds text that is not valid Unicode (a lone surrogate)"
     fields = data.get("event")
     if not isinstance(fields, dict):
         return None, "no event"
