@@ -781,7 +781,9 @@ class Runtime:
             self._workers[live.id] = asyncio.ensure_future(self._drain(live))
 
     async def _drain(self, live: LiveSession) -> None:
-        mailbox = self._mailboxes[live.id]
+        mailbox = self._mailboxes.get(live.id)
+        if mailbox is None:  # evicted before this task began: the append of its first item was refused
+            return
         # Told to stop now: start no further step (stop() releases what stays queued).
         while mailbox and not self.control.stop_now:
             # The item stays queued while it runs: ``_schedule`` must not start a second worker.
