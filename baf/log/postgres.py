@@ -249,7 +249,7 @@ class PostgresLog(SessionLog):
                 self._dsn, timeout=self._connect_timeout, command_timeout=None
             )
         except (TimeoutError, OSError, driver.PostgresError) as exc:
-            raise LogStorageError(where, f"cannot open a database connection: {exc}") from exc
+            raise LogStorageError(where, f"cannot open a database connection: {self._why(exc)}") from exc
         try:
             await take_writer_lock(connection, where, self._worker_id)
         except BaseException as exc:
@@ -272,6 +272,12 @@ class PostgresLog(SessionLog):
             ) from exc
         except (OSError, asyncpg.PostgresError) as exc:
             raise LogStorageError(where, f"cannot open a database connection: {exc}") from exc
+
+    def _why(self, exc: BaseException) -> str:
+        """Why a connection could not be opened (a timeout says nothing by itself)."""
+        if isinstance(exc, TimeoutError) and not str(exc):
+            return f"the server did not answer within {self._connect_timeout:g} s (connect_timeout)"
+        return str(exc)
 
     @property
     def dsn(self) -> str:
@@ -301,7 +307,7 @@ class PostgresLog(SessionLog):
                     reset=_no_reset,
                 )
             except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
-                raise LogError(f"cannot open the PostgreSQL log at {where}: {exc}") from exc
+                raise LogError(f"cannot open the PostgreSQL log at {where}: {self._why(exc)}") from exc
             except ValueError as exc:  # the URL: a port that is not a number, an unknown sslmode ...
                 raise LogError(
                     f"cannot open the PostgreSQL log at {where}: {_unreadable_url(self._dsn, exc)}"
