@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 _ACCEPTED = "sqlite:///relative/path.db, sqlite:////absolute/path.db, memory://, postgresql://user@host:port/database"
-_POSTGRES_OPTIONS = ("pool_size", "read_only", "connect_timeout")
+_POSTGRES_OPTIONS = ("pool_size", "read_only", "connect_timeout", "keepalive")
 _SQLITE_OPTIONS = ("durability", "busy_timeout", "read_only")
 # How ``read_only`` may be spelled in a query string.
 _FLAGS = {"true": True, "1": True, "false": False, "0": False}
