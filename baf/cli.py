@@ -24,6 +24,7 @@ from baf.errors import ConfigurationError, LogError, SessionNotFoundError
 from baf.log import SessionLog, SQLiteLog, open_log
 from baf.log.redaction import Redactor
 from baf.replay.render import NARROW, fit_columns, print_fitted, visible, visible_json
+from baf.wording import agreeing, counted
 
 if TYPE_CHECKING:
     from baf.core.agent import Agent
@@ -483,16 +484,15 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
     report = asyncio.run(collect())
     console = _Stdout(highlight=False)
-    sessions = f"{report.sessions:,} session{'' if report.sessions == 1 else 's'}"
-    records = f"{report.records:,} record{'' if report.records == 1 else 's'}"
-    console.print(Text(visible(f"{_shown(args.log)}: {sessions}, {records} read")), soft_wrap=True)
+    read = f"{counted(report.sessions, 'session')}, {counted(report.records, 'record')} read"
+    console.print(Text(visible(f"{_shown(args.log)}: {read}")), soft_wrap=True)
     for finding in report.findings:
         style = "red" if finding.damage else "yellow"
         label = "damaged" if finding.damage else "note"
         console.print(Text(visible(f"{label}: {finding}"), style=style), soft_wrap=True)
     damage = sum(finding.damage for finding in report.findings)
     if damage:
-        problems = f"{damage} problem{'' if damage == 1 else 's'}"
+        problems = counted(damage, "problem")
         console.print(Text(visible(f"{_shown(args.log)} is damaged: {problems} found"), style="red"), soft_wrap=True)
         return 1
     console.print(Text(visible(f"{_shown(args.log)}: no damage found"), style="green"), soft_wrap=True)
@@ -592,7 +592,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         # Without SESSION the sessions are listed: an option meant for one session would be ignored.
         given = [flag for dest, flag in _SESSION_OPTIONS.items() if getattr(args, dest) not in (None, False, [])]
         if given:
-            args.usage_error(f"{', '.join(given)} need{'s' if len(given) == 1 else ''} a SESSION")
+            args.usage_error(f"{', '.join(given)} {agreeing(len(given), 'needs', 'need')} a SESSION")
     if args.rerun or args.fork_at is not None:
         return _rerun_or_fork(args)
     kinds = frozenset(k.strip() for value in args.kind for k in value.split(",") if k.strip())

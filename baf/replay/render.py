@@ -26,6 +26,7 @@ from rich.text import Text
 from baf.log.redaction import Redactor
 from baf.replay.state_at import SessionSnapshot
 from baf.replay.timeline import Entry, EntryKind
+from baf.wording import counted
 
 __all__ = ["DEFAULT_WIDTH", "SESSION_FIELDS", "entry_line", "fit_columns", "grep_context", "print_fitted",
            "render_entry", "render_group_end", "render_llm_request", "render_sessions", "render_snapshot",
@@ -155,7 +156,7 @@ def _detail(entry: Entry, width: int) -> str:
         tokens = sum(_tokens(c) for c in children)
         # No outcome: still running when the log ends ("open"), or cut short when its step ended.
         outcome = finished.get("outcome") or ("in flight" if entry.status == "open" else "cut short")
-        counts = f"{calls} LLM call{'' if calls == 1 else 's'}, {tokens} token{'' if tokens == 1 else 's'}"
+        counts = f"{counted(calls, 'LLM call')}, {counted(tokens, 'token')}"
         return f"{shorten(entry.title, width)}  [{outcome}, {counts}]"
     return shorten(entry.title, width)
 

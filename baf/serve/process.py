@@ -19,6 +19,8 @@ import sys
 import time
 from collections.abc import Sequence
 
+from baf.wording import agreeing
+
 __all__ = ["LOG_VARIABLE", "main", "serve"]
 
 #: The environment variable a worker process reads its log URL from (``baf serve`` sets it).
@@ -71,7 +73,7 @@ def _death_notice(pid: int, signum: int, running: int, lease_ttl: float) -> str:
     if running == 0:
         after = "none still running: a worker started on this database takes its sessions over once"
     else:
-        after = f"{running} still running: {'it takes' if running == 1 else 'they take'} its sessions over once"
+        after = f"{running} still running: {agreeing(running, 'it takes', 'they take')} its sessions over once"
     expiry = f"its leases expire, {lease_ttl:g} s after its last heartbeat"
     return f"baf serve: worker {pid} was killed by signal {signum}; {after} {expiry}\n"
 
