@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import io
 import logging
 import os
 import signal
@@ -21,10 +22,13 @@ from collections.abc import Sequence
 
 from baf.wording import agreeing
 
-__all__ = ["LOG_VARIABLE", "main", "serve"]
+__all__ = ["INDEX_VARIABLE", "LOG_VARIABLE", "main", "serve"]
 
 #: The environment variable a worker process reads its log URL from (``baf serve`` sets it).
 LOG_VARIABLE = "BAF_SERVE_LOG"
+#: The environment variable that numbers ``baf serve``'s workers from 0: only worker 0 shows what the agent
+#: file prints as it loads (a banner, say), so it shows once, not once per worker.
+INDEX_VARIABLE = "BAF_SERVE_WORKER_INDEX"
 
 
 def serve(path: str, dsn: str, workers: int, lease_ttl: float, poll_interval: float) -> int:
@@ -34,7 +38,7 @@ def serve(path: str, dsn: str, workers: int, lease_ttl: float, poll_interval: fl
     # The URL goes to the workers in their environment, not on their command lines: any user of the host
     # can read a process's arguments (ps), and the URL may hold the database password.
     environment = {**os.environ, LOG_VARIABLE: dsn}
-    children = [subprocess.Popen(command, env=environment) for _ in range(workers)]
+    children = [subprocess.Popen(command, env={**environment, INDEX_VARIABLE: str(i)}) for i in range(workers)]
 
     def forward(signum: int, _frame: object) -> None:
         for child in children:
@@ -86,7 +90,10 @@ async def _run_worker(path: str, dsn: str, lease_ttl: float, poll_interval: floa
     # As under agent.run(): without this a worker would not say where its platforms listen (INFO lines).
     _show_baf_log_lines()
 
-    agent = load_agent_file(path)
+    # Every worker loads the same file: what it prints as it loads would show once per worker.
+    first = os.environ.get(INDEX_VARIABLE, "0") == "0"
+    with contextlib.nullcontext() if first else contextlib.redirect_stdout(io.StringIO()):
+        agent = load_agent_file(path)
     if not agent.platforms:
         # Legitimate (workers that only take over sessions and forwarded messages), but a new user serving
         # an agent written for baf run, which adds the terminal, would otherwise wait for nothing.
