@@ -23,7 +23,7 @@ from rich.text import Text
 from baf.errors import ConfigurationError, LogError, SessionNotFoundError
 from baf.log import SessionLog, SQLiteLog, open_log
 from baf.log.redaction import Redactor
-from baf.replay.render import NARROW, fit_columns, print_fitted, visible, visible_json
+from baf.replay.render import NARROW, fit_columns, records_plain, short_data, visible, visible_json
 from baf.wording import agreeing, counted
 
 if TYPE_CHECKING:
@@ -192,7 +192,13 @@ def _parser() -> argparse.ArgumentParser:
     log = commands.add_parser("log", help="print the records of a session")
     log.add_argument("log", nargs="?", help=f"a log file or URL (default: {DEFAULT_LOG_FILE} in this folder)")
     log.add_argument("session", nargs="?", help="the session id (without it: the sessions to pick from)")
-    log.add_argument("--json", action="store_true", help="one JSON object per line")
+    output = log.add_mutually_exclusive_group()
+    output.add_argument(
+        "--plain",
+        action="store_true",
+        help="a header, then one record a line, tab-separated (what a file or a pipe gets)",
+    )
+    output.add_argument("--json", action="store_true", help="one JSON object per line")
     log.set_defaults(handler=_cmd_log)
 
     schema = commands.add_parser("schema", help="print the JSON schema of YAML agent files (for editors)")
@@ -423,21 +429,23 @@ def _cmd_log(args: argparse.Namespace) -> int:
             }
             print(visible_json(json.dumps(line, ensure_ascii=False)))
         return 0
+    columns = fit_columns(console)
+    if args.plain or columns is None:
+        # To a file or a pipe: a table would be as wide as its widest record on every line.
+        print("\n".join(records_plain(records)))
+        return 0
     table = Table(title=Text(visible(f"session {redactor.redact_text(args.session)}")))
     # seq, time and kind keep their line (a kind is what one passes to --kind); the data folds.
     for column in ("seq", "time", "kind"):
         table.add_column(column, no_wrap=True, justify="right" if column == "seq" else "left")
     table.add_column("data", overflow="fold", ratio=1)
-    columns = fit_columns(console)
-    short = columns is not None and columns < NARROW  # the year and a box's width left to the data
+    short = columns < NARROW  # the year and a box's width left to the data
     if short:
         table.box, table.collapse_padding, table.pad_edge = box.SIMPLE_HEAD, True, False
     for r in records:
-        data = json.dumps(r.data, ensure_ascii=False)
-        shown = visible_json(data if len(data) < 300 else data[:297] + "...")
         when = datetime.fromtimestamp(r.ts).strftime("%m-%d %H:%M:%S") if short and r.ts else _when(r.ts)
-        table.add_row(str(r.seq), when, Text(visible(r.kind)), Text(shown))
-    print_fitted(console, table)
+        table.add_row(str(r.seq), when, Text(visible(r.kind)), Text(short_data(r)))
+    console.print(table)
     return 0
 
 
