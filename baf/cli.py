@@ -154,6 +154,11 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="session id of the terminal chat (default: terminal); a fork's messages held at its cut are handled first",
     )
+    run.add_argument(
+        "--log",
+        default=None,
+        help="the log file or URL to run over instead of the one the file names (as for a fork in another log)",
+    )
     run.set_defaults(handler=_cmd_run)
 
     demo = commands.add_parser("demo", help="run the reasoning demo (offline unless OPENAI_API_KEY is set)")
@@ -262,6 +267,8 @@ def load_agent_file(path: str | Path) -> Agent:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     agent = load_agent_file(args.path)
+    if args.log is not None:
+        agent.log = open_log(_log_url(args.log))  # the file's own log is never opened
     from baf.platforms.terminal import TerminalPlatform  # here: markdown rendering is slow to import
 
     terminals = [platform for platform in agent.platforms if isinstance(platform, TerminalPlatform)]
@@ -640,7 +647,7 @@ def _rerun_or_fork(args: argparse.Namespace) -> int:
                 with contextlib.redirect_stdout(sys.stderr):
                     report = await rerun_report(log, args.session, agent)
                 return print_rerun_report(report, console)
-            return await fork_command(log, args.session, args.fork_at, console)
+            return await fork_command(log, args.session, args.fork_at, console, _shown(_log_url(args.log)))
 
     return asyncio.run(go())
 
