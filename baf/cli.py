@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import importlib.util
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -291,6 +292,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    from baf.log.postgres_leases import MAX_LEASE_TTL
+
     if not Path(args.path).is_file():
         raise FileNotFoundError(f"no such file: {args.path}")
     if not args.log.lower().startswith(("postgresql://", "postgres://")):
@@ -298,10 +301,15 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             "baf serve runs many workers over one PostgreSQL log: --log postgresql://...; "
             "for one process on SQLite use baf run"
         )
-    if args.poll_interval < 1:
-        raise ConfigurationError(f"--poll-interval must be at least 1 second, got {args.poll_interval}")
-    if args.lease_ttl <= 0:
-        raise ConfigurationError(f"--lease-ttl must be positive, got {args.lease_ttl}")
+    # Written so that nan fails too (every comparison with it is false), and inf (a poll that never comes).
+    if not 1 <= args.poll_interval < math.inf:
+        raise ConfigurationError(
+            f"--poll-interval must be a finite number of seconds, at least 1, got {args.poll_interval}"
+        )
+    if not 0 < args.lease_ttl <= MAX_LEASE_TTL:
+        raise ConfigurationError(
+            f"--lease-ttl must be positive and at most {MAX_LEASE_TTL:g} seconds (a day), got {args.lease_ttl}"
+        )
     from baf.serve.process import serve
 
     return serve(args.path, args.log, args.workers, args.lease_ttl, args.poll_interval)

@@ -66,7 +66,7 @@ async def test_kill_9_of_a_worker_mid_run_loses_and_repeats_nothing(postgres_dsn
     try:
         ids = [await ready(worker) for worker in workers]
         expected = {f"s{i}": [f"s{i}-q{j}" for j in range(2)] for i in range(100)}  # 100 sessions in flight
-        async with PostgresLog(postgres_dsn) as log:  # a platform's worker elsewhere, forwarding messages
+        async with PostgresLog(postgres_dsn, worker_id="forwarder") as log:  # a platform's worker elsewhere
             inbox = Inbox(log)
             for j in range(2):
                 for session_id, questions in expected.items():

@@ -38,7 +38,7 @@ async def test_baf_serve_runs_workers_that_answer_and_stop_on_sigterm(postgres_d
             line = await asyncio.wait_for(asyncio.to_thread(serve.stdout.readline), 30)
             assert line.startswith("READY "), line
         expected = {f"c{i}": [f"c{i}-hello"] for i in range(6)}
-        async with PostgresLog(postgres_dsn) as log:
+        async with PostgresLog(postgres_dsn, worker_id="forwarder") as log:  # a worker elsewhere, forwarding
             for session_id, (question,) in expected.items():
                 await Inbox(log).post(session_id, message(session_id, question))
         records = await wait_for_answers(postgres_dsn, expected, within=30)

@@ -12,7 +12,7 @@ import pytest
 
 from baf.core.events import ReceiveTextEvent
 from baf.core.forwarded import FORWARDED_KEY
-from baf.errors import LogError
+from baf.errors import LogClosedError, LogError, LogStorageError
 from baf.log.postgres_leases import Leases
 from baf.serve import Worker
 
@@ -234,6 +234,36 @@ async def test_a_worker_told_of_a_change_while_it_reads_the_live_workers_reads_t
         await refreshing
         assert worker._peers == ["a", "y"]  # read again after the late answer, not left without y
         assert reads == 2
+
+
+async def test_a_worker_that_cannot_list_the_live_workers_at_start_fails_and_leaves_nothing_open(
+    postgres_dsn: str,
+) -> None:
+    name = "baf-test-peers-unlisted"  # the application name of this test's worker's connections
+    dsn = f"{postgres_dsn}{'&' if '?' in postgres_dsn else '?'}application_name={name}"
+    worker = Worker(fresh_agent(), dsn, worker_id="a", lease_ttl=10, poll_interval=1)
+
+    async def cut() -> list[str]:  # the database lost as the list is read, right after the registration
+        raise asyncpg.ConnectionDoesNotExistError("connection was closed in the middle of operation")
+
+    worker.leases.live_workers = cut  # type: ignore[method-assign]
+    with pytest.raises(LogStorageError, match="worker a: cannot list the live workers at start"):
+        await worker.start()
+    assert worker._tasks == [] and worker._stop_listening is None  # no loop, no listener
+    with pytest.raises(LogClosedError):
+        await worker.log.sessions()
+    connection = await asyncpg.connect(postgres_dsn)
+    try:
+        # Its registration is undone: the other workers do not count it (nor hash sessions to it).
+        assert await connection.fetch("SELECT worker_id FROM baf_workers") == []
+        opened = "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1"
+        await eventually(lambda: _none(connection, opened, name), "the worker's connections were closed")
+    finally:
+        await connection.close()
+
+
+async def _none(connection: asyncpg.Connection, query: str, *args: object) -> bool:
+    return await connection.fetchval(query, *args) == 0
 
 
 LISTENING_TEST = "baf-test-worker-listening"  # the application name of the test's worker's connections
