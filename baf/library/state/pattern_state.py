@@ -77,6 +77,15 @@ class SessionObserver:
         """Record and stream a pattern step as a ``ReasoningStep``."""
         self.emit(step.kind, step.step, step.summary, step.details)
 
+    @property
+    def observes_llm_calls(self) -> bool:
+        """Whether a subclass overrides :meth:`before_llm_call` or :meth:`after_llm_call`: without one,
+        runs skip both calls (``PatternObserver``)."""
+        cls = type(self)
+        return cls.before_llm_call is not SessionObserver.before_llm_call or (
+            cls.after_llm_call is not SessionObserver.after_llm_call
+        )
+
     async def before_llm_call(self, call: LLMCallInfo) -> None:
         """Nothing: the kernel records the request and commits before the call."""
 
