@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from baf import Agent
 from baf.library.state.pattern_state import SessionObserver, new_pattern_state
@@ -51,7 +51,8 @@ async def test_an_observer_sees_each_model_call_as_it_was_sent() -> None:
     watcher = Watcher()
     result = await ReAct().execute(_llm(), "2+3?", tools=[Tool(add)], observer=watcher)
     assert result.output.answer == "It is 5."
-    assert [(c.pattern, c.call, c.purpose) for c in watcher.before] == [("react", 1, "thought"), ("react", 2, "thought")]
+    calls = [(c.pattern, c.call, c.purpose) for c in watcher.before]
+    assert calls == [("react", 1, "thought"), ("react", 2, "thought")]
     assert [call for call, _ in watcher.after] == watcher.before
     # A snapshot: the run appended to its conversation after the first call, the info kept what was sent.
     assert [m["role"] for m in watcher.before[0].messages] == ["user"]
@@ -70,7 +71,7 @@ async def test_an_observer_without_model_calls_is_not_told_of_them() -> None:
 class CallCounting(SessionObserver):
     """A session observer that also wants the model calls."""
 
-    seen: list[str] = []
+    seen: ClassVar[list[str]] = []
 
     def after_llm_call(self, call: LLMCallInfo, response: LLMResponse, latency_ms: float) -> None:
         CallCounting.seen.append(call.purpose)

@@ -68,8 +68,8 @@ class SessionObserver:
         """Record one step and, when streaming, queue it for the platform after the next commit."""
         reasoning_step = build_step(kind, step, summary, details)
         if self.stream_steps:
-            self.recorder.record(RecordKind.REASONING_STEP, reasoning_step.to_dict())
-            self.recorder.stream("reply_reasoning_step", reasoning_step)
+            self.recorder.record_shown(RecordKind.REASONING_STEP, reasoning_step.to_dict(), "reply_reasoning_step",
+                                       reasoning_step)  # fmt: skip
         else:  # the record says so: a worker following the session does not show it either
             self.recorder.record(RecordKind.REASONING_STEP, {**reasoning_step.to_dict(), "streamed": False})
 
