@@ -12,6 +12,7 @@ and minimum of it, of the workers' and the server's CPU seconds, and of the seco
     git worktree add ../base main
     python bench/ab_workers.py ../base .                  # 5 rounds, two workers, 200 sessions
     python bench/ab_workers.py ../base . --rounds 8 --workers 1 --sessions 1000
+    python bench/ab_workers.py ../base . --live           # the sessions live on the workers (see bench_workers)
 
 PostgreSQL: ``BAF_BENCH_POSTGRES_DSN``, or a throwaway cluster started with ``.ci/postgres``.
 """
@@ -38,16 +39,17 @@ import asyncio, json, sys
 sys.path.insert(0, sys.argv[1])
 import bench_workers
 
-run = asyncio.run(bench_workers.postgres_run(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), 5, 0.05))
+run = asyncio.run(bench_workers.postgres_run(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), 5, 0.05,
+                                             live=sys.argv[5] == "live"))
 print(json.dumps([run.wall, run.work, run.database, run.waited]))
 """
 
 
-def run_round(tree: Path, server: str, workers: int, sessions: int) -> list[float | None]:
+def run_round(tree: Path, server: str, workers: int, sessions: int, live: bool) -> list[float | None]:
     """One run in a fresh interpreter (and fresh workers) that import baf from ``tree``."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     done = subprocess.run(
-        [sys.executable, "-c", _ROUND, str(BENCH), server, str(workers), str(sessions)],
+        [sys.executable, "-c", _ROUND, str(BENCH), server, str(workers), str(sessions), "live" if live else "cold"],
         env=env, capture_output=True, text=True, cwd=tree, timeout=600,
     )  # fmt: skip
     if done.returncode != 0:
@@ -62,6 +64,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--sessions", type=int, default=200)
+    parser.add_argument("--live", action="store_true", help="time a second message to sessions the workers hold")
     args = parser.parse_args()
     trees = [tree.resolve() for tree in args.trees]
     server = os.environ.get("BAF_BENCH_POSTGRES_DSN")
@@ -78,7 +81,7 @@ def main() -> None:
         print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         for round_number in range(args.rounds):
             for tree in trees if round_number % 2 == 0 else list(reversed(trees)):
-                result = run_round(tree, server, args.workers, args.sessions)
+                result = run_round(tree, server, args.workers, args.sessions, args.live)
                 results[tree].append(result)
                 wall, work, database, waited = result
                 print(f"round {round_number} {tree}: {wall / IDEAL:.2f}x ideal, CPU s workers {work:.3f} "
@@ -90,7 +93,8 @@ def main() -> None:
             subprocess.run(["bash", str(SCRIPT), "stop", str(cluster)], capture_output=True, check=False)
             shutil.rmtree(cluster.parent, ignore_errors=True)
     first = statistics.median(r[0] or 0.0 for r in results[trees[0]])
-    print(f"\n{args.sessions} sessions on {args.workers} worker(s), {args.rounds} rounds: median (minimum)")
+    how = "live on" if args.live else "taken over by"
+    print(f"\n{args.sessions} sessions {how} {args.workers} worker(s), {args.rounds} rounds: median (minimum)")
     for tree in trees:
         rows = results[tree]
         walls = [r[0] or 0.0 for r in rows]

@@ -8,7 +8,13 @@ Part 1. ``--sessions`` sessions (default 200) each get one message, answered aft
 - ``postgres x1`` / ``postgres x2``: one or two worker processes (``python -m baf.serve.process worker``)
   over PostgreSQL; the messages are posted to the inbox all at once, as a platform's worker forwards them,
   and the clock stops when every session has answered (its reply and the end of its step committed: the
-  unfinished-work index is empty).
+  unfinished-work index is empty). Each twice:
+
+  - ``taken over``: no worker holds the sessions as the clock starts; the worker the rendezvous hash picks
+    for each takes it over (its lease, its load, its inbox read) after the clock;
+  - ``live``: each session was answered once before the clock, by the worker that took it then and holds
+    it since (loaded, as the SQLite process has its sessions loaded); the timed message is the second,
+    and reaches that worker through the inbox.
 
 Beside each wall time: the CPU seconds spent while the clock ran by the processes that do the work (the
 SQLite process; the worker processes), by the PostgreSQL server's processes (when it runs on this machine:
@@ -17,9 +23,9 @@ runnable but waited for a CPU (near zero on an idle machine; on a shared one, wh
 time against CPU time says whether a configuration waits (round trips, sessions moving in step) or computes.
 
 In every configuration the sessions exist before the clock starts (created, their initial body run), so
-the clock times the messages: the workers take each session over (its lease, its load) after the clock.
-And each configuration answers ``WARM_UP`` other sessions first (a warm process, as a server that has
-been up a while: its statements prepared, its code paths run once).
+the clock times the messages, not the sessions' creation. And each configuration answers ``WARM_UP`` other
+sessions first (a warm process, as a server that has been up a while: its statements prepared, its code
+paths run once).
 
 Part 2. Framework time per model turn with a zero-latency model (10 tool turns, then the answer), SQLite
 against PostgreSQL in the same run, with 1, 10 and 50 sessions answering at once in one process (median
@@ -146,7 +152,13 @@ def start_workers(dsn: str, count: int, tool_turns: int, delay: float) -> list[s
     return [subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env) for _ in range(count)]
 
 
-async def postgres_run(server: str, workers: int, sessions: int, tool_turns: int, delay: float) -> Run:
+async def postgres_run(
+    server: str, workers: int, sessions: int, tool_turns: int, delay: float, live: bool = False
+) -> Run:
+    """One PostgreSQL configuration. ``live``: each session is answered once before the clock (the worker
+    the rendezvous hash picks takes it over then and keeps it), so the clock times a second message to
+    sessions already loaded on the worker that holds them, as the SQLite process holds its own; otherwise
+    the workers take each session over (its lease, its load) after the clock."""
     dsn = await fresh_schema(server)
     ids, warm = [f"c{i}" for i in range(sessions)], [f"w{i}" for i in range(WARM_UP)]
     await create_sessions(dsn, warm + ids)  # the tables too, before the workers start
@@ -156,12 +168,13 @@ async def postgres_run(server: str, workers: int, sessions: int, tool_turns: int
             assert process.stdout is not None
             line = await asyncio.to_thread(process.stdout.readline)
             assert line.startswith("READY"), line
-        async with PostgresLog(dsn) as log:
+        async with PostgresLog(dsn, worker_id="bench-forwarder") as log:  # a worker forwarding messages
             inbox = Inbox(log)
             connection = await asyncpg.connect(dsn)
             try:
-                await asyncio.gather(*(post(inbox, sid) for sid in warm))
-                await wait_for_replies(connection, len(warm))
+                before = warm + ids if live else warm
+                await asyncio.gather(*(post(inbox, sid) for sid in before))
+                await wait_for_replies(connection, len(before))
                 # The server's processes as the clock starts: the workers' connections are open by now.
                 database = await asyncio.to_thread(postgres_pids, dsn)
                 clock = CPUClock(work=[p.pid for p in processes], database=database, client=[os.getpid()])
@@ -169,7 +182,7 @@ async def postgres_run(server: str, workers: int, sessions: int, tool_turns: int
                 started = time.perf_counter()
                 # All at once, as 200 clients' messages reach a platform at once (the SQLite run gathers too).
                 await asyncio.gather(*(post(inbox, sid) for sid in ids))
-                await wait_for_replies(connection, len(warm) + len(ids))
+                await wait_for_replies(connection, len(before) + len(ids))
                 wall = time.perf_counter() - started
                 clock.stop()
                 spent = clock.spent
@@ -262,7 +275,8 @@ async def run(server: str, sessions: int, reps: int, folder: Path) -> None:
 
     add("sqlite x1 (one process)", await sqlite_run(sessions, tool_turns, delay, folder))
     for count in (1, 2):
-        add(f"postgres x{count} (worker processes)", await postgres_run(server, count, sessions, tool_turns, delay))
+        add(f"postgres x{count} (taken over)", await postgres_run(server, count, sessions, tool_turns, delay))
+        add(f"postgres x{count} (live)", await postgres_run(server, count, sessions, tool_turns, delay, live=True))
     out.print(table)
     turns = Table(title="framework µs per model turn (zero-latency model, 10 tool turns, median)")
     for column in ("concurrent sessions", "sqlite (normal)", "postgres", "postgres / sqlite"):

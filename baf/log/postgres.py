@@ -22,6 +22,12 @@ reconnects for the next group.
 
 Reads use a small pool of other connections, so readers never wait for the writer; a pool that stays busy
 fails a read with ``LogStorageError`` after ``acquire_timeout`` instead of waiting forever.
+
+**Workers, or one plain writer.** The writer's connection holds the log's writer lock
+(``baf.log.postgres_lock``) from ``start()`` to ``close()``: shared in a worker's store, exclusive in a
+plain one (no ``worker_id``: no leases, so it must write alone). A store that cannot take it is refused at
+start with ``LogInUseError``; a writer whose connection dropped takes it again before its next commit.
+Read-only stores take none.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from baf.errors import (
     LogClosedError,
     LogConflictError,
     LogError,
+    LogInUseError,
     LogReadOnlyError,
     LogStorageError,
     MissingExtraError,
@@ -49,6 +56,7 @@ from baf.log import upcast as upcast_module
 from baf.log.jsontext import decode_json
 from baf.log.postgres_batch import Coalescer
 from baf.log.postgres_commit import Batch, Known, Plan, Refused, Row, Stored, stored_work
+from baf.log.postgres_lock import take_writer_lock
 from baf.log.postgres_schema import SCHEMA_VERSION, prepare_schema
 from baf.log.record import Record
 from baf.log.row_codec import MAX_INT32, encode_fields
@@ -77,7 +85,13 @@ def redact_dsn(dsn: str) -> str:
     """``dsn`` with its passwords replaced by ``***``, for messages: the one in the user part and the
     ``password`` and ``sslpassword`` options. The rest is kept as written (several hosts, IPv6 brackets)."""
     scheme, rest = dsn.split("://", 1) if "://" in dsn else ("", dsn)
-    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    if _password_not_encoded(rest):
+        # A URL parser cuts the user part at the first "/", "?" or "#" and takes the rest for the path, but
+        # for its writer the password ends at the last "@": hidden up to there (a port followed by an "@" in
+        # the options is hidden too: better too much than a piece of a password).
+        user_part = rest.rpartition("@")[0]
+        rest = f"{user_part.split(':', 1)[0]}:***@{rest[len(user_part) + 1 :]}"
+    end = _netloc_end(rest)
     netloc, tail = rest[:end], rest[end:]
     if "@" in netloc:
         user_part, host_part = netloc.rsplit("@", 1)
@@ -98,12 +112,33 @@ def redact_dsn(dsn: str) -> str:
 _PASSWORD_OPTIONS: Final = ("password", "sslpassword")
 
 
+def _netloc_end(rest: str) -> int:
+    return min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+
+
+def _password_not_encoded(rest: str) -> bool:
+    """Whether ``rest`` (a URL after ``scheme://``) looks like ``user:pass/word@host...``: a password holding
+    "/", "?" or "#" that was not percent-encoded."""
+    netloc = rest[: _netloc_end(rest)]
+    return "@" not in netloc and ":" in netloc and "@" in rest
+
+
+def _unreadable_url(dsn: str, exc: Exception) -> str:
+    """What to say of a URL the driver could not parse, without quoting a piece of a password (the
+    driver's message quotes the part it choked on, which for a password holding "/" is the password)."""
+    if _password_not_encoded(dsn.split("://", 1)[-1]):
+        return "the URL cannot be read: percent-encode '/', '?', '#' and '@' in the password (%2F, %3F, %23, %40)"
+    return f"the URL cannot be read: {exc}"
+
+
 @dataclass(slots=True)
 class _Writer:
     """The writer task's state for one opening of the store."""
 
     queue: list[Batch] = field(default_factory=list)
     wakeup: asyncio.Event = field(default_factory=asyncio.Event)
+    #: The connection opened (and locked) at start, handed to the writer task.
+    connection: asyncpg.Connection | None = None
     task: asyncio.Task[None] | None = None
     closing: bool = False
 
@@ -123,6 +158,11 @@ class PostgresLog(SessionLog):
     row, that the lease still has the epoch it was taken with. A takeover (which bumps the epoch) and such
     an append therefore serialise on that row: after a takeover the old owner's appends fail with
     ``LeaseLostError`` and write nothing, however long it was paused.
+
+    Without ``worker_id`` the store is a plain process's (``baf run``, ``agent.run()``): it takes no lease, so
+    it writes only alone. ``start()`` raises ``LogInUseError``, naming the holders, when workers or another
+    plain store write the log; a worker's store is refused the same way while a plain store writes it
+    (``baf.log.postgres_lock``).
 
     ``start()`` is optional: the first call opens the store. ``close()`` commits what is queued, then
     closes; after it every call raises ``LogClosedError`` until ``start()``.
@@ -199,14 +239,24 @@ class PostgresLog(SessionLog):
             await pool.release(connection)
 
     async def _connect(self) -> asyncpg.Connection:
-        """A writer's connection: its own, outside the pool (appends never wait for readers)."""
+        """A writer's connection: its own, outside the pool (appends never wait for readers), holding the
+        writer lock for as long as it is open (``baf.log.postgres_lock``): every commit is made under it.
+        ``LogInUseError`` if another process holds the lock."""
         driver = _import_asyncpg()
+        where = redact_dsn(self._dsn)
         try:
             connection: asyncpg.Connection = await driver.connect(
                 self._dsn, timeout=self._connect_timeout, command_timeout=None
             )
         except (TimeoutError, OSError, driver.PostgresError) as exc:
-            raise LogStorageError(redact_dsn(self._dsn), f"cannot open a database connection: {exc}") from exc
+            raise LogStorageError(where, f"cannot open a database connection: {exc}") from exc
+        try:
+            await take_writer_lock(connection, where, self._worker_id)
+        except BaseException as exc:
+            connection.terminate()
+            if isinstance(exc, driver.PostgresError):
+                raise LogStorageError(where, f"cannot take the log's writer lock: {exc}") from exc
+            raise
         return connection
 
     async def _acquire(self, pool: asyncpg.Pool) -> asyncpg.Connection:
@@ -252,6 +302,10 @@ class PostgresLog(SessionLog):
                 )
             except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
                 raise LogError(f"cannot open the PostgreSQL log at {where}: {exc}") from exc
+            except ValueError as exc:  # the URL: a port that is not a number, an unknown sslmode ...
+                raise LogError(
+                    f"cannot open the PostgreSQL log at {where}: {_unreadable_url(self._dsn, exc)}"
+                ) from None
             try:
                 async with pool.acquire() as connection:
                     await prepare_schema(connection, where, read_only=self._read_only)
@@ -261,10 +315,18 @@ class PostgresLog(SessionLog):
             except BaseException:
                 await pool.close()
                 raise
+            writer: _Writer | None = None
+            if not self._read_only:
+                # The writer lock, on the connection the writer commits on: refused here, at start, when
+                # another process holds it (see baf.log.postgres_lock).
+                try:
+                    writer = _Writer(connection=await self._connect())
+                except BaseException:
+                    await pool.close()
+                    raise
             self._pool = pool
             self._closed = False
-            if not self._read_only:
-                writer = _Writer()
+            if writer is not None:
                 writer.task = asyncio.create_task(self._write_loop(writer), name="baf-postgres-writer")
                 self._writer = writer
 
@@ -335,7 +397,7 @@ class PostgresLog(SessionLog):
 
     async def _write_loop(self, writer: _Writer) -> None:
         """Commit what is queued, group by group, until the store closes and the queue is empty."""
-        connection: asyncpg.Connection | None = None
+        connection, writer.connection = writer.connection, None
         try:
             while True:
                 if not writer.queue:
@@ -349,6 +411,10 @@ class PostgresLog(SessionLog):
                     if connection is None or connection.is_closed():
                         connection = await self._connect()
                     await self._commit_group(connection, group)
+                except LogInUseError as exc:  # the connection was lost, and another process took the lock
+                    for batch in group:
+                        if not batch.future.done():
+                            batch.future.set_exception(exc)
                 except Exception as exc:
                     # The transaction failed as a whole: nothing of the group is durable. Say so to every
                     # appender and start the next group on a fresh connection.

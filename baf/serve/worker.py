@@ -20,7 +20,10 @@ dead worker's session) goes to one live worker chosen by rendezvous hashing of t
 live workers' ids, so such sessions spread evenly instead of going to whichever worker reads its
 notifications first, and the others spend no round trip on them. If the chosen worker does not take it (it
 died, or is slow), the others' poll finds it and, after a moment (``DEFER_SECONDS``), takes it. A message a
-worker's own client sends is claimed there at once.
+worker's own client sends is claimed there at once. A session given up because its client is on another
+worker (see ``_take``) is claimed by that worker on its next message; if mail for it comes through the
+inbox instead and the hash picks the worker that gave it up, that worker takes it after ``DEFER_SECONDS``
+(a worker with a client of it first), never leaving it to the poll.
 """
 
 from __future__ import annotations
@@ -29,16 +32,18 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import math
 import os
 import socket
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Final
 
+from baf.core.forwarded import FORWARDED_KEY
 from baf.core.runtime import Runtime
-from baf.errors import LogError
-from baf.log.postgres import PostgresLog
-from baf.log.postgres_inbox import INBOX_CHANNEL, RECORDS_CHANNEL, Inbox
+from baf.errors import LogError, LogStorageError
+from baf.log.postgres import PostgresLog, redact_dsn
+from baf.log.postgres_inbox import INBOX_CHANNEL, RECORDS_CHANNEL, Inbox, InboxMessage
 from baf.log.postgres_leases import WORKERS_CHANNEL, Leases
 from baf.log.redaction import log_exception
 from baf.serve.follower import Follower
@@ -53,6 +58,12 @@ logger = logging.getLogger("baf.serve")
 
 #: How long a worker that is not a free session's chosen one waits before it tries to take the session.
 DEFER_SECONDS: Final = 0.05
+
+
+def _from_a_client(message: InboxMessage) -> bool:
+    """Whether a worker forwarded ``message`` for a client of its session connected there, waiting for the
+    answer (the runtime marks such a message: ``FORWARDED_KEY``)."""
+    return message.payload is not None and FORWARDED_KEY in message.payload
 
 
 def default_worker_id() -> str:
@@ -77,9 +88,10 @@ class Worker:
         poll_interval: float = 2.0,
         pool_size: int = 4,
     ) -> None:
-        if poll_interval < 1.0:
+        if not 1.0 <= poll_interval < math.inf:  # nan too; inf: lost notifications would never be found
             raise ValueError(
-                f"poll_interval must be at least 1 second (it only covers lost notifications), got {poll_interval!r}"
+                "poll_interval must be a finite number of seconds, at least 1 (it only covers lost notifications), "
+                f"got {poll_interval!r}"
             )
         self.agent = agent
         self.worker_id = worker_id or default_worker_id()
@@ -132,7 +144,15 @@ class Worker:
             self._stop_listening = None
             await self.log.close()
             raise
-        await self._peers_stale()  # through the one refresh: one a notification started is not overtaken
+        try:
+            await self._list_peers_at_start()
+        except BaseException:  # the database failed: leave nothing open, and no row counting as a live worker
+            await self._stop_listening()
+            self._stop_listening = None
+            with contextlib.suppress(Exception):  # the database may be away: a dead row expires after lease_ttl
+                await asyncio.wait_for(self.leases.release_all({}), 10)
+            await self.log.close()
+            raise
         await self.agent.start(self.runtime)
         self._tasks = [
             asyncio.create_task(self._heartbeats(), name="baf-worker-heartbeat"),
@@ -227,12 +247,32 @@ class Worker:
             self._refreshing = asyncio.create_task(self._refresh_peers(), name="baf-worker-peers")
         return self._refreshing
 
-    async def _refresh_peers(self) -> None:
+    async def _list_peers_at_start(self) -> None:
+        """List the live workers, or raise ``LogStorageError``: a worker that started without them would take
+        every free session it is told of, as if it were alone, until its first heartbeat. Through the one
+        refresh, so that a refresh a notification started meanwhile is not overtaken by an older read."""
+        if self._refreshing is not None and not self._refreshing.done():
+            with contextlib.suppress(Exception):  # one a notification started: it says if it failed
+                await self._refreshing
+        self._peers_stale_since_read = True
+        self._refreshing = asyncio.create_task(self._refresh_peers(strict=True), name="baf-worker-peers")
+        try:
+            await self._refreshing
+        except Exception as exc:
+            raise LogStorageError(
+                redact_dsn(self.log.dsn), f"worker {self.worker_id}: cannot list the live workers at start: {exc}"
+            ) from exc
+
+    async def _refresh_peers(self, strict: bool = False) -> None:
+        """Read the live workers until no notification came during the read; ``strict``: raise if a read
+        fails (at start), else say so and keep the last list (the next heartbeat reads it again)."""
         while self._peers_stale_since_read:
             self._peers_stale_since_read = False
             try:
                 self._peers = await self.leases.live_workers()
-            except Exception as exc:  # the next heartbeat refreshes them
+            except Exception as exc:
+                if strict:
+                    raise
                 logger.warning("worker %s: cannot list the live workers: %s", self.worker_id, exc)
 
     def _want(self, session_id: str, polled: bool = False) -> None:
@@ -328,6 +368,13 @@ class Worker:
             del self._given_up[session_id]
         return self._hash_picks(session_id)
 
+    def _last_resort(self, session_id: str) -> bool:
+        """Whether this worker gave ``session_id`` up lately and the rendezvous hash picks it: then no worker
+        takes the session's mail at once unless a client of it is connected there (the one its client was
+        on may have lost it), so this one takes it after a moment (``DEFER_SECONDS``) rather than leave it
+        to the poll. A worker with a client of it claims it first."""
+        return session_id in self._given_up and self._hash_picks(session_id)
+
     def _hash_picks(self, session_id: str) -> bool:
         """Whether this worker is the one the rendezvous hash picks for ``session_id`` among the live ones."""
         peers = self._peers
@@ -351,7 +398,7 @@ class Worker:
         # Called by the session's one taker task (see _want), so never twice at once for a session.
         if session_id not in self.log.fenced():
             if not self._chosen_for(session_id):
-                if not polled:
+                if not polled and not self._last_resort(session_id):
                     return  # notified: the chosen worker takes it (the poll stands in if it does not)
                 await asyncio.sleep(DEFER_SECONDS)  # the chosen worker first; if it still does not, this one
             elif not polled and not await self.inbox.pending(session_id):
@@ -368,10 +415,12 @@ class Worker:
             return
         for message in messages:
             await self.runtime.receive_forwarded(session_id, message.id, message.payload, message.error)
-        if messages and not self._has_client(session_id):
-            # Its client is on another worker (it reconnected there, or a load balancer sent it there):
-            # give the session up once these are handled, so that its next message is taken where it
-            # arrives rather than come through the inbox and be followed back, round trips each time.
+        if any(_from_a_client(message) for message in messages) and not self._has_client(session_id):
+            # Its client is on another worker (it reconnected there, or a load balancer sent it there), which
+            # forwarded the message: give the session up once these are handled, so that its next message is
+            # taken where it arrives rather than come through the inbox and be followed back, round trips
+            # each time. Mail from elsewhere (no client waits for it anywhere) keeps the session here: its
+            # next message comes through the inbox too, and this worker takes it at once.
             self._given_up[session_id] = asyncio.get_running_loop().time()
             self.runtime.let_go(session_id)
 
