@@ -86,7 +86,13 @@ def redact_dsn(dsn: str) -> str:
     """``dsn`` with its passwords replaced by ``***``, for messages: the one in the user part and the
     ``password`` and ``sslpassword`` options. The rest is kept as written (several hosts, IPv6 brackets)."""
     scheme, rest = dsn.split("://", 1) if "://" in dsn else ("", dsn)
-    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    if _password_not_encoded(rest):
+        # A URL parser cuts the user part at the first "/", "?" or "#" and takes the rest for the path, but
+        # for its writer the password ends at the last "@": hidden up to there (a port followed by an "@" in
+        # the options is hidden too: better too much than a piece of a password).
+        user_part = rest.rpartition("@")[0]
+        rest = f"{user_part.split(':', 1)[0]}:***@{rest[len(user_part) + 1 :]}"
+    end = _netloc_end(rest)
     netloc, tail = rest[:end], rest[end:]
     if "@" in netloc:
         user_part, host_part = netloc.rsplit("@", 1)
@@ -105,6 +111,25 @@ def redact_dsn(dsn: str) -> str:
 
 
 _PASSWORD_OPTIONS: Final = ("password", "sslpassword")
+
+
+def _netloc_end(rest: str) -> int:
+    return min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+
+
+def _password_not_encoded(rest: str) -> bool:
+    """Whether ``rest`` (a URL after ``scheme://``) looks like ``user:pass/word@host...``: a password holding
+    "/", "?" or "#" that was not percent-encoded."""
+    netloc = rest[: _netloc_end(rest)]
+    return "@" not in netloc and ":" in netloc and "@" in rest
+
+
+def _unreadable_url(dsn: str, exc: Exception) -> str:
+    """What to say of a URL the driver could not parse, without quoting a piece of a password (the
+    driver's message quotes the part it choked on, which for a password holding "/" is the password)."""
+    if _password_not_encoded(dsn.split("://", 1)[-1]):
+        return "the URL cannot be read: percent-encode '/', '?', '#' and '@' in the password (%2F, %3F, %23, %40)"
+    return f"the URL cannot be read: {exc}"
 
 
 @dataclass(slots=True)
@@ -307,6 +332,10 @@ class PostgresLog(SessionLog):
                 )
             except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
                 raise LogError(f"cannot open the PostgreSQL log at {where}: {exc}") from exc
+            except ValueError as exc:  # the URL: a port that is not a number, an unknown sslmode ...
+                raise LogError(
+                    f"cannot open the PostgreSQL log at {where}: {_unreadable_url(self._dsn, exc)}"
+                ) from None
             try:
                 async with pool.acquire() as connection:
                     await prepare_schema(connection, where, read_only=self._read_only)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import io
 import logging
 import os
 import signal
@@ -20,10 +21,15 @@ import time
 from collections.abc import Sequence
 from typing import Final
 
-__all__ = ["CONNECTIONS_PER_WORKER", "LOG_VARIABLE", "check_connections", "main", "serve"]
+from baf.wording import agreeing
+
+__all__ = ["CONNECTIONS_PER_WORKER", "INDEX_VARIABLE", "LOG_VARIABLE", "check_connections", "main", "serve"]
 
 #: The environment variable a worker process reads its log URL from (``baf serve`` sets it).
 LOG_VARIABLE = "BAF_SERVE_LOG"
+#: The environment variable that numbers ``baf serve``'s workers from 0: only worker 0 shows what the agent
+#: file prints as it loads (a banner, say), so it shows once, not once per worker.
+INDEX_VARIABLE = "BAF_SERVE_WORKER_INDEX"
 
 
 #: The database connections one worker holds: its store's reading pool (4), its writer, the listener of
@@ -46,7 +52,7 @@ def serve(
     # The URL goes to the workers in their environment, not on their command lines: any user of the host
     # can read a process's arguments (ps), and the URL may hold the database password.
     environment = {**os.environ, LOG_VARIABLE: dsn}
-    children = [subprocess.Popen(command, env=environment) for _ in range(workers)]
+    children = [subprocess.Popen(command, env={**environment, INDEX_VARIABLE: str(i)}) for i in range(workers)]
 
     def forward(signum: int, _frame: object) -> None:
         for child in children:
@@ -113,7 +119,7 @@ def _death_notice(pid: int, signum: int, running: int, lease_ttl: float) -> str:
     if running == 0:
         after = "none still running: a worker started on this database takes its sessions over once"
     else:
-        after = f"{running} still running: {'it takes' if running == 1 else 'they take'} its sessions over once"
+        after = f"{running} still running: {agreeing(running, 'it takes', 'they take')} its sessions over once"
     expiry = f"its leases expire, {lease_ttl:g} s after its last heartbeat"
     return f"baf serve: worker {pid} was killed by signal {signum}; {after} {expiry}\n"
 
@@ -126,7 +132,10 @@ async def _run_worker(path: str, dsn: str, lease_ttl: float, poll_interval: floa
     # As under agent.run(): without this a worker would not say where its platforms listen (INFO lines).
     _show_baf_log_lines()
 
-    agent = load_agent_file(path)
+    # Every worker loads the same file: what it prints as it loads would show once per worker.
+    first = os.environ.get(INDEX_VARIABLE, "0") == "0"
+    with contextlib.nullcontext() if first else contextlib.redirect_stdout(io.StringIO()):
+        agent = load_agent_file(path)
     if not agent.platforms:
         # Legitimate (workers that only take over sessions and forwarded messages), but a new user serving
         # an agent written for baf run, which adds the terminal, would otherwise wait for nothing.
