@@ -9,11 +9,14 @@ refused with a ``LogError``; see ``baf.log.postgres_schema``):
 - ``baf_sessions(session_id, ordinal)``: one row per session, ``ordinal`` from a sequence at its first
   append, so ``sessions()`` lists them in order of first record without scanning the records.
 
-**Group commit.** Every ``append`` joins a queue; a writer task takes everything queued and commits it in
+**Group commit.** Every ``append`` joins a queue; a writer task takes what is queued and commits it in
 one statement, so appends that arrive together (from many sessions) share one round trip and one WAL flush.
-The writer has a connection of its own (appends never wait for readers). It computes the unfinished-work
-index from what it knows of each session's last append, so the common group needs no read first (see
-``Known``). If the statement is refused as a whole (a conflict, a lost lease, an inbox row gone),
+The writer has connections of its own (appends never wait for readers): two, so that the next group goes
+out while one is being committed; a session's appends are never in two groups at once, so they commit in
+the order made. A committed group wakes its appenders a few at a time (``RESUME_CHUNK``), reading the
+sockets in between, so that sessions committed together do not go on in step. The writer computes the
+unfinished-work index from what it knows of each session's last append, so the common group needs no read
+first (see ``Known``). If the statement is refused as a whole (a conflict, a lost lease, an inbox row gone),
 nothing of it was written and the group is committed again append by append, each in a savepoint of its
 own: the refused append fails alone (``LogConflictError``, ``LeaseLostError``, ``LogError``) while the rest
 commits. When the transaction itself fails (the connection dropped, the server restarted) every append of
@@ -98,6 +101,16 @@ def redact_dsn(dsn: str) -> str:
 _PASSWORD_OPTIONS: Final = ("password", "sslpassword")
 
 
+#: Group statements one store has in flight at once, each on a writer connection of its own: a group goes
+#: out as soon as a connection is free, while the other one is being committed.
+WRITER_CONNECTIONS: Final = 2
+#: How many appenders a committed group wakes per turn of the event loop. Between two such turns the loop
+#: reads its sockets, so the next commits of the sessions woken first go out (and come back) while later
+#: ones still run: a hundred sessions committed together do not all go on together, in step, to wake
+#: together at their next model answer and queue for the loop and the writer again at every turn.
+RESUME_CHUNK: Final = 8
+
+
 @dataclass(slots=True)
 class _Writer:
     """The writer task's state for one opening of the store."""
@@ -106,6 +119,17 @@ class _Writer:
     wakeup: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
     closing: bool = False
+    #: The writer connections (``None``: not open yet, or dropped after a failure) and which are free.
+    connections: list[asyncpg.Connection | None] = field(default_factory=lambda: [None] * WRITER_CONNECTIONS)
+    free: list[int] = field(default_factory=lambda: list(range(WRITER_CONNECTIONS)))
+    #: The sessions some group in flight appends to: their next appends wait for it (they commit in order).
+    busy: set[str] = field(default_factory=set)
+    commits: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def ended(self, commit: asyncio.Task[None]) -> None:
+        """A commit task is over (its appenders woken): a closing writer may be done."""
+        self.commits.discard(commit)
+        self.wakeup.set()
 
 
 class PostgresLog(SessionLog):
@@ -334,46 +358,79 @@ class PostgresLog(SessionLog):
         await future
 
     async def _write_loop(self, writer: _Writer) -> None:
-        """Commit what is queued, group by group, until the store closes and the queue is empty."""
-        connection: asyncpg.Connection | None = None
+        """Send what is queued as groups, each on a free writer connection, until the store closes and
+        nothing is queued or in flight. A session's appends commit in the order made: one that a group in
+        flight writes to waits (with the appends after it to the same session) for that group to end."""
         try:
             while True:
-                if not writer.queue:
-                    if writer.closing:
-                        return
-                    writer.wakeup.clear()
-                    await writer.wakeup.wait()
-                    continue
-                group, writer.queue = writer.queue, []
-                try:
-                    if connection is None or connection.is_closed():
-                        connection = await self._connect()
-                    await self._commit_group(connection, group)
-                except Exception as exc:
-                    # The transaction failed as a whole: nothing of the group is durable. Say so to every
-                    # appender and start the next group on a fresh connection.
-                    error = LogError(
-                        f"{self!r}: the commit failed and this append was not acknowledged ({exc}); if the "
-                        "connection dropped during the commit itself it may still have been written: read the "
-                        "session to know"
-                    )
-                    error.__cause__ = exc
-                    for batch in group:
-                        if not batch.future.done():
-                            batch.future.set_exception(error)
-                    if connection is not None:
-                        connection.terminate()
-                    connection = None
+                if writer.queue and writer.free:
+                    group = _next_group(writer)
+                    if group:
+                        slot = writer.free.pop()
+                        commit = asyncio.create_task(self._commit(writer, slot, group), name="baf-postgres-commit")
+                        writer.commits.add(commit)
+                        commit.add_done_callback(writer.ended)
+                        continue
+                if writer.closing and not writer.queue and not writer.commits:
+                    return
+                writer.wakeup.clear()
+                await writer.wakeup.wait()
         finally:
+            for commit in list(writer.commits):  # close() waits for them before it stops the loop
+                commit.cancel()
             for batch in writer.queue:
                 if not batch.future.done():
                     batch.future.set_exception(LogClosedError(f"{self!r} closed before this append was written"))
-            if connection is not None:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(connection.close(), 5)
+            for connection in writer.connections:
+                if connection is not None:
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(connection.close(), 5)
 
-    async def _commit_group(self, connection: asyncpg.Connection, group: list[Batch]) -> None:
-        """Commit ``group`` and settle each append's future.
+    async def _commit(self, writer: _Writer, slot: int, group: list[Batch]) -> None:
+        """Commit ``group`` on writer connection ``slot``, then wake its appenders, ``RESUME_CHUNK`` per
+        turn of the loop. The connection and the group's sessions are free again once the commit ended."""
+        outcomes: list[BaseException | None]
+        try:
+            connection = writer.connections[slot]
+            if connection is None or connection.is_closed():
+                connection = writer.connections[slot] = await self._connect()
+            outcomes = await self._commit_group(connection, group)
+        except asyncio.CancelledError:  # the loop is shutting down: the group may or may not be durable
+            for batch in group:
+                if not batch.future.done():
+                    batch.future.set_exception(
+                        LogClosedError(f"{self!r} closed while this append was being committed: read the session")
+                    )
+            raise
+        except Exception as exc:
+            # The transaction failed as a whole: nothing of the group is durable. Say so to every appender
+            # and open a fresh connection for the next group on this slot.
+            error = LogError(
+                f"{self!r}: the commit failed and this append was not acknowledged ({exc}); if the "
+                "connection dropped during the commit itself it may still have been written: read the "
+                "session to know"
+            )
+            error.__cause__ = exc
+            outcomes = [error] * len(group)
+            connection = writer.connections[slot]
+            if connection is not None:
+                connection.terminate()
+            writer.connections[slot] = None
+        finally:
+            writer.free.append(slot)
+            writer.busy.difference_update(_sessions_of(group))
+            writer.wakeup.set()
+        for start in range(0, len(group), RESUME_CHUNK):
+            if start:
+                try:
+                    await asyncio.sleep(0)  # the loop reads its sockets before the next chunk's appenders run
+                except asyncio.CancelledError:
+                    _settle(group[start:], outcomes[start:])
+                    raise
+            _settle(group[start : start + RESUME_CHUNK], outcomes[start : start + RESUME_CHUNK])
+
+    async def _commit_group(self, connection: asyncpg.Connection, group: list[Batch]) -> list[BaseException | None]:
+        """Commit ``group``; return each append's outcome (``None``: committed, else its error).
 
         First all of it at once: one statement (one round trip) when the writer knows the work statuses of
         the sessions it touches, else a read of them and that statement in a transaction. If that
@@ -386,10 +443,7 @@ class PostgresLog(SessionLog):
         except refused:
             pass
         else:
-            for batch in group:
-                if not batch.future.done():
-                    batch.future.set_result(None)
-            return
+            return [None] * len(group)
         outcomes: list[BaseException | None] = []
         async with connection.transaction():
             for batch in group:
@@ -399,13 +453,7 @@ class PostgresLog(SessionLog):
                     outcomes.append(None)
                 except _refusals() as exc:
                     outcomes.append(await _refusal(connection, batch, exc))
-        for batch, outcome in zip(group, outcomes, strict=True):
-            if batch.future.done():
-                continue
-            if outcome is None:
-                batch.future.set_result(None)
-            else:
-                batch.future.set_exception(outcome)
+        return outcomes
 
     async def _commit_together(self, connection: asyncpg.Connection, group: list[Batch]) -> None:
         """Commit every append of ``group`` in one transaction, or raise (``Refused`` or what PostgreSQL
@@ -573,6 +621,47 @@ _SELECT_AFTER_MANY: Final = """
 SELECT u.s, u.a, r.seq, r.kind, r.data, r.ts, r.version FROM unnest($1::text[], $2::bigint[]) AS u(s, a)
 JOIN baf_records r ON r.session_id = u.s AND r.seq > u.a ORDER BY u.s, u.a, r.seq
 """
+
+
+def _settle(batches: list[Batch], outcomes: list[BaseException | None]) -> None:
+    """Give each append its outcome (``None``: committed)."""
+    for batch, outcome in zip(batches, outcomes, strict=True):
+        if batch.future.done():
+            continue
+        if outcome is None:
+            batch.future.set_result(None)
+        else:
+            batch.future.set_exception(outcome)
+
+
+def _sessions_of(group: list[Batch]) -> set[str]:
+    return {name for batch in group for name in _batch_sessions(batch)}
+
+
+def _batch_sessions(batch: Batch) -> set[str]:
+    names = {row[0] for row in batch.rows}
+    if batch.consumes is not None:
+        names.add(batch.consumes[0])
+    return names
+
+
+def _next_group(writer: _Writer) -> list[Batch]:
+    """Take from the queue the appends whose sessions no group in flight writes to (nor an append left
+    waiting before them), in order; mark their sessions busy."""
+    group: list[Batch] = []
+    waiting: list[Batch] = []
+    held = writer.busy
+    blocked: set[str] = set()
+    for batch in writer.queue:
+        names = _batch_sessions(batch)
+        if held.isdisjoint(names) and blocked.isdisjoint(names):
+            group.append(batch)
+        else:
+            waiting.append(batch)
+            blocked |= names
+    writer.queue = waiting
+    held.update(_sessions_of(group))
+    return group
 
 
 async def _no_reset(_connection: asyncpg.Connection) -> None:
