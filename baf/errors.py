@@ -28,7 +28,8 @@
     │   ├── LogStorageError         the store's file or database failed (damaged, unreadable, disk
     │   │                           error); names the path, and the session and seq where known
     │   ├── LogReadOnlyError        append on a store opened read-only
-    │   ├── LogInUseError           another process writes this SQLite log; names the file and the holder
+    │   ├── LogInUseError           another process writes this log (a SQLite file's other writer; on
+    │   │                           PostgreSQL, workers or a plain process); names the log and the holder
     │   └── LeaseLostError          this worker no longer owns the session (another took it over)
     ├── LLMError                    the model could not be used
     │   ├── LLMConnectionError      the server could not be reached, or its streamed answer broke off
@@ -73,6 +74,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
+
+from baf.wording import counted
 
 __all__ = [
     "AgentFileError",
@@ -140,8 +143,7 @@ class AgentFileError(ConfigurationError):
         self.path = path
         self.problems = list(problems)
         shown = "\n".join(f"  {path}:{line}:{column}: {message}" for _, line, column, message in self.problems)
-        count = len(self.problems)
-        super().__init__(f"{path}: {count} problem{'s' if count != 1 else ''}\n{shown}")
+        super().__init__(f"{path}: {counted(len(self.problems), 'problem')}\n{shown}")
 
 
 class MissingExtraError(ConfigurationError, ImportError):
@@ -310,14 +312,22 @@ class LogReadOnlyError(LogError):
 
 
 class LogInUseError(LogError):
-    """A second process opened a SQLite log for writing while another writes it (one writing process per
-    file: ``baf.log.sqlite_lock``). ``path`` is the log; ``holder`` says which process holds it (pid, host,
-    command line) when it could be read. Reading (``read_only=True``) is not refused."""
+    """A log opened for writing while another process writes it, and nothing was written.
 
-    def __init__(self, path: object, holder: str | None = None) -> None:
+    A SQLite log has one writing process (``baf.log.sqlite_lock``). A PostgreSQL log is written either by
+    ``baf serve`` workers, each session fenced by its lease, or by one plain process (``baf run``,
+    ``agent.run()``) alone (``baf.log.postgres_lock``): a plain process opening a log that workers or
+    another plain process write is refused, and so is a worker opening a log a plain process writes.
+    ``path`` is the log; ``holder`` says who holds it (for SQLite its pid, host and command line; for
+    PostgreSQL the holding connections' names) when that could be read; ``reason``, when given, is the
+    whole explanation. Reading (``read_only=True``) is never refused."""
+
+    def __init__(self, path: object, holder: str | None = None, *, reason: str | None = None) -> None:
         who = f"by {holder}" if holder else "by another process"
         super().__init__(
-            f"{path}: this SQLite log is already open for writing {who}; a SQLite log has one writing process "
+            f"{path}: {reason}"
+            if reason is not None
+            else f"{path}: this SQLite log is already open for writing {who}; a SQLite log has one writing process "
             "(stop that one, open the log read-only, or use PostgreSQL for many workers: baf serve)"
         )
         self.path = path

@@ -168,7 +168,7 @@ async def postgres_run(
             assert process.stdout is not None
             line = await asyncio.to_thread(process.stdout.readline)
             assert line.startswith("READY"), line
-        async with PostgresLog(dsn) as log:
+        async with PostgresLog(dsn, worker_id="bench-forwarder") as log:  # a worker forwarding messages
             inbox = Inbox(log)
             connection = await asyncpg.connect(dsn)
             try:

@@ -34,6 +34,7 @@ from baf.core.writer import SessionWriter
 from baf.errors import (
     ConfigurationError,
     CorruptSnapshotError,
+    LeaseLostError,
     LogClosedError,
     LogError,
     SessionIdError,
@@ -166,6 +167,8 @@ class Runtime:
         self._mailboxes: dict[str, deque[_Item]] = {}
         # Leases being given up (a worker's dropped sessions), by session: claimed again only after.
         self._releasing: dict[str, asyncio.Future[None]] = {}
+        # Sessions being followed because an append found their lease lost (see _evict).
+        self._following_lost: set[asyncio.Future[None]] = set()
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._check_queued: set[str] = set()
         self._machine: AsyncMachine | None = None
@@ -634,7 +637,9 @@ class Runtime:
                     view.forwarded = ForwardedMessages()
                 handled = view.forwarded.add(data[FORWARDED_KEY])
         try:
-            await self.router.forward(event.session_id, data, platform)
+            # Redacted as the owner's record of it will be: the inbox is a table of the database too, and
+            # a row consumed stays in its files until vacuumed. The owner handles what it was given.
+            await self.router.forward(event.session_id, self.agent.redactor.redact(data), platform)
         except BaseException:
             if handled is not None:
                 handled.cancel()
@@ -835,6 +840,19 @@ class Runtime:
         self._workers.pop(live.id, None)
         if self._machine is not None and live.machine_model is not None:
             self._machine.remove_model(live.machine_model)
+        platform = live.platform
+        if isinstance(exc, LeaseLostError) and self.router is not None and platform and platform.has_client(live.id):
+            # Another worker runs it now (this one was paused past its lease, and its append was the first to
+            # find out, before a heartbeat could): its clients here follow it from the log from now on.
+            following = asyncio.ensure_future(self._follow_lost(live.id, platform))
+            self._following_lost.add(following)
+            following.add_done_callback(self._following_lost.discard)
+
+    async def _follow_lost(self, session_id: str, platform: Platform) -> None:
+        try:
+            await self.follow(session_id, platform)
+        except LogError as exc:  # the database is away: the client gets it on its next message or reconnect
+            logger.warning("session %s: cannot follow it: %s", session_id, exc)
 
 
 class _SessionsView(Mapping[str, Session]):

@@ -9,22 +9,26 @@ refused with a ``LogError``; see ``baf.log.postgres_schema``):
 - ``baf_sessions(session_id, ordinal)``: one row per session, ``ordinal`` from a sequence at its first
   append, so ``sessions()`` lists them in order of first record without scanning the records.
 
-**Group commit.** Every ``append`` joins a queue; a writer task takes what is queued and commits it in
+**Group commit.** Every ``append`` joins a queue; a writer task takes everything queued and commits it in
 one statement, so appends that arrive together (from many sessions) share one round trip and one WAL flush.
-The writer has connections of its own (appends never wait for readers): two, so that the next group goes
-out while one is being committed; a session's appends are never in two groups at once, so they commit in
-the order made. A committed group wakes its appenders a few at a time (``RESUME_CHUNK``), reading the
-sockets in between, so that sessions committed together do not go on in step. The writer computes the
-unfinished-work index from what it knows of each session's last append, so the common group needs no read
-first (see ``Known``). If the statement is refused as a whole (a conflict, a lost lease, an inbox row gone),
-nothing of it was written and the group is committed again append by append, each in a savepoint of its
-own: the refused append fails alone (``LogConflictError``, ``LeaseLostError``, ``LogError``) while the rest
-commits. When the transaction itself fails (the connection dropped, the server restarted) every append of
-the group fails with ``LogError``: none is acknowledged, none is dropped silently, and the writer
-reconnects for the next group.
+The writer has a connection of its own (appends never wait for readers). A committed group wakes its
+appenders a few at a time (``RESUME_CHUNK``), reading the sockets in between, so that sessions committed
+together do not go on in step. The writer computes the unfinished-work index from what it knows of each
+session's last append, so the common group needs no read first (see ``Known``). If the statement is
+refused as a whole (a conflict, a lost lease, an inbox row gone), nothing of it was written and the group
+is committed again append by append, each in a savepoint of its own: the refused append fails alone
+(``LogConflictError``, ``LeaseLostError``, ``LogError``) while the rest commits. When the transaction
+itself fails (the connection dropped, the server restarted) every append of the group fails with
+``LogError``: none is acknowledged, none is dropped silently, and the writer reconnects for the next group.
 
 Reads use a small pool of other connections, so readers never wait for the writer; a pool that stays busy
 fails a read with ``LogStorageError`` after ``acquire_timeout`` instead of waiting forever.
+
+**Workers, or one plain writer.** The writer's connection holds the log's writer lock
+(``baf.log.postgres_lock``) from ``start()`` to ``close()``: shared in a worker's store, exclusive in a
+plain one (no ``worker_id``: no leases, so it must write alone). A store that cannot take it is refused at
+start with ``LogInUseError``; a writer whose connection dropped takes it again before its next commit.
+Read-only stores take none.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from baf.errors import (
     LogClosedError,
     LogConflictError,
     LogError,
+    LogInUseError,
     LogReadOnlyError,
     LogStorageError,
     MissingExtraError,
@@ -52,6 +57,7 @@ from baf.log import upcast as upcast_module
 from baf.log.jsontext import decode_json
 from baf.log.postgres_batch import Coalescer
 from baf.log.postgres_commit import Batch, Known, Plan, Refused, Row, Stored, stored_work
+from baf.log.postgres_lock import take_writer_lock
 from baf.log.postgres_schema import SCHEMA_VERSION, prepare_schema
 from baf.log.record import Record
 from baf.log.row_codec import MAX_INT32, encode_fields
@@ -80,7 +86,13 @@ def redact_dsn(dsn: str) -> str:
     """``dsn`` with its passwords replaced by ``***``, for messages: the one in the user part and the
     ``password`` and ``sslpassword`` options. The rest is kept as written (several hosts, IPv6 brackets)."""
     scheme, rest = dsn.split("://", 1) if "://" in dsn else ("", dsn)
-    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    if _password_not_encoded(rest):
+        # A URL parser cuts the user part at the first "/", "?" or "#" and takes the rest for the path, but
+        # for its writer the password ends at the last "@": hidden up to there (a port followed by an "@" in
+        # the options is hidden too: better too much than a piece of a password).
+        user_part = rest.rpartition("@")[0]
+        rest = f"{user_part.split(':', 1)[0]}:***@{rest[len(user_part) + 1 :]}"
+    end = _netloc_end(rest)
     netloc, tail = rest[:end], rest[end:]
     if "@" in netloc:
         user_part, host_part = netloc.rsplit("@", 1)
@@ -101,9 +113,25 @@ def redact_dsn(dsn: str) -> str:
 _PASSWORD_OPTIONS: Final = ("password", "sslpassword")
 
 
-#: Group statements one store has in flight at once, each on a writer connection of its own: a group goes
-#: out as soon as a connection is free, while the other one is being committed.
-WRITER_CONNECTIONS: Final = 2
+def _netloc_end(rest: str) -> int:
+    return min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+
+
+def _password_not_encoded(rest: str) -> bool:
+    """Whether ``rest`` (a URL after ``scheme://``) looks like ``user:pass/word@host...``: a password holding
+    "/", "?" or "#" that was not percent-encoded."""
+    netloc = rest[: _netloc_end(rest)]
+    return "@" not in netloc and ":" in netloc and "@" in rest
+
+
+def _unreadable_url(dsn: str, exc: Exception) -> str:
+    """What to say of a URL the driver could not parse, without quoting a piece of a password (the
+    driver's message quotes the part it choked on, which for a password holding "/" is the password)."""
+    if _password_not_encoded(dsn.split("://", 1)[-1]):
+        return "the URL cannot be read: percent-encode '/', '?', '#' and '@' in the password (%2F, %3F, %23, %40)"
+    return f"the URL cannot be read: {exc}"
+
+
 #: How many appenders a committed group wakes per turn of the event loop. Between two such turns the loop
 #: reads its sockets, so the next commits of the sessions woken first go out (and come back) while later
 #: ones still run: a hundred sessions committed together do not all go on together, in step, to wake
@@ -117,19 +145,10 @@ class _Writer:
 
     queue: list[Batch] = field(default_factory=list)
     wakeup: asyncio.Event = field(default_factory=asyncio.Event)
+    #: The connection opened (and locked) at start, handed to the writer task.
+    connection: asyncpg.Connection | None = None
     task: asyncio.Task[None] | None = None
     closing: bool = False
-    #: The writer connections (``None``: not open yet, or dropped after a failure) and which are free.
-    connections: list[asyncpg.Connection | None] = field(default_factory=lambda: [None] * WRITER_CONNECTIONS)
-    free: list[int] = field(default_factory=lambda: list(range(WRITER_CONNECTIONS)))
-    #: The sessions some group in flight appends to: their next appends wait for it (they commit in order).
-    busy: set[str] = field(default_factory=set)
-    commits: set[asyncio.Task[None]] = field(default_factory=set)
-
-    def ended(self, commit: asyncio.Task[None]) -> None:
-        """A commit task is over (its appenders woken): a closing writer may be done."""
-        self.commits.discard(commit)
-        self.wakeup.set()
 
 
 class PostgresLog(SessionLog):
@@ -147,6 +166,11 @@ class PostgresLog(SessionLog):
     row, that the lease still has the epoch it was taken with. A takeover (which bumps the epoch) and such
     an append therefore serialise on that row: after a takeover the old owner's appends fail with
     ``LeaseLostError`` and write nothing, however long it was paused.
+
+    Without ``worker_id`` the store is a plain process's (``baf run``, ``agent.run()``): it takes no lease, so
+    it writes only alone. ``start()`` raises ``LogInUseError``, naming the holders, when workers or another
+    plain store write the log; a worker's store is refused the same way while a plain store writes it
+    (``baf.log.postgres_lock``).
 
     ``start()`` is optional: the first call opens the store. ``close()`` commits what is queued, then
     closes; after it every call raises ``LogClosedError`` until ``start()``.
@@ -223,14 +247,24 @@ class PostgresLog(SessionLog):
             await pool.release(connection)
 
     async def _connect(self) -> asyncpg.Connection:
-        """A writer's connection: its own, outside the pool (appends never wait for readers)."""
+        """A writer's connection: its own, outside the pool (appends never wait for readers), holding the
+        writer lock for as long as it is open (``baf.log.postgres_lock``): every commit is made under it.
+        ``LogInUseError`` if another process holds the lock."""
         driver = _import_asyncpg()
+        where = redact_dsn(self._dsn)
         try:
             connection: asyncpg.Connection = await driver.connect(
                 self._dsn, timeout=self._connect_timeout, command_timeout=None
             )
         except (TimeoutError, OSError, driver.PostgresError) as exc:
-            raise LogStorageError(redact_dsn(self._dsn), f"cannot open a database connection: {exc}") from exc
+            raise LogStorageError(where, f"cannot open a database connection: {exc}") from exc
+        try:
+            await take_writer_lock(connection, where, self._worker_id)
+        except BaseException as exc:
+            connection.terminate()
+            if isinstance(exc, driver.PostgresError):
+                raise LogStorageError(where, f"cannot take the log's writer lock: {exc}") from exc
+            raise
         return connection
 
     async def _acquire(self, pool: asyncpg.Pool) -> asyncpg.Connection:
@@ -276,6 +310,10 @@ class PostgresLog(SessionLog):
                 )
             except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
                 raise LogError(f"cannot open the PostgreSQL log at {where}: {exc}") from exc
+            except ValueError as exc:  # the URL: a port that is not a number, an unknown sslmode ...
+                raise LogError(
+                    f"cannot open the PostgreSQL log at {where}: {_unreadable_url(self._dsn, exc)}"
+                ) from None
             try:
                 async with pool.acquire() as connection:
                     await prepare_schema(connection, where, read_only=self._read_only)
@@ -285,10 +323,18 @@ class PostgresLog(SessionLog):
             except BaseException:
                 await pool.close()
                 raise
+            writer: _Writer | None = None
+            if not self._read_only:
+                # The writer lock, on the connection the writer commits on: refused here, at start, when
+                # another process holds it (see baf.log.postgres_lock).
+                try:
+                    writer = _Writer(connection=await self._connect())
+                except BaseException:
+                    await pool.close()
+                    raise
             self._pool = pool
             self._closed = False
-            if not self._read_only:
-                writer = _Writer()
+            if writer is not None:
                 writer.task = asyncio.create_task(self._write_loop(writer), name="baf-postgres-writer")
                 self._writer = writer
 
@@ -358,76 +404,47 @@ class PostgresLog(SessionLog):
         await future
 
     async def _write_loop(self, writer: _Writer) -> None:
-        """Send what is queued as groups, each on a free writer connection, until the store closes and
-        nothing is queued or in flight. A session's appends commit in the order made: one that a group in
-        flight writes to waits (with the appends after it to the same session) for that group to end."""
+        """Commit what is queued, group by group, until the store closes and the queue is empty."""
+        connection, writer.connection = writer.connection, None
         try:
             while True:
-                if writer.queue and writer.free:
-                    group = _next_group(writer)
-                    if group:
-                        slot = writer.free.pop()
-                        commit = asyncio.create_task(self._commit(writer, slot, group), name="baf-postgres-commit")
-                        writer.commits.add(commit)
-                        commit.add_done_callback(writer.ended)
-                        continue
-                if writer.closing and not writer.queue and not writer.commits:
-                    return
-                writer.wakeup.clear()
-                await writer.wakeup.wait()
+                if not writer.queue:
+                    if writer.closing:
+                        return
+                    writer.wakeup.clear()
+                    await writer.wakeup.wait()
+                    continue
+                group, writer.queue = writer.queue, []
+                try:
+                    if connection is None or connection.is_closed():
+                        connection = await self._connect()
+                    _settle_in_chunks(group, await self._commit_group(connection, group))
+                except LogInUseError as exc:  # the connection was lost, and another process took the lock
+                    for batch in group:
+                        if not batch.future.done():
+                            batch.future.set_exception(exc)
+                except Exception as exc:
+                    # The transaction failed as a whole: nothing of the group is durable. Say so to every
+                    # appender and start the next group on a fresh connection.
+                    error = LogError(
+                        f"{self!r}: the commit failed and this append was not acknowledged ({exc}); if the "
+                        "connection dropped during the commit itself it may still have been written: read the "
+                        "session to know"
+                    )
+                    error.__cause__ = exc
+                    for batch in group:
+                        if not batch.future.done():
+                            batch.future.set_exception(error)
+                    if connection is not None:
+                        connection.terminate()
+                    connection = None
         finally:
-            for commit in list(writer.commits):  # close() waits for them before it stops the loop
-                commit.cancel()
             for batch in writer.queue:
                 if not batch.future.done():
                     batch.future.set_exception(LogClosedError(f"{self!r} closed before this append was written"))
-            for connection in writer.connections:
-                if connection is not None:
-                    with contextlib.suppress(Exception):
-                        await asyncio.wait_for(connection.close(), 5)
-
-    async def _commit(self, writer: _Writer, slot: int, group: list[Batch]) -> None:
-        """Commit ``group`` on writer connection ``slot``, then wake its appenders, ``RESUME_CHUNK`` per
-        turn of the loop. The connection and the group's sessions are free again once the commit ended."""
-        outcomes: list[BaseException | None]
-        try:
-            connection = writer.connections[slot]
-            if connection is None or connection.is_closed():
-                connection = writer.connections[slot] = await self._connect()
-            outcomes = await self._commit_group(connection, group)
-        except asyncio.CancelledError:  # the loop is shutting down: the group may or may not be durable
-            for batch in group:
-                if not batch.future.done():
-                    batch.future.set_exception(
-                        LogClosedError(f"{self!r} closed while this append was being committed: read the session")
-                    )
-            raise
-        except Exception as exc:
-            # The transaction failed as a whole: nothing of the group is durable. Say so to every appender
-            # and open a fresh connection for the next group on this slot.
-            error = LogError(
-                f"{self!r}: the commit failed and this append was not acknowledged ({exc}); if the "
-                "connection dropped during the commit itself it may still have been written: read the "
-                "session to know"
-            )
-            error.__cause__ = exc
-            outcomes = [error] * len(group)
-            connection = writer.connections[slot]
             if connection is not None:
-                connection.terminate()
-            writer.connections[slot] = None
-        finally:
-            writer.free.append(slot)
-            writer.busy.difference_update(_sessions_of(group))
-            writer.wakeup.set()
-        for start in range(0, len(group), RESUME_CHUNK):
-            if start:
-                try:
-                    await asyncio.sleep(0)  # the loop reads its sockets before the next chunk's appenders run
-                except asyncio.CancelledError:
-                    _settle(group[start:], outcomes[start:])
-                    raise
-            _settle(group[start : start + RESUME_CHUNK], outcomes[start : start + RESUME_CHUNK])
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(connection.close(), 5)
 
     async def _commit_group(self, connection: asyncpg.Connection, group: list[Batch]) -> list[BaseException | None]:
         """Commit ``group``; return each append's outcome (``None``: committed, else its error).
@@ -623,45 +640,19 @@ JOIN baf_records r ON r.session_id = u.s AND r.seq > u.a ORDER BY u.s, u.a, r.se
 """
 
 
-def _settle(batches: list[Batch], outcomes: list[BaseException | None]) -> None:
-    """Give each append its outcome (``None``: committed)."""
-    for batch, outcome in zip(batches, outcomes, strict=True):
+def _settle_in_chunks(group: list[Batch], outcomes: list[BaseException | None], start: int = 0) -> None:
+    """Give the appends of a committed group their outcomes (``None``: committed), ``RESUME_CHUNK`` now and
+    the next ones at the next turn of the loop, and so on (the writer goes on with the next group meanwhile)."""
+    end = start + RESUME_CHUNK
+    for batch, outcome in zip(group[start:end], outcomes[start:end], strict=True):
         if batch.future.done():
             continue
         if outcome is None:
             batch.future.set_result(None)
         else:
             batch.future.set_exception(outcome)
-
-
-def _sessions_of(group: list[Batch]) -> set[str]:
-    return {name for batch in group for name in _batch_sessions(batch)}
-
-
-def _batch_sessions(batch: Batch) -> set[str]:
-    names = {row[0] for row in batch.rows}
-    if batch.consumes is not None:
-        names.add(batch.consumes[0])
-    return names
-
-
-def _next_group(writer: _Writer) -> list[Batch]:
-    """Take from the queue the appends whose sessions no group in flight writes to (nor an append left
-    waiting before them), in order; mark their sessions busy."""
-    group: list[Batch] = []
-    waiting: list[Batch] = []
-    held = writer.busy
-    blocked: set[str] = set()
-    for batch in writer.queue:
-        names = _batch_sessions(batch)
-        if held.isdisjoint(names) and blocked.isdisjoint(names):
-            group.append(batch)
-        else:
-            waiting.append(batch)
-            blocked |= names
-    writer.queue = waiting
-    held.update(_sessions_of(group))
-    return group
+    if end < len(group):
+        asyncio.get_running_loop().call_soon(_settle_in_chunks, group, outcomes, end)
 
 
 async def _no_reset(_connection: asyncpg.Connection) -> None:

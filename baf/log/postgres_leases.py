@@ -24,7 +24,7 @@ import asyncio
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from baf.errors import ConfigurationError
 from baf.log.postgres_batch import Coalescer
@@ -33,10 +33,14 @@ from baf.log.postgres_inbox import INBOX_CHANNEL
 if TYPE_CHECKING:
     from baf.log.postgres import PostgresLog
 
-__all__ = ["WORKERS_CHANNEL", "LeaseInfo", "Leases"]
+__all__ = ["MAX_LEASE_TTL", "WORKERS_CHANNEL", "LeaseInfo", "Leases"]
 
 #: Notified with a worker's id when it registers or leaves, so that the others refresh their list of peers.
 WORKERS_CHANNEL = "baf_workers"
+
+#: The longest lease (seconds): a dead worker's sessions wait that long for another. Longer is a mistake
+#: (a day without a heartbeat is a dead worker), and past a point PostgreSQL cannot hold the interval.
+MAX_LEASE_TTL: Final = 86400.0
 
 # Whether the worker taking a lease is its id's current incarnation ($4: its registration's started_at; NULL
 # for a store that never registered, as in tests of leases alone). An id taken over by another process
@@ -119,8 +123,8 @@ class Leases:
     def __init__(self, log: PostgresLog, ttl: float = 10.0) -> None:
         if log.worker_id is None:
             raise ValueError("Leases need a worker's store: PostgresLog(dsn, worker_id=...)")
-        if ttl <= 0:
-            raise ValueError(f"ttl must be > 0 seconds, got {ttl!r}")
+        if not 0 < ttl <= MAX_LEASE_TTL:  # nan too: PostgreSQL takes no nan interval, nor an infinite one
+            raise ValueError(f"ttl must be > 0 and at most {MAX_LEASE_TTL:g} seconds, got {ttl!r}")
         self._log = log
         self.worker_id: str = log.worker_id
         self.ttl = ttl

@@ -94,6 +94,7 @@ async def prepare_schema(connection: asyncpg.Connection, where: str, *, read_onl
         if read_only:
             if stored is None:
                 raise LogError(f"{where}: there is no baf log in this database")
+            await _check_tables(connection, where, stored)
             return
         if stored is None:
             await connection.execute(_CREATE)
@@ -101,6 +102,8 @@ async def prepare_schema(connection: asyncpg.Connection, where: str, *, read_onl
                 "INSERT INTO baf_meta (key, value) VALUES ('schema_version', $1)", str(SCHEMA_VERSION)
             )
             return
+        if stored == SCHEMA_VERSION:
+            await _check_tables(connection, where, stored)
         for version in range(stored, SCHEMA_VERSION):
             await connection.execute(UPGRADES[version])
             if version == 1:
@@ -131,12 +134,34 @@ async def _fill_work_index(connection: asyncpg.Connection) -> None:
     )
 
 
+#: The tables each schema version has (a version's tables and those of the versions before it).
+_TABLES: Final = {1: ("baf_meta", "baf_sessions", "baf_records"),
+                  2: ("baf_work", "baf_workers", "baf_leases", "baf_inbox")}  # fmt: skip
+
+
+async def _check_tables(connection: asyncpg.Connection, where: str, version: int) -> None:
+    """Refuse a log whose schema says ``version`` but lacks some of its tables (dropped by hand, or a
+    restore of part of the database): every command would otherwise fail later, on a query, with
+    PostgreSQL's error and a traceback."""
+    expected = [table for at, tables in _TABLES.items() if at <= version for table in tables]
+    missing = await connection.fetchval(
+        "SELECT array_agg(t ORDER BY n) FROM unnest($1::text[]) WITH ORDINALITY AS u(t, n) "
+        "WHERE to_regclass(t) IS NULL",
+        expected,
+    )
+    if missing:
+        raise LogError(
+            f"{where}: the log's schema is version {version}, but its table(s) {', '.join(missing)} are missing; "
+            "was the database damaged, or restored in part?"
+        )
+
+
 async def _stored_version(connection: asyncpg.Connection, where: str) -> int | None:
     if not await connection.fetchval("SELECT to_regclass('baf_meta') IS NOT NULL"):
         if await connection.fetchval("SELECT to_regclass('baf_records') IS NOT NULL"):
             raise LogError(f"{where}: baf_records exists without baf_meta; is this a baf log?")
         return None
     value = await connection.fetchval("SELECT value FROM baf_meta WHERE key = 'schema_version'")
-    if value is None or not str(value).isdigit():
+    if value is None or not (str(value).isascii() and str(value).isdigit()):  # "²" is a digit int() refuses
         raise LogError(f"{where}: baf_meta has no valid schema_version; is this a baf log?")
     return int(value)

@@ -170,6 +170,7 @@ from baf.log.redaction import Redactor, log_exception
 from baf.platforms.limits import ClientLimits, ConnectionBudget, RateLimiter
 from baf.platforms.secret_file import load_or_create_secret, secret_path_beside
 from baf.reasoning.approval import ApprovalDecision, ApprovalExpiry
+from baf.wording import agreeing, counted
 
 try:
     from websockets.asyncio.server import Server, ServerConnection, serve
@@ -764,9 +765,8 @@ class WebSocketPlatform(Platform):
         client.pending = {done for done in client.pending if not done.done()}
         if len(client.pending) >= self.max_pending_messages:
             # The session's mailbox would grow without bound: the client has to wait for answers.
-            waiting = (
-                "1 earlier message is" if len(client.pending) == 1 else f"{len(client.pending)} earlier messages are"
-            )
+            pending = len(client.pending)
+            waiting = f"{counted(pending, 'earlier message')} {agreeing(pending, 'is', 'are')}"
             self._error(client, "busy", f"{waiting} still being handled; send this one once answered", **mark)
             return
         try:
@@ -785,6 +785,7 @@ class WebSocketPlatform(Platform):
             return
         if not done.done():
             client.pending.add(done)
+            done.add_done_callback(_outcome_seen)
 
     async def _on_approval(self, client: _Client, frame: dict[str, Any]) -> None:
         """A decision from the UI's Approve / Deny buttons: an ``ApprovalEvent`` of the connection's own
@@ -803,7 +804,7 @@ class WebSocketPlatform(Platform):
         event = ApprovalEvent(client.session_id, call_id=call_id, approved=approved, reason=reason,
                               approver=f"web client {_address(client.ws)}")  # fmt: skip
         try:
-            await self.agent.receive_event(event, self)
+            (await self.agent.receive_event(event, self)).add_done_callback(_outcome_seen)
         except Exception as exc:
             log_exception(
                 logger, self._redactor(), "session %s: the agent could not take a decision", client.session_id
@@ -1025,6 +1026,15 @@ class WebSocketPlatform(Platform):
         self._broadcast(
             session, {"type": "reply", "format": "options", "text": message, "options": [str(o) for o in options]}
         )
+
+
+def _outcome_seen(handled: asyncio.Future[None]) -> None:
+    """Retrieve the outcome of a message's handling, which the platform does not wait for: a session
+    dropped from memory with the message in its mailbox (a worker that lost its lease, a write the log
+    refused) fails it, the message being recorded and handled where the session loads next; asyncio would
+    otherwise log each such failure as an error nobody retrieved."""
+    if not handled.cancelled():
+        handled.exception()
 
 
 def _split_token(token: str) -> tuple[str | None, str, str]:

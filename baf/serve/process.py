@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import io
 import logging
 import os
 import signal
@@ -18,21 +19,36 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from typing import Final
 
-__all__ = ["LOG_VARIABLE", "main", "serve"]
+from baf.wording import agreeing
+
+__all__ = ["CONNECTIONS_PER_WORKER", "INDEX_VARIABLE", "LOG_VARIABLE", "check_connections", "main", "serve"]
 
 #: The environment variable a worker process reads its log URL from (``baf serve`` sets it).
 LOG_VARIABLE = "BAF_SERVE_LOG"
+#: The environment variable that numbers ``baf serve``'s workers from 0: only worker 0 shows what the agent
+#: file prints as it loads (a banner, say), so it shows once, not once per worker.
+INDEX_VARIABLE = "BAF_SERVE_WORKER_INDEX"
+
+
+#: The database connections one worker holds: its store's reading pool (4), its writer, the listener of
+#: its inbox and the one of the records channel (while it follows a session).
+CONNECTIONS_PER_WORKER: Final = 4 + 3
 
 
 def serve(path: str, dsn: str, workers: int, lease_ttl: float, poll_interval: float) -> int:
-    """Run ``workers`` worker processes until they end or a signal stops them; their worst exit status."""
+    """Run ``workers`` worker processes until they end or a signal stops them; their worst exit status.
+
+    The database is asked first: more workers than its ``max_connections`` can ever serve are refused
+    (a mistyped ``--workers 2000`` would otherwise start that many processes, nearly all failing)."""
+    asyncio.run(check_connections(dsn, workers))
     command = [sys.executable, "-m", "baf.serve.process", "worker", path,
                "--lease-ttl", str(lease_ttl), "--poll-interval", str(poll_interval)]  # fmt: skip
     # The URL goes to the workers in their environment, not on their command lines: any user of the host
     # can read a process's arguments (ps), and the URL may hold the database password.
     environment = {**os.environ, LOG_VARIABLE: dsn}
-    children = [subprocess.Popen(command, env=environment) for _ in range(workers)]
+    children = [subprocess.Popen(command, env={**environment, INDEX_VARIABLE: str(i)}) for i in range(workers)]
 
     def forward(signum: int, _frame: object) -> None:
         for child in children:
@@ -46,6 +62,34 @@ def serve(path: str, dsn: str, workers: int, lease_ttl: float, poll_interval: fl
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     return max((abs(code) for code in codes), default=0)
+
+
+async def check_connections(dsn: str, workers: int) -> None:
+    """Raise ``ConfigurationError`` if ``workers`` workers would need more connections than the database
+    at ``dsn`` allows at all (``max_connections``). A database that cannot be reached is left to the
+    workers, which say so (after what is wrong with the agent file, if anything)."""
+    from baf.errors import ConfigurationError
+    from baf.log.postgres import redact_dsn
+
+    try:
+        import asyncpg
+    except ImportError:
+        return  # the workers say which extra is missing
+    try:
+        connection = await asyncpg.connect(dsn, timeout=10)
+    except Exception:  # anything: the workers connect on their own and report it
+        return
+    try:
+        allowed = int(await connection.fetchval("SELECT current_setting('max_connections')"))
+    finally:
+        await connection.close()
+    needed = workers * CONNECTIONS_PER_WORKER
+    if needed > allowed:
+        raise ConfigurationError(
+            f"{workers} workers need up to {needed} database connections ({CONNECTIONS_PER_WORKER} each), and the "
+            f"server at {redact_dsn(dsn)} allows {allowed} in all (max_connections): start at most "
+            f"{allowed // CONNECTIONS_PER_WORKER}, or raise max_connections"
+        )
 
 
 def _wait_reporting_deaths(children: list[subprocess.Popen[bytes]], lease_ttl: float) -> list[int]:
@@ -71,7 +115,7 @@ def _death_notice(pid: int, signum: int, running: int, lease_ttl: float) -> str:
     if running == 0:
         after = "none still running: a worker started on this database takes its sessions over once"
     else:
-        after = f"{running} still running: {'it takes' if running == 1 else 'they take'} its sessions over once"
+        after = f"{running} still running: {agreeing(running, 'it takes', 'they take')} its sessions over once"
     expiry = f"its leases expire, {lease_ttl:g} s after its last heartbeat"
     return f"baf serve: worker {pid} was killed by signal {signum}; {after} {expiry}\n"
 
@@ -84,7 +128,10 @@ async def _run_worker(path: str, dsn: str, lease_ttl: float, poll_interval: floa
     # As under agent.run(): without this a worker would not say where its platforms listen (INFO lines).
     _show_baf_log_lines()
 
-    agent = load_agent_file(path)
+    # Every worker loads the same file: what it prints as it loads would show once per worker.
+    first = os.environ.get(INDEX_VARIABLE, "0") == "0"
+    with contextlib.nullcontext() if first else contextlib.redirect_stdout(io.StringIO()):
+        agent = load_agent_file(path)
     if not agent.platforms:
         # Legitimate (workers that only take over sessions and forwarded messages), but a new user serving
         # an agent written for baf run, which adds the terminal, would otherwise wait for nothing.

@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import math
 import os
 import socket
 import uuid
@@ -40,8 +41,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from baf.core.forwarded import FORWARDED_KEY
 from baf.core.runtime import Runtime
-from baf.errors import LogError
-from baf.log.postgres import PostgresLog
+from baf.errors import LogError, LogStorageError
+from baf.log.postgres import PostgresLog, redact_dsn
 from baf.log.postgres_inbox import INBOX_CHANNEL, RECORDS_CHANNEL, Inbox, InboxMessage
 from baf.log.postgres_leases import WORKERS_CHANNEL, Leases
 from baf.log.redaction import log_exception
@@ -87,9 +88,10 @@ class Worker:
         poll_interval: float = 2.0,
         pool_size: int = 4,
     ) -> None:
-        if poll_interval < 1.0:
+        if not 1.0 <= poll_interval < math.inf:  # nan too; inf: lost notifications would never be found
             raise ValueError(
-                f"poll_interval must be at least 1 second (it only covers lost notifications), got {poll_interval!r}"
+                "poll_interval must be a finite number of seconds, at least 1 (it only covers lost notifications), "
+                f"got {poll_interval!r}"
             )
         self.agent = agent
         self.worker_id = worker_id or default_worker_id()
@@ -142,7 +144,15 @@ class Worker:
             self._stop_listening = None
             await self.log.close()
             raise
-        await self._peers_stale()  # through the one refresh: one a notification started is not overtaken
+        try:
+            await self._list_peers_at_start()
+        except BaseException:  # the database failed: leave nothing open, and no row counting as a live worker
+            await self._stop_listening()
+            self._stop_listening = None
+            with contextlib.suppress(Exception):  # the database may be away: a dead row expires after lease_ttl
+                await asyncio.wait_for(self.leases.release_all({}), 10)
+            await self.log.close()
+            raise
         await self.agent.start(self.runtime)
         self._tasks = [
             asyncio.create_task(self._heartbeats(), name="baf-worker-heartbeat"),
@@ -237,12 +247,32 @@ class Worker:
             self._refreshing = asyncio.create_task(self._refresh_peers(), name="baf-worker-peers")
         return self._refreshing
 
-    async def _refresh_peers(self) -> None:
+    async def _list_peers_at_start(self) -> None:
+        """List the live workers, or raise ``LogStorageError``: a worker that started without them would take
+        every free session it is told of, as if it were alone, until its first heartbeat. Through the one
+        refresh, so that a refresh a notification started meanwhile is not overtaken by an older read."""
+        if self._refreshing is not None and not self._refreshing.done():
+            with contextlib.suppress(Exception):  # one a notification started: it says if it failed
+                await self._refreshing
+        self._peers_stale_since_read = True
+        self._refreshing = asyncio.create_task(self._refresh_peers(strict=True), name="baf-worker-peers")
+        try:
+            await self._refreshing
+        except Exception as exc:
+            raise LogStorageError(
+                redact_dsn(self.log.dsn), f"worker {self.worker_id}: cannot list the live workers at start: {exc}"
+            ) from exc
+
+    async def _refresh_peers(self, strict: bool = False) -> None:
+        """Read the live workers until no notification came during the read; ``strict``: raise if a read
+        fails (at start), else say so and keep the last list (the next heartbeat reads it again)."""
         while self._peers_stale_since_read:
             self._peers_stale_since_read = False
             try:
                 self._peers = await self.leases.live_workers()
-            except Exception as exc:  # the next heartbeat refreshes them
+            except Exception as exc:
+                if strict:
+                    raise
                 logger.warning("worker %s: cannot list the live workers: %s", self.worker_id, exc)
 
     def _want(self, session_id: str, polled: bool = False) -> None:

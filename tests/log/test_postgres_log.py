@@ -159,31 +159,6 @@ async def test_a_conflicting_append_fails_alone_in_a_group(postgres_dsn: str) ->
         assert [len(await log.read(f"s{i}")) for i in range(20)] == [2] * 20
 
 
-async def test_a_group_is_committed_while_another_waits_and_a_sessions_appends_keep_their_order(
-    postgres_dsn: str,
-) -> None:
-    async with PostgresLog(postgres_dsn) as log:
-        row_id = await Inbox(log).post("s", {"text": "q"})
-        blocker = await asyncpg.connect(postgres_dsn)
-        try:
-            transaction = blocker.transaction()
-            await transaction.start()
-            await blocker.execute("SELECT id FROM baf_inbox WHERE id = $1 FOR UPDATE", row_id)
-            first = asyncio.create_task(log.append_consuming([rec("s", 1)], "s", [row_id]))  # waits for the lock
-            await asyncio.sleep(0.2)
-            second = asyncio.create_task(log.append([rec("s", 2)]))  # after the first, never beside it
-            await asyncio.wait_for(log.append([rec("t", 1)]), 10)  # another session's group goes out meanwhile
-            await asyncio.sleep(0.2)
-            assert not first.done() and not second.done()
-            assert await query(postgres_dsn, "SELECT seq FROM baf_records WHERE session_id = 's'") == []
-            await transaction.rollback()
-            await asyncio.wait_for(asyncio.gather(first, second), 10)
-        finally:
-            await blocker.close()
-        assert [r.seq for r in await log.read("s")] == [1, 2]
-        assert await Inbox(log).pending("s") == []
-
-
 async def test_a_big_group_wakes_its_appenders_a_few_per_turn_of_the_loop_in_order(postgres_dsn: str) -> None:
     loop_turns = 0
 
@@ -334,27 +309,43 @@ def work_rec(session_id: str, seq: int, kind: str, **data: object) -> Record:
     return Record(session_id, seq, kind, dict(data), 1.5, 1)
 
 
-async def test_the_work_index_stays_right_when_another_store_appended_in_between(postgres_dsn: str) -> None:
-    # Each writer remembers the work status after its own appends; an append by another store in between
-    # must not let it build on what it remembers.
-    async with PostgresLog(postgres_dsn) as first, PostgresLog(postgres_dsn) as second:
-        await first.append([work_rec("s", 1, "session_started"), work_rec("s", 2, "step_started", event_seq=None)])
-        await first.append([work_rec("s", 3, "step_finished", event_seq=None)])
-        assert await first.unfinished_sessions() == []
-        await second.append([work_rec("s", 4, "message_received", text="hi")])  # another process's append
-        assert await first.unfinished_sessions() == ["s"]
-        await first.append([work_rec("s", 5, "step_started", event_seq=4)])  # handles it: a step is open
-        await first.append([work_rec("s", 6, "step_finished", event_seq=4)])
-        assert await second.unfinished_sessions() == []
-        await second.append([work_rec("s", 7, "message_received", text="again")])
-        await first.append([work_rec("s", 8, "note")])  # no work kind: changes nothing
-        assert await first.unfinished_sessions() == ["s"]  # message 7 still waits
-        rows = await query(postgres_dsn, "SELECT status FROM baf_work WHERE session_id = 's'")
-        assert '"unhandled":[7]' in rows[0][0]
+async def hand_over(session_id: str, to: PostgresLog, *logs: PostgresLog) -> None:
+    """Move ``session_id``'s lease to the worker store ``to`` from whichever of ``logs`` holds it."""
+    for log in logs:
+        if log is not to and session_id in log.fenced():
+            await Leases(log).release(session_id)
+    if session_id not in to.fenced():
+        assert await Leases(to).acquire(session_id) is not None
+
+
+async def test_the_work_index_stays_right_when_another_store_appended_in_between(
+    postgres_dsn: str, worker_logs: tuple[PostgresLog, PostgresLog]
+) -> None:
+    # Each writer remembers the work status after its own appends; an append by another worker in between
+    # (the session taken over, then taken back) must not let it build on what it remembers.
+    first, second = worker_logs
+    await hand_over("s", first)
+    await first.append([work_rec("s", 1, "session_started"), work_rec("s", 2, "step_started", event_seq=None)])
+    await first.append([work_rec("s", 3, "step_finished", event_seq=None)])
+    assert await first.unfinished_sessions() == []
+    await hand_over("s", second, first)
+    await second.append([work_rec("s", 4, "message_received", text="hi")])  # another process's append
+    assert await first.unfinished_sessions() == ["s"]
+    await hand_over("s", first, second)
+    await first.append([work_rec("s", 5, "step_started", event_seq=4)])  # handles it: a step is open
+    await first.append([work_rec("s", 6, "step_finished", event_seq=4)])
+    assert await second.unfinished_sessions() == []
+    await hand_over("s", second, first)
+    await second.append([work_rec("s", 7, "message_received", text="again")])
+    await hand_over("s", first, second)
+    await first.append([work_rec("s", 8, "note")])  # no work kind: changes nothing
+    assert await first.unfinished_sessions() == ["s"]  # message 7 still waits
+    rows = await query(postgres_dsn, "SELECT status FROM baf_work WHERE session_id = 's'")
+    assert '"unhandled":[7]' in rows[0][0]
 
 
 async def test_a_loaded_session_is_appended_to_without_reading_the_work_index_and_stays_right(
-    postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+    postgres_dsn: str, worker_logs: tuple[PostgresLog, PostgresLog], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A worker taking over a session another store wrote learns its last seq and work status with the load
     # (one snapshot), so its first append is one statement; an append by someone else after the load makes
@@ -369,20 +360,24 @@ async def test_a_loaded_session_is_appended_to_without_reading_the_work_index_an
         return await original(connection, sessions)
 
     monkeypatch.setattr(postgres_module, "stored_work", counted)
-    async with PostgresLog(postgres_dsn) as first, PostgresLog(postgres_dsn) as second:
-        await first.append([work_rec("s", 1, "session_started"), work_rec("s", 2, "message_received", text="a")])
-        await first.append([work_rec("t", 1, "note")])
-        await asyncio.gather(second.read_for_load("s"), second.read_for_load("t"))
-        await second.append([work_rec("s", 3, "step_started", event_seq=None)])
-        assert read_first == []  # its status came with the load: nothing read before the append
-        rows = await query(postgres_dsn, "SELECT status FROM baf_work WHERE session_id = 's'")
-        assert '"open":0' in rows[0][0] and '"unhandled":[2]' in rows[0][0]  # built on the loaded status
-        await first.append([work_rec("t", 2, "message_received", text="b")])  # after second's load of t
-        with pytest.raises(LogConflictError):
-            await second.append([work_rec("t", 2, "message_received", text="c")])
-        assert read_first == [["t"]]  # the retry alone read the index, and the conflict wrote nothing
-        assert await second.unfinished_sessions() == ["s", "t"]
-        assert [r.data.get("text") for r in await second.read("t")] == [None, "b"]
+    first, second = worker_logs
+    await hand_over("s", first)
+    await hand_over("t", first)
+    await first.append([work_rec("s", 1, "session_started"), work_rec("s", 2, "message_received", text="a")])
+    await first.append([work_rec("t", 1, "note")])
+    await hand_over("s", second, first)
+    await asyncio.gather(second.read_for_load("s"), second.read_for_load("t"))
+    await second.append([work_rec("s", 3, "step_started", event_seq=None)])
+    assert read_first == []  # its status came with the load: nothing read before the append
+    rows = await query(postgres_dsn, "SELECT status FROM baf_work WHERE session_id = 's'")
+    assert '"open":0' in rows[0][0] and '"unhandled":[2]' in rows[0][0]  # built on the loaded status
+    await first.append([work_rec("t", 2, "message_received", text="b")])  # after second's load of t
+    await hand_over("t", second, first)
+    with pytest.raises(LogConflictError):
+        await second.append([work_rec("t", 2, "message_received", text="c")])
+    assert read_first == [["t"]]  # the retry alone read the index, and the conflict wrote nothing
+    assert await second.unfinished_sessions() == ["s", "t"]
+    assert [r.data.get("text") for r in await second.read("t")] == [None, "b"]
 
 
 # -- a burst of sessions: reads asked for together share one query ------------------------------------------

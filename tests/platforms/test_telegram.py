@@ -309,28 +309,29 @@ async def test_an_update_delivered_again_after_a_crash_is_not_handled_twice(
     update = {"update_id": 41, "message": server.message(13, text="pay the invoice")}
     headers = {"X-Telegram-Bot-Api-Secret-Token": "s3cret-value"}
 
-    async def deliver(times: int) -> Agent:
+    async def deliver(*updates: dict[str, Any]) -> Agent:
         agent, platform = await _running(server, log=log, webhook_url="https://bot.example.com/hook",
                                          webhook_port=0, webhook_secret="s3cret-value")  # fmt: skip
         url = f"http://127.0.0.1:{platform.webhook_port}/hook"
         async with aiohttp.ClientSession() as http:
-            for _ in range(times):
-                async with http.post(url, json=update, headers=headers) as resp:
+            for each in updates:
+                async with http.post(url, json=each, headers=headers) as resp:
                     assert resp.status == 200  # taken (again): Telegram stops sending it
         await agent.wait_idle()
         return agent
 
-    agent = await deliver(2)  # a retry while the first delivery is being handled
+    agent = await deliver(update, update)  # a retry while the first delivery is being handled
     try:
         assert [m["text"] for m in await _messages(agent, 13)] == ["pay the invoice"]
         assert (await _messages(agent, 13))[0]["delivery"] == "telegram:123456:41"
     finally:
         await agent.stop()
-    agent = await deliver(1)  # after a restart
+    # After a restart; the chat's replies keep order: a second reply to 41 would be sent before the next's
+    agent = await deliver(update, {"update_id": 42, "message": server.message(13, text="thanks")})
     try:
-        assert [m["text"] for m in await _messages(agent, 13)] == ["pay the invoice"]
-        await asyncio.sleep(0.2)  # a second reply would be queued by now
-        assert server.sent_texts(13) == ["echo: pay the invoice"]
+        assert [m["text"] for m in await _messages(agent, 13)] == ["pay the invoice", "thanks"]
+        await server.wait_for(lambda: "echo: thanks" in server.sent_texts(13))
+        assert server.sent_texts(13) == ["echo: pay the invoice", "echo: thanks"]
     finally:
         await agent.stop()
 
@@ -430,11 +431,11 @@ async def test_a_429_storm_gives_up_on_a_send_and_the_chat_goes_on(
     try:
         server.push_message(18, text="lost in the storm")
         await server.wait_for(lambda: len([c for c in server.calls if c.method == "sendMessage"]) >= 2)
-        await asyncio.sleep(0.1)
-        assert "gave up on a message after 2 attempt(s)" in caplog.text
         server._failures.clear()  # the storm ends
         server.push_message(18, text="after the storm")
         assert await server.wait_for(lambda: server.sent_texts(18)[-1:] == ["echo: after the storm"])
+        # the chat's sends keep order: the first was given up before this one went
+        assert "gave up on a message after 2 attempt(s)" in caplog.text
         # A retry_after longer than max_retry_after is not waited for at all.
         server.fail("sendMessage", times=1, retry_after=3600)
         server.push_message(18, text="blocked")

@@ -1,10 +1,17 @@
-"""Shared by the multi-worker tests: the fixture agent, sending messages, waiting for answers."""
+"""Shared by the multi-worker tests: the fixture agent, two workers, worker processes, sending messages,
+waiting for answers, and one user's session on two workers over WebSocket."""
 
 from __future__ import annotations
 
 import asyncio
 import importlib.util
-from collections.abc import Awaitable, Callable
+import os
+import signal
+import socket
+import subprocess
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +19,11 @@ from baf.core.agent import Agent
 from baf.core.events import ReceiveTextEvent
 from baf.log import Record
 from baf.log.postgres import PostgresLog
+from baf.log.postgres_leases import Leases
+from baf.platforms.websocket import WebSocketPlatform, history_items
+from baf.serve import Worker
+
+from .ws_client import Client
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "serve_agent.py"
 
@@ -87,12 +99,153 @@ def assert_each_question_answered_once(records: dict[str, list[Record]], expecte
         assert seqs == list(range(1, len(rs) + 1)), f"{session_id}: seqs have gaps or repeats"
 
 
+@asynccontextmanager
+async def two_workers(
+    dsn: str, agents: tuple[Agent, Agent] | None = None, poll_interval: float = 1.0
+) -> AsyncIterator[tuple[Worker, Worker]]:
+    """Workers ``a`` and ``b`` in this process (of ``agents``, by default two of the fixture agent), started,
+    stopped on the way out."""
+    agent_a, agent_b = agents or (fresh_agent(), fresh_agent())
+    a = Worker(agent_a, dsn, worker_id="a", lease_ttl=10, poll_interval=poll_interval)
+    b = Worker(agent_b, dsn, worker_id="b", lease_ttl=10, poll_interval=poll_interval)
+    await a.start()
+    await b.start()
+    try:
+        yield a, b
+    finally:
+        await a.stop()
+        await b.stop()
+
+
+def ws_agent() -> tuple[Agent, WebSocketPlatform]:
+    """A new instance of the fixture agent with the WebSocket platform, and that platform (on a port of its
+    own once started: each in-process worker needs one)."""
+    os.environ["BAF_SERVE_PORT"] = "0"
+    agent = load_agent("serve_ws_agent.py")
+    platform = agent.platforms[0]
+    assert isinstance(platform, WebSocketPlatform)
+    return agent, platform
+
+
+@asynccontextmanager
+async def two_ws_workers(dsn: str) -> AsyncIterator[tuple[tuple[Worker, int], tuple[Worker, int]]]:
+    """:func:`two_workers` of the WebSocket fixture agent: each worker with the port its clients connect to."""
+    (agent_a, platform_a), (agent_b, platform_b) = ws_agent(), ws_agent()
+    async with two_workers(dsn, (agent_a, agent_b)) as (a, b):
+        yield (a, platform_a.port), (b, platform_b.port)
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now (for a worker process to take)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def ready(process: subprocess.Popen[str]) -> str:
+    """Wait for a worker process's ``READY <worker id>`` line; return the worker id."""
+    assert process.stdout is not None
+    line = await asyncio.wait_for(asyncio.to_thread(process.stdout.readline), 30)
+    assert line.startswith("READY "), line
+    return line.split()[1]
+
+
+async def stop_processes(processes: Sequence[subprocess.Popen[str]], within: float = 30.0) -> None:
+    """SIGTERM every process still running, wait for each (killing one that outlives ``within``)."""
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    for process in processes:
+        try:
+            await asyncio.to_thread(process.wait, within)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        if process.stdout is not None:
+            process.stdout.close()
+
+
+async def owner_of(dsn: str, session_id: str) -> str | None:
+    """The id of the worker holding the session's lease (live or not), or None."""
+    async with PostgresLog(dsn, worker_id="probe") as probe:
+        info = await Leases(probe).owner_of(session_id)
+    return None if info is None else info.owner
+
+
+async def shown_records(dsn: str, session_id: str, after: int = 0) -> list[dict[str, Any]]:
+    """What the log holds for the user after ``after``, as history items (seq and type)."""
+    async with PostgresLog(dsn, read_only=True) as log:
+        return [item for item in history_items(await log.read(session_id, after)) if item["type"] != "user"]
+
+
+async def turn_done(dsn: str, session_id: str, question: str, within: float = 30.0) -> None:
+    """Wait until the log holds the whole turn answering ``question``: its reply, then the step that closes
+    its reasoning (whichever worker ran it)."""
+    async with PostgresLog(dsn, read_only=True) as log, asyncio.timeout(within):
+        while True:
+            items = history_items(await log.read(session_id))
+            replies = [i for i, item in enumerate(items) if item.get("text") == f"answer to {question}"]
+            if replies and any(
+                item["type"] == "reasoning_step" and item["step"].get("kind") == "reasoning_finished"
+                for item in items[replies[-1] :]
+            ):
+                return
+            await asyncio.sleep(0.05)
+
+
+def seqs_and_types(frames: list[dict[str, Any]]) -> list[tuple[int, str]]:
+    """``(seq, type)`` of each frame or history item: what was shown, in order."""
+    return [(frame["seq"], frame["type"]) for frame in frames]
+
+
+@dataclass
+class TwoTabs:
+    """One user's session, started by a client on the worker that runs it (``owner``) and resumed by the
+    same user on another worker (``other``), which got the session's ``history`` on resuming."""
+
+    owner: Client
+    other: Client
+    session_id: str
+    token: str
+    history: dict[str, Any]
+
+    async def close(self) -> None:
+        await self.owner.close()
+        await self.other.close()
+
+
+async def resumed_on_another_worker(owner_port: int, other_port: int, owner_leaves: bool = False) -> TwoTabs:
+    """Open a client on the worker at ``owner_port``, ask ``q1`` there (that worker runs the session), then
+    resume the session with its token on the worker at ``other_port``. With ``owner_leaves`` the first
+    client closes before the resume (a page reload that lands on the other worker)."""
+    owner = await Client.open(owner_port)
+    welcome = await owner.hello()
+    await owner.ask("q1")
+    if owner_leaves:
+        await owner.close()
+    other = await Client.open(other_port)
+    assert (await other.hello(welcome["resume_token"]))["resumed"] is True
+    history = await other.until("history")
+    return TwoTabs(owner, other, welcome["session_id"], welcome["resume_token"], history)
+
+
 __all__ = [
     "FIXTURE",
+    "TwoTabs",
     "assert_each_question_answered_once",
     "eventually",
+    "free_port",
     "fresh_agent",
     "load_agent",
     "message",
+    "owner_of",
+    "ready",
+    "resumed_on_another_worker",
+    "seqs_and_types",
+    "shown_records",
+    "stop_processes",
+    "turn_done",
+    "two_workers",
+    "two_ws_workers",
     "wait_for_answers",
+    "ws_agent",
 ]

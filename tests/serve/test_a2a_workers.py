@@ -17,8 +17,8 @@ from google.protobuf.json_format import MessageToDict
 from baf.log.postgres import PostgresLog
 from baf.log.record import RecordKind
 
-from .helpers import FIXTURE
-from .test_delivery_processes import free_port, owner_of, ready, start, stop
+from .helpers import FIXTURE, free_port, owner_of, ready, stop_processes
+from .test_delivery_processes import start
 
 A2A_FIXTURE = FIXTURE.with_name("serve_a2a_agent.py")
 
@@ -91,4 +91,4 @@ async def test_a_task_sent_to_the_other_worker_is_answered_there_from_the_owners
         assert [r.data["text"] for r in c2 if r.kind == RecordKind.REPLY] == ["answer to q1", "Done: paid bob"]
         assert [r.data["by"] for r in c2 if r.kind == RecordKind.APPROVAL_DECIDED] == ["a2a client"]
     finally:
-        await stop([a, b])
+        await stop_processes([a, b])

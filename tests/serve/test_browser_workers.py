@@ -9,7 +9,8 @@ from platforms.test_browser_two_tabs import conversation, open_tab, send
 from platforms.test_browser_ui import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, require_chromium
 from playwright.async_api import async_playwright, expect
 
-from .test_delivery_processes import free_port, owner_of, ready, start, stop, worker_command
+from .helpers import free_port, owner_of, ready, stop_processes
+from .test_delivery_processes import start, worker_command
 
 
 @pytest.mark.slow
@@ -55,4 +56,4 @@ async def test_two_tabs_on_two_workers_show_each_others_messages_live(postgres_d
             finally:
                 await browser.close()
     finally:
-        await stop([a, b])
+        await stop_processes([a, b])

@@ -4,83 +4,41 @@ notification delays nothing past the poll; a reconnect gets the rest from the lo
 
 from __future__ import annotations
 
-import asyncio
-import os
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from baf.core.agent import Agent
 from baf.log.postgres import PostgresLog
 from baf.log.postgres_leases import Leases
-from baf.platforms.websocket import WebSocketPlatform, history_items
+from baf.platforms.websocket import history_items
 from baf.serve import Worker
 
-from .helpers import eventually, load_agent
+from .helpers import (
+    eventually,
+    resumed_on_another_worker,
+    seqs_and_types,
+    shown_records,
+    turn_done,
+    two_workers,
+    two_ws_workers,
+    ws_agent,
+)
 from .ws_client import LIVE, Client
-
-WS_FIXTURE = "serve_ws_agent.py"
-
-
-def ws_agent() -> tuple[Agent, WebSocketPlatform]:
-    os.environ["BAF_SERVE_PORT"] = "0"  # each in-process worker on a port of its own
-    agent = load_agent(WS_FIXTURE)
-    platform = agent.platforms[0]
-    assert isinstance(platform, WebSocketPlatform)
-    return agent, platform
 
 
 @pytest.fixture
 async def workers(postgres_dsn: str) -> AsyncIterator[tuple[tuple[Worker, int], tuple[Worker, int]]]:
-    (agent_a, platform_a), (agent_b, platform_b) = ws_agent(), ws_agent()
-    a = Worker(agent_a, postgres_dsn, worker_id="a", lease_ttl=10, poll_interval=1)
-    b = Worker(agent_b, postgres_dsn, worker_id="b", lease_ttl=10, poll_interval=1)
-    await a.start()
-    await b.start()
-    try:
-        yield (a, platform_a.port), (b, platform_b.port)
-    finally:
-        await a.stop()
-        await b.stop()
-
-
-async def shown_records(dsn: str, session_id: str, after: int = 0) -> list[dict[str, Any]]:
-    """What the log holds for the user after ``after``, as history items (seq and type)."""
-    async with PostgresLog(dsn, read_only=True) as log:
-        return [item for item in history_items(await log.read(session_id, after)) if item["type"] != "user"]
-
-
-async def turn_done(dsn: str, session_id: str, question: str, within: float = 30.0) -> None:
-    """Wait until the log holds the whole turn answering ``question``: its reply, then the step that closes
-    its reasoning (whichever worker ran it)."""
-    async with PostgresLog(dsn, read_only=True) as log, asyncio.timeout(within):
-        while True:
-            items = history_items(await log.read(session_id))
-            replies = [i for i, item in enumerate(items) if item.get("text") == f"answer to {question}"]
-            if replies and any(
-                item["type"] == "reasoning_step" and item["step"].get("kind") == "reasoning_finished"
-                for item in items[replies[-1] :]
-            ):
-                return
-            await asyncio.sleep(0.05)
-
-
-def seqs_and_types(frames: list[dict[str, Any]]) -> list[tuple[int, str]]:
-    return [(frame["seq"], frame["type"]) for frame in frames]
+    async with two_ws_workers(postgres_dsn) as pair:
+        yield pair
 
 
 async def test_a_client_on_the_other_worker_gets_every_record_once_in_order(workers: Any, postgres_dsn: str) -> None:
     (a, port_a), (b, port_b) = workers
-    owner_client = await Client.open(port_b)
-    welcome = await owner_client.hello()
-    session_id, token = welcome["session_id"], welcome["resume_token"]
-    await owner_client.ask("q1")
-    assert "q1" not in a.runtime.sessions and session_id in b.runtime.sessions
     # The same user on worker a: resumed there (the token is good on every worker), shown its history ...
-    other = await Client.open(port_a)
-    assert (await other.hello(token))["resumed"] is True
-    history = await other.until("history")
+    tabs = await resumed_on_another_worker(port_b, port_a)
+    session_id, other, history = tabs.session_id, tabs.other, tabs.history
+    assert session_id not in a.runtime.sessions and session_id in b.runtime.sessions
     assert [item["type"] for item in history["items"]][:1] == ["user"]
     assert any(item.get("text") == "answer to q1" for item in history["items"])
     # ... and asking there: b runs the turn, a delivers it from the log
@@ -93,9 +51,8 @@ async def test_a_client_on_the_other_worker_gets_every_record_once_in_order(work
     assert session_id not in a.runtime.sessions  # a never ran it ...
     info = await Leases(b.log).owner_of(session_id)
     assert info is not None and info.owner == "b" and info.epoch == 1  # ... nor took it over
-    await owner_client.until("reply", text="answer to q2")  # the client on b got it from b itself
-    await owner_client.close()
-    await other.close()
+    await tabs.owner.until("reply", text="answer to q2")  # the client on b got it from b itself
+    await tabs.close()
 
 
 async def test_a_message_sent_on_either_worker_shows_live_on_both_once_in_order(
@@ -104,25 +61,22 @@ async def test_a_message_sent_on_either_worker_shows_live_on_both_once_in_order(
     """The same session in two tabs, each connected to another worker: what one tab sends appears live in
     the other (from the log, on the worker that does not run it), with the sender's id, in log order."""
     (a, port_a), (b, port_b) = workers
-    on_b = await Client.open(port_b)
-    welcome = await on_b.hello()
-    session_id = welcome["session_id"]
-    await on_b.ask("q1")
-    on_a = await Client.open(port_a)
-    await on_a.hello(welcome["resume_token"])
-    history = await on_a.until("history")
+    tabs = await resumed_on_another_worker(port_b, port_a)
+    on_b, on_a, session_id, history = tabs.owner, tabs.other, tabs.session_id, tabs.history
     await on_a.send(type="message", text="q2", id="sent-on-a")  # forwarded to b, which runs it
     await on_b.until("user", text="q2", id="sent-on-a")  # b's client sees it as b records it ...
     await turn_done(postgres_dsn, session_id, "q2")
     await on_b.send(type="message", text="q3", id="sent-on-b")  # ... and a's sees this one from the log
     await turn_done(postgres_dsn, session_id, "q3")
+    # Delivery keeps log order: a record of q2 or q3 shown twice would come before q4's, which both wait for
+    await on_b.send(type="message", text="q4", id="marker")
+    await turn_done(postgres_dsn, session_id, "q4")
     async with PostgresLog(postgres_dsn, read_only=True) as log:
         expected = history_items(await log.read(session_id, history["last_seq"]))
     await on_a.until_seq(expected[-1]["seq"])
     await on_b.until_seq(expected[-1]["seq"])
-    await asyncio.sleep(0.3)  # anything delivered twice would arrive now
     users = [(item["seq"], item["text"], item["id"]) for item in expected if item["type"] == "user"]
-    assert [text for _, text, _ in users] == ["q2", "q3"]
+    assert [text for _, text, _ in users] == ["q2", "q3", "q4"]
     for client in (on_a, on_b):
         await client.ws.close()
         shown = [f for f in client.frames if f.get("type") in (*LIVE, "user") and f.get("seq", 0) > history["last_seq"]]
@@ -135,35 +89,25 @@ async def test_a_lost_notification_delays_delivery_to_the_poll_and_loses_nothing
     workers: Any, postgres_dsn: str
 ) -> None:
     (a, port_a), (_b, port_b) = workers
-    owner_client = await Client.open(port_b)
-    welcome = await owner_client.hello()
-    await owner_client.ask("q1")
-    other = await Client.open(port_a)
-    await other.hello(welcome["resume_token"])
-    history = await other.until("history")
+    tabs = await resumed_on_another_worker(port_b, port_a)
+    other = tabs.other
     missed: list[str] = []
     a.follower.notified = missed.append  # type: ignore[method-assign]  # every notification is lost
     await other.ask("q2")  # the poll (1 s) finds the records
-    await turn_done(postgres_dsn, welcome["session_id"], "q2")
-    expected = await shown_records(postgres_dsn, welcome["session_id"], after=history["last_seq"])
+    await turn_done(postgres_dsn, tabs.session_id, "q2")
+    expected = await shown_records(postgres_dsn, tabs.session_id, after=tabs.history["last_seq"])
     await other.until_seq(expected[-1]["seq"])
     assert missed  # notifications came, and were lost
     assert seqs_and_types(other.live()) == [(item["seq"], item["type"]) for item in expected]
-    await owner_client.close()
-    await other.close()
+    await tabs.close()
 
 
 async def test_a_client_reconnecting_to_the_follower_gets_the_rest_from_the_log_then_live(
     workers: Any, postgres_dsn: str
 ) -> None:
     (_, port_a), (_b, port_b) = workers
-    owner_client = await Client.open(port_b)
-    welcome = await owner_client.hello()
-    session_id = welcome["session_id"]
-    await owner_client.ask("q1")
-    other = await Client.open(port_a)
-    await other.hello(welcome["resume_token"])
-    await other.until("history")
+    tabs = await resumed_on_another_worker(port_b, port_a)
+    owner_client, other, session_id = tabs.owner, tabs.other, tabs.session_id
     await other.ask("q2")
     await turn_done(postgres_dsn, session_id, "q2")
     await other.until_seq((await shown_records(postgres_dsn, session_id))[-1]["seq"])
@@ -172,7 +116,7 @@ async def test_a_client_reconnecting_to_the_follower_gets_the_rest_from_the_log_
     await owner_client.ask("q3")  # while the client is away
     await turn_done(postgres_dsn, session_id, "q3")
     back = await Client.open(port_a)
-    await back.hello(welcome["resume_token"], after_seq=seen)
+    await back.hello(tabs.token, after_seq=seen)
     history = await back.until("history")
     await back.ask("q4")
     await turn_done(postgres_dsn, session_id, "q4")
@@ -190,22 +134,17 @@ async def test_a_followed_session_taken_over_goes_on_here_without_a_gap_or_a_rep
     workers: Any, postgres_dsn: str
 ) -> None:
     (a, port_a), (b, port_b) = workers
-    owner_client = await Client.open(port_b)
-    welcome = await owner_client.hello()
-    session_id = welcome["session_id"]
-    await owner_client.ask("q1")
-    other = await Client.open(port_a)
-    await other.hello(welcome["resume_token"])
-    history = await other.until("history")
+    tabs = await resumed_on_another_worker(port_b, port_a)
+    other, session_id = tabs.other, tabs.session_id
     await other.ask("q2")
     await turn_done(postgres_dsn, session_id, "q2")
     assert session_id in a.runtime.followed
-    await owner_client.close()
+    await tabs.owner.close()
     await b.stop()  # b gives its leases up: the next message makes a run the session
     await other.ask("q3")
     await turn_done(postgres_dsn, session_id, "q3")
     assert session_id in a.runtime.sessions and session_id not in a.runtime.followed
-    expected = await shown_records(postgres_dsn, session_id, after=history["last_seq"])
+    expected = await shown_records(postgres_dsn, session_id, after=tabs.history["last_seq"])
     await other.until_seq(expected[-1]["seq"])
     assert seqs_and_types(other.live()) == [(item["seq"], item["type"]) for item in expected]
     await other.close()
@@ -213,11 +152,6 @@ async def test_a_followed_session_taken_over_goes_on_here_without_a_gap_or_a_rep
 
 async def test_a_session_whose_client_moved_to_the_other_worker_moves_there(workers: Any, postgres_dsn: str) -> None:
     (a, port_a), (b, port_b) = workers
-    first = await Client.open(port_b)
-    welcome = await first.hello()
-    session_id = welcome["session_id"]
-    await first.ask("q1")
-    await first.close()  # the client leaves b (a page reload) and comes back on a
     forwarded: list[str] = []
     forward = a.forward
 
@@ -226,9 +160,9 @@ async def test_a_session_whose_client_moved_to_the_other_worker_moves_there(work
         await forward(session_id, data, platform)
 
     a.forward = counting  # type: ignore[method-assign]
-    moved = await Client.open(port_a)
-    await moved.hello(welcome["resume_token"])
-    history = await moved.until("history")
+    # the client leaves b (a page reload) and comes back on a
+    tabs = await resumed_on_another_worker(port_b, port_a, owner_leaves=True)
+    moved, session_id, history = tabs.other, tabs.session_id, tabs.history
     await moved.ask("q2")  # b runs it (the inbox), then gives the session up: its client is on a
     await turn_done(postgres_dsn, session_id, "q2")
 
@@ -254,17 +188,12 @@ async def test_a_session_whose_client_moved_to_the_other_worker_moves_there(work
 
 async def test_a_followed_session_no_client_watches_is_dropped(workers: Any) -> None:
     (a, port_a), (_, port_b) = workers
-    owner_client = await Client.open(port_b)
-    welcome = await owner_client.hello()
-    await owner_client.ask("q1")
-    other = await Client.open(port_a)
-    await other.hello(welcome["resume_token"])
-    await other.until("history")
-    assert welcome["session_id"] in a.runtime.followed
-    await other.close()
+    tabs = await resumed_on_another_worker(port_b, port_a)
+    assert tabs.session_id in a.runtime.followed
+    await tabs.other.close()
     # after the grace (2 polls), at the next poll
-    await eventually(lambda: welcome["session_id"] not in a.runtime.followed, "a stopped following the session")
-    await owner_client.close()
+    await eventually(lambda: tabs.session_id not in a.runtime.followed, "a stopped following the session")
+    await tabs.owner.close()
 
 
 async def test_a_session_dropped_from_memory_while_its_client_watches_is_followed_from_then_on(
@@ -272,10 +201,7 @@ async def test_a_session_dropped_from_memory_while_its_client_watches_is_followe
 ) -> None:
     (agent_a, platform_a), (agent_b, platform_b) = ws_agent(), ws_agent()
     agent_b.session_idle_seconds = 0.3  # b drops its sessions from memory (and their leases) when idle
-    async with (
-        Worker(agent_a, postgres_dsn, worker_id="a", lease_ttl=10, poll_interval=1) as a,
-        Worker(agent_b, postgres_dsn, worker_id="b", lease_ttl=10, poll_interval=1) as b,
-    ):
+    async with two_workers(postgres_dsn, (agent_a, agent_b)) as (a, b):
         on_b = await Client.open(platform_b.port)
         welcome = await on_b.hello()
         session_id = welcome["session_id"]

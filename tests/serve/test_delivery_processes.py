@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -15,19 +13,21 @@ from pathlib import Path
 import pytest
 
 from baf.log.postgres import PostgresLog
-from baf.log.postgres_leases import Leases
 
-from .helpers import FIXTURE
-from .test_delivery import seqs_and_types, shown_records
+from .helpers import (
+    FIXTURE,
+    free_port,
+    owner_of,
+    ready,
+    resumed_on_another_worker,
+    seqs_and_types,
+    shown_records,
+    stop_processes,
+    turn_done,
+)
 from .ws_client import Client
 
 WS_FIXTURE = FIXTURE.with_name("serve_ws_agent.py")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def start(command: Sequence[str], port: int, **extra: str) -> subprocess.Popen[str]:
@@ -40,66 +40,31 @@ def worker_command(dsn: str) -> list[str]:
             "--lease-ttl", "10", "--poll-interval", "1"]  # fmt: skip
 
 
-async def ready(process: subprocess.Popen[str]) -> str:
-    assert process.stdout is not None
-    line = await asyncio.wait_for(asyncio.to_thread(process.stdout.readline), 30)
-    assert line.startswith("READY "), line
-    return line.split()[1]
-
-
-async def stop(processes: Sequence[subprocess.Popen[str]]) -> None:
-    for process in processes:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-    for process in processes:
-        try:
-            await asyncio.to_thread(process.wait, 30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        if process.stdout is not None:
-            process.stdout.close()
-
-
-async def owner_of(dsn: str, session_id: str) -> str | None:
-    async with PostgresLog(dsn, worker_id="probe") as probe:
-        info = await Leases(probe).owner_of(session_id)
-    return None if info is None else info.owner
-
-
 @pytest.mark.slow
 async def test_a_client_on_the_worker_that_does_not_run_its_session_gets_it_all(postgres_dsn: str) -> None:
     port_a, port_b = free_port(), free_port()
     a, b = start(worker_command(postgres_dsn), port_a), start(worker_command(postgres_dsn), port_b)
     try:
         id_a, id_b = await ready(a), await ready(b)
-        on_b = await Client.open(port_b)
-        welcome = await on_b.hello()
-        session_id = welcome["session_id"]
-        await on_b.ask("q1")
+        # the same user on the other worker
+        tabs = await resumed_on_another_worker(port_b, port_a)
+        on_a, session_id, history = tabs.other, tabs.session_id, tabs.history
         assert await owner_of(postgres_dsn, session_id) == id_b
-        on_a = await Client.open(port_a)  # the same user, on the other worker
-        assert (await on_a.hello(welcome["resume_token"]))["resumed"] is True
-        history = await on_a.until("history")
         assert any(item.get("text") == "answer to q1" for item in history["items"])
-        for question in ("q2", "q3"):
+        # Delivery keeps log order: a record of q2 or q3 shown twice would come before q4's, waited for here
+        for question in ("q2", "q3", "q4"):
             await on_a.ask(question)
-        await on_b.until("reply", text="answer to q3")
-        expected: list[dict[str, object]] = []
-        for _ in range(50):  # the turn's last records (its reasoning_finished step) follow the reply
-            expected = await shown_records(postgres_dsn, session_id, after=history["last_seq"])
-            if expected and expected[-1]["type"] == "reasoning_step" and len(expected) > 2:
-                break
-            await asyncio.sleep(0.1)
-        await on_a.until_seq(int(str(expected[-1]["seq"])))
-        await asyncio.sleep(0.3)  # anything delivered twice would arrive now
-        await on_a.ws.close()
+        await tabs.owner.until("reply", text="answer to q4")
+        await turn_done(postgres_dsn, session_id, "q4")
+        expected = await shown_records(postgres_dsn, session_id, after=history["last_seq"])
+        await on_a.until_seq(expected[-1]["seq"])
         assert {item["type"] for item in expected} >= {"reasoning_step", "task_list", "reply"}
         assert seqs_and_types(on_a.live()) == [(item["seq"], item["type"]) for item in expected]
         assert await owner_of(postgres_dsn, session_id) == id_b  # b ran it throughout; a only delivered
         assert id_a != id_b
-        await on_b.close()
+        await tabs.close()
     finally:
-        await stop([a, b])
+        await stop_processes([a, b])
 
 
 @pytest.mark.slow
@@ -112,31 +77,26 @@ async def test_a_follower_shows_only_what_the_owner_shows_for_steps_not_streamed
     b = start(worker_command(postgres_dsn), port_b, **quiet)
     try:
         id_a, id_b = await ready(a), await ready(b)
-        on_b = await Client.open(port_b)
-        welcome = await on_b.hello()
-        session_id = welcome["session_id"]
-        await on_b.ask("q1")
-        on_a = await Client.open(port_a)
-        await on_a.hello(welcome["resume_token"])
-        history = await on_a.until("history")
+        tabs = await resumed_on_another_worker(port_b, port_a)
+        on_b, on_a, session_id, history = tabs.owner, tabs.other, tabs.session_id, tabs.history
         assert [item["type"] for item in history["items"]] == ["user", "reply"]  # no step, no task list
         for question in ("q2", "q3"):
             await on_a.ask(question)  # b runs them; a delivers them from the log
-        records = await shown_records(postgres_dsn, session_id, after=history["last_seq"])
         async with PostgresLog(postgres_dsn, read_only=True) as log:
             kinds = {r.kind for r in await log.read(session_id, history["last_seq"])}
         assert {"reasoning_step", "task_list"} <= kinds  # recorded ...
-        await on_b.until("reply", text="answer to q3")
-        await asyncio.sleep(1.5)  # past a poll: a step shown late would arrive now
-        await on_a.ws.close()
+        # Delivery keeps log order: a step of q2 or q3 shown late would come before q4's reply
+        await on_a.ask("q4")
+        await on_b.until("reply", text="answer to q4")
+        records = await shown_records(postgres_dsn, session_id, after=history["last_seq"])
         # ... and shown by neither worker: only the replies, each once, in order
         assert seqs_and_types(on_a.live()) == [(item["seq"], item["type"]) for item in records]
-        assert [item["type"] for item in records] == ["reply", "reply"]
+        assert [item["type"] for item in records] == ["reply", "reply", "reply"]
         assert {frame["type"] for frame in on_b.live()} == {"reply"}
         assert await owner_of(postgres_dsn, session_id) == id_b and id_a != id_b
-        await on_b.close()
+        await tabs.close()
     finally:
-        await stop([a, b])
+        await stop_processes([a, b])
 
 
 @pytest.mark.slow
@@ -160,5 +120,5 @@ async def test_baf_serve_workers_share_one_port_and_each_session_works(postgres_
         owners = {await owner_of(postgres_dsn, session_id) for session_id in sessions}
         assert owners == ids  # the kernel spread the connections over both workers, on one port
     finally:
-        await stop([serve])
+        await stop_processes([serve])
     assert serve.returncode == 0

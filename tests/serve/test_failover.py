@@ -19,7 +19,7 @@ from baf.log.postgres import PostgresLog
 from baf.log.postgres_inbox import Inbox
 from baf.log.postgres_leases import Leases
 
-from .helpers import FIXTURE, assert_each_question_answered_once, message, wait_for_answers
+from .helpers import FIXTURE, assert_each_question_answered_once, message, ready, stop_processes, wait_for_answers
 
 
 def start_worker(dsn: str, calls: Path) -> subprocess.Popen[str]:
@@ -29,13 +29,6 @@ def start_worker(dsn: str, calls: Path) -> subprocess.Popen[str]:
          "--lease-ttl", "3", "--poll-interval", "1"],
         stdout=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
-
-
-async def ready(worker: subprocess.Popen[str]) -> str:
-    assert worker.stdout is not None
-    line = await asyncio.wait_for(asyncio.to_thread(worker.stdout.readline), 30)
-    assert line.startswith("READY "), line
-    return line.split()[1]
 
 
 def callers(calls: Path) -> set[str]:
@@ -73,7 +66,7 @@ async def test_kill_9_of_a_worker_mid_run_loses_and_repeats_nothing(postgres_dsn
     try:
         ids = [await ready(worker) for worker in workers]
         expected = {f"s{i}": [f"s{i}-q{j}" for j in range(2)] for i in range(100)}  # 100 sessions in flight
-        async with PostgresLog(postgres_dsn) as log:  # a platform's worker elsewhere, forwarding messages
+        async with PostgresLog(postgres_dsn, worker_id="forwarder") as log:  # a platform's worker elsewhere
             inbox = Inbox(log)
             for j in range(2):
                 for session_id, questions in expected.items():
@@ -111,13 +104,4 @@ async def test_kill_9_of_a_worker_mid_run_loses_and_repeats_nothing(postgres_dsn
             assert len(responses) == 2 * len(expected[session_id]), (session_id, len(responses))
         assert ids[0] != ids[1]
     finally:
-        for worker in workers:
-            if worker.poll() is None:
-                worker.send_signal(signal.SIGTERM)
-        for worker in workers:
-            try:
-                await asyncio.to_thread(worker.wait, 20)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-            if worker.stdout is not None:
-                worker.stdout.close()
+        await stop_processes(workers, within=20)

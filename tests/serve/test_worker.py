@@ -12,24 +12,17 @@ import pytest
 
 from baf.core.events import ReceiveTextEvent
 from baf.core.forwarded import FORWARDED_KEY
-from baf.errors import LogError
+from baf.errors import LogClosedError, LogError, LogStorageError
 from baf.log.postgres_leases import Leases
 from baf.serve import Worker
 
-from .helpers import assert_each_question_answered_once, eventually, fresh_agent, message, wait_for_answers
+from .helpers import assert_each_question_answered_once, eventually, fresh_agent, message, two_workers, wait_for_answers
 
 
 @pytest.fixture
 async def workers(postgres_dsn: str) -> AsyncIterator[tuple[Worker, Worker]]:
-    a = Worker(fresh_agent(), postgres_dsn, worker_id="a", lease_ttl=10, poll_interval=1)
-    b = Worker(fresh_agent(), postgres_dsn, worker_id="b", lease_ttl=10, poll_interval=1)
-    await a.start()
-    await b.start()
-    try:
-        yield a, b
-    finally:
-        await a.stop()
-        await b.stop()
+    async with two_workers(postgres_dsn) as pair:
+        yield pair
 
 
 async def test_a_message_reaching_the_wrong_worker_is_handled_once_by_the_owner(
@@ -243,6 +236,36 @@ async def test_a_worker_told_of_a_change_while_it_reads_the_live_workers_reads_t
         assert reads == 2
 
 
+async def test_a_worker_that_cannot_list_the_live_workers_at_start_fails_and_leaves_nothing_open(
+    postgres_dsn: str,
+) -> None:
+    name = "baf-test-peers-unlisted"  # the application name of this test's worker's connections
+    dsn = f"{postgres_dsn}{'&' if '?' in postgres_dsn else '?'}application_name={name}"
+    worker = Worker(fresh_agent(), dsn, worker_id="a", lease_ttl=10, poll_interval=1)
+
+    async def cut() -> list[str]:  # the database lost as the list is read, right after the registration
+        raise asyncpg.ConnectionDoesNotExistError("connection was closed in the middle of operation")
+
+    worker.leases.live_workers = cut  # type: ignore[method-assign]
+    with pytest.raises(LogStorageError, match="worker a: cannot list the live workers at start"):
+        await worker.start()
+    assert worker._tasks == [] and worker._stop_listening is None  # no loop, no listener
+    with pytest.raises(LogClosedError):
+        await worker.log.sessions()
+    connection = await asyncpg.connect(postgres_dsn)
+    try:
+        # Its registration is undone: the other workers do not count it (nor hash sessions to it).
+        assert await connection.fetch("SELECT worker_id FROM baf_workers") == []
+        opened = "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1"
+        await eventually(lambda: _none(connection, opened, name), "the worker's connections were closed")
+    finally:
+        await connection.close()
+
+
+async def _none(connection: asyncpg.Connection, query: str, *args: object) -> bool:
+    return await connection.fetchval(query, *args) == 0
+
+
 LISTENING_TEST = "baf-test-worker-listening"  # the application name of the test's worker's connections
 
 
@@ -329,16 +352,9 @@ async def test_a_free_session_its_chosen_worker_does_not_take_is_taken_by_the_po
 @pytest.fixture
 async def slow_polling(postgres_dsn: str) -> AsyncIterator[tuple[Worker, Worker]]:
     """Two workers whose poll comes only after the tests below end: what they take, a notification made them."""
-    a = Worker(fresh_agent(), postgres_dsn, worker_id="a", lease_ttl=10, poll_interval=60)
-    b = Worker(fresh_agent(), postgres_dsn, worker_id="b", lease_ttl=10, poll_interval=60)
-    await a.start()
-    await b.start()
-    try:
+    async with two_workers(postgres_dsn, poll_interval=60) as (a, b):
         await eventually(lambda: sorted(a._peers) == sorted(b._peers) == ["a", "b"], "each worker lists both")
         yield a, b
-    finally:
-        await a.stop()
-        await b.stop()
 
 
 def picked_by(worker: Worker) -> str:

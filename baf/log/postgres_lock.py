@@ -1,0 +1,113 @@
+"""Who may write a PostgreSQL log: workers together, or one plain process alone (the writer lock).
+
+Workers (``baf serve``, ``baf.serve.Worker``) share a log: each session's writer is fenced by its lease. A
+plain process (``baf run``, ``agent.run()``, ``async with agent:`` with ``log="postgresql://..."``) takes
+no lease: like a process over a SQLite file, it treats every session it touches as its own, so it must be
+the log's only writer. A store opened for writing therefore takes an advisory lock on the log: exclusive
+for a plain store, shared for a worker's. A plain store opening a log that workers or another plain
+process write is refused with :class:`~baf.errors.LogInUseError` naming them, and so is a worker opening
+a log a plain process writes. Read-only stores (``baf sessions``, ``log``, ``replay``) take no lock.
+
+**The same log** is one set of baf tables: a database, and the schema its tables are found in
+(``search_path``). The lock's key is (``WRITER_LOCK``, the oid of that ``baf_records`` table), and advisory
+locks belong to a database, so logs in two schemas or two databases do not exclude each other, while two
+URLs that reach the same tables (another host name for the server, another role) do.
+
+**Held by the connection that commits.** The lock is taken on the writer's own connection, the one every
+append of the store commits on, and lasts as long as that connection (a session-level lock): a commit is
+only ever made on a connection holding it, with no check per commit. If the connection drops, the lock
+goes with it; the writer takes it again on its next connection before writing anything, and if another
+process took it meanwhile, the appends fail with ``LogInUseError``. Closing the store closes the
+connection, which releases the lock. A process that dies releases it when the server sees its connection
+end: at once after a crash; when its host is lost, once the server's TCP keepalive finds it dead.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from typing import TYPE_CHECKING, Final
+
+from baf.errors import LogInUseError
+
+if TYPE_CHECKING:
+    import asyncpg
+
+__all__ = ["WRITER_LOCK", "take_writer_lock", "writer_name"]
+
+#: The first key of the writer lock (the second is the oid of the log's ``baf_records`` table).
+WRITER_LOCK: Final = 0x62AF_0002
+
+# The oid as int4 wraps around above 2**31; pg_locks shows it back as the oid.
+_KEY: Final = "'baf_records'::regclass::oid::int4"
+# The connection's name, unless the URL gave it one (application_name=...): others' refusals show it.
+_NAMED: Final = "CASE WHEN current_setting('application_name') = '' THEN set_config('application_name', $2, false) END"
+_TAKE_EXCLUSIVE: Final = f"SELECT pg_try_advisory_lock($1, {_KEY}), {_NAMED}"
+_TAKE_SHARED: Final = f"SELECT pg_try_advisory_lock_shared($1, {_KEY}), {_NAMED}"
+_HOLDERS: Final = """
+SELECT l.pid, l.mode = 'ExclusiveLock', a.application_name, host(a.client_addr)
+FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.classid = $1::oid
+  AND l.objid = 'baf_records'::regclass::oid AND l.pid <> pg_backend_pid()
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+ORDER BY l.pid
+"""
+
+# PostgreSQL keeps the first 63 bytes of a connection's name.
+_NAME_BYTES: Final = 63
+
+
+def writer_name(worker_id: str | None) -> str:
+    """The name (``application_name``) of a store's writer connection: a worker's id, or the process."""
+    if worker_id is not None:
+        name = f"baf worker {worker_id}"
+    else:
+        command = " ".join([os.path.basename(sys.argv[0]), *sys.argv[1:]]) if sys.argv and sys.argv[0] else "python"
+        name = f"baf pid {os.getpid()} on {socket.gethostname()}: {command}"
+    return name.encode()[:_NAME_BYTES].decode(errors="ignore")
+
+
+async def take_writer_lock(connection: asyncpg.Connection, where: str, worker_id: str | None) -> None:
+    """Take the writer lock on ``connection`` (shared for a worker's store, exclusive otherwise), or raise
+    ``LogInUseError`` naming the connections that hold it. The log's tables must exist."""
+    statement = _TAKE_EXCLUSIVE if worker_id is None else _TAKE_SHARED
+    for _ in range(3):  # a holder gone between the try and the read of holders: try again
+        if (await connection.fetchrow(statement, WRITER_LOCK, writer_name(worker_id)))[0]:
+            return
+        holders = await connection.fetch(_HOLDERS, WRITER_LOCK)
+        if holders:
+            raise _refusal(where, worker_id, [(row[0], bool(row[1]), row[2], row[3]) for row in holders])
+    raise _refusal(where, worker_id, [])
+
+
+def _refusal(
+    where: str, worker_id: str | None, holders: list[tuple[int, bool, str | None, str | None]]
+) -> LogInUseError:
+    """The error for a store refused the lock, naming ``holders`` (pid, exclusive, name, client address)."""
+    named = ", ".join(_holder(pid, name, address) for pid, _, name, address in holders) or "another process"
+    plain = any(exclusive for _, exclusive, _, _ in holders)
+    if worker_id is not None:
+        reason = (
+            f"this PostgreSQL log is written by a process that is not a worker ({named}); a worker next to it "
+            "would write the sessions it writes. Stop that process (or give it a database or schema of its "
+            "own), then start the workers"
+        )
+    elif plain or not holders:
+        reason = (
+            f"this PostgreSQL log is already open for writing by another process ({named}); a PostgreSQL log "
+            "has one writing process unless baf serve workers write it (stop that one, open the log "
+            "read-only, or run the agent with baf serve for many processes)"
+        )
+    else:
+        reason = (
+            f"baf serve workers write this PostgreSQL log ({named}); a process that is not one of them would "
+            "write their sessions without a lease. Run the agent with baf serve (--workers 1 runs one), stop "
+            "the workers first, or open the log read-only"
+        )
+    return LogInUseError(where, named, reason=f"{reason}; nothing was written")
+
+
+def _holder(pid: int, name: str | None, address: str | None) -> str:
+    origin = f"server pid {pid}" + (f", from {address}" if address else "")
+    return f"{name} ({origin})" if name else origin

@@ -1,0 +1,228 @@
+"""Who may write a PostgreSQL log: workers together, or one plain process alone. A second plain writer,
+a plain writer next to workers and a worker next to a plain writer are refused at start, naming what holds
+the log; readers never are; the lock goes with the store (closed, killed) and with its writer connection.
+Against a real PostgreSQL server (see tests/pg_cluster.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import asyncpg
+import pytest
+from baf_test_helpers import baf
+from pg_cluster import drop_schema, fresh_schema
+from serve.helpers import eventually, fresh_agent
+
+from baf.core.agent import Agent
+from baf.errors import LogInUseError
+from baf.log import Record
+from baf.log.postgres import PostgresLog
+from baf.log.postgres_lock import WRITER_LOCK
+from baf.serve import Worker
+
+
+def rec(session_id: str, seq: int, text: str = "hi") -> Record:
+    return Record(session_id, seq, "note", {"text": text}, 1.5, 1)
+
+
+async def lock_holders(dsn: str) -> list[tuple[int, str]]:
+    """The server pids holding the writer lock of the log ``dsn`` reaches, with their lock modes."""
+    connection = await asyncpg.connect(dsn)
+    try:
+        rows = await connection.fetch(
+            "SELECT pid, mode FROM pg_locks WHERE locktype = 'advisory' AND classid = $1::oid "
+            "AND objid = 'baf_records'::regclass::oid AND objsubid = 2 AND granted ORDER BY pid",
+            WRITER_LOCK,
+        )
+    finally:
+        await connection.close()
+    return [(row[0], row[1]) for row in rows]
+
+
+@pytest.fixture
+async def plain(postgres_dsn: str) -> AsyncIterator[PostgresLog]:
+    """A plain process's store (no worker id), open for writing."""
+    log = PostgresLog(postgres_dsn)
+    await log.start()
+    try:
+        yield log
+    finally:
+        await log.close()
+
+
+async def test_a_second_plain_writer_is_refused_naming_the_first(postgres_dsn: str, plain: PostgresLog) -> None:
+    await plain.append([rec("s", 1)])
+    second = PostgresLog(postgres_dsn)
+    with pytest.raises(LogInUseError, match="already open for writing by another process") as refused:
+        await second.start()
+    assert f"baf pid {os.getpid()} on " in str(refused.value)  # the holder, named
+    assert refused.value.holder is not None and "server pid" in refused.value.holder
+    with pytest.raises(LogInUseError):  # an append opens the store too: refused the same way
+        await second.append([rec("s", 2)])
+    assert [mode for _, mode in await lock_holders(postgres_dsn)] == ["ExclusiveLock"]  # the refused one holds none
+    await plain.append([rec("s", 2)])  # the first goes on
+    assert [r.seq for r in await plain.read("s")] == [1, 2]
+
+
+async def test_the_lock_is_released_on_close_and_a_new_writer_opens(postgres_dsn: str) -> None:
+    async with PostgresLog(postgres_dsn) as first:
+        await first.append([rec("s", 1)])
+        assert [mode for _, mode in await lock_holders(postgres_dsn)] == ["ExclusiveLock"]
+    assert await lock_holders(postgres_dsn) == []
+    async with PostgresLog(postgres_dsn) as second:
+        await second.append([rec("s", 2)])
+    async with PostgresLog(postgres_dsn, worker_id="w") as worker:  # and workers after it
+        assert [mode for _, mode in await lock_holders(postgres_dsn)] == ["ShareLock"]
+        assert await worker.sessions() == ["s"]
+
+
+async def test_read_only_opens_take_no_lock_and_are_never_refused(postgres_dsn: str, plain: PostgresLog) -> None:
+    await plain.append([rec("s", 1)])
+    async with PostgresLog(postgres_dsn, read_only=True) as reader:
+        assert [r.seq for r in await reader.read("s")] == [1]
+        assert len(await lock_holders(postgres_dsn)) == 1  # the writer's alone
+    await plain.close()
+    async with PostgresLog(postgres_dsn, worker_id="a"), PostgresLog(postgres_dsn, read_only=True) as reader:
+        assert await reader.sessions() == ["s"]
+
+
+async def test_a_plain_writer_is_refused_while_workers_write_naming_them(postgres_dsn: str) -> None:
+    async with PostgresLog(postgres_dsn, worker_id="host:1:aa"), PostgresLog(postgres_dsn, worker_id="host:2:bb"):
+        assert [mode for _, mode in await lock_holders(postgres_dsn)] == ["ShareLock", "ShareLock"]
+        with pytest.raises(LogInUseError, match="baf serve workers write this PostgreSQL log") as refused:
+            await PostgresLog(postgres_dsn).start()
+        assert "baf worker host:1:aa" in str(refused.value) and "baf worker host:2:bb" in str(refused.value)
+        assert "baf serve" in str(refused.value) and "read-only" in str(refused.value)  # what to do instead
+    async with PostgresLog(postgres_dsn):  # once they stopped, it opens
+        pass
+
+
+async def test_a_worker_is_refused_while_a_plain_process_writes(postgres_dsn: str, plain: PostgresLog) -> None:
+    with pytest.raises(LogInUseError, match="written by a process that is not a worker") as refused:
+        await PostgresLog(postgres_dsn, worker_id="w").start()
+    assert f"baf pid {os.getpid()} on " in str(refused.value)
+    worker = Worker(fresh_agent(), postgres_dsn, worker_id="late")
+    with pytest.raises(LogInUseError):
+        await worker.start()
+    connection = await asyncpg.connect(postgres_dsn)
+    try:  # refused before it registered or opened anything
+        assert await connection.fetch("SELECT worker_id FROM baf_workers") == []
+        assert (
+            await connection.fetchval("SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'baf worker%'")
+            == 0
+        )
+    finally:
+        await connection.close()
+
+
+async def test_an_agent_run_twice_on_one_postgres_log_is_refused(postgres_dsn: str) -> None:
+    # What `baf run agent.py` twice (or agent.run() in two processes) does with log="postgresql://...".
+    first, second = Agent("a", log=postgres_dsn), Agent("a", log=postgres_dsn)
+    for agent in (first, second):
+        agent.new_state("start", initial=True)
+    async with first:
+        with pytest.raises(LogInUseError):
+            async with second:
+                pass
+
+
+async def test_the_same_log_is_its_tables_not_its_url(postgres_dsn: str) -> None:
+    # Another schema of the database is another log; another URL that finds the same tables is the same log.
+    name, elsewhere = await fresh_schema(postgres_dsn)
+    try:
+        async with PostgresLog(postgres_dsn) as here, PostgresLog(elsewhere) as there:
+            await here.append([rec("s", 1)])
+            await there.append([rec("s", 1)])
+            parts = urlsplit(postgres_dsn)
+            query = dict(parse_qsl(parts.query))
+            query["search_path"] = f"{query['search_path']},{name}"  # finds this log's tables first
+            same_tables = urlunsplit(parts._replace(query=urlencode(query)))
+            with pytest.raises(LogInUseError):
+                await PostgresLog(same_tables).start()
+    finally:
+        await drop_schema(postgres_dsn, name)
+
+
+async def test_a_writer_whose_connection_dropped_writes_nothing_while_another_holds_the_lock(
+    postgres_dsn: str,
+) -> None:
+    first = PostgresLog(postgres_dsn)
+    await first.start()
+    try:
+        await first.append([rec("s", 1)])
+        [(pid, _)] = await lock_holders(postgres_dsn)
+        admin = await asyncpg.connect(postgres_dsn)
+        try:
+            await admin.execute("SELECT pg_terminate_backend($1)", pid)  # its writer connection, and the lock
+        finally:
+            await admin.close()
+        await eventually(lambda: _holders_are(postgres_dsn, 0), "the cut connection's lock was released")
+        async with PostgresLog(postgres_dsn) as second:  # took the lock meanwhile
+            await second.append([rec("s", 2, "second's")])
+            with pytest.raises(LogInUseError, match="already open for writing"):
+                await first.append([rec("s", 3, "first's")])
+        await first.append([rec("s", 3, "first's")])  # the lock is free again: it reconnects and takes it
+        assert [r.data["text"] for r in await first.read("s")] == ["hi", "second's", "first's"]
+    finally:
+        await first.close()
+
+
+async def _holders_are(dsn: str, count: int) -> bool:
+    return len(await lock_holders(dsn)) == count
+
+
+# A plain process over the log: appends a record, says so, and writes until stdin closes.
+HOLDER = """
+import asyncio, sys
+from baf.log import Record
+from baf.log.postgres import PostgresLog
+
+async def main():
+    async with PostgresLog(sys.argv[1]) as log:
+        await log.append([Record("held", 1, "note", {"text": "hi"}, 1.5, 1)])
+        print("HOLDING", flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+
+asyncio.run(main())
+"""
+
+
+def start_holder(dsn: str) -> subprocess.Popen[str]:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, dsn], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert holder.stdout is not None
+    assert holder.stdout.readline() == "HOLDING\n"
+    return holder
+
+
+@pytest.mark.slow
+async def test_another_process_is_refused_naming_it_the_reading_commands_work_and_kill_9_frees_the_log(
+    postgres_dsn: str, tmp_path: Path
+) -> None:
+    holder = await asyncio.to_thread(start_holder, postgres_dsn)
+    try:
+        with pytest.raises(LogInUseError) as refused:
+            await PostgresLog(postgres_dsn).start()
+        assert f"baf pid {holder.pid} on " in str(refused.value)
+        listed = await asyncio.to_thread(baf, "sessions", postgres_dsn, cwd=tmp_path)  # reading is never refused
+        assert listed.returncode == 0 and "held" in listed.stdout, listed.stderr
+        holder.send_signal(signal.SIGKILL)
+        await asyncio.to_thread(holder.wait, 20)
+        await eventually(lambda: _holders_are(postgres_dsn, 0), "the killed process's lock was released")
+        async with PostgresLog(postgres_dsn) as log:
+            await log.append([rec("held", 2)])
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait(20)
+        for stream in (holder.stdin, holder.stdout):
+            if stream is not None:
+                stream.close()
