@@ -14,22 +14,14 @@ import pytest
 
 from baf.serve import Worker
 
-from .test_delivery import turn_done, ws_agent
+from .helpers import turn_done, two_ws_workers
 from .ws_client import Client
 
 
 @pytest.fixture
 async def workers(postgres_dsn: str) -> AsyncIterator[tuple[tuple[Worker, int], tuple[Worker, int]]]:
-    (agent_a, platform_a), (agent_b, platform_b) = ws_agent(), ws_agent()
-    a = Worker(agent_a, postgres_dsn, worker_id="a", lease_ttl=10, poll_interval=1)
-    b = Worker(agent_b, postgres_dsn, worker_id="b", lease_ttl=10, poll_interval=1)
-    await a.start()
-    await b.start()
-    try:
-        yield (a, platform_a.port), (b, platform_b.port)
-    finally:
-        await a.stop()
-        await b.stop()
+    async with two_ws_workers(postgres_dsn) as pair:
+        yield pair
 
 
 async def test_a_client_of_a_session_whose_append_found_the_lease_lost_follows_the_new_owner(

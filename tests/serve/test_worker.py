@@ -352,16 +352,9 @@ async def test_a_free_session_its_chosen_worker_does_not_take_is_taken_by_the_po
 @pytest.fixture
 async def slow_polling(postgres_dsn: str) -> AsyncIterator[tuple[Worker, Worker]]:
     """Two workers whose poll comes only after the tests below end: what they take, a notification made them."""
-    a = Worker(fresh_agent(), postgres_dsn, worker_id="a", lease_ttl=10, poll_interval=60)
-    b = Worker(fresh_agent(), postgres_dsn, worker_id="b", lease_ttl=10, poll_interval=60)
-    await a.start()
-    await b.start()
-    try:
+    async with two_workers(postgres_dsn, poll_interval=60) as (a, b):
         await eventually(lambda: sorted(a._peers) == sorted(b._peers) == ["a", "b"], "each worker lists both")
         yield a, b
-    finally:
-        await a.stop()
-        await b.stop()
 
 
 def picked_by(worker: Worker) -> str:
