@@ -57,6 +57,7 @@ from baf.log import upcast as upcast_module
 from baf.log.jsontext import decode_json
 from baf.log.postgres_batch import Coalescer
 from baf.log.postgres_commit import Batch, Known, Plan, Refused, Row, Stored, stored_work
+from baf.log.postgres_connect import KEEPALIVE_SECONDS, Keepalive, set_socket_keepalive
 from baf.log.postgres_lock import take_writer_lock
 from baf.log.postgres_schema import SCHEMA_VERSION, prepare_schema
 from baf.log.record import Record
@@ -172,6 +173,11 @@ class PostgresLog(SessionLog):
     plain store write the log; a worker's store is refused the same way while a plain store writes it
     (``baf.log.postgres_lock``).
 
+    ``keepalive`` (seconds, default 30; ``None``: the operating system's settings) is how long a connection
+    whose other end went silent (a host lost, a network cut without a reset) lasts before it is given up, on
+    both ends: the store then reconnects, and the server releases what the dead connection held
+    (``baf.log.postgres_connect``).
+
     ``start()`` is optional: the first call opens the store. ``close()`` commits what is queued, then
     closes; after it every call raises ``LogClosedError`` until ``start()``.
     """
@@ -185,12 +191,14 @@ class PostgresLog(SessionLog):
         connect_timeout: float = 10.0,
         worker_id: str | None = None,
         acquire_timeout: float = 30.0,
+        keepalive: float | None = KEEPALIVE_SECONDS,
     ) -> None:
         if pool_size < 1:
             raise ValueError(f"pool_size must be >= 1, got {pool_size!r}")
         if acquire_timeout <= 0:
             raise ValueError(f"acquire_timeout must be > 0 seconds, got {acquire_timeout!r}")
         self._acquire_timeout = acquire_timeout
+        self._keepalive = None if keepalive is None else Keepalive(keepalive)
         self._dsn = dsn
         self._pool_size = pool_size
         self._read_only = read_only
@@ -246,18 +254,38 @@ class PostgresLog(SessionLog):
         finally:
             await pool.release(connection)
 
+    async def open_connection(self) -> asyncpg.Connection:
+        """A connection of its own, outside the pool (a listener's, the writer's), with the store's connect
+        timeout and keepalive (``baf.log.postgres_connect``); the caller closes it. ``LogStorageError`` when
+        the server cannot be reached or refuses it."""
+        driver = _import_asyncpg()
+        try:
+            connection: asyncpg.Connection = await driver.connect(
+                self._dsn, timeout=self._connect_timeout, command_timeout=None, server_settings=self._server_settings()
+            )
+        except (TimeoutError, OSError, driver.PostgresError) as exc:
+            raise LogStorageError(redact_dsn(self._dsn), f"cannot open a database connection: {exc}") from exc
+        self._set_keepalive(connection)
+        return connection
+
+    def _server_settings(self) -> dict[str, str] | None:
+        return None if self._keepalive is None else self._keepalive.server_settings(self._dsn)
+
+    async def _on_new_connection(self, connection: asyncpg.Connection) -> None:
+        """Each new connection of the pool: its socket's keepalive."""
+        self._set_keepalive(connection)
+
+    def _set_keepalive(self, connection: asyncpg.Connection) -> None:
+        if self._keepalive is not None:
+            set_socket_keepalive(connection, self._keepalive)
+
     async def _connect(self) -> asyncpg.Connection:
         """A writer's connection: its own, outside the pool (appends never wait for readers), holding the
         writer lock for as long as it is open (``baf.log.postgres_lock``): every commit is made under it.
         ``LogInUseError`` if another process holds the lock."""
         driver = _import_asyncpg()
         where = redact_dsn(self._dsn)
-        try:
-            connection: asyncpg.Connection = await driver.connect(
-                self._dsn, timeout=self._connect_timeout, command_timeout=None
-            )
-        except (TimeoutError, OSError, driver.PostgresError) as exc:
-            raise LogStorageError(where, f"cannot open a database connection: {exc}") from exc
+        connection = await self.open_connection()
         try:
             await take_writer_lock(connection, where, self._worker_id)
         except BaseException as exc:
@@ -307,6 +335,8 @@ class PostgresLog(SessionLog):
                     timeout=self._connect_timeout,
                     command_timeout=None,
                     reset=_no_reset,
+                    server_settings=self._server_settings(),
+                    init=self._on_new_connection,
                 )
             except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
                 raise LogError(f"cannot open the PostgreSQL log at {where}: {exc}") from exc
