@@ -184,6 +184,13 @@ def _parser() -> argparse.ArgumentParser:
         default=2.0,
         help="seconds between safety polls for missed notifications (default 2, at least 1)",
     )
+    serve.add_argument(
+        "--keepalive",
+        type=float,
+        default=30.0,
+        help="seconds after which a database connection whose other end went silent is given up, on both "
+        "ends (TCP keepalive; default 30, at least 1; 0 leaves the operating system's settings)",
+    )
     serve.set_defaults(handler=_cmd_serve)
 
     sessions = commands.add_parser("sessions", help="list the sessions of a log")
@@ -310,9 +317,14 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         raise ConfigurationError(
             f"--lease-ttl must be positive and at most {MAX_LEASE_TTL:g} seconds (a day), got {args.lease_ttl}"
         )
+    if args.keepalive != 0 and not 1 <= args.keepalive < math.inf:
+        raise ConfigurationError(
+            f"--keepalive must be 0 (the system's settings) or a finite number of seconds, at least 1, got "
+            f"{args.keepalive}"
+        )
     from baf.serve.process import serve
 
-    return serve(args.path, args.log, args.workers, args.lease_ttl, args.poll_interval)
+    return serve(args.path, args.log, args.workers, args.lease_ttl, args.poll_interval, args.keepalive or None)
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:

@@ -19,7 +19,7 @@ only ever made on a connection holding it, with no check per commit. If the conn
 goes with it; the writer takes it again on its next connection before writing anything, and if another
 process took it meanwhile, the appends fail with ``LogInUseError``. Closing the store closes the
 connection, which releases the lock. A process that dies releases it when the server sees its connection
-end: at once after a crash; when its host is lost, once the server's TCP keepalive finds it dead.
+end: at once after a crash; when its host is lost, after the keepalive time (``baf.log.postgres_connect``).
 """
 
 from __future__ import annotations

@@ -37,14 +37,18 @@ INDEX_VARIABLE = "BAF_SERVE_WORKER_INDEX"
 CONNECTIONS_PER_WORKER: Final = 4 + 3
 
 
-def serve(path: str, dsn: str, workers: int, lease_ttl: float, poll_interval: float) -> int:
+def serve(
+    path: str, dsn: str, workers: int, lease_ttl: float, poll_interval: float, keepalive: float | None = 30.0
+) -> int:
     """Run ``workers`` worker processes until they end or a signal stops them; their worst exit status.
+    ``keepalive``: see ``Worker`` (``None``: the operating system's settings).
 
     The database is asked first: more workers than its ``max_connections`` can ever serve are refused
     (a mistyped ``--workers 2000`` would otherwise start that many processes, nearly all failing)."""
     asyncio.run(check_connections(dsn, workers))
     command = [sys.executable, "-m", "baf.serve.process", "worker", path,
-               "--lease-ttl", str(lease_ttl), "--poll-interval", str(poll_interval)]  # fmt: skip
+               "--lease-ttl", str(lease_ttl), "--poll-interval", str(poll_interval),
+               "--keepalive", str(keepalive or 0)]  # fmt: skip
     # The URL goes to the workers in their environment, not on their command lines: any user of the host
     # can read a process's arguments (ps), and the URL may hold the database password.
     environment = {**os.environ, LOG_VARIABLE: dsn}
@@ -120,7 +124,7 @@ def _death_notice(pid: int, signum: int, running: int, lease_ttl: float) -> str:
     return f"baf serve: worker {pid} was killed by signal {signum}; {after} {expiry}\n"
 
 
-async def _run_worker(path: str, dsn: str, lease_ttl: float, poll_interval: float) -> None:
+async def _run_worker(path: str, dsn: str, lease_ttl: float, poll_interval: float, keepalive: float | None) -> None:
     from baf.cli import load_agent_file  # the loader baf run uses: Python or YAML agents
     from baf.core.agent import _show_baf_log_lines
     from baf.serve.worker import Worker
@@ -141,7 +145,7 @@ async def _run_worker(path: str, dsn: str, lease_ttl: float, poll_interval: floa
             "one (agent.use_websocket_platform(port=8765), or platforms: in a YAML agent)",
             agent.name,
         )
-    worker = Worker(agent, dsn, lease_ttl=lease_ttl, poll_interval=poll_interval)
+    worker = Worker(agent, dsn, lease_ttl=lease_ttl, poll_interval=poll_interval, keepalive=keepalive)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -169,6 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     worker.add_argument("--lease-ttl", type=float, default=10.0)
     worker.add_argument("--poll-interval", type=float, default=2.0)
+    worker.add_argument("--keepalive", type=float, default=30.0, help="seconds; 0: the operating system's settings")
     args = parser.parse_args(argv)
     if not args.log:
         parser.error(f"the PostgreSQL log is needed: --log URL, or ${LOG_VARIABLE}")
@@ -176,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(_run_worker(args.path, args.log, args.lease_ttl, args.poll_interval))
+            asyncio.run(_run_worker(args.path, args.log, args.lease_ttl, args.poll_interval, args.keepalive or None))
     except (ConfigurationError, LogError) as exc:
         # baf's own errors name the problem and its fix (a port in use, a file without an agent, a
         # database it cannot reach): one line, as `baf run` prints them; a traceback would point into baf.

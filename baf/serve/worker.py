@@ -43,6 +43,7 @@ from baf.core.forwarded import FORWARDED_KEY
 from baf.core.runtime import Runtime
 from baf.errors import LogError, LogStorageError
 from baf.log.postgres import PostgresLog, redact_dsn
+from baf.log.postgres_connect import KEEPALIVE_SECONDS
 from baf.log.postgres_inbox import INBOX_CHANNEL, RECORDS_CHANNEL, Inbox, InboxMessage
 from baf.log.postgres_leases import WORKERS_CHANNEL, Leases
 from baf.log.redaction import log_exception
@@ -76,6 +77,8 @@ class Worker:
 
     ``lease_ttl`` is how long (seconds) a session stays this worker's without a heartbeat: after a crash,
     other workers take its sessions over that much later. ``poll_interval`` is the safety poll.
+    ``keepalive`` is how long its database connections last once the other end went silent (a network cut
+    without a reset; ``None``: the operating system's settings; see ``baf.log.postgres_connect``).
     """
 
     def __init__(
@@ -87,6 +90,7 @@ class Worker:
         lease_ttl: float = 10.0,
         poll_interval: float = 2.0,
         pool_size: int = 4,
+        keepalive: float | None = KEEPALIVE_SECONDS,
     ) -> None:
         if not 1.0 <= poll_interval < math.inf:  # nan too; inf: lost notifications would never be found
             raise ValueError(
@@ -95,7 +99,7 @@ class Worker:
             )
         self.agent = agent
         self.worker_id = worker_id or default_worker_id()
-        self.log = PostgresLog(dsn, worker_id=self.worker_id, pool_size=pool_size)
+        self.log = PostgresLog(dsn, worker_id=self.worker_id, pool_size=pool_size, keepalive=keepalive)
         self.leases = Leases(self.log, ttl=lease_ttl)
         self.inbox = Inbox(self.log)
         self.poll_interval = poll_interval
