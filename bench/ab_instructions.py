@@ -12,6 +12,10 @@ which leaves out start-up and imports. Runs repeat to within ~0.1 % (``PYTHONHAS
 about a minute (valgrind runs Python ~50× slower). Instructions are not time (cache misses, branch
 mispredictions), so confirm a large difference with ``ab_kernel.py``.
 
+``--log sqlite`` runs on a SQLite log (a file per run, durability ``normal``) instead of the memory log:
+the per-record work of a durable store (row checks, checksums, the writer) is then counted too; its
+figures move more between runs than the memory log's (the writer thread's timing).
+
 ``--secret`` sets a made-up ``*_API_KEY`` variable for every run: the agent then has a secret to redact,
 as any agent started with a model's key in its environment does (nothing in the workload holds it).
 
@@ -117,14 +121,16 @@ def check_logs(trees: list[Path], engines: list[str], turns: int) -> None:
     print(f"logs: the {len(trees)} trees record the same bytes ({', '.join(engines)})")
 
 
-def instructions(tree: Path, engine: str, turns: int, messages: int) -> int:
+def instructions(tree: Path, engine: str, turns: int, messages: int, log: str) -> int:
     """Instructions valgrind counts for a whole run of ``messages`` messages with ``tree``'s baf."""
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
-    done = subprocess.run(
-        ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
-         sys.executable, "-c", _WORKLOAD, str(BENCH), engine, str(turns), str(messages)],
-        env=env, capture_output=True, text=True, cwd=tree, timeout=3600,
-    )  # fmt: skip
+    with tempfile.TemporaryDirectory() as folder:
+        url = "memory://" if log == "memory" else f"sqlite:///{Path(folder) / 'ab.db'}"
+        done = subprocess.run(
+            ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+             sys.executable, "-c", _WORKLOAD, str(BENCH), engine, str(turns), str(messages), url],
+            env=env, capture_output=True, text=True, cwd=tree, timeout=3600,
+        )  # fmt: skip
     found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
     if done.returncode != 0 or found is None:
         raise SystemExit(f"{tree} ({engine}, {messages} messages) failed:\n{done.stderr[-3000:]}")
@@ -140,6 +146,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=40, help="measured messages (default 40)")
     parser.add_argument("--warmup", type=int, default=3, help="messages in the run subtracted (default 3)")
     parser.add_argument("--jobs", type=int, default=2, help="valgrind runs at once (default 2)")
+    parser.add_argument("--log", choices=("memory", "sqlite"), default="memory", help="the log (default memory)")
     parser.add_argument("--secret", action="store_true", help="run with a secret to redact (see above)")
     args = parser.parse_args()
     if args.secret:
@@ -155,10 +162,11 @@ def main() -> None:
     runs = [(tree, engine, count) for tree in trees for engine in engines
             for count in (args.warmup, args.warmup + args.messages)]  # fmt: skip
     with ThreadPoolExecutor(args.jobs) as pool:
-        counts = dict(zip(runs, pool.map(lambda run: instructions(run[0], run[1], args.turns, run[2]), runs),
+        counts = dict(zip(runs, pool.map(lambda run: instructions(run[0], run[1], args.turns, run[2], args.log), runs),
                           strict=True))  # fmt: skip
     turns = args.messages * (args.turns + 1)
-    print(f"N = {args.turns} tool turns + the answer; {args.messages} messages; instructions per model turn")
+    print(f"N = {args.turns} tool turns + the answer; {args.messages} messages; {args.log} log; "
+          f"{'a secret set; ' if args.secret else ''}instructions per model turn")  # fmt: skip
     print(f"{'tree':40} {'engine':9} {'per turn':>10} {'vs first':>8}")
     for engine in engines:
         first = None

@@ -11,14 +11,15 @@ refused with a ``LogError``; see ``baf.log.postgres_schema``):
 
 **Group commit.** Every ``append`` joins a queue; a writer task takes everything queued and commits it in
 one statement, so appends that arrive together (from many sessions) share one round trip and one WAL flush.
-The writer has a connection of its own (appends never wait for readers). It computes the unfinished-work
-index from what it knows of each session's last append, so the common group needs no read first (see
-``Known``). If the statement is refused as a whole (a conflict, a lost lease, an inbox row gone),
-nothing of it was written and the group is committed again append by append, each in a savepoint of its
-own: the refused append fails alone (``LogConflictError``, ``LeaseLostError``, ``LogError``) while the rest
-commits. When the transaction itself fails (the connection dropped, the server restarted) every append of
-the group fails with ``LogError``: none is acknowledged, none is dropped silently, and the writer
-reconnects for the next group.
+The writer has a connection of its own (appends never wait for readers). A committed group wakes its
+appenders a few at a time (``RESUME_CHUNK``), reading the sockets in between, so that sessions committed
+together do not go on in step. The writer computes the unfinished-work index from what it knows of each
+session's last append, so the common group needs no read first (see ``Known``). If the statement is
+refused as a whole (a conflict, a lost lease, an inbox row gone), nothing of it was written and the group
+is committed again append by append, each in a savepoint of its own: the refused append fails alone
+(``LogConflictError``, ``LeaseLostError``, ``LogError``) while the rest commits. When the transaction
+itself fails (the connection dropped, the server restarted) every append of the group fails with
+``LogError``: none is acknowledged, none is dropped silently, and the writer reconnects for the next group.
 
 Reads use a small pool of other connections, so readers never wait for the writer; a pool that stays busy
 fails a read with ``LogStorageError`` after ``acquire_timeout`` instead of waiting forever.
@@ -130,6 +131,13 @@ def _unreadable_url(dsn: str, exc: Exception) -> str:
     if _password_not_encoded(dsn.split("://", 1)[-1]):
         return "the URL cannot be read: percent-encode '/', '?', '#' and '@' in the password (%2F, %3F, %23, %40)"
     return f"the URL cannot be read: {exc}"
+
+
+#: How many appenders a committed group wakes per turn of the event loop. Between two such turns the loop
+#: reads its sockets, so the next commits of the sessions woken first go out (and come back) while later
+#: ones still run: a hundred sessions committed together do not all go on together, in step, to wake
+#: together at their next model answer and queue for the loop and the writer again at every turn.
+RESUME_CHUNK: Final = 8
 
 
 @dataclass(slots=True)
@@ -454,7 +462,7 @@ class PostgresLog(SessionLog):
                 try:
                     if connection is None or connection.is_closed():
                         connection = await self._connect(writer)
-                    await self._commit_group(connection, group)
+                    _settle_in_chunks(group, await self._commit_group(connection, group))
                 except LogInUseError as exc:  # the connection was lost, and another process took the lock
                     for batch in group:
                         if not batch.future.done():
@@ -482,8 +490,8 @@ class PostgresLog(SessionLog):
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(connection.close(), 5)
 
-    async def _commit_group(self, connection: asyncpg.Connection, group: list[Batch]) -> None:
-        """Commit ``group`` and settle each append's future.
+    async def _commit_group(self, connection: asyncpg.Connection, group: list[Batch]) -> list[BaseException | None]:
+        """Commit ``group``; return each append's outcome (``None``: committed, else its error).
 
         First all of it at once: one statement (one round trip) when the writer knows the work statuses of
         the sessions it touches, else a read of them and that statement in a transaction. If that
@@ -496,10 +504,7 @@ class PostgresLog(SessionLog):
         except refused:
             pass
         else:
-            for batch in group:
-                if not batch.future.done():
-                    batch.future.set_result(None)
-            return
+            return [None] * len(group)
         outcomes: list[BaseException | None] = []
         async with connection.transaction():
             for batch in group:
@@ -509,13 +514,7 @@ class PostgresLog(SessionLog):
                     outcomes.append(None)
                 except _refusals() as exc:
                     outcomes.append(await _refusal(connection, batch, exc))
-        for batch, outcome in zip(group, outcomes, strict=True):
-            if batch.future.done():
-                continue
-            if outcome is None:
-                batch.future.set_result(None)
-            else:
-                batch.future.set_exception(outcome)
+        return outcomes
 
     async def _commit_together(self, connection: asyncpg.Connection, group: list[Batch]) -> None:
         """Commit every append of ``group`` in one transaction, or raise (``Refused`` or what PostgreSQL
@@ -683,6 +682,21 @@ _SELECT_AFTER_MANY: Final = """
 SELECT u.s, u.a, r.seq, r.kind, r.data, r.ts, r.version FROM unnest($1::text[], $2::bigint[]) AS u(s, a)
 JOIN baf_records r ON r.session_id = u.s AND r.seq > u.a ORDER BY u.s, u.a, r.seq
 """
+
+
+def _settle_in_chunks(group: list[Batch], outcomes: list[BaseException | None], start: int = 0) -> None:
+    """Give the appends of a committed group their outcomes (``None``: committed), ``RESUME_CHUNK`` now and
+    the next ones at the next turn of the loop, and so on (the writer goes on with the next group meanwhile)."""
+    end = start + RESUME_CHUNK
+    for batch, outcome in zip(group[start:end], outcomes[start:end], strict=True):
+        if batch.future.done():
+            continue
+        if outcome is None:
+            batch.future.set_result(None)
+        else:
+            batch.future.set_exception(outcome)
+    if end < len(group):
+        asyncio.get_running_loop().call_soon(_settle_in_chunks, group, outcomes, end)
 
 
 async def _no_reset(_connection: asyncpg.Connection) -> None:
