@@ -27,8 +27,8 @@ fails a read with ``LogStorageError`` after ``acquire_timeout`` instead of waiti
 **Workers, or one plain writer.** The writer's connection holds the log's writer lock
 (``baf.log.postgres_lock``) from ``start()`` to ``close()``: shared in a worker's store, exclusive in a
 plain one (no ``worker_id``: no leases, so it must write alone). A store that cannot take it is refused at
-start with ``LogInUseError``; a writer whose connection dropped takes it again before its next commit.
-Read-only stores take none.
+start with ``LogInUseError``; a writer whose connection dropped takes it again before its next commit (a
+plain one only if no other store took it in between: else it writes no more). Read-only stores take none.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ from baf.log.jsontext import decode_json
 from baf.log.postgres_batch import Coalescer
 from baf.log.postgres_commit import Batch, Known, Plan, Refused, Row, Stored, stored_work
 from baf.log.postgres_connect import KEEPALIVE_SECONDS, Keepalive, set_socket_keepalive
-from baf.log.postgres_lock import take_writer_lock
+from baf.log.postgres_lock import overtaken, take_writer_lock
 from baf.log.postgres_schema import SCHEMA_VERSION, prepare_schema
 from baf.log.record import Record
 from baf.log.row_codec import MAX_INT32, encode_fields
@@ -148,6 +148,10 @@ class _Writer:
     wakeup: asyncio.Event = field(default_factory=asyncio.Event)
     #: The connection opened (and locked) at start, handed to the writer task.
     connection: asyncpg.Connection | None = None
+    #: The writer lock's generation when this store last took it (``baf.log.postgres_lock``).
+    generation: int | None = None
+    #: Set when another store took the lock while this plain store's connection was down: it writes no more.
+    overtaken: bool = False
     task: asyncio.Task[None] | None = None
     closing: bool = False
 
@@ -279,20 +283,29 @@ class PostgresLog(SessionLog):
         if self._keepalive is not None:
             set_socket_keepalive(connection, self._keepalive)
 
-    async def _connect(self) -> asyncpg.Connection:
+    async def _connect(self, writer: _Writer) -> asyncpg.Connection:
         """A writer's connection: its own, outside the pool (appends never wait for readers), holding the
         writer lock for as long as it is open (``baf.log.postgres_lock``): every commit is made under it.
-        ``LogInUseError`` if another process holds the lock."""
+        ``LogInUseError`` if another process holds the lock, or, for a plain store, took it since this
+        store's previous connection (then for good)."""
         driver = _import_asyncpg()
         where = redact_dsn(self._dsn)
+        if writer.overtaken:
+            raise overtaken(where)
         connection = await self.open_connection()
         try:
-            await take_writer_lock(connection, where, self._worker_id)
+            since = writer.generation if self._worker_id is None else None  # workers are fenced by leases
+            generation = await take_writer_lock(connection, where, self._worker_id, since)
         except BaseException as exc:
             connection.terminate()
             if isinstance(exc, driver.PostgresError):
                 raise LogStorageError(where, f"cannot take the log's writer lock: {exc}") from exc
             raise
+        if generation is None:
+            connection.terminate()
+            writer.overtaken = True
+            raise overtaken(where)
+        writer.generation = generation
         return connection
 
     async def _acquire(self, pool: asyncpg.Pool) -> asyncpg.Connection:
@@ -357,8 +370,9 @@ class PostgresLog(SessionLog):
             if not self._read_only:
                 # The writer lock, on the connection the writer commits on: refused here, at start, when
                 # another process holds it (see baf.log.postgres_lock).
+                writer = _Writer()
                 try:
-                    writer = _Writer(connection=await self._connect())
+                    writer.connection = await self._connect(writer)
                 except BaseException:
                     await pool.close()
                     raise
@@ -447,7 +461,7 @@ class PostgresLog(SessionLog):
                 group, writer.queue = writer.queue, []
                 try:
                     if connection is None or connection.is_closed():
-                        connection = await self._connect()
+                        connection = await self._connect(writer)
                     _settle_in_chunks(group, await self._commit_group(connection, group))
                 except LogInUseError as exc:  # the connection was lost, and another process took the lock
                     for batch in group:
