@@ -1,9 +1,12 @@
 """How baf words a count in what it tells people: ``1 record``, ``0 records``, ``2,500 records``.
 
-The bottom layer with ``baf.errors`` (it imports nothing of baf), so every package words counts the same way.
+The bottom layer, below ``baf.errors`` (which uses it; it imports nothing of baf), so that every package
+words counts the same way.
 """
 
 from __future__ import annotations
+
+__all__ = ["agreeing", "counted"]
 
 
 def agreeing(count: int, singular: str, plural: str) -> str:
@@ -17,6 +20,3 @@ def counted(count: int, noun: str, plural: str | None = None) -> str:
     adding an ``s``, or as ``plural`` says for a noun that does not take one (``counted(2, "entry",
     "entries")``)."""
     return f"{count:,} {agreeing(count, noun, plural or f'{noun}s')}"
-
-
-__all__ = ["agreeing", "counted"]

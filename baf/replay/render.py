@@ -50,7 +50,7 @@ __all__ = [
     "shorten",
     "visible",
     "visible_json",
-]  # fmt: skip
+]
 
 #: Characters of a text shown before it is cut.
 DEFAULT_WIDTH: Final = 160

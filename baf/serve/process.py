@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 from typing import Final
 
-from baf.wording import agreeing
+from baf.wording import agreeing, counted
 
 __all__ = ["CONNECTIONS_PER_WORKER", "INDEX_VARIABLE", "LOG_VARIABLE", "check_connections", "main", "serve"]
 
@@ -90,9 +90,10 @@ async def check_connections(dsn: str, workers: int) -> None:
     needed = workers * CONNECTIONS_PER_WORKER
     if needed > allowed:
         raise ConfigurationError(
-            f"{workers} workers need up to {needed} database connections ({CONNECTIONS_PER_WORKER} each), and the "
-            f"server at {redact_dsn(dsn)} allows {allowed} in all (max_connections): start at most "
-            f"{allowed // CONNECTIONS_PER_WORKER}, or raise max_connections"
+            f"{counted(workers, 'worker')} {agreeing(workers, 'needs', 'need')} up to "
+            f"{counted(needed, 'database connection')} ({CONNECTIONS_PER_WORKER} each), and the server at "
+            f"{redact_dsn(dsn)} allows {allowed:,} in all (max_connections): start at most "
+            f"{allowed // CONNECTIONS_PER_WORKER:,}, or raise max_connections"
         )
 
 

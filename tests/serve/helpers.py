@@ -109,7 +109,11 @@ async def two_workers(
     a = Worker(agent_a, dsn, worker_id="a", lease_ttl=10, poll_interval=poll_interval)
     b = Worker(agent_b, dsn, worker_id="b", lease_ttl=10, poll_interval=poll_interval)
     await a.start()
-    await b.start()
+    try:
+        await b.start()
+    except BaseException:
+        await a.stop()
+        raise
     try:
         yield a, b
     finally:

@@ -56,7 +56,9 @@ async def test_a_client_of_a_session_whose_append_found_the_lease_lost_follows_t
     await turn_done(postgres_dsn, session_id, "q3")
     reply = await on_b.until("reply", within=10, text="answer to q3")
     assert reply["seq"] > 0
-    await asyncio.sleep(0.3)  # anything delivered twice would arrive now
+    # A later turn: the follower delivers in log order, so anything shown twice so far arrives before it.
+    await on_a.ask("q4")
+    await on_b.until("reply", within=10, text="answer to q4")
     seqs = [frame["seq"] for frame in on_b.live()]
     assert len(seqs) == len(set(seqs)) and seqs == sorted(seqs)
     await on_a.close()

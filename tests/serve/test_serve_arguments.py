@@ -49,7 +49,7 @@ def test_more_workers_than_the_database_can_ever_connect_are_refused_before_any_
 ) -> None:
     result = baf("serve", str(FIXTURE), "--log", postgres_dsn, "--workers", "100000", cwd=tmp_path)
     assert result.returncode == 2, result.stderr
-    assert "100000 workers need up to 700000 database connections (7 each)" in result.stderr, result.stderr
+    assert "100,000 workers need up to 700,000 database connections (7 each)" in result.stderr, result.stderr
     assert "(max_connections): start at most" in result.stderr
     assert "READY" not in result.stdout and "worker" not in result.stderr.split("need")[1]
 
