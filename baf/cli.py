@@ -24,7 +24,8 @@ from rich.text import Text
 from baf.errors import ConfigurationError, LogError, SessionNotFoundError
 from baf.log import SessionLog, SQLiteLog, open_log
 from baf.log.redaction import Redactor
-from baf.replay.render import NARROW, fit_columns, print_fitted, visible, visible_json
+from baf.replay.render import NARROW, fit_columns, records_plain, short_data, visible, visible_json
+from baf.wording import agreeing, counted
 
 if TYPE_CHECKING:
     from baf.core.agent import Agent
@@ -154,6 +155,11 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="session id of the terminal chat (default: terminal); a fork's messages held at its cut are handled first",
     )
+    run.add_argument(
+        "--log",
+        default=None,
+        help="the log file or URL to run over instead of the one the file names (as for a fork in another log)",
+    )
     run.set_defaults(handler=_cmd_run)
 
     demo = commands.add_parser("demo", help="run the reasoning demo (offline unless OPENAI_API_KEY is set)")
@@ -178,6 +184,13 @@ def _parser() -> argparse.ArgumentParser:
         default=2.0,
         help="seconds between safety polls for missed notifications (default 2, at least 1)",
     )
+    serve.add_argument(
+        "--keepalive",
+        type=float,
+        default=30.0,
+        help="seconds after which a database connection whose other end went silent is given up, on both "
+        "ends (TCP keepalive; default 30, at least 1; 0 leaves the operating system's settings)",
+    )
     serve.set_defaults(handler=_cmd_serve)
 
     sessions = commands.add_parser("sessions", help="list the sessions of a log")
@@ -192,7 +205,13 @@ def _parser() -> argparse.ArgumentParser:
     log = commands.add_parser("log", help="print the records of a session")
     log.add_argument("log", nargs="?", help=f"a log file or URL (default: {DEFAULT_LOG_FILE} in this folder)")
     log.add_argument("session", nargs="?", help="the session id (without it: the sessions to pick from)")
-    log.add_argument("--json", action="store_true", help="one JSON object per line")
+    output = log.add_mutually_exclusive_group()
+    output.add_argument(
+        "--plain",
+        action="store_true",
+        help="a header, then one record a line, tab-separated (what a file or a pipe gets)",
+    )
+    output.add_argument("--json", action="store_true", help="one JSON object per line")
     log.set_defaults(handler=_cmd_log)
 
     schema = commands.add_parser("schema", help="print the JSON schema of YAML agent files (for editors)")
@@ -256,6 +275,8 @@ def load_agent_file(path: str | Path) -> Agent:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     agent = load_agent_file(args.path)
+    if args.log is not None:
+        agent.log = open_log(_log_url(args.log))  # the file's own log is never opened
     from baf.platforms.terminal import TerminalPlatform  # here: markdown rendering is slow to import
 
     terminals = [platform for platform in agent.platforms if isinstance(platform, TerminalPlatform)]
@@ -296,9 +317,14 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         raise ConfigurationError(
             f"--lease-ttl must be positive and at most {MAX_LEASE_TTL:g} seconds (a day), got {args.lease_ttl}"
         )
+    if args.keepalive != 0 and not 1 <= args.keepalive < math.inf:
+        raise ConfigurationError(
+            f"--keepalive must be 0 (the system's settings) or a finite number of seconds, at least 1, got "
+            f"{args.keepalive}"
+        )
     from baf.serve.process import serve
 
-    return serve(args.path, args.log, args.workers, args.lease_ttl, args.poll_interval)
+    return serve(args.path, args.log, args.workers, args.lease_ttl, args.poll_interval, args.keepalive or None)
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
@@ -430,21 +456,23 @@ def _cmd_log(args: argparse.Namespace) -> int:
             }
             print(visible_json(json.dumps(line, ensure_ascii=False)))
         return 0
+    columns = fit_columns(console)
+    if args.plain or columns is None:
+        # To a file or a pipe: a table would be as wide as its widest record on every line.
+        print("\n".join(records_plain(records)))
+        return 0
     table = Table(title=Text(visible(f"session {redactor.redact_text(args.session)}")))
     # seq, time and kind keep their line (a kind is what one passes to --kind); the data folds.
     for column in ("seq", "time", "kind"):
         table.add_column(column, no_wrap=True, justify="right" if column == "seq" else "left")
     table.add_column("data", overflow="fold", ratio=1)
-    columns = fit_columns(console)
-    short = columns is not None and columns < NARROW  # the year and a box's width left to the data
+    short = columns < NARROW  # the year and a box's width left to the data
     if short:
         table.box, table.collapse_padding, table.pad_edge = box.SIMPLE_HEAD, True, False
     for r in records:
-        data = json.dumps(r.data, ensure_ascii=False)
-        shown = visible_json(data if len(data) < 300 else data[:297] + "...")
         when = datetime.fromtimestamp(r.ts).strftime("%m-%d %H:%M:%S") if short and r.ts else _when(r.ts)
-        table.add_row(str(r.seq), when, Text(visible(r.kind)), Text(shown))
-    print_fitted(console, table)
+        table.add_row(str(r.seq), when, Text(visible(r.kind)), Text(short_data(r)))
+    console.print(table)
     return 0
 
 
@@ -491,16 +519,15 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
     report = asyncio.run(collect())
     console = _Stdout(highlight=False)
-    sessions = f"{report.sessions:,} session{'' if report.sessions == 1 else 's'}"
-    records = f"{report.records:,} record{'' if report.records == 1 else 's'}"
-    console.print(Text(visible(f"{_shown(args.log)}: {sessions}, {records} read")), soft_wrap=True)
+    read = f"{counted(report.sessions, 'session')}, {counted(report.records, 'record')} read"
+    console.print(Text(visible(f"{_shown(args.log)}: {read}")), soft_wrap=True)
     for finding in report.findings:
         style = "red" if finding.damage else "yellow"
         label = "damaged" if finding.damage else "note"
         console.print(Text(visible(f"{label}: {finding}"), style=style), soft_wrap=True)
     damage = sum(finding.damage for finding in report.findings)
     if damage:
-        problems = f"{damage} problem{'' if damage == 1 else 's'}"
+        problems = counted(damage, "problem")
         console.print(Text(visible(f"{_shown(args.log)} is damaged: {problems} found"), style="red"), soft_wrap=True)
         return 1
     console.print(Text(visible(f"{_shown(args.log)}: no damage found"), style="green"), soft_wrap=True)
@@ -600,7 +627,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         # Without SESSION the sessions are listed: an option meant for one session would be ignored.
         given = [flag for dest, flag in _SESSION_OPTIONS.items() if getattr(args, dest) not in (None, False, [])]
         if given:
-            args.usage_error(f"{', '.join(given)} need{'s' if len(given) == 1 else ''} a SESSION")
+            args.usage_error(f"{', '.join(given)} {agreeing(len(given), 'needs', 'need')} a SESSION")
     if args.rerun or args.fork_at is not None:
         return _rerun_or_fork(args)
     kinds = frozenset(k.strip() for value in args.kind for k in value.split(",") if k.strip())
@@ -640,7 +667,7 @@ def _rerun_or_fork(args: argparse.Namespace) -> int:
                 with contextlib.redirect_stdout(sys.stderr):
                     report = await rerun_report(log, args.session, agent)
                 return print_rerun_report(report, console)
-            return await fork_command(log, args.session, args.fork_at, console)
+            return await fork_command(log, args.session, args.fork_at, console, _shown(_log_url(args.log)))
 
     return asyncio.run(go())
 

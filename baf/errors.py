@@ -75,6 +75,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from baf.wording import counted
+
 __all__ = [
     "AgentFileError",
     "ApprovalError",
@@ -141,8 +143,7 @@ class AgentFileError(ConfigurationError):
         self.path = path
         self.problems = list(problems)
         shown = "\n".join(f"  {path}:{line}:{column}: {message}" for _, line, column, message in self.problems)
-        count = len(self.problems)
-        super().__init__(f"{path}: {count} problem{'s' if count != 1 else ''}\n{shown}")
+        super().__init__(f"{path}: {counted(len(self.problems), 'problem')}\n{shown}")
 
 
 class MissingExtraError(ConfigurationError, ImportError):

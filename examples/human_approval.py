@@ -3,8 +3,12 @@
 Run it in a terminal with ``python examples/human_approval.py`` (or ``baf run examples/human_approval.py``)
 and ask ``pay Alice 250 for the design work``: the call waits, the chat shows it and asks; ``y`` approves,
 ``n`` or a reason denies (the model reads the reason). ``pay Bob 40`` runs at once: the policy only asks
-about payments over 100. With ``--web`` it serves the browser UI at http://127.0.0.1:8765/ instead, where
-the call shows with Approve and Deny buttons.
+about payments over 100.
+
+The browser UI is added only when you ask for it: ``python examples/human_approval.py --web`` serves it at
+http://127.0.0.1:8765/ instead of the terminal chat, and the call shows with Approve and Deny buttons
+(needs the ``web`` extra). ``baf run`` always chats in the terminal (it takes no ``--web``);
+``examples/websocket_agent.py`` is the example that serves the browser UI by default.
 
 Everything runs offline: a small function plays the model (set ``OPENAI_API_KEY`` to use a real one).
 The waiting call survives a restart: stop the agent while it waits, start it again, and the chat asks

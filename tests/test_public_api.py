@@ -17,6 +17,7 @@ PACKAGES = [
     "baf.platforms",
     "baf.testing",
     "baf.errors",
+    "baf.wording",
     "baf.declarative",
     "baf.library.intents",
 ]

@@ -210,6 +210,23 @@ class LiveSession:
         if send is not None:
             self._outbox.append((functools.partial(send, self.session, *self.redacted(args)), self.projection.last_seq))
 
+    def record_shown(self, kind: str, data: dict[str, Any], method: str, *args: Any) -> Record:
+        """Record ``data`` and queue ``platform.<method>(session, *args)``, the call that shows it, for the
+        next commit. ``args`` must show what ``data`` holds: they are sent as they are when the record holds
+        ``data`` unchanged (it held no secret), else the call is made of the redacted record, as a follower
+        makes it (:func:`~baf.core.delivery.platform_call_of`). Either way nothing is redacted twice: with
+        a secret set, redacting a streamed reasoning step again cost 21,000 instructions (bench/ab_instructions.py)."""
+        record = self.writer.record(kind, data)
+        if record.data is not data:
+            call = platform_call_of(record)
+            if call is None:
+                return record
+            method, args = call
+        send = getattr(self.platform, method, None)
+        if send is not None:
+            self._outbox.append((functools.partial(send, self.session, *args), record.seq))
+        return record
+
     def show_received(self, record: Record) -> None:
         """Queue the call that shows the message just recorded as ``record`` to the session's clients
         (:meth:`~baf.core.platform.Platform.reply_user_message`: another tab of the same user sees it live)

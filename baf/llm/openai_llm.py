@@ -60,6 +60,7 @@ from baf.errors import (
 from baf.llm.base import LLM, LLMResponse, TextSink, ToolCall, Usage
 from baf.llm.openai_stream import ChunkAssembler, EventReader, StreamFormatError
 from baf.log.redaction import MIN_SECRET_LENGTH, register_secret
+from baf.wording import counted
 
 __all__ = ["LLMOpenAI"]
 
@@ -384,7 +385,7 @@ class LLMOpenAI(LLM):
 
     def _final_error(self, failure: _Failure, attempts: int) -> LLMError:
         where = f"model {self.name!r} at {_safe_url(self.base_url) or 'api.openai.com'}"
-        tries = f"after {attempts} attempt{'s' if attempts != 1 else ''}"
+        tries = f"after {counted(attempts, 'attempt')}"
         if failure.kind == "timeout":
             return LLMTimeoutError(f"{where} timed out {tries}: {failure.detail}")
         if failure.kind == "connection":

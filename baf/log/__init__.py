@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 _ACCEPTED = "sqlite:///relative/path.db, sqlite:////absolute/path.db, memory://, postgresql://user@host:port/database"
-_POSTGRES_OPTIONS = ("pool_size", "read_only", "connect_timeout")
+_POSTGRES_OPTIONS = ("pool_size", "read_only", "connect_timeout", "keepalive")
 _SQLITE_OPTIONS = ("durability", "busy_timeout", "read_only")
 # How ``read_only`` may be spelled in a query string.
 _FLAGS = {"true": True, "1": True, "false": False, "0": False}
@@ -52,7 +52,7 @@ def open_log(url: str | SessionLog, **options: Any) -> SessionLog:
     ``read_only`` opens an existing log without ever changing it: see ``SQLiteLog``.
 
     - ``postgresql://user:password@host:port/database`` (or ``postgres://``): a ``PostgresLog`` (needs
-      ``baf[postgres]``). Its options (``pool_size``, ``read_only``, ``connect_timeout``) are keyword
+      ``baf[postgres]``). Its options (``pool_size``, ``read_only``, ``connect_timeout``, ``keepalive``) are keyword
       arguments; the URL's query string goes to the server as asyncpg reads it (``sslmode``, settings).
     """
     if isinstance(url, SessionLog):

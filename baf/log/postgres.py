@@ -11,14 +11,15 @@ refused with a ``LogError``; see ``baf.log.postgres_schema``):
 
 **Group commit.** Every ``append`` joins a queue; a writer task takes everything queued and commits it in
 one statement, so appends that arrive together (from many sessions) share one round trip and one WAL flush.
-The writer has a connection of its own (appends never wait for readers). It computes the unfinished-work
-index from what it knows of each session's last append, so the common group needs no read first (see
-``Known``). If the statement is refused as a whole (a conflict, a lost lease, an inbox row gone),
-nothing of it was written and the group is committed again append by append, each in a savepoint of its
-own: the refused append fails alone (``LogConflictError``, ``LeaseLostError``, ``LogError``) while the rest
-commits. When the transaction itself fails (the connection dropped, the server restarted) every append of
-the group fails with ``LogError``: none is acknowledged, none is dropped silently, and the writer
-reconnects for the next group.
+The writer has a connection of its own (appends never wait for readers). A committed group wakes its
+appenders a few at a time (``RESUME_CHUNK``), reading the sockets in between, so that sessions committed
+together do not go on in step. The writer computes the unfinished-work index from what it knows of each
+session's last append, so the common group needs no read first (see ``Known``). If the statement is
+refused as a whole (a conflict, a lost lease, an inbox row gone), nothing of it was written and the group
+is committed again append by append, each in a savepoint of its own: the refused append fails alone
+(``LogConflictError``, ``LeaseLostError``, ``LogError``) while the rest commits. When the transaction
+itself fails (the connection dropped, the server restarted) every append of the group fails with
+``LogError``: none is acknowledged, none is dropped silently, and the writer reconnects for the next group.
 
 Reads use a small pool of other connections, so readers never wait for the writer; a pool that stays busy
 fails a read with ``LogStorageError`` after ``acquire_timeout`` instead of waiting forever.
@@ -26,8 +27,8 @@ fails a read with ``LogStorageError`` after ``acquire_timeout`` instead of waiti
 **Workers, or one plain writer.** The writer's connection holds the log's writer lock
 (``baf.log.postgres_lock``) from ``start()`` to ``close()``: shared in a worker's store, exclusive in a
 plain one (no ``worker_id``: no leases, so it must write alone). A store that cannot take it is refused at
-start with ``LogInUseError``; a writer whose connection dropped takes it again before its next commit.
-Read-only stores take none.
+start with ``LogInUseError``; a writer whose connection dropped takes it again before its next commit (a
+plain one only if no other store took it in between: else it writes no more). Read-only stores take none.
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ from baf.log import upcast as upcast_module
 from baf.log.jsontext import decode_json
 from baf.log.postgres_batch import Coalescer
 from baf.log.postgres_commit import Batch, Known, Plan, Refused, Row, Stored, stored_work
-from baf.log.postgres_lock import take_writer_lock
+from baf.log.postgres_connect import KEEPALIVE_SECONDS, Keepalive, set_socket_keepalive
+from baf.log.postgres_lock import overtaken, take_writer_lock
 from baf.log.postgres_schema import SCHEMA_VERSION, prepare_schema
 from baf.log.record import Record
 from baf.log.row_codec import MAX_INT32, encode_fields
@@ -131,6 +133,13 @@ def _unreadable_url(dsn: str, exc: Exception) -> str:
     return f"the URL cannot be read: {exc}"
 
 
+#: How many appenders a committed group wakes per turn of the event loop. Between two such turns the loop
+#: reads its sockets, so the next commits of the sessions woken first go out (and come back) while later
+#: ones still run: a hundred sessions committed together do not all go on together, in step, to wake
+#: together at their next model answer and queue for the loop and the writer again at every turn.
+RESUME_CHUNK: Final = 8
+
+
 @dataclass(slots=True)
 class _Writer:
     """The writer task's state for one opening of the store."""
@@ -139,6 +148,10 @@ class _Writer:
     wakeup: asyncio.Event = field(default_factory=asyncio.Event)
     #: The connection opened (and locked) at start, handed to the writer task.
     connection: asyncpg.Connection | None = None
+    #: The writer lock's generation when this store last took it (``baf.log.postgres_lock``).
+    generation: int | None = None
+    #: Set when another store took the lock while this plain store's connection was down: it writes no more.
+    overtaken: bool = False
     task: asyncio.Task[None] | None = None
     closing: bool = False
 
@@ -164,6 +177,11 @@ class PostgresLog(SessionLog):
     plain store write the log; a worker's store is refused the same way while a plain store writes it
     (``baf.log.postgres_lock``).
 
+    ``keepalive`` (seconds, default 30; ``None``: the operating system's settings) is how long a connection
+    whose other end went silent (a host lost, a network cut without a reset) lasts before it is given up, on
+    both ends: the store then reconnects, and the server releases what the dead connection held
+    (``baf.log.postgres_connect``).
+
     ``start()`` is optional: the first call opens the store. ``close()`` commits what is queued, then
     closes; after it every call raises ``LogClosedError`` until ``start()``.
     """
@@ -177,12 +195,14 @@ class PostgresLog(SessionLog):
         connect_timeout: float = 10.0,
         worker_id: str | None = None,
         acquire_timeout: float = 30.0,
+        keepalive: float | None = KEEPALIVE_SECONDS,
     ) -> None:
         if pool_size < 1:
             raise ValueError(f"pool_size must be >= 1, got {pool_size!r}")
         if acquire_timeout <= 0:
             raise ValueError(f"acquire_timeout must be > 0 seconds, got {acquire_timeout!r}")
         self._acquire_timeout = acquire_timeout
+        self._keepalive = None if keepalive is None else Keepalive(keepalive)
         self._dsn = dsn
         self._pool_size = pool_size
         self._read_only = read_only
@@ -238,25 +258,56 @@ class PostgresLog(SessionLog):
         finally:
             await pool.release(connection)
 
-    async def _connect(self) -> asyncpg.Connection:
-        """A writer's connection: its own, outside the pool (appends never wait for readers), holding the
-        writer lock for as long as it is open (``baf.log.postgres_lock``): every commit is made under it.
-        ``LogInUseError`` if another process holds the lock."""
+    async def open_connection(self) -> asyncpg.Connection:
+        """A connection of its own, outside the pool (a listener's, the writer's), with the store's connect
+        timeout and keepalive (``baf.log.postgres_connect``); the caller closes it. ``LogStorageError`` when
+        the server cannot be reached or refuses it."""
         driver = _import_asyncpg()
-        where = redact_dsn(self._dsn)
         try:
             connection: asyncpg.Connection = await driver.connect(
-                self._dsn, timeout=self._connect_timeout, command_timeout=None
+                self._dsn, timeout=self._connect_timeout, command_timeout=None, server_settings=self._server_settings()
             )
         except (TimeoutError, OSError, driver.PostgresError) as exc:
-            raise LogStorageError(where, f"cannot open a database connection: {self._why(exc)}") from exc
+            raise LogStorageError(
+                redact_dsn(self._dsn), f"cannot open a database connection: {self._why(exc)}"
+            ) from exc
+        self._set_keepalive(connection)
+        return connection
+
+    def _server_settings(self) -> dict[str, str] | None:
+        return None if self._keepalive is None else self._keepalive.server_settings(self._dsn)
+
+    async def _on_new_connection(self, connection: asyncpg.Connection) -> None:
+        """Each new connection of the pool: its socket's keepalive."""
+        self._set_keepalive(connection)
+
+    def _set_keepalive(self, connection: asyncpg.Connection) -> None:
+        if self._keepalive is not None:
+            set_socket_keepalive(connection, self._keepalive)
+
+    async def _connect(self, writer: _Writer) -> asyncpg.Connection:
+        """A writer's connection: its own, outside the pool (appends never wait for readers), holding the
+        writer lock for as long as it is open (``baf.log.postgres_lock``): every commit is made under it.
+        ``LogInUseError`` if another process holds the lock, or, for a plain store, took it since this
+        store's previous connection (then for good)."""
+        driver = _import_asyncpg()
+        where = redact_dsn(self._dsn)
+        if writer.overtaken:
+            raise overtaken(where)
+        connection = await self.open_connection()
         try:
-            await take_writer_lock(connection, where, self._worker_id)
+            since = writer.generation if self._worker_id is None else None  # workers are fenced by leases
+            generation = await take_writer_lock(connection, where, self._worker_id, since)
         except BaseException as exc:
             connection.terminate()
             if isinstance(exc, driver.PostgresError):
                 raise LogStorageError(where, f"cannot take the log's writer lock: {exc}") from exc
             raise
+        if generation is None:
+            connection.terminate()
+            writer.overtaken = True
+            raise overtaken(where)
+        writer.generation = generation
         return connection
 
     async def _acquire(self, pool: asyncpg.Pool) -> asyncpg.Connection:
@@ -305,6 +356,8 @@ class PostgresLog(SessionLog):
                     timeout=self._connect_timeout,
                     command_timeout=None,
                     reset=_no_reset,
+                    server_settings=self._server_settings(),
+                    init=self._on_new_connection,
                 )
             except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
                 raise LogError(f"cannot open the PostgreSQL log at {where}: {self._why(exc)}") from exc
@@ -325,8 +378,9 @@ class PostgresLog(SessionLog):
             if not self._read_only:
                 # The writer lock, on the connection the writer commits on: refused here, at start, when
                 # another process holds it (see baf.log.postgres_lock).
+                writer = _Writer()
                 try:
-                    writer = _Writer(connection=await self._connect())
+                    writer.connection = await self._connect(writer)
                 except BaseException:
                     await pool.close()
                     raise
@@ -415,8 +469,8 @@ class PostgresLog(SessionLog):
                 group, writer.queue = writer.queue, []
                 try:
                     if connection is None or connection.is_closed():
-                        connection = await self._connect()
-                    await self._commit_group(connection, group)
+                        connection = await self._connect(writer)
+                    _settle_in_chunks(group, await self._commit_group(connection, group))
                 except LogInUseError as exc:  # the connection was lost, and another process took the lock
                     for batch in group:
                         if not batch.future.done():
@@ -444,8 +498,8 @@ class PostgresLog(SessionLog):
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(connection.close(), 5)
 
-    async def _commit_group(self, connection: asyncpg.Connection, group: list[Batch]) -> None:
-        """Commit ``group`` and settle each append's future.
+    async def _commit_group(self, connection: asyncpg.Connection, group: list[Batch]) -> list[BaseException | None]:
+        """Commit ``group``; return each append's outcome (``None``: committed, else its error).
 
         First all of it at once: one statement (one round trip) when the writer knows the work statuses of
         the sessions it touches, else a read of them and that statement in a transaction. If that
@@ -458,10 +512,7 @@ class PostgresLog(SessionLog):
         except refused:
             pass
         else:
-            for batch in group:
-                if not batch.future.done():
-                    batch.future.set_result(None)
-            return
+            return [None] * len(group)
         outcomes: list[BaseException | None] = []
         async with connection.transaction():
             for batch in group:
@@ -471,13 +522,7 @@ class PostgresLog(SessionLog):
                     outcomes.append(None)
                 except _refusals() as exc:
                     outcomes.append(await _refusal(connection, batch, exc))
-        for batch, outcome in zip(group, outcomes, strict=True):
-            if batch.future.done():
-                continue
-            if outcome is None:
-                batch.future.set_result(None)
-            else:
-                batch.future.set_exception(outcome)
+        return outcomes
 
     async def _commit_together(self, connection: asyncpg.Connection, group: list[Batch]) -> None:
         """Commit every append of ``group`` in one transaction, or raise (``Refused`` or what PostgreSQL
@@ -645,6 +690,21 @@ _SELECT_AFTER_MANY: Final = """
 SELECT u.s, u.a, r.seq, r.kind, r.data, r.ts, r.version FROM unnest($1::text[], $2::bigint[]) AS u(s, a)
 JOIN baf_records r ON r.session_id = u.s AND r.seq > u.a ORDER BY u.s, u.a, r.seq
 """
+
+
+def _settle_in_chunks(group: list[Batch], outcomes: list[BaseException | None], start: int = 0) -> None:
+    """Give the appends of a committed group their outcomes (``None``: committed), ``RESUME_CHUNK`` now and
+    the next ones at the next turn of the loop, and so on (the writer goes on with the next group meanwhile)."""
+    end = start + RESUME_CHUNK
+    for batch, outcome in zip(group[start:end], outcomes[start:end], strict=True):
+        if batch.future.done():
+            continue
+        if outcome is None:
+            batch.future.set_result(None)
+        else:
+            batch.future.set_exception(outcome)
+    if end < len(group):
+        asyncio.get_running_loop().call_soon(_settle_in_chunks, group, outcomes, end)
 
 
 async def _no_reset(_connection: asyncpg.Connection) -> None:

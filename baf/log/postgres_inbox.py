@@ -150,7 +150,6 @@ class Inbox:
         A connection lost (the server restarted, the backend was terminated) is opened again, retrying with
         a growing delay (up to ``RELISTEN_MAX_DELAY`` seconds); notifications sent meanwhile are lost, so
         ``on_reconnect()`` is called once it listens again, for the caller to look for what they named."""
-        import asyncpg
 
         def notified(_connection: Any, _pid: int, channel: str, payload: str) -> None:
             try:
@@ -161,7 +160,7 @@ class Inbox:
         listening = _Listening()
 
         async def connect() -> asyncpg.Connection:
-            connection: asyncpg.Connection = await asyncpg.connect(self._log.dsn)
+            connection: asyncpg.Connection = await self._log.open_connection()
             try:
                 for channel in channels:
                     await connection.add_listener(channel, notified)

@@ -256,11 +256,10 @@ class Leases:
         """Give up every lease in ``held`` (session -> epoch) and remove this worker's row, on a connection
         of its own: the store may be closed already (a worker stopping after its runtime). The row of
         another process that took this worker's id over (:attr:`replaced`) is left alone."""
-        import asyncpg
 
         for session_id in held:
             self._log.unfence(session_id)
-        connection = await asyncpg.connect(self._log.dsn)
+        connection = await self._log.open_connection()
         try:
             await connection.execute(
                 "UPDATE baf_leases l SET expires_at = now() - interval '1 second' "

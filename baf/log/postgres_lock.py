@@ -16,10 +16,13 @@ URLs that reach the same tables (another host name for the server, another role)
 **Held by the connection that commits.** The lock is taken on the writer's own connection, the one every
 append of the store commits on, and lasts as long as that connection (a session-level lock): a commit is
 only ever made on a connection holding it, with no check per commit. If the connection drops, the lock
-goes with it; the writer takes it again on its next connection before writing anything, and if another
-process took it meanwhile, the appends fail with ``LogInUseError``. Closing the store closes the
-connection, which releases the lock. A process that dies releases it when the server sees its connection
-end: at once after a crash; when its host is lost, once the server's TCP keepalive finds it dead.
+goes with it; the writer takes it again on its next connection before writing anything, and while another
+process holds it, the appends fail with ``LogInUseError``. Every store that takes the lock bumps its
+**generation** (``baf_meta``): a plain store that finds, on its new connection, that another store took
+the lock in between (and may have written the sessions it holds in memory) writes no more, for good.
+Closing the store closes the connection, which releases the lock. A process that dies releases it when the
+server sees its connection end: at once after a crash; when its host is lost, after the keepalive time
+(``baf.log.postgres_connect``).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from baf.errors import LogInUseError
 if TYPE_CHECKING:
     import asyncpg
 
-__all__ = ["WRITER_LOCK", "take_writer_lock", "writer_name"]
+__all__ = ["WRITER_LOCK", "overtaken", "take_writer_lock", "writer_name"]
 
 #: The first key of the writer lock (the second is the oid of the log's ``baf_records`` table).
 WRITER_LOCK: Final = 0x62AF_0002
@@ -54,6 +57,16 @@ WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.classid = $
 ORDER BY l.pid
 """
 
+# The generation before and after this store's bump, in one statement (one snapshot: "before" is the old value).
+_BUMP: Final = """
+WITH before AS (SELECT value FROM baf_meta WHERE key = 'writer_generation'),
+bumped AS (
+    INSERT INTO baf_meta (key, value) VALUES ('writer_generation', '1')
+    ON CONFLICT (key) DO UPDATE SET value = (baf_meta.value::bigint + 1)::text RETURNING value
+)
+SELECT (SELECT value FROM before), (SELECT value FROM bumped)
+"""
+
 # PostgreSQL keeps the first 63 bytes of a connection's name.
 _NAME_BYTES: Final = 63
 
@@ -68,17 +81,36 @@ def writer_name(worker_id: str | None) -> str:
     return name.encode()[:_NAME_BYTES].decode(errors="ignore")
 
 
-async def take_writer_lock(connection: asyncpg.Connection, where: str, worker_id: str | None) -> None:
+async def take_writer_lock(
+    connection: asyncpg.Connection, where: str, worker_id: str | None, since: int | None = None
+) -> int | None:
     """Take the writer lock on ``connection`` (shared for a worker's store, exclusive otherwise), or raise
-    ``LogInUseError`` naming the connections that hold it. The log's tables must exist."""
+    ``LogInUseError`` naming the connections that hold it. The log's tables must exist.
+
+    Returns the lock's generation, which every store taking the lock bumps. ``since``: the generation this
+    store took the lock at on its previous connection (a plain store reconnecting); ``None`` is returned
+    when another store took the lock in between, and may have written what this one holds in memory."""
     statement = _TAKE_EXCLUSIVE if worker_id is None else _TAKE_SHARED
     for _ in range(3):  # a holder gone between the try and the read of holders: try again
         if (await connection.fetchrow(statement, WRITER_LOCK, writer_name(worker_id)))[0]:
-            return
+            before, now = await connection.fetchrow(_BUMP)
+            if since is not None and before != str(since):
+                return None
+            return int(now)
         holders = await connection.fetch(_HOLDERS, WRITER_LOCK)
         if holders:
             raise _refusal(where, worker_id, [(row[0], bool(row[1]), row[2], row[3]) for row in holders])
     raise _refusal(where, worker_id, [])
+
+
+def overtaken(where: str) -> LogInUseError:
+    """The error of a plain store whose connection dropped and whose log another store wrote meanwhile."""
+    return LogInUseError(
+        where,
+        reason="another process opened this PostgreSQL log for writing while this process's connection to it "
+        "was lost: the sessions this process holds in memory may be out of date, so it writes no more "
+        "(nothing was written); restart it",
+    )
 
 
 def _refusal(

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Final
 from baf.errors import LogError
 from baf.log.jsontext import decode_json
 from baf.log.work import IDLE, WORK_KINDS, WorkStatus, work_after
+from baf.wording import agreeing
 
 if TYPE_CHECKING:
     import asyncpg
@@ -151,8 +152,9 @@ async def _check_tables(connection: asyncpg.Connection, where: str, version: int
     )
     if missing:
         raise LogError(
-            f"{where}: the log's schema is version {version}, but its table(s) {', '.join(missing)} are missing; "
-            "was the database damaged, or restored in part?"
+            f"{where}: the log's schema is version {version}, but its {agreeing(len(missing), 'table', 'tables')} "
+            f"{', '.join(missing)} {agreeing(len(missing), 'is', 'are')} missing; was the database damaged, or "
+            "restored in part?"
         )
 
 

@@ -31,6 +31,7 @@ from baf.core.events import ApprovalEvent
 from baf.core.platform import Platform
 from baf.core.session import runtime_side
 from baf.errors import ConfigurationError, LogClosedError
+from baf.wording import counted
 
 if TYPE_CHECKING:
     from baf.core.session import Session
@@ -170,7 +171,7 @@ class TerminalPlatform(Platform):
         projection = runtime_side(session).projection
         held = len(projection.held)
         if projection.holding and self.continue_fork:
-            what = [f"{held} message{'s' if held > 1 else ''} not yet handled at its cut"] if held else []
+            what = [f"{counted(held, 'message')} not yet handled at its cut"] if held else []
             if projection.start_held:
                 what.insert(0, "its initial state's body (cut before its first step)")
             self._show(Text(f"(this fork holds {' and '.join(what)}: handling it now)", style="yellow"))

@@ -170,6 +170,7 @@ from baf.log.redaction import Redactor, log_exception
 from baf.platforms.limits import ClientLimits, ConnectionBudget, RateLimiter
 from baf.platforms.secret_file import load_or_create_secret, secret_path_beside
 from baf.reasoning.approval import ApprovalDecision, ApprovalExpiry
+from baf.wording import agreeing, counted
 
 try:
     from websockets.asyncio.server import Server, ServerConnection, serve
@@ -764,9 +765,8 @@ class WebSocketPlatform(Platform):
         client.pending = {done for done in client.pending if not done.done()}
         if len(client.pending) >= self.max_pending_messages:
             # The session's mailbox would grow without bound: the client has to wait for answers.
-            waiting = (
-                "1 earlier message is" if len(client.pending) == 1 else f"{len(client.pending)} earlier messages are"
-            )
+            pending = len(client.pending)
+            waiting = f"{counted(pending, 'earlier message')} {agreeing(pending, 'is', 'are')}"
             self._error(client, "busy", f"{waiting} still being handled; send this one once answered", **mark)
             return
         try:

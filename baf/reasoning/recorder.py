@@ -70,6 +70,7 @@ class Recorder:
         if self._live is not None:
             self.record = self._live.record  # type: ignore[method-assign]
             self.stream = self._live.queue_platform_call  # type: ignore[method-assign]
+            self.record_shown = self._live.record_shown  # type: ignore[method-assign]
             self.commit = self._live.commit  # type: ignore[method-assign]
 
     @property
@@ -115,6 +116,17 @@ class Recorder:
         if self._prefix and self._skip(kind, data) is not None:
             return
         if self._writes is not None:
+            self._writes.record(kind, data)
+
+    def record_shown(self, kind: str, data: dict[str, Any], method: str, *payload: Any) -> None:
+        """:meth:`record`, then :meth:`stream` ``method`` with ``payload``, which shows what ``data`` holds
+        (a reasoning step, a task list): the runtime redacts them once, for both."""
+        if self._prefix and self._skip(kind, data) is not None:
+            self.stream(method, *payload)
+            return
+        if self._live is not None:
+            self._live.record_shown(kind, data, method, *payload)
+        elif self._writes is not None:
             self._writes.record(kind, data)
 
     def record_error(self, source: str, exc: BaseException, **details: Any) -> None:

@@ -48,6 +48,7 @@ from typing_extensions import TypedDict
 from baf.errors import ConfigurationError, ToolArgumentError
 from baf.reasoning.tool_schema import model_facing_schema
 from baf.reasoning.tool_signature import EMPTY, ToolParameter, is_union
+from baf.wording import agreeing, counted
 
 __all__ = [
     "ArgumentsValidator",
@@ -152,10 +153,9 @@ def parse_arguments(tool_name: str, raw: str | bytes | bytearray) -> Any:
 
 def argument_error(tool_name: str, problems: Sequence[str]) -> ToolArgumentError:
     """One error listing every problem, worded for the model to fix its call."""
-    noun = "problem" if len(problems) == 1 else "problems"
     lines = "\n".join(f"- {problem}" for problem in problems)
     return ToolArgumentError(
-        f"Invalid arguments for tool '{tool_name}' ({len(problems)} {noun}):\n{lines}\n"
+        f"Invalid arguments for tool '{tool_name}' ({counted(len(problems), 'problem')}):\n{lines}\n"
         "Fix the arguments and call the tool again."
     )
 
@@ -358,7 +358,8 @@ class ArgumentsValidator:
         if unknown:
             accepted = ", ".join(self._params) or "no arguments"
             names = ", ".join(f"'{key}'" for key in unknown)
-            problems.insert(0, f"unknown argument{'s' if len(unknown) > 1 else ''} {names} (accepted: {accepted})")
+            noun = agreeing(len(unknown), "argument", "arguments")
+            problems.insert(0, f"unknown {noun} {names} (accepted: {accepted})")
         return list(dict.fromkeys(problems))  # the arms of a union report one problem each time
 
 
@@ -622,7 +623,7 @@ def describe_value(value: Any) -> str:
     if isinstance(value, str):
         return f"string {_shorten(json.dumps(value, ensure_ascii=False), _VALUE_CHARS)}"
     if isinstance(value, list):
-        return f"array of {len(value)} item{'s' if len(value) != 1 else ''}"
+        return f"array of {counted(len(value), 'item')}"
     if isinstance(value, dict):
         return "object"
     return type(value).__name__

@@ -138,11 +138,11 @@ class ToolRunner:
 
         def start(call: ToolCall) -> asyncio.Task[ToolOutcome]:
             approval = decided.get(call.id) if decided else None
-            return asyncio.create_task(self._one(call, tools, step, prepare, always_live, approval))
+            return asyncio.create_task(self._bounded(self._one(call, tools, step, prepare, always_live, approval)))
 
         outcomes: list[ToolOutcome] = []
         # One call at a time needs no task of its own: it runs in the loop's task, in a copy of its context
-        # (in_own_context says what a task would cost).
+        # (in_own_context says what a task would cost), nor the bound: nothing else of this response runs.
         if self.max_parallel == 1 or len(calls) == 1:
             for call in calls:
                 if before_call is not None:
@@ -161,6 +161,11 @@ class ToolRunner:
         for outcome in outcomes:
             self._record(step, outcome, after_call)
         return outcomes
+
+    async def _bounded(self, call: Awaitable[ToolOutcome]) -> ToolOutcome:
+        """``call`` once fewer than ``max_parallel`` calls run: the clock of its time limit starts then."""
+        async with self._semaphore:
+            return await call
 
     def _hold(self, step: int, calls: Sequence[ToolCall], tools: Mapping[str, Tool]) -> dict[str, KnownApproval]:
         """The decisions on this response's calls that needed approval, by call id. Calls that need one
@@ -259,9 +264,8 @@ class ToolRunner:
                 served = source.tool_result(step, call, tool)
             if served is not None:
                 return ToolOutcome(call, served.content, served.is_error, served.original_size, context)
-            async with self._semaphore:  # the clock starts when the call may run, not before
-                result = await time_limited(tool.call(args, session=self.session), timeout)
-                content, is_error = tool.render_result(result), False
+            result = await time_limited(tool.call(args, session=self.session), timeout)
+            content, is_error = tool.render_result(result), False
         except ReplayGuardError:
             raise  # a re-run asked for a result the log lacks: never turn that into a tool error
         except ToolError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -31,8 +32,9 @@ def print_rerun_report(report: RerunReport, console: Console) -> int:
     return 0 if report.identical else 1
 
 
-async def fork_command(log: SessionLog, session_id: str, at_seq: int, console: Console) -> int:
-    """Fork the session at ``at_seq`` and print the new session id and how to continue it."""
+async def fork_command(log: SessionLog, session_id: str, at_seq: int, console: Console, log_url: str) -> int:
+    """Fork the session at ``at_seq`` and print the new session id and how to continue it: on the log at
+    ``log_url`` (as shown: without its password), which the agent's file may not name."""
     new_id = await fork(log, session_id, at_seq)
     records = await log.read(new_id)
     # Ids are shown redacted, as everywhere in the CLI: one typed (or stored) before a key was set may
@@ -45,8 +47,10 @@ async def fork_command(log: SessionLog, session_id: str, at_seq: int, console: C
     started = next((r for r in records if r.kind == RecordKind.SESSION_STARTED), None)
     agent_name = started.data.get("agent") if started is not None else None
     whose = f" (the .py or .yaml file that defines agent {agent_name!r})" if isinstance(agent_name, str) else ""
-    console.print(Text(visible(f"continue it in the terminal: baf run AGENT_FILE --session {new_id}{whose}")))
-    console.print(Text(visible(f"or in Python: await agent.continue_session({new_id!r})")))
+    command = f"baf run AGENT_FILE --log {shlex.quote(log_url)} --session {shlex.quote(new_id)}"
+    console.print(Text(visible(f"continue it in the terminal: {command}{whose}")), soft_wrap=True)
+    python = f"await agent.continue_session({new_id!r}) (an Agent with log={log_url!r})"
+    console.print(Text(visible(f"or in Python: {python}")), soft_wrap=True)
     origin = records[-1].data
     held = [f"message {', '.join(f'#{seq}' for seq in origin.get('held') or [])}"] if origin.get("held") else []
     if origin.get("start_held"):

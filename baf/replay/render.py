@@ -23,13 +23,34 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from baf.log.record import Record
 from baf.log.redaction import Redactor
 from baf.replay.state_at import SessionSnapshot
 from baf.replay.timeline import Entry, EntryKind
+from baf.wording import counted
 
-__all__ = ["DEFAULT_WIDTH", "SESSION_FIELDS", "entry_line", "fit_columns", "grep_context", "print_fitted",
-           "render_entry", "render_group_end", "render_llm_request", "render_sessions", "render_snapshot",
-           "render_timeline", "session_records", "sessions_plain", "shorten", "visible", "visible_json"]  # fmt: skip
+__all__ = [
+    "DEFAULT_WIDTH",
+    "RECORD_FIELDS",
+    "SESSION_FIELDS",
+    "entry_line",
+    "fit_columns",
+    "grep_context",
+    "print_fitted",
+    "records_plain",
+    "render_entry",
+    "render_group_end",
+    "render_llm_request",
+    "render_sessions",
+    "render_snapshot",
+    "render_timeline",
+    "session_records",
+    "sessions_plain",
+    "short_data",
+    "shorten",
+    "visible",
+    "visible_json",
+]
 
 #: Characters of a text shown before it is cut.
 DEFAULT_WIDTH: Final = 160
@@ -155,7 +176,7 @@ def _detail(entry: Entry, width: int) -> str:
         tokens = sum(_tokens(c) for c in children)
         # No outcome: still running when the log ends ("open"), or cut short when its step ended.
         outcome = finished.get("outcome") or ("in flight" if entry.status == "open" else "cut short")
-        counts = f"{calls} LLM call{'' if calls == 1 else 's'}, {tokens} token{'' if tokens == 1 else 's'}"
+        counts = f"{counted(calls, 'LLM call')}, {counted(tokens, 'token')}"
         return f"{shorten(entry.title, width)}  [{outcome}, {counts}]"
     return shorten(entry.title, width)
 
@@ -337,6 +358,30 @@ def sessions_plain(rows: Iterable[dict[str, Any]]) -> list[str]:
                 value = datetime.fromtimestamp(value).astimezone().isoformat(timespec="seconds")
             cells.append("" if value is None else _plain_cell(str(value)))
         lines.append("\t".join(cells))
+    return lines
+
+
+#: The fields of ``baf log --plain``, in order.
+RECORD_FIELDS: Final = ("seq", "time", "kind", "data")
+
+#: How much of a record's data ``baf log`` shows (``--json`` shows all of it).
+_DATA_SHOWN = 300
+
+
+def short_data(record: Record) -> str:
+    """The record's data as JSON, safe to print, cut after :data:`_DATA_SHOWN` characters."""
+    data = json.dumps(record.data, ensure_ascii=False)
+    return visible_json(data if len(data) < _DATA_SHOWN else data[: _DATA_SHOWN - 3] + "...")
+
+
+def records_plain(records: Iterable[Record]) -> list[str]:
+    """``baf log --plain`` (and ``baf log`` to a file or a pipe): a header, then one record a line, fields
+    separated by tabs: seq, time in ISO 8601 with the UTC offset (empty if unknown), kind, and the data as
+    :func:`short_data` shows it (JSON has no tab or line break of its own)."""
+    lines = ["\t".join(RECORD_FIELDS)]
+    for r in records:
+        when = datetime.fromtimestamp(r.ts).astimezone().isoformat(timespec="seconds") if r.ts else ""
+        lines.append("\t".join((str(r.seq), when, _plain_cell(r.kind), short_data(r))))
     return lines
 
 

@@ -47,6 +47,7 @@ from baf.reasoning.effects import (
     use_effect_source,
 )
 from baf.reasoning.tool import Tool
+from baf.wording import counted
 
 if TYPE_CHECKING:
     from baf.core.agent import Agent
@@ -113,10 +114,10 @@ class RerunReport:
         return self.divergence is None
 
     def __str__(self) -> str:
-        served = (f"{_counted(self.llm_responses_served, 'LLM response')} and "
-                  f"{_counted(self.tool_results_served, 'tool result')} served")  # fmt: skip
+        served = (f"{counted(self.llm_responses_served, 'LLM response')} and "
+                  f"{counted(self.tool_results_served, 'tool result')} served")  # fmt: skip
         if self.divergence is None:
-            compared = _counted(self.records_compared, "record")
+            compared = counted(self.records_compared, "record")
             return f"session {self.session_id!r}: identical ({compared} compared; {served})"
         d = self.divergence
         lines = [
@@ -407,8 +408,3 @@ def _full_requests(records: Sequence[Record]) -> dict[int, dict[str, Any]]:
 def _show(value: Any, limit: int = 2000) -> str:
     text = json.dumps(value, ensure_ascii=False, default=str)
     return text if len(text) <= limit else f"{text[:limit]}… [{len(text)} characters]"
-
-
-def _counted(count: int, noun: str) -> str:
-    """``1 tool result``, ``2 tool results``."""
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import io
 import logging
 import os
 import signal
@@ -20,10 +21,15 @@ import time
 from collections.abc import Sequence
 from typing import Final
 
-__all__ = ["CONNECTIONS_PER_WORKER", "LOG_VARIABLE", "check_connections", "main", "serve"]
+from baf.wording import agreeing, counted
+
+__all__ = ["CONNECTIONS_PER_WORKER", "INDEX_VARIABLE", "LOG_VARIABLE", "check_connections", "main", "serve"]
 
 #: The environment variable a worker process reads its log URL from (``baf serve`` sets it).
 LOG_VARIABLE = "BAF_SERVE_LOG"
+#: The environment variable that numbers ``baf serve``'s workers from 0: only worker 0 shows what the agent
+#: file prints as it loads (a banner, say), so it shows once, not once per worker.
+INDEX_VARIABLE = "BAF_SERVE_WORKER_INDEX"
 
 
 #: The database connections one worker holds: its store's reading pool (4), its writer, the listener of
@@ -31,18 +37,22 @@ LOG_VARIABLE = "BAF_SERVE_LOG"
 CONNECTIONS_PER_WORKER: Final = 4 + 3
 
 
-def serve(path: str, dsn: str, workers: int, lease_ttl: float, poll_interval: float) -> int:
+def serve(
+    path: str, dsn: str, workers: int, lease_ttl: float, poll_interval: float, keepalive: float | None = 30.0
+) -> int:
     """Run ``workers`` worker processes until they end or a signal stops them; their worst exit status.
+    ``keepalive``: see ``Worker`` (``None``: the operating system's settings).
 
     The database is asked first: more workers than its ``max_connections`` can ever serve are refused
     (a mistyped ``--workers 2000`` would otherwise start that many processes, nearly all failing)."""
     asyncio.run(check_connections(dsn, workers))
     command = [sys.executable, "-m", "baf.serve.process", "worker", path,
-               "--lease-ttl", str(lease_ttl), "--poll-interval", str(poll_interval)]  # fmt: skip
+               "--lease-ttl", str(lease_ttl), "--poll-interval", str(poll_interval),
+               "--keepalive", str(keepalive or 0)]  # fmt: skip
     # The URL goes to the workers in their environment, not on their command lines: any user of the host
     # can read a process's arguments (ps), and the URL may hold the database password.
     environment = {**os.environ, LOG_VARIABLE: dsn}
-    children = [subprocess.Popen(command, env=environment) for _ in range(workers)]
+    children = [subprocess.Popen(command, env={**environment, INDEX_VARIABLE: str(i)}) for i in range(workers)]
 
     def forward(signum: int, _frame: object) -> None:
         for child in children:
@@ -80,9 +90,10 @@ async def check_connections(dsn: str, workers: int) -> None:
     needed = workers * CONNECTIONS_PER_WORKER
     if needed > allowed:
         raise ConfigurationError(
-            f"{workers} workers need up to {needed} database connections ({CONNECTIONS_PER_WORKER} each), and the "
-            f"server at {redact_dsn(dsn)} allows {allowed} in all (max_connections): start at most "
-            f"{allowed // CONNECTIONS_PER_WORKER}, or raise max_connections"
+            f"{counted(workers, 'worker')} {agreeing(workers, 'needs', 'need')} up to "
+            f"{counted(needed, 'database connection')} ({CONNECTIONS_PER_WORKER} each), and the server at "
+            f"{redact_dsn(dsn)} allows {allowed:,} in all (max_connections): start at most "
+            f"{allowed // CONNECTIONS_PER_WORKER:,}, or raise max_connections"
         )
 
 
@@ -109,12 +120,12 @@ def _death_notice(pid: int, signum: int, running: int, lease_ttl: float) -> str:
     if running == 0:
         after = "none still running: a worker started on this database takes its sessions over once"
     else:
-        after = f"{running} still running: {'it takes' if running == 1 else 'they take'} its sessions over once"
+        after = f"{running} still running: {agreeing(running, 'it takes', 'they take')} its sessions over once"
     expiry = f"its leases expire, {lease_ttl:g} s after its last heartbeat"
     return f"baf serve: worker {pid} was killed by signal {signum}; {after} {expiry}\n"
 
 
-async def _run_worker(path: str, dsn: str, lease_ttl: float, poll_interval: float) -> None:
+async def _run_worker(path: str, dsn: str, lease_ttl: float, poll_interval: float, keepalive: float | None) -> None:
     from baf.cli import load_agent_file  # the loader baf run uses: Python or YAML agents
     from baf.core.agent import _show_baf_log_lines
     from baf.serve.worker import Worker
@@ -122,7 +133,10 @@ async def _run_worker(path: str, dsn: str, lease_ttl: float, poll_interval: floa
     # As under agent.run(): without this a worker would not say where its platforms listen (INFO lines).
     _show_baf_log_lines()
 
-    agent = load_agent_file(path)
+    # Every worker loads the same file: what it prints as it loads would show once per worker.
+    first = os.environ.get(INDEX_VARIABLE, "0") == "0"
+    with contextlib.nullcontext() if first else contextlib.redirect_stdout(io.StringIO()):
+        agent = load_agent_file(path)
     if not agent.platforms:
         # Legitimate (workers that only take over sessions and forwarded messages), but a new user serving
         # an agent written for baf run, which adds the terminal, would otherwise wait for nothing.
@@ -132,7 +146,7 @@ async def _run_worker(path: str, dsn: str, lease_ttl: float, poll_interval: floa
             "one (agent.use_websocket_platform(port=8765), or platforms: in a YAML agent)",
             agent.name,
         )
-    worker = Worker(agent, dsn, lease_ttl=lease_ttl, poll_interval=poll_interval)
+    worker = Worker(agent, dsn, lease_ttl=lease_ttl, poll_interval=poll_interval, keepalive=keepalive)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -160,6 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     worker.add_argument("--lease-ttl", type=float, default=10.0)
     worker.add_argument("--poll-interval", type=float, default=2.0)
+    worker.add_argument("--keepalive", type=float, default=30.0, help="seconds; 0: the operating system's settings")
     args = parser.parse_args(argv)
     if not args.log:
         parser.error(f"the PostgreSQL log is needed: --log URL, or ${LOG_VARIABLE}")
@@ -167,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(_run_worker(args.path, args.log, args.lease_ttl, args.poll_interval))
+            asyncio.run(_run_worker(args.path, args.log, args.lease_ttl, args.poll_interval, args.keepalive or None))
     except (ConfigurationError, LogError) as exc:
         # baf's own errors name the problem and its fix (a port in use, a file without an agent, a
         # database it cannot reach): one line, as `baf run` prints them; a traceback would point into baf.

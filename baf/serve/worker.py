@@ -43,6 +43,7 @@ from baf.core.forwarded import FORWARDED_KEY
 from baf.core.runtime import Runtime
 from baf.errors import LogError, LogStorageError
 from baf.log.postgres import PostgresLog, redact_dsn
+from baf.log.postgres_connect import KEEPALIVE_SECONDS
 from baf.log.postgres_inbox import INBOX_CHANNEL, RECORDS_CHANNEL, Inbox, InboxMessage
 from baf.log.postgres_leases import WORKERS_CHANNEL, Leases
 from baf.log.redaction import log_exception
@@ -76,6 +77,8 @@ class Worker:
 
     ``lease_ttl`` is how long (seconds) a session stays this worker's without a heartbeat: after a crash,
     other workers take its sessions over that much later. ``poll_interval`` is the safety poll.
+    ``keepalive`` is how long its database connections last once the other end went silent (a network cut
+    without a reset; ``None``: the operating system's settings; see ``baf.log.postgres_connect``).
     """
 
     def __init__(
@@ -87,6 +90,7 @@ class Worker:
         lease_ttl: float = 10.0,
         poll_interval: float = 2.0,
         pool_size: int = 4,
+        keepalive: float | None = KEEPALIVE_SECONDS,
     ) -> None:
         if not 1.0 <= poll_interval < math.inf:  # nan too; inf: lost notifications would never be found
             raise ValueError(
@@ -95,7 +99,7 @@ class Worker:
             )
         self.agent = agent
         self.worker_id = worker_id or default_worker_id()
-        self.log = PostgresLog(dsn, worker_id=self.worker_id, pool_size=pool_size)
+        self.log = PostgresLog(dsn, worker_id=self.worker_id, pool_size=pool_size, keepalive=keepalive)
         self.leases = Leases(self.log, ttl=lease_ttl)
         self.inbox = Inbox(self.log)
         self.poll_interval = poll_interval
@@ -134,24 +138,18 @@ class Worker:
         # time is either heard registering or listed. Not the records channel: a worker follows other
         # workers' records only while a client of theirs is connected here (the follower listens to them
         # then: each notification costs a wake-up).
-        self._stop_listening = await self.inbox.listen(
-            self._notified, channels=(INBOX_CHANNEL, WORKERS_CHANNEL), on_reconnect=self._listening_again
-        )
         try:
-            await self.leases.register()
-        except BaseException:  # refused (a live worker has this id): leave nothing open
-            await self._stop_listening()
-            self._stop_listening = None
-            await self.log.close()
+            self._stop_listening = await self.inbox.listen(
+                self._notified, channels=(INBOX_CHANNEL, WORKERS_CHANNEL), on_reconnect=self._listening_again
+            )
+            await self.leases.register()  # refused if a live worker has this id
+        except BaseException:
+            await self._abandon_start(registered=False)
             raise
         try:
             await self._list_peers_at_start()
-        except BaseException:  # the database failed: leave nothing open, and no row counting as a live worker
-            await self._stop_listening()
-            self._stop_listening = None
-            with contextlib.suppress(Exception):  # the database may be away: a dead row expires after lease_ttl
-                await asyncio.wait_for(self.leases.release_all({}), 10)
-            await self.log.close()
+        except BaseException:
+            await self._abandon_start(registered=True)
             raise
         await self.agent.start(self.runtime)
         self._tasks = [
@@ -159,6 +157,16 @@ class Worker:
             asyncio.create_task(self._poll(), name="baf-worker-poll"),  # looks for waiting work at once
             asyncio.create_task(self.follower.run(), name="baf-worker-follower"),
         ]
+
+    async def _abandon_start(self, registered: bool) -> None:
+        """A start that failed: leave nothing open, and no row that counts this worker as live."""
+        if self._stop_listening is not None:
+            await self._stop_listening()
+            self._stop_listening = None
+        if registered:
+            with contextlib.suppress(Exception):  # the database may be away: a dead row expires after lease_ttl
+                await asyncio.wait_for(self.leases.release_all({}), 10)
+        await self.log.close()
 
     async def stop(self) -> None:
         """Stop the loops and the agent (steps finish, the log is flushed), then give the leases up so

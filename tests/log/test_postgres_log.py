@@ -26,7 +26,7 @@ from baf.errors import (
     LogStorageError,
 )
 from baf.log import Record, open_log, postgres_leases
-from baf.log.postgres import PostgresLog
+from baf.log.postgres import RESUME_CHUNK, PostgresLog
 from baf.log.postgres_inbox import INBOX_CHANNEL, RECORDS_CHANNEL, Inbox
 from baf.log.postgres_leases import Leases
 from baf.log.postgres_schema import SCHEMA_VERSION
@@ -157,6 +157,34 @@ async def test_a_conflicting_append_fails_alone_in_a_group(postgres_dsn: str) ->
         assert (results[20].session_id, results[20].seq) == ("busy", 1)
         assert [r.seq for r in await log.read("busy")] == [1]
         assert [len(await log.read(f"s{i}")) for i in range(20)] == [2] * 20
+
+
+async def test_a_big_group_wakes_its_appenders_a_few_per_turn_of_the_loop_in_order(postgres_dsn: str) -> None:
+    loop_turns = 0
+
+    def count() -> None:
+        nonlocal loop_turns
+        loop_turns += 1
+        ticking.append(asyncio.get_running_loop().call_soon(count))
+
+    ticking = [asyncio.get_running_loop().call_soon(count)]
+    woken: list[tuple[int, int]] = []
+
+    async def append(n: int) -> None:
+        await log.append([rec(f"s{n}", 1)])
+        woken.append((n, loop_turns))
+
+    try:
+        async with PostgresLog(postgres_dsn) as log:
+            await log.append([rec("warm", 1)])
+            await asyncio.gather(*(append(n) for n in range(3 * RESUME_CHUNK)))  # queued together: one group
+    finally:
+        ticking[-1].cancel()
+    assert [n for n, _ in woken] == list(range(3 * RESUME_CHUNK))
+    turns = [turn for _, turn in woken]
+    chunks = [turns[i : i + RESUME_CHUNK] for i in range(0, len(turns), RESUME_CHUNK)]
+    assert all(len(set(chunk)) == 1 for chunk in chunks)  # a chunk goes on in one turn
+    assert chunks[0][0] < chunks[1][0] < chunks[2][0]  # the loop turned in between
 
 
 async def test_commits_wake_listeners_of_the_records_channel(postgres_dsn: str) -> None:

@@ -24,6 +24,7 @@ from baf.core.agent import Agent
 from baf.errors import LogInUseError
 from baf.log import Record
 from baf.log.postgres import PostgresLog
+from baf.log.postgres_leases import Leases
 from baf.log.postgres_lock import WRITER_LOCK
 from baf.serve import Worker
 
@@ -150,28 +151,58 @@ async def test_the_same_log_is_its_tables_not_its_url(postgres_dsn: str) -> None
         await drop_schema(postgres_dsn, name)
 
 
-async def test_a_writer_whose_connection_dropped_writes_nothing_while_another_holds_the_lock(
+async def cut_writer(dsn: str, mode: str) -> None:
+    """Terminate the connection holding the writer lock in ``mode`` (the one store of the test that does)."""
+    [pid] = [pid for pid, held in await lock_holders(dsn) if held == mode]
+    admin = await asyncpg.connect(dsn)
+    try:
+        await admin.execute("SELECT pg_terminate_backend($1)", pid)  # its writer connection, and the lock
+    finally:
+        await admin.close()
+    await eventually(lambda: _holders_are(dsn, 0), "the cut connection's lock was released")
+
+
+async def test_a_writer_whose_connection_dropped_takes_the_lock_again_when_nobody_else_took_it(
+    postgres_dsn: str, plain: PostgresLog
+) -> None:
+    await plain.append([rec("s", 1)])
+    await cut_writer(postgres_dsn, "ExclusiveLock")  # as a server restart or a network cut would
+    await plain.append([rec("s", 2)])  # reconnects, takes the lock again, writes
+    assert [r.seq for r in await plain.read("s")] == [1, 2]
+    assert [mode for _, mode in await lock_holders(postgres_dsn)] == ["ExclusiveLock"]
+
+
+async def test_a_writer_whose_log_another_process_wrote_while_its_connection_was_down_writes_no_more(
+    postgres_dsn: str, plain: PostgresLog
+) -> None:
+    await plain.append([rec("s", 1)])
+    await cut_writer(postgres_dsn, "ExclusiveLock")
+    async with PostgresLog(postgres_dsn) as second:  # took the lock meanwhile, and wrote what the first holds
+        await second.append([rec("s", 2, "second's")])
+        with pytest.raises(LogInUseError, match="already open for writing"):
+            await plain.append([rec("s", 2, "first's")])
+    # The lock is free again, but what the first process holds in memory may be out of date: it stays out.
+    for _ in range(2):
+        with pytest.raises(LogInUseError, match="while this process's connection to it was lost"):
+            await plain.append([rec("s", 3, "first's")])
+    assert await lock_holders(postgres_dsn) == []  # and it holds no lock
+    async with PostgresLog(postgres_dsn, read_only=True) as reader:
+        assert [r.data["text"] for r in await reader.read("s")] == ["hi", "second's"]
+    async with PostgresLog(postgres_dsn) as third:  # a new process (or the first, restarted) opens it
+        await third.append([rec("s", 3, "third's")])
+
+
+async def test_a_workers_store_whose_connection_dropped_goes_on_whoever_took_the_lock_meanwhile(
     postgres_dsn: str,
 ) -> None:
-    first = PostgresLog(postgres_dsn)
-    await first.start()
-    try:
-        await first.append([rec("s", 1)])
-        [(pid, _)] = await lock_holders(postgres_dsn)
-        admin = await asyncpg.connect(postgres_dsn)
-        try:
-            await admin.execute("SELECT pg_terminate_backend($1)", pid)  # its writer connection, and the lock
-        finally:
-            await admin.close()
-        await eventually(lambda: _holders_are(postgres_dsn, 0), "the cut connection's lock was released")
-        async with PostgresLog(postgres_dsn) as second:  # took the lock meanwhile
-            await second.append([rec("s", 2, "second's")])
-            with pytest.raises(LogInUseError, match="already open for writing"):
-                await first.append([rec("s", 3, "first's")])
-        await first.append([rec("s", 3, "first's")])  # the lock is free again: it reconnects and takes it
-        assert [r.data["text"] for r in await first.read("s")] == ["hi", "second's", "first's"]
-    finally:
-        await first.close()
+    # Workers are fenced by their leases: a worker that took the lock in between changes nothing for another.
+    async with PostgresLog(postgres_dsn, worker_id="a") as a:
+        assert await Leases(a).acquire("s") is not None
+        await a.append([rec("s", 1)])
+        await cut_writer(postgres_dsn, "ShareLock")
+        async with PostgresLog(postgres_dsn, worker_id="b"):
+            await a.append([rec("s", 2)])
+        assert [r.seq for r in await a.read("s")] == [1, 2]
 
 
 async def _holders_are(dsn: str, count: int) -> bool:
@@ -183,6 +214,7 @@ HOLDER = """
 import asyncio, sys
 from baf.log import Record
 from baf.log.postgres import PostgresLog
+from baf.log.postgres_leases import Leases
 
 async def main():
     async with PostgresLog(sys.argv[1]) as log:

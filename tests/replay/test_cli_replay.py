@@ -226,9 +226,9 @@ def test_a_filtered_reasoning_group_reports_the_runs_totals(tmp_path: Path, caps
     db = str(copy_golden(tmp_path))
     whole = run(capsys, "replay", db, GOLDEN_SESSION)
     header = next(line for line in whole.splitlines() if "What is 6 times 7" in line and "reasoning" in line)
-    assert "[answered, 5 LLM calls, 1408 tokens]" in header
+    assert "[answered, 5 LLM calls, 1,408 tokens]" in header
     for argv in (["--kind", "tool_result"], ["--from", "40"], ["--grep", "multiply"]):
-        assert "[answered, 5 LLM calls, 1408 tokens]" in run(capsys, "replay", db, GOLDEN_SESSION, *argv), argv
+        assert "[answered, 5 LLM calls, 1,408 tokens]" in run(capsys, "replay", db, GOLDEN_SESSION, *argv), argv
 
 
 def test_replay_at_separates_a_task_from_its_result(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -241,7 +241,7 @@ def test_a_reasoning_run_of_one_model_call_is_counted_in_the_singular(
 ) -> None:
     out = run(capsys, "replay", str(copy_golden(tmp_path)), GOLDEN_SESSION)
     assert "┌ reasoning    hi  [answered, 1 LLM call, 128 tokens]" in out
-    assert "[answered, 5 LLM calls, 1408 tokens]" in out
+    assert "[answered, 5 LLM calls, 1,408 tokens]" in out
 
 
 def test_the_session_start_step_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,6 +1,6 @@
 """``baf sessions`` on a real SQLite log, run as the real command: ids never wrapped at any width, the whole
 table (nothing squeezed or dropped) when the output is a file or a pipe, ``--plain`` and ``--json`` for
-scripts; and ``baf log``'s kinds kept on their line in a narrow terminal."""
+scripts; and ``baf log``'s kinds kept on their line in a narrow terminal, one record a line to a file."""
 
 from __future__ import annotations
 
@@ -128,6 +128,23 @@ def test_baf_log_keeps_seq_time_and_kind_on_their_line_in_a_narrow_terminal(log_
     kinds = [line.split()[3] for line in lines if line.split() and line.split()[0].isdigit()]  # seq, date, time, kind
     assert kinds[:3] == ["session_started", "step_started", "message_received"]
     assert len(kinds) == 8  # one line starts each record: its seq, time and whole kind
+
+
+def test_baf_log_to_a_file_or_a_pipe_is_one_tab_separated_record_a_line(log_file: Path) -> None:
+    environ = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES") and not k.startswith("OPENAI_")}
+    done = subprocess.run([sys.executable, "-m", "baf.cli", "log", log_file.name, IDS[-1]], cwd=log_file.parent,
+                          capture_output=True, text=True, timeout=60, env=environ)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    header, *lines = done.stdout.splitlines()
+    assert header.split("\t") == ["seq", "time", "kind", "data"]
+    rows = [line.split("\t") for line in lines]
+    assert [row[0] for row in rows] == [str(seq) for seq in range(1, 29)]  # every record, each on its line
+    assert [row[2] for row in rows[:3]] == ["session_started", "step_started", "message_received"]
+    assert json.loads(rows[2][3])["text"] == "hello"
+    assert datetime.fromisoformat(rows[0][1]).tzinfo is not None
+    assert not any(line.endswith(" ") for line in lines)  # not padded to the widest record's width
+    # The same lines in a terminal with --plain
+    assert baf("log", log_file.name, IDS[-1], "--plain", cwd=log_file.parent).stdout == done.stdout
 
 
 def test_a_log_without_sessions_says_so_instead_of_an_empty_table(tmp_path: Path) -> None:

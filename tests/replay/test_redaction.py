@@ -238,3 +238,49 @@ async def test_an_error_a_closed_session_cannot_record_is_still_logged_without_t
             live.report_error("a body raised", "body", ValueError(f"password {secret} rejected"))
     assert "a body raised (not recorded: the session is closed)" in caplog.text
     assert "ValueError" in caplog.text and secret not in caplog.text and REDACTED in caplog.text
+
+
+@pytest.mark.parametrize("engine", ["reasoning", "react"])
+async def test_streamed_steps_and_task_lists_show_what_was_recorded_redacted_or_not(engine: str) -> None:
+    """A step or task list is redacted once, for its record and what the platform is shown: one holding a
+    secret is shown as recorded (redacted), a clean one as it was built (the same object)."""
+    from baf.library.state.pattern_state import new_pattern_state
+    from baf.reasoning.patterns import ReAct
+    from baf.reasoning.step import ReasoningStep
+
+    secret = "stream-canary-41d8"
+    agent = Agent("keeper", log="memory://")
+    agent.mark_secret(secret)
+
+    @agent.tool
+    def lookup(key: str) -> str:
+        """Look a key up."""
+        return f"the value of {key} is {secret}"
+
+    if engine == "reasoning":
+        llm = ScriptedLLM([
+            ScriptedLLM.tool_call("add_tasks", {"descriptions": [f"find {secret}"]}),
+            ScriptedLLM.tool_call("lookup", {"key": "k"}),
+            ScriptedLLM.tool_call("complete_task", {"task_id": 1, "result": "found"}),
+            f"It is {secret}.",
+        ])  # fmt: skip
+        state = new_reasoning_state(agent, llm)
+    else:
+        llm = ScriptedLLM([
+            ScriptedLLM.tool_call("lookup", {"key": "k"}),
+            ScriptedLLM.tool_call("final_answer", {"answer": f"It is {secret}."}),
+        ])  # fmt: skip
+        state = new_pattern_state(agent, llm, ReAct())
+    state.when_event().go_to(state)
+    platform = RecordingPlatform()
+    async with agent:
+        await agent.receive_message("s", "go", platform)
+        records = await agent.log.read("s")
+    steps = [r.data for r in records if r.kind == "reasoning_step"]
+    shown = platform.steps["s"]
+    assert [ReasoningStep.from_dict(step) for step in steps] == shown
+    assert secret not in repr(shown) and REDACTED in repr(shown)
+    assert any(REDACTED not in repr(step) for step in shown)  # clean steps are shown too
+    tasks = [r.data["tasks"] for r in records if r.kind == "task_list"]
+    assert tasks == platform.task_lists["s"]
+    assert secret not in repr(tasks) and (engine == "react" or REDACTED in repr(tasks))

@@ -3,6 +3,7 @@ sessions a restart resumed, forks (cut between steps, inside a step, or holding 
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from baf.cli import find_agent, load_agent_module
 from baf.core.agent import Agent
 from baf.llm.base import ToolCall
 from baf.log import Record, SQLiteLog
+from baf.log.postgres import PostgresLog
 from baf.replay.fork import fork
 
 AGENT = '''
@@ -140,9 +142,9 @@ async def test_baf_run_session_continues_a_held_fork(shop: Path) -> None:
     forked = baf("replay", "shop.db", "s", "--fork-at", str(holding), cwd=shop)
     assert forked.returncode == 0, forked.stderr
     # The log does not say which file defines the agent (shop_agent.py here): the hint names the agent.
-    assert f"baf run AGENT_FILE --session s@{holding} (the .py or .yaml file that defines agent 'shop')" in (
-        forked.stdout
-    )
+    hint = f"baf run AGENT_FILE --log sqlite:///shop.db --session s@{holding} (the .py or .yaml file that defines"
+    assert f"{hint} agent 'shop')" in forked.stdout
+    assert f"await agent.continue_session('s@{holding}') (an Agent with log='sqlite:///shop.db')" in forked.stdout
     assert "agent.py" not in forked.stdout
     assert f"it holds message #{holding}" in forked.stdout
     # Another agent loading the log leaves it alone ...
@@ -156,3 +158,28 @@ async def test_baf_run_session_continues_a_held_fork(shop: Path) -> None:
     kinds = [r.kind for r in await records_of(f"s@{holding}")]
     assert kinds[holding : holding + 3] == ["forked_from", "fork_continued", "step_started"]
     rerun_cli(shop, f"s@{holding}")
+
+
+async def test_the_fork_hint_names_the_postgresql_log_and_baf_run_continues_the_fork_there(
+    shop: Path, postgres_dsn: str
+) -> None:
+    """The agent's file names another log (shop.db): the hint's ``--log`` is what finds the fork."""
+    asked = baf("run", "shop_agent.py", "--log", postgres_dsn, cwd=shop, stdin="price of apple\nprice of kiwi\n")
+    assert asked.returncode == 0 and "kiwi: 4 euros" in asked.stdout, asked.stderr
+    async with PostgresLog(postgres_dsn, read_only=True) as log:
+        holding = [r for r in await log.read("terminal") if r.kind == "message_received"][1].seq
+    forked = baf("replay", postgres_dsn, "terminal", "--fork-at", str(holding), cwd=shop)
+    assert forked.returncode == 0, forked.stderr
+    (hint,) = [line for line in forked.stdout.splitlines() if line.startswith("continue it in the terminal: ")]
+    command = hint.removeprefix("continue it in the terminal: ").split(" (the .py")[0]
+    assert command == f"baf run AGENT_FILE --log {shlex.quote(postgres_dsn)} --session terminal@{holding}"
+    assert f"(an Agent with log={postgres_dsn!r})" in forked.stdout
+    # The command as printed, with the agent's file named, continues the fork (its held question first)
+    argv = shlex.split(command.replace("AGENT_FILE", "shop_agent.py"))[2:]
+    done = baf("run", *argv, cwd=shop, stdin="price of fig\n")
+    assert done.returncode == 0, done.stderr
+    assert "handling it now" in done.stdout and "kiwi: 4 euros" in done.stdout and "fig: 3 euros" in done.stdout
+    async with PostgresLog(postgres_dsn, read_only=True) as log:
+        kinds = [r.kind for r in await log.read(f"terminal@{holding}")]
+    assert kinds[holding : holding + 2] == ["forked_from", "fork_continued"]
+    assert not (shop / "shop.db").exists()  # the file's own log was never opened

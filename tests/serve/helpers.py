@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import os
 import signal
 import socket
 import subprocess
@@ -19,7 +20,7 @@ from baf.core.events import ReceiveTextEvent
 from baf.log import Record
 from baf.log.postgres import PostgresLog
 from baf.log.postgres_leases import Leases
-from baf.platforms.websocket import history_items
+from baf.platforms.websocket import WebSocketPlatform, history_items
 from baf.serve import Worker
 
 from .ws_client import Client
@@ -99,17 +100,43 @@ def assert_each_question_answered_once(records: dict[str, list[Record]], expecte
 
 
 @asynccontextmanager
-async def two_workers(dsn: str) -> AsyncIterator[tuple[Worker, Worker]]:
-    """Workers ``a`` and ``b`` of the fixture agent in this process, started, stopped on the way out."""
-    a = Worker(fresh_agent(), dsn, worker_id="a", lease_ttl=10, poll_interval=1)
-    b = Worker(fresh_agent(), dsn, worker_id="b", lease_ttl=10, poll_interval=1)
+async def two_workers(
+    dsn: str, agents: tuple[Agent, Agent] | None = None, poll_interval: float = 1.0
+) -> AsyncIterator[tuple[Worker, Worker]]:
+    """Workers ``a`` and ``b`` in this process (of ``agents``, by default two of the fixture agent), started,
+    stopped on the way out."""
+    agent_a, agent_b = agents or (fresh_agent(), fresh_agent())
+    a = Worker(agent_a, dsn, worker_id="a", lease_ttl=10, poll_interval=poll_interval)
+    b = Worker(agent_b, dsn, worker_id="b", lease_ttl=10, poll_interval=poll_interval)
     await a.start()
-    await b.start()
+    try:
+        await b.start()
+    except BaseException:
+        await a.stop()
+        raise
     try:
         yield a, b
     finally:
         await a.stop()
         await b.stop()
+
+
+def ws_agent() -> tuple[Agent, WebSocketPlatform]:
+    """A new instance of the fixture agent with the WebSocket platform, and that platform (on a port of its
+    own once started: each in-process worker needs one)."""
+    os.environ["BAF_SERVE_PORT"] = "0"
+    agent = load_agent("serve_ws_agent.py")
+    platform = agent.platforms[0]
+    assert isinstance(platform, WebSocketPlatform)
+    return agent, platform
+
+
+@asynccontextmanager
+async def two_ws_workers(dsn: str) -> AsyncIterator[tuple[tuple[Worker, int], tuple[Worker, int]]]:
+    """:func:`two_workers` of the WebSocket fixture agent: each worker with the port its clients connect to."""
+    (agent_a, platform_a), (agent_b, platform_b) = ws_agent(), ws_agent()
+    async with two_workers(dsn, (agent_a, agent_b)) as (a, b):
+        yield (a, platform_a.port), (b, platform_b.port)
 
 
 def free_port() -> int:
@@ -222,5 +249,7 @@ __all__ = [
     "stop_processes",
     "turn_done",
     "two_workers",
+    "two_ws_workers",
     "wait_for_answers",
+    "ws_agent",
 ]

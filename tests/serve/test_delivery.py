@@ -4,51 +4,33 @@ notification delays nothing past the poll; a reconnect gets the rest from the lo
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from baf.core.agent import Agent
 from baf.log.postgres import PostgresLog
 from baf.log.postgres_leases import Leases
-from baf.platforms.websocket import WebSocketPlatform, history_items
+from baf.platforms.websocket import history_items
 from baf.serve import Worker
 
 from .helpers import (
     eventually,
-    load_agent,
     resumed_on_another_worker,
     seqs_and_types,
     shown_records,
     turn_done,
+    two_workers,
+    two_ws_workers,
+    ws_agent,
 )
 from .ws_client import LIVE, Client
-
-WS_FIXTURE = "serve_ws_agent.py"
-
-
-def ws_agent() -> tuple[Agent, WebSocketPlatform]:
-    os.environ["BAF_SERVE_PORT"] = "0"  # each in-process worker on a port of its own
-    agent = load_agent(WS_FIXTURE)
-    platform = agent.platforms[0]
-    assert isinstance(platform, WebSocketPlatform)
-    return agent, platform
 
 
 @pytest.fixture
 async def workers(postgres_dsn: str) -> AsyncIterator[tuple[tuple[Worker, int], tuple[Worker, int]]]:
-    (agent_a, platform_a), (agent_b, platform_b) = ws_agent(), ws_agent()
-    a = Worker(agent_a, postgres_dsn, worker_id="a", lease_ttl=10, poll_interval=1)
-    b = Worker(agent_b, postgres_dsn, worker_id="b", lease_ttl=10, poll_interval=1)
-    await a.start()
-    await b.start()
-    try:
-        yield (a, platform_a.port), (b, platform_b.port)
-    finally:
-        await a.stop()
-        await b.stop()
+    async with two_ws_workers(postgres_dsn) as pair:
+        yield pair
 
 
 async def test_a_client_on_the_other_worker_gets_every_record_once_in_order(workers: Any, postgres_dsn: str) -> None:
@@ -219,10 +201,7 @@ async def test_a_session_dropped_from_memory_while_its_client_watches_is_followe
 ) -> None:
     (agent_a, platform_a), (agent_b, platform_b) = ws_agent(), ws_agent()
     agent_b.session_idle_seconds = 0.3  # b drops its sessions from memory (and their leases) when idle
-    async with (
-        Worker(agent_a, postgres_dsn, worker_id="a", lease_ttl=10, poll_interval=1) as a,
-        Worker(agent_b, postgres_dsn, worker_id="b", lease_ttl=10, poll_interval=1) as b,
-    ):
+    async with two_workers(postgres_dsn, (agent_a, agent_b)) as (a, b):
         on_b = await Client.open(platform_b.port)
         welcome = await on_b.hello()
         session_id = welcome["session_id"]

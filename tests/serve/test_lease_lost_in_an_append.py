@@ -15,22 +15,14 @@ import pytest
 
 from baf.serve import Worker
 
-from .test_delivery import turn_done, ws_agent
+from .helpers import turn_done, two_ws_workers
 from .ws_client import Client
 
 
 @pytest.fixture
 async def workers(postgres_dsn: str) -> AsyncIterator[tuple[tuple[Worker, int], tuple[Worker, int]]]:
-    (agent_a, platform_a), (agent_b, platform_b) = ws_agent(), ws_agent()
-    a = Worker(agent_a, postgres_dsn, worker_id="a", lease_ttl=10, poll_interval=1)
-    b = Worker(agent_b, postgres_dsn, worker_id="b", lease_ttl=10, poll_interval=1)
-    await a.start()
-    await b.start()
-    try:
-        yield (a, platform_a.port), (b, platform_b.port)
-    finally:
-        await a.stop()
-        await b.stop()
+    async with two_ws_workers(postgres_dsn) as pair:
+        yield pair
 
 
 async def test_a_client_of_a_session_whose_append_found_the_lease_lost_follows_the_new_owner(
@@ -65,7 +57,9 @@ async def test_a_client_of_a_session_whose_append_found_the_lease_lost_follows_t
     await turn_done(postgres_dsn, session_id, "q3")
     reply = await on_b.until("reply", within=10, text="answer to q3")
     assert reply["seq"] > 0
-    await asyncio.sleep(0.3)  # anything delivered twice would arrive now
+    # A later turn: the follower delivers in log order, so anything shown twice so far arrives before it.
+    await on_a.ask("q4")
+    await on_b.until("reply", within=10, text="answer to q4")
     seqs = [frame["seq"] for frame in on_b.live()]
     assert len(seqs) == len(set(seqs)) and seqs == sorted(seqs)
     await on_a.close()

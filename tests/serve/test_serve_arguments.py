@@ -35,12 +35,21 @@ def test_a_lease_ttl_or_poll_interval_that_is_not_a_finite_number_of_seconds_is_
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize("value", ["0.5", "-1", "nan", "inf"])
+def test_a_keepalive_that_is_not_0_or_a_finite_number_of_seconds_is_refused(tmp_path: Path, value: str) -> None:
+    result = baf("serve", str(FIXTURE), "--log", UNREACHABLE, "--keepalive", value, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    said = "baf serve: --keepalive must be 0 (the system's settings) or a finite number of seconds, at least 1"
+    assert result.stderr.strip().startswith(said), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+
 def test_more_workers_than_the_database_can_ever_connect_are_refused_before_any_starts(
     postgres_dsn: str, tmp_path: Path
 ) -> None:
     result = baf("serve", str(FIXTURE), "--log", postgres_dsn, "--workers", "100000", cwd=tmp_path)
     assert result.returncode == 2, result.stderr
-    assert "100000 workers need up to 700000 database connections (7 each)" in result.stderr, result.stderr
+    assert "100,000 workers need up to 700,000 database connections (7 each)" in result.stderr, result.stderr
     assert "(max_connections): start at most" in result.stderr
     assert "READY" not in result.stdout and "worker" not in result.stderr.split("need")[1]
 

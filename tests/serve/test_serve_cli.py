@@ -13,10 +13,11 @@ import asyncpg
 import pytest
 from baf_test_helpers import baf
 
+from baf.library.demo import OFFLINE_BANNER
 from baf.log.postgres import PostgresLog
 from baf.log.postgres_inbox import Inbox
 
-from .helpers import FIXTURE, assert_each_question_answered_once, message, wait_for_answers
+from .helpers import FIXTURE, assert_each_question_answered_once, free_port, message, stop_processes, wait_for_answers
 
 
 def start_serve(dsn: str) -> subprocess.Popen[str]:
@@ -199,3 +200,30 @@ async def test_a_worker_killed_under_baf_serve_is_reported_at_once(postgres_dsn:
         serve.stdout.close()
         serve.stderr.close()
     assert code == 9  # the worst of the workers' statuses: the killed one
+
+
+WEBSOCKET_EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "websocket_agent.py"
+
+
+def start_example_serve(dsn: str, cwd: Path) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}  # the offline model: its banner
+    return subprocess.Popen(
+        [sys.executable, "-m", "baf.cli", "serve", str(WEBSOCKET_EXAMPLE), "--log", dsn, "--workers", "2"],
+        cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env={**env, "PORT": str(free_port())},
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+async def test_what_the_agent_file_prints_as_it_loads_shows_once_not_once_per_worker(
+    postgres_dsn: str, tmp_path: Path
+) -> None:
+    serve = start_example_serve(postgres_dsn, tmp_path)
+    assert serve.stdout is not None
+    lines: list[str] = []
+    try:
+        while sum(line.startswith("READY ") for line in lines) < 2:  # each worker printed what it would by now
+            lines.append(await asyncio.wait_for(asyncio.to_thread(serve.stdout.readline), 30))
+    finally:
+        await stop_processes([serve])
+    assert sum(OFFLINE_BANNER in line for line in lines) == 1, lines
+    assert sum("baf reasoning demo" in line for line in lines) == 1, lines  # the intro's panel, once

@@ -13,6 +13,7 @@ import pytest
 from baf.core.events import ReceiveTextEvent
 from baf.core.forwarded import FORWARDED_KEY
 from baf.errors import LogClosedError, LogError, LogStorageError
+from baf.log.postgres import PostgresLog
 from baf.log.postgres_leases import Leases
 from baf.serve import Worker
 
@@ -262,6 +263,21 @@ async def test_a_worker_that_cannot_list_the_live_workers_at_start_fails_and_lea
         await connection.close()
 
 
+async def test_a_worker_that_cannot_listen_at_start_fails_and_releases_the_log(postgres_dsn: str) -> None:
+    worker = Worker(fresh_agent(), postgres_dsn, worker_id="a", lease_ttl=10, poll_interval=1)
+
+    async def refused(*_args: object, **_kwargs: object) -> object:  # the server refuses one more connection
+        raise LogStorageError("postgresql://...", "cannot open a database connection: too many clients already")
+
+    worker.inbox.listen = refused  # type: ignore[method-assign]
+    with pytest.raises(LogStorageError, match="too many clients"):
+        await worker.start()
+    with pytest.raises(LogClosedError):
+        await worker.log.sessions()
+    async with PostgresLog(postgres_dsn) as plain:  # its writer lock went with its store: a plain process opens
+        assert await plain.sessions() == []
+
+
 async def _none(connection: asyncpg.Connection, query: str, *args: object) -> bool:
     return await connection.fetchval(query, *args) == 0
 
@@ -352,16 +368,9 @@ async def test_a_free_session_its_chosen_worker_does_not_take_is_taken_by_the_po
 @pytest.fixture
 async def slow_polling(postgres_dsn: str) -> AsyncIterator[tuple[Worker, Worker]]:
     """Two workers whose poll comes only after the tests below end: what they take, a notification made them."""
-    a = Worker(fresh_agent(), postgres_dsn, worker_id="a", lease_ttl=10, poll_interval=60)
-    b = Worker(fresh_agent(), postgres_dsn, worker_id="b", lease_ttl=10, poll_interval=60)
-    await a.start()
-    await b.start()
-    try:
+    async with two_workers(postgres_dsn, poll_interval=60) as (a, b):
         await eventually(lambda: sorted(a._peers) == sorted(b._peers) == ["a", "b"], "each worker lists both")
         yield a, b
-    finally:
-        await a.stop()
-        await b.stop()
 
 
 def picked_by(worker: Worker) -> str:

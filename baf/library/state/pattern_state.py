@@ -68,14 +68,23 @@ class SessionObserver:
         """Record one step and, when streaming, queue it for the platform after the next commit."""
         reasoning_step = build_step(kind, step, summary, details)
         if self.stream_steps:
-            self.recorder.record(RecordKind.REASONING_STEP, reasoning_step.to_dict())
-            self.recorder.stream("reply_reasoning_step", reasoning_step)
+            self.recorder.record_shown(RecordKind.REASONING_STEP, reasoning_step.to_dict(), "reply_reasoning_step",
+                                       reasoning_step)  # fmt: skip
         else:  # the record says so: a worker following the session does not show it either
             self.recorder.record(RecordKind.REASONING_STEP, {**reasoning_step.to_dict(), "streamed": False})
 
     def on_step(self, step: PatternStep) -> None:
         """Record and stream a pattern step as a ``ReasoningStep``."""
         self.emit(step.kind, step.step, step.summary, step.details)
+
+    @property
+    def observes_llm_calls(self) -> bool:
+        """Whether a subclass overrides :meth:`before_llm_call` or :meth:`after_llm_call`: without one,
+        runs skip both calls (``PatternObserver``)."""
+        cls = type(self)
+        return cls.before_llm_call is not SessionObserver.before_llm_call or (
+            cls.after_llm_call is not SessionObserver.after_llm_call
+        )
 
     async def before_llm_call(self, call: LLMCallInfo) -> None:
         """Nothing: the kernel records the request and commits before the call."""

@@ -610,16 +610,14 @@ class _ReasoningRun:
         data = reasoning_step.to_dict()
         self.trace.append(data)
         if self.config.stream_steps:  # queued, not awaited: delivered in order right after the next commit
-            self.recorder.record(RecordKind.REASONING_STEP, data)
-            self.recorder.stream("reply_reasoning_step", reasoning_step)
+            self.recorder.record_shown(RecordKind.REASONING_STEP, data, "reply_reasoning_step", reasoning_step)
         else:  # the record says so: a worker following the session does not show it either
             self.recorder.record(RecordKind.REASONING_STEP, {**data, "streamed": False})
 
     def emit_task_list(self, snapshot: list[dict[str, Any]]) -> None:
         """Record a task-list snapshot and, when streaming, send it once durable."""
         if self.config.stream_steps:
-            self.recorder.record(RecordKind.TASK_LIST, {"tasks": snapshot})
-            self.recorder.stream("reply_task_list_update", snapshot)
+            self.recorder.record_shown(RecordKind.TASK_LIST, {"tasks": snapshot}, "reply_task_list_update", snapshot)
         else:
             self.recorder.record(RecordKind.TASK_LIST, {"tasks": snapshot, "streamed": False})
 

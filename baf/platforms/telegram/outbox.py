@@ -21,6 +21,8 @@ from typing import Any
 
 from aiogram.exceptions import TelegramAPIError, TelegramNetworkError, TelegramRetryAfter, TelegramServerError
 
+from baf.wording import counted
+
 __all__ = ["ChatOutbox"]
 
 logger = logging.getLogger("baf.platforms.telegram")
@@ -91,7 +93,8 @@ class ChatOutbox:
                 return
             attempt += 1
             if attempt > self.max_retries or wait > self.max_retry_after:
-                logger.error("chat %s: gave up on %s after %d attempt(s) (%s)", chat_id, what, attempt, problem)
+                tries = counted(attempt, "attempt")
+                logger.error("chat %s: gave up on %s after %s (%s)", chat_id, what, tries, problem)
                 return
             logger.warning("chat %s: %s for %s; trying again in %g s", chat_id, problem, what, wait)
             await asyncio.sleep(wait)

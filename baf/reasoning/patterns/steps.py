@@ -68,6 +68,8 @@ class PatternObserver(Protocol):
     Two more methods are optional (looked up with ``getattr``): ``async before_tool_call(call_id, name)``,
     awaited just before a tool runs, and ``redact(text) -> str``, applied to a step summary before it is
     shortened (the session observer commits in the first and redacts the agent's secrets in the second).
+    So is an attribute, ``observes_llm_calls``: when it is false, a run calls neither
+    :meth:`before_llm_call` nor :meth:`after_llm_call` (it does not build their :class:`LLMCallInfo`).
     """
 
     def on_step(self, step: PatternStep) -> None:
