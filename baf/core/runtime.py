@@ -319,6 +319,10 @@ class Runtime:
                     item.done.cancel()
             mailbox.clear()
         self._live.close()
+        following = list(self._following_lost)  # a follow started now would outlive the runtime
+        for task in following:
+            task.cancel()
+        await asyncio.gather(*following, return_exceptions=True)
         self._followed.clear()  # views only: nothing of theirs is waiting to be written
         for live in self._live.values():
             # An abandoned body thread may still call the session: nothing more may reach the log.
@@ -781,7 +785,9 @@ class Runtime:
             self._workers[live.id] = asyncio.ensure_future(self._drain(live))
 
     async def _drain(self, live: LiveSession) -> None:
-        mailbox = self._mailboxes[live.id]
+        mailbox = self._mailboxes.get(live.id)
+        if mailbox is None or self._live.get(live.id) is not live:
+            return  # evicted before this task began (the log refused the write that queued it): nothing to run
         # Told to stop now: start no further step (stop() releases what stays queued).
         while mailbox and not self.control.stop_now:
             # The item stays queued while it runs: ``_schedule`` must not start a second worker.
