@@ -41,7 +41,7 @@ from baf.errors import (
     SessionNotFoundError,
 )
 from baf.log import open_log
-from baf.log.jsontext import json_copy
+from baf.log.jsontext import encode_json, json_copy
 from baf.log.projection import SessionProjection, project
 from baf.log.record import RecordKind
 from baf.log.redaction import log_exception
@@ -787,7 +787,9 @@ class Runtime:
     async def _drain(self, live: LiveSession) -> None:
         mailbox = self._mailboxes.get(live.id)
         if mailbox is None or self._live.get(live.id) is not live:
-            return  # evicted before this task began (the log refused the write that queued it): nothing to run
+            # Evicted before this task began (the append of its first item was refused): nothing to run, and
+            # a mailbox there now is a reloaded session's, which its own task drains.
+            return
         # Told to stop now: start no further step (stop() releases what stays queued).
         while mailbox and not self.control.stop_now:
             # The item stays queued while it runs: ``_schedule`` must not start a second worker.
@@ -929,6 +931,11 @@ def _forwarded_event(session_id: str, data: dict[str, Any] | None) -> tuple[Even
     text), and block the messages behind it."""
     if data is None:
         return None, "not a JSON object"
+    encoded = encode_json(data)  # bytes: orjson took it, so it holds no lone surrogate
+    if not isinstance(encoded, bytes) and not _encodable(encoded):
+        # A JSON escape can spell one (a worker never posts it: Inbox.post refuses it); recorded, the
+        # message would fail its append on every try, and hold the session's later messages back for good.
+        return None, "it holds text that is not valid Unicode (a lone surrogate)"
     fields = data.get("event")
     if not isinstance(fields, dict):
         return None, "no event"

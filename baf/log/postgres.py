@@ -268,7 +268,9 @@ class PostgresLog(SessionLog):
                 self._dsn, timeout=self._connect_timeout, command_timeout=None, server_settings=self._server_settings()
             )
         except (TimeoutError, OSError, driver.PostgresError) as exc:
-            raise LogStorageError(redact_dsn(self._dsn), f"cannot open a database connection: {exc}") from exc
+            raise LogStorageError(
+                redact_dsn(self._dsn), f"cannot open a database connection: {self._why(exc)}"
+            ) from exc
         self._set_keepalive(connection)
         return connection
 
@@ -322,6 +324,12 @@ class PostgresLog(SessionLog):
         except (OSError, asyncpg.PostgresError) as exc:
             raise LogStorageError(where, f"cannot open a database connection: {exc}") from exc
 
+    def _why(self, exc: BaseException) -> str:
+        """Why a connection could not be opened (a timeout says nothing by itself)."""
+        if isinstance(exc, TimeoutError) and not str(exc):
+            return f"the server did not answer within {self._connect_timeout:g} s (connect_timeout)"
+        return str(exc)
+
     @property
     def dsn(self) -> str:
         """The database URL, password included (``repr`` hides it)."""
@@ -352,7 +360,7 @@ class PostgresLog(SessionLog):
                     init=self._on_new_connection,
                 )
             except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
-                raise LogError(f"cannot open the PostgreSQL log at {where}: {exc}") from exc
+                raise LogError(f"cannot open the PostgreSQL log at {where}: {self._why(exc)}") from exc
             except ValueError as exc:  # the URL: a port that is not a number, an unknown sslmode ...
                 raise LogError(
                     f"cannot open the PostgreSQL log at {where}: {_unreadable_url(self._dsn, exc)}"

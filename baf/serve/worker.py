@@ -138,24 +138,18 @@ class Worker:
         # time is either heard registering or listed. Not the records channel: a worker follows other
         # workers' records only while a client of theirs is connected here (the follower listens to them
         # then: each notification costs a wake-up).
-        self._stop_listening = await self.inbox.listen(
-            self._notified, channels=(INBOX_CHANNEL, WORKERS_CHANNEL), on_reconnect=self._listening_again
-        )
         try:
-            await self.leases.register()
-        except BaseException:  # refused (a live worker has this id): leave nothing open
-            await self._stop_listening()
-            self._stop_listening = None
-            await self.log.close()
+            self._stop_listening = await self.inbox.listen(
+                self._notified, channels=(INBOX_CHANNEL, WORKERS_CHANNEL), on_reconnect=self._listening_again
+            )
+            await self.leases.register()  # refused if a live worker has this id
+        except BaseException:
+            await self._abandon_start(registered=False)
             raise
         try:
             await self._list_peers_at_start()
-        except BaseException:  # the database failed: leave nothing open, and no row counting as a live worker
-            await self._stop_listening()
-            self._stop_listening = None
-            with contextlib.suppress(Exception):  # the database may be away: a dead row expires after lease_ttl
-                await asyncio.wait_for(self.leases.release_all({}), 10)
-            await self.log.close()
+        except BaseException:
+            await self._abandon_start(registered=True)
             raise
         await self.agent.start(self.runtime)
         self._tasks = [
@@ -163,6 +157,16 @@ class Worker:
             asyncio.create_task(self._poll(), name="baf-worker-poll"),  # looks for waiting work at once
             asyncio.create_task(self.follower.run(), name="baf-worker-follower"),
         ]
+
+    async def _abandon_start(self, registered: bool) -> None:
+        """A start that failed: leave nothing open, and no row that counts this worker as live."""
+        if self._stop_listening is not None:
+            await self._stop_listening()
+            self._stop_listening = None
+        if registered:
+            with contextlib.suppress(Exception):  # the database may be away: a dead row expires after lease_ttl
+                await asyncio.wait_for(self.leases.release_all({}), 10)
+        await self.log.close()
 
     async def stop(self) -> None:
         """Stop the loops and the agent (steps finish, the log is flushed), then give the leases up so

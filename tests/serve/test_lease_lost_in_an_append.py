@@ -5,6 +5,7 @@ when the heartbeat finds the lease lost: they are shown what the new owner write
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -25,7 +26,7 @@ async def workers(postgres_dsn: str) -> AsyncIterator[tuple[tuple[Worker, int], 
 
 
 async def test_a_client_of_a_session_whose_append_found_the_lease_lost_follows_the_new_owner(
-    workers: Any, postgres_dsn: str
+    workers: Any, postgres_dsn: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     (a, port_a), (b, port_b) = workers
     on_b = await Client.open(port_b)
@@ -63,3 +64,7 @@ async def test_a_client_of_a_session_whose_append_found_the_lease_lost_follows_t
     assert len(seqs) == len(set(seqs)) and seqs == sorted(seqs)
     await on_a.close()
     await on_b.close()
+    gc.collect()
+    await asyncio.sleep(0)
+    never_retrieved = [r.getMessage() for r in caplog.records if "never retrieved" in r.getMessage()]
+    assert never_retrieved == []  # the refused message's mailbox was dropped before its drain began

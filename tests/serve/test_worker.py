@@ -13,6 +13,7 @@ import pytest
 from baf.core.events import ReceiveTextEvent
 from baf.core.forwarded import FORWARDED_KEY
 from baf.errors import LogClosedError, LogError, LogStorageError
+from baf.log.postgres import PostgresLog
 from baf.log.postgres_leases import Leases
 from baf.serve import Worker
 
@@ -260,6 +261,21 @@ async def test_a_worker_that_cannot_list_the_live_workers_at_start_fails_and_lea
         await eventually(lambda: _none(connection, opened, name), "the worker's connections were closed")
     finally:
         await connection.close()
+
+
+async def test_a_worker_that_cannot_listen_at_start_fails_and_releases_the_log(postgres_dsn: str) -> None:
+    worker = Worker(fresh_agent(), postgres_dsn, worker_id="a", lease_ttl=10, poll_interval=1)
+
+    async def refused(*_args: object, **_kwargs: object) -> object:  # the server refuses one more connection
+        raise LogStorageError("postgresql://...", "cannot open a database connection: too many clients already")
+
+    worker.inbox.listen = refused  # type: ignore[method-assign]
+    with pytest.raises(LogStorageError, match="too many clients"):
+        await worker.start()
+    with pytest.raises(LogClosedError):
+        await worker.log.sessions()
+    async with PostgresLog(postgres_dsn) as plain:  # its writer lock went with its store: a plain process opens
+        assert await plain.sessions() == []
 
 
 async def _none(connection: asyncpg.Connection, query: str, *args: object) -> bool:
