@@ -319,6 +319,10 @@ class Runtime:
                     item.done.cancel()
             mailbox.clear()
         self._live.close()
+        following = list(self._following_lost)  # a follow started now would outlive the runtime
+        for task in following:
+            task.cancel()
+        await asyncio.gather(*following, return_exceptions=True)
         self._followed.clear()  # views only: nothing of theirs is waiting to be written
         for live in self._live.values():
             # An abandoned body thread may still call the session: nothing more may reach the log.
@@ -782,7 +786,9 @@ class Runtime:
 
     async def _drain(self, live: LiveSession) -> None:
         mailbox = self._mailboxes.get(live.id)
-        if mailbox is None:  # evicted before this task began: the append of its first item was refused
+        if mailbox is None or self._live.get(live.id) is not live:
+            # Evicted before this task began (the append of its first item was refused): nothing to run, and
+            # a mailbox there now is a reloaded session's, which its own task drains.
             return
         # Told to stop now: start no further step (stop() releases what stays queued).
         while mailbox and not self.control.stop_now:

@@ -67,7 +67,7 @@ from baf.log.store import SessionLog, check_appendable, missing_record
 if TYPE_CHECKING:
     import asyncpg
 
-__all__ = ["SCHEMA_VERSION", "PostgresLog", "decode_row", "encode_row", "redact_dsn"]
+__all__ = ["RESUME_CHUNK", "SCHEMA_VERSION", "PostgresLog", "decode_row", "encode_row", "redact_dsn"]
 
 _SELECT: Final = "SELECT seq, kind, data, ts, version FROM baf_records WHERE session_id = $1 AND seq > $2 ORDER BY seq"
 # One statement (one snapshot): the records from each session's latest snapshot on, then its row of the work
