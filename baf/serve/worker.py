@@ -148,10 +148,10 @@ class Worker:
             raise
         try:
             await self._list_peers_at_start()
+            await self.agent.start(self.runtime)  # fails if a platform cannot listen (its port is taken)
         except BaseException:
             await self._abandon_start(registered=True)
             raise
-        await self.agent.start(self.runtime)
         self._tasks = [
             asyncio.create_task(self._heartbeats(), name="baf-worker-heartbeat"),
             asyncio.create_task(self._poll(), name="baf-worker-poll"),  # looks for waiting work at once
@@ -163,6 +163,10 @@ class Worker:
         if self._stop_listening is not None:
             await self._stop_listening()
             self._stop_listening = None
+        if self._refreshing is not None:  # a worker heard starting meanwhile: no read of a closed log
+            self._refreshing.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):  # a failed listing raised already
+                await self._refreshing
         if registered:
             with contextlib.suppress(Exception):  # the database may be away: a dead row expires after lease_ttl
                 await asyncio.wait_for(self.leases.release_all({}), 10)

@@ -124,8 +124,15 @@ async def two_workers(
 def ws_agent() -> tuple[Agent, WebSocketPlatform]:
     """A new instance of the fixture agent with the WebSocket platform, and that platform (on a port of its
     own once started: each in-process worker needs one)."""
-    os.environ["BAF_SERVE_PORT"] = "0"
-    agent = load_agent("serve_ws_agent.py")
+    before = os.environ.get("BAF_SERVE_PORT")
+    os.environ["BAF_SERVE_PORT"] = "0"  # read as the agent file loads; the tests after this one keep theirs
+    try:
+        agent = load_agent("serve_ws_agent.py")
+    finally:
+        if before is None:
+            del os.environ["BAF_SERVE_PORT"]
+        else:
+            os.environ["BAF_SERVE_PORT"] = before
     platform = agent.platforms[0]
     assert isinstance(platform, WebSocketPlatform)
     return agent, platform

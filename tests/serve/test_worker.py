@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import AsyncIterator
 
 import asyncpg
@@ -12,12 +13,20 @@ import pytest
 
 from baf.core.events import ReceiveTextEvent
 from baf.core.forwarded import FORWARDED_KEY
-from baf.errors import LogClosedError, LogError, LogStorageError
+from baf.errors import ConfigurationError, LogClosedError, LogError, LogStorageError
 from baf.log.postgres import PostgresLog
 from baf.log.postgres_leases import Leases
 from baf.serve import Worker
 
-from .helpers import assert_each_question_answered_once, eventually, fresh_agent, message, two_workers, wait_for_answers
+from .helpers import (
+    assert_each_question_answered_once,
+    eventually,
+    fresh_agent,
+    load_agent,
+    message,
+    two_workers,
+    wait_for_answers,
+)
 
 
 @pytest.fixture
@@ -276,6 +285,30 @@ async def test_a_worker_that_cannot_listen_at_start_fails_and_releases_the_log(p
         await worker.log.sessions()
     async with PostgresLog(postgres_dsn) as plain:  # its writer lock went with its store: a plain process opens
         assert await plain.sessions() == []
+
+
+async def test_a_worker_whose_platform_cannot_listen_fails_and_leaves_nothing_open(
+    postgres_dsn: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    with socket.socket() as taken:  # another program has the platform's port (without SO_REUSEPORT)
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        monkeypatch.setenv("BAF_SERVE_PORT", str(taken.getsockname()[1]))
+        worker = Worker(load_agent("serve_ws_agent.py"), postgres_dsn, worker_id="a", lease_ttl=10, poll_interval=1)
+        with pytest.raises(ConfigurationError, match="cannot listen on"):
+            await worker.start()
+    assert worker._tasks == [] and worker._stop_listening is None  # no loop, no listener
+    with pytest.raises(LogClosedError):
+        await worker.log.sessions()
+    connection = await asyncpg.connect(postgres_dsn)
+    try:  # not counted as live by the other workers
+        assert await connection.fetch("SELECT worker_id FROM baf_workers") == []
+    finally:
+        await connection.close()
+    async with PostgresLog(postgres_dsn) as plain:  # its writer lock went with its store: a plain process opens
+        assert await plain.sessions() == []
+    await asyncio.sleep(0)
+    assert "cannot list the live workers" not in caplog.text
 
 
 async def _none(connection: asyncpg.Connection, query: str, *args: object) -> bool:
