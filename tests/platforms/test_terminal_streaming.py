@@ -78,12 +78,18 @@ async def chat(
 
     state = new_reasoning_state(agent, llm, enable_task_planning=False)
     state.when_event().go_to(state)
-    read_end, write_end = os.pipe()
-    os.write(write_end, f"{line}\n".encode())
-    os.close(write_end)  # EOF after the line: the chat ends once it is answered
     console = Console(file=output, width=80, height=24, force_terminal=output.__class__ is Screen,
                       color_system=None, legacy_windows=False)  # fmt: skip
-    platform = TerminalPlatform(console=console, input_fd=read_end, show_steps=show_steps)
+    await type_one_line(agent, llm, line, console, show_steps=show_steps)
+
+
+async def type_one_line(agent: Agent, llm: LLMOpenAI, line: str, console: Console, **options: Any) -> None:
+    """Run ``agent`` on a terminal platform (``options``) writing to ``console``, whose input is ``line`` and
+    then EOF: the chat ends once the line is answered. Closes ``llm``."""
+    read_end, write_end = os.pipe()
+    os.write(write_end, f"{line}\n".encode())
+    os.close(write_end)
+    platform = TerminalPlatform(console=console, input_fd=read_end, **options)
     agent.add_platform(platform)
     try:
         async with agent:

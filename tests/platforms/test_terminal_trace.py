@@ -5,9 +5,7 @@ real local OpenAI-compatible server serves the model, streaming or not, and both
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 from typing import Any
 
 from llm.fake_openai_server import FakeOpenAIServer, Reply, StreamReply, completion, serve, streamed, tool_call_fragment
@@ -16,9 +14,8 @@ from rich.console import Console
 from baf import Agent
 from baf.library.state.reasoning_state_library import new_reasoning_state
 from baf.llm import LLMOpenAI
-from baf.platforms.terminal import TerminalPlatform
 
-from .test_terminal_streaming import Screen, answer_panel
+from .test_terminal_streaming import Screen, answer_panel, type_one_line
 
 # The model's turns: (its text, the tool call it makes, if any). The second answers while its task is still
 # open, so the loop sends it back (a step of the trace that is not the answer); the last is the answer.
@@ -51,19 +48,8 @@ async def chat(server: FakeOpenAIServer, screen: Screen, *, stream: bool) -> Non
     agent = Agent("helper", log="memory://")
     state = new_reasoning_state(agent, llm)
     state.when_event().go_to(state)
-    read_end, write_end = os.pipe()
-    os.write(write_end, b"total?\n")
-    os.close(write_end)
     console = Console(file=screen, width=80, height=24, force_terminal=True, color_system=None, legacy_windows=False)
-    platform = TerminalPlatform(console=console, input_fd=read_end)
-    agent.add_platform(platform)
-    try:
-        async with agent:
-            assert platform._reader is not None
-            await asyncio.wait_for(platform._reader, 15)
-    finally:
-        os.close(read_end)
-        await llm.close()
+    await type_one_line(agent, llm, "total?", console)
 
 
 async def test_the_models_text_between_tool_calls_shows_rendered_under_its_step_and_the_answer_once() -> None:

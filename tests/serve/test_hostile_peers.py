@@ -5,7 +5,6 @@ worker with the same id (refused at start: both would count as the owner of the 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import asyncpg
 import orjson
@@ -17,17 +16,6 @@ from baf.log.projection import project
 from baf.serve import Worker
 
 from .helpers import assert_each_question_answered_once, fresh_agent, message, wait_for_answers
-
-
-@pytest.fixture
-async def worker(postgres_dsn: str) -> AsyncIterator[Worker]:
-    a = Worker(fresh_agent(), postgres_dsn, worker_id="a", lease_ttl=10, poll_interval=1)
-    await a.start()
-    try:
-        yield a
-    finally:
-        await a.stop()
-
 
 HOSTILE_ROWS = {
     "unknown event type": {"event": {"type": "NoSuchEvent"}, "text": "x"},

@@ -4,14 +4,12 @@ the messages behind it are answered (before, it was retried on every poll and he
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import asyncpg
 import pytest
 
 from baf.serve import Worker
 
-from .helpers import assert_each_question_answered_once, fresh_agent, message, wait_for_answers
+from .helpers import assert_each_question_answered_once, message, wait_for_answers
 
 ROWS = {
     "in the text": r'{"event": {"type": "text", "message": "a\ud800b"}, "text": "a\ud800b"}',
@@ -19,16 +17,6 @@ ROWS = {
     r'"client_message_id": "\udfff"}',
     "in a key": r'{"event": {"type": "text", "message": "x"}, "text": "x", "\udfff": 1}',
 }
-
-
-@pytest.fixture
-async def worker(postgres_dsn: str) -> AsyncIterator[Worker]:
-    a = Worker(fresh_agent(), postgres_dsn, worker_id="a", lease_ttl=10, poll_interval=1)
-    await a.start()
-    try:
-        yield a
-    finally:
-        await a.stop()
 
 
 @pytest.mark.parametrize("payload", ROWS.values(), ids=ROWS.keys())
