@@ -119,19 +119,35 @@ async def take_writer_lock(
     store took the lock at on its previous connection (a plain store reconnecting); ``None`` is returned
     (and nothing taken) when another store took the lock in between, and may have written what this one
     holds in memory."""
-    async with connection.transaction():
-        # The row lock of writer_generation, until the commit: stores decide one at a time.
-        before, now = await connection.fetchrow(_BUMP)
-        rows = await connection.fetch(_HOLDERS, LEGACY_WRITER_LOCK)
-        holders = [(row[0], bool(row[1]), row[2], row[3]) for row in rows]
-        if any(worker_id is None or exclusive for _, exclusive, _, _ in holders):
-            raise _refusal(where, worker_id, holders)  # rolls the bump back
-        if since is not None and before != str(since):
-            return None  # rolls the bump back: the caller closes the connection and writes no more
-        statement = _MARK_EXCLUSIVE if worker_id is None else _MARK_SHARED
-        for _ in range(_DRAWS):
-            if (await connection.fetchrow(statement, _draw(), writer_name(worker_id)))[0]:
-                return int(now)
+    transaction = connection.transaction()
+    await transaction.start()
+    try:
+        taken = await _decide(connection, where, worker_id, since)
+    except BaseException:
+        await transaction.rollback()
+        raise
+    if taken is None:
+        await transaction.rollback()  # no bump: the caller closes the connection and writes no more
+        return None
+    await transaction.commit()
+    return taken
+
+
+async def _decide(connection: asyncpg.Connection, where: str, worker_id: str | None, since: int | None) -> int | None:
+    """``take_writer_lock`` inside its transaction: the new generation once the mark is held, ``None`` when
+    overtaken (see there), or ``LogInUseError``."""
+    # The row lock of writer_generation, until the transaction ends: stores decide one at a time.
+    before, now = await connection.fetchrow(_BUMP)
+    rows = await connection.fetch(_HOLDERS, LEGACY_WRITER_LOCK)
+    holders = [(row[0], bool(row[1]), row[2], row[3]) for row in rows]
+    if any(worker_id is None or exclusive for _, exclusive, _, _ in holders):
+        raise _refusal(where, worker_id, holders)
+    if since is not None and before != str(since):
+        return None
+    statement = _MARK_EXCLUSIVE if worker_id is None else _MARK_SHARED
+    for _ in range(_DRAWS):
+        if (await connection.fetchrow(statement, _draw(), writer_name(worker_id)))[0]:
+            return int(now)
     raise LogInUseError(
         where, reason=f"every key drawn for this store's writer lock ({_DRAWS}) was held by another connection"
     )
