@@ -309,8 +309,8 @@ class PostgresLog(SessionLog):
         """A writer's connection: its own, outside the pool (appends never wait for readers), holding the
         writer lock for as long as it is open (``baf.log.postgres_lock``): every commit is made under it.
         ``LogInUseError`` if another process holds the lock, or, for a plain store, took it since this
-        store's previous connection (then for good)."""
-        driver = _import_asyncpg()
+        store's previous connection (then for good); ``LogStorageError`` if the server cannot be reached or
+        the lock cannot be taken (nothing is left open then)."""
         where = redact_dsn(self._dsn)
         if writer.overtaken:
             raise overtaken(where)
@@ -320,9 +320,12 @@ class PostgresLog(SessionLog):
             generation = await take_writer_lock(connection, where, self._worker_id, since)
         except BaseException as exc:
             connection.terminate()
-            if isinstance(exc, driver.PostgresError):
-                raise LogStorageError(where, f"cannot take the log's writer lock: {exc}") from exc
-            raise
+            if isinstance(exc, LogError) or not isinstance(exc, Exception):  # refused, or cancelled: as it is
+                raise
+            # What the server refused, or the connection lost on the way (the driver's InterfaceError, an
+            # OSError, a timeout): the store's error either way, as when the connection cannot be opened.
+            what = f"cannot take the log's writer lock: {self._why(exc) or type(exc).__name__}"
+            raise LogStorageError(where, what) from exc
         if generation is None:
             connection.terminate()
             writer.overtaken = True
@@ -492,24 +495,32 @@ class PostgresLog(SessionLog):
                 group, writer.queue = writer.queue, []
                 try:
                     if connection is None or connection.is_closed():
+                        connection = None
                         connection = await self._connect(writer)
-                    _settle_in_chunks(group, await self._commit_group(connection, group))
                 except LogInUseError as exc:  # the connection was lost, and another process took the lock
-                    for batch in group:
-                        if not batch.future.done():
-                            batch.future.set_exception(exc)
+                    _fail(group, exc)
+                    continue
                 except Exception as exc:
-                    # The transaction failed as a whole: nothing of the group is durable. Say so to every
-                    # appender and start the next group on a fresh connection.
+                    # Nothing of the group reached the server: unlike a commit cut short, no doubt to leave.
+                    error = LogError(
+                        f"{self!r}: this append was not written: the connection to the database was lost and "
+                        f"a new one cannot be made ({exc}); nothing of it was sent"
+                    )
+                    error.__cause__ = exc
+                    _fail(group, error)
+                    continue
+                try:
+                    _settle_in_chunks(group, await self._commit_group(connection, group))
+                except Exception as exc:
+                    # The transaction failed as a whole: no append of the group is acknowledged. Say so to
+                    # every appender and start the next group on a fresh connection.
                     error = LogError(
                         f"{self!r}: the commit failed and this append was not acknowledged ({exc}); if the "
                         "connection dropped during the commit itself it may still have been written: read the "
                         "session to know"
                     )
                     error.__cause__ = exc
-                    for batch in group:
-                        if not batch.future.done():
-                            batch.future.set_exception(error)
+                    _fail(group, error)
                     if connection is not None:
                         connection.terminate()
                     connection = None
@@ -714,6 +725,13 @@ _SELECT_AFTER_MANY: Final = """
 SELECT u.s, u.a, r.seq, r.kind, r.data, r.ts, r.version FROM unnest($1::text[], $2::bigint[]) AS u(s, a)
 JOIN baf_records r ON r.session_id = u.s AND r.seq > u.a ORDER BY u.s, u.a, r.seq
 """
+
+
+def _fail(group: list[Batch], error: BaseException) -> None:
+    """Fail every append of ``group`` still waiting with ``error``."""
+    for batch in group:
+        if not batch.future.done():
+            batch.future.set_exception(error)
 
 
 def _settle_in_chunks(group: list[Batch], outcomes: list[BaseException | None], start: int = 0) -> None:

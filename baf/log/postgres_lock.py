@@ -106,7 +106,9 @@ def writer_name(worker_id: str | None) -> str:
     else:
         command = " ".join([os.path.basename(sys.argv[0]), *sys.argv[1:]]) if sys.argv and sys.argv[0] else "python"
         name = f"baf pid {os.getpid()} on {socket.gethostname()}: {command}"
-    return name.encode()[:_NAME_BYTES].decode(errors="ignore")
+    # A command line of bytes that are not UTF-8 (a Latin-1 file name) reaches Python as lone surrogates,
+    # which no text sent to the server may hold: shown as "?".
+    return name.encode(errors="replace")[:_NAME_BYTES].decode(errors="ignore")
 
 
 async def take_writer_lock(

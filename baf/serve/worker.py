@@ -54,18 +54,27 @@ if TYPE_CHECKING:
     from baf.core.agent import Agent
     from baf.core.platform import Platform
 
-__all__ = ["DEFER_SECONDS", "Worker", "default_worker_id"]
+__all__ = ["DEFER_SECONDS", "POOL_SIZE", "Worker", "connections_per_worker", "default_worker_id"]
 
 logger = logging.getLogger("baf.serve")
 
 #: How long a worker that is not a free session's chosen one waits before it tries to take the session.
 DEFER_SECONDS: Final = 0.05
 
+#: A worker's reading connections by default (its store's pool, opened in full at start).
+POOL_SIZE: Final = 4
+
 
 def _from_a_client(message: InboxMessage) -> bool:
     """Whether a worker forwarded ``message`` for a client of its session connected there, waiting for the
     answer (the runtime marks such a message: ``FORWARDED_KEY``)."""
     return message.payload is not None and FORWARDED_KEY in message.payload
+
+
+def connections_per_worker(pool_size: int = POOL_SIZE) -> int:
+    """The database connections a worker holds at most: its store's reading pool, its writer, the listener
+    of its inbox and the one of the records channel (while it follows a session another worker runs)."""
+    return pool_size + 3
 
 
 def default_worker_id() -> str:
@@ -90,7 +99,7 @@ class Worker:
         worker_id: str | None = None,
         lease_ttl: float = 10.0,
         poll_interval: float = 2.0,
-        pool_size: int = 4,
+        pool_size: int = POOL_SIZE,
         keepalive: float | None = KEEPALIVE_SECONDS,
     ) -> None:
         if not 1.0 <= poll_interval < math.inf:  # nan too; inf: lost notifications would never be found
