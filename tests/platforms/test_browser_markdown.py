@@ -97,8 +97,10 @@ async def test_tables_code_blocks_and_links_render_and_nothing_unsafe_does() -> 
         await expect(answer.locator("tbody tr")).to_have_count(2)
         await expect(answer.locator("tbody tr").first.locator("td")).to_have_text(["North", "120", "135"])
         # The columns marked |---:| are right-aligned (numbers line up), the first keeps the default.
-        aligned = await answer.locator("tbody tr").first.locator("td").evaluate_all(
-            "(cells) => cells.map((cell) => getComputedStyle(cell).textAlign)"
+        aligned = (
+            await answer.locator("tbody tr")
+            .first.locator("td")
+            .evaluate_all("(cells) => cells.map((cell) => getComputedStyle(cell).textAlign)")
         )
         assert aligned == ["left", "right", "right"]
         code = answer.locator("pre code")
