@@ -395,7 +395,10 @@ def open_existing_log(target: str, *, read_only: bool = True) -> SessionLog:
     else:
         log = open_log(target)
     if isinstance(log, SQLiteLog) and not log.path.exists():
-        raise FileNotFoundError(f"no such log{'' if '://' in target else ' file'}: {target}")
+        # A URL short of its slashes is a file name here (a plain path is never parsed): say what was meant.
+        meant = target.lower().startswith(("sqlite:", "postgresql:", "postgres:")) and "://" not in target
+        hint = " (a log URL: sqlite:///relative/path.db, postgresql://user@host:port/database)" if meant else ""
+        raise FileNotFoundError(f"no such log{'' if '://' in target else ' file'}: {target}{hint}")
     return log
 
 

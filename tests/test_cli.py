@@ -408,3 +408,12 @@ def test_a_session_not_in_the_log_points_to_the_list_of_its_sessions(tmp_path: P
     assert done.returncode == 2
     assert "session 's2' has no records in" in done.stderr
     assert done.stderr.rstrip().endswith("; baf sessions 'my log.db' lists them"), done.stderr
+
+
+def test_a_log_url_short_of_its_slashes_is_said_to_be_one(tmp_path: Path) -> None:
+    for target in ("postgresql:/db.example/agents", "sqlite:/x.db"):
+        done = baf("sessions", target, cwd=tmp_path)
+        assert done.returncode == 2
+        assert f"no such log file: {target} (a log URL: sqlite:///relative/path.db, postgresql://" in done.stderr
+    plain = baf("sessions", "x.db", cwd=tmp_path)  # a plain file name gets no hint
+    assert plain.stderr.strip() == "baf sessions: no such log file: x.db"
