@@ -29,6 +29,8 @@ fails a read with ``LogStorageError`` after ``acquire_timeout`` instead of waiti
 plain one (no ``worker_id``: no leases, so it must write alone). A store that cannot take it is refused at
 start with ``LogInUseError``; a writer whose connection dropped takes it again before its next commit (a
 plain one only if no other store took it in between: else it writes no more). Read-only stores take none.
+No other role of the database can hold the lock, nor learn the log's notification channels
+(``baf.log.postgres_channels``) without the right to read its tables.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from baf.errors import (
 from baf.log import upcast as upcast_module
 from baf.log.jsontext import decode_json
 from baf.log.postgres_batch import Coalescer
+from baf.log.postgres_channels import CHANNELS_SECRET, Channels
 from baf.log.postgres_commit import Batch, Known, Plan, Refused, Row, Stored, stored_work
 from baf.log.postgres_connect import KEEPALIVE_SECONDS, Keepalive, set_socket_keepalive
 from baf.log.postgres_lock import overtaken, take_writer_lock
@@ -208,6 +211,8 @@ class PostgresLog(SessionLog):
         self._read_only = read_only
         self._connect_timeout = connect_timeout
         self._pool: asyncpg.Pool | None = None
+        self._channels: Channels | None = None
+        self._started = False  # once started: whether the log had channels is known
         self._writer: _Writer | None = None
         self._closed = False
         self._opening: asyncio.Lock | None = None
@@ -237,6 +242,21 @@ class PostgresLog(SessionLog):
     def fenced(self) -> dict[str, int]:
         """The sessions this worker appends to, with their lease epochs (a copy)."""
         return dict(self._fences)
+
+    @property
+    def channels(self) -> Channels:
+        """The log's notification channels (``baf.log.postgres_channels``), read when the store last started
+        (they stay known once it is closed: a worker stopping tells the others after closing its log).
+        ``LogClosedError`` when never started; ``LogError`` when the log has none (a read-only store over a
+        log that no baf of schema version 3 or later opened for writing)."""
+        if self._channels is None:
+            if not self._started:
+                raise LogClosedError(f"{self!r} is not started")
+            raise LogError(
+                f"{self!r}: the log has no channel secret yet: open it for writing once (a worker does) "
+                "before listening to it"
+            )
+        return self._channels
 
     @property
     def pool(self) -> asyncpg.Pool:
@@ -289,8 +309,8 @@ class PostgresLog(SessionLog):
         """A writer's connection: its own, outside the pool (appends never wait for readers), holding the
         writer lock for as long as it is open (``baf.log.postgres_lock``): every commit is made under it.
         ``LogInUseError`` if another process holds the lock, or, for a plain store, took it since this
-        store's previous connection (then for good)."""
-        driver = _import_asyncpg()
+        store's previous connection (then for good); ``LogStorageError`` if the server cannot be reached or
+        the lock cannot be taken (nothing is left open then)."""
         where = redact_dsn(self._dsn)
         if writer.overtaken:
             raise overtaken(where)
@@ -300,9 +320,12 @@ class PostgresLog(SessionLog):
             generation = await take_writer_lock(connection, where, self._worker_id, since)
         except BaseException as exc:
             connection.terminate()
-            if isinstance(exc, driver.PostgresError):
-                raise LogStorageError(where, f"cannot take the log's writer lock: {exc}") from exc
-            raise
+            if isinstance(exc, LogError) or not isinstance(exc, Exception):  # refused, or cancelled: as it is
+                raise
+            # What the server refused, or the connection lost on the way (the driver's InterfaceError, an
+            # OSError, a timeout): the store's error either way, as when the connection cannot be opened.
+            what = f"cannot take the log's writer lock: {self._why(exc) or type(exc).__name__}"
+            raise LogStorageError(where, what) from exc
         if generation is None:
             connection.terminate()
             writer.overtaken = True
@@ -368,6 +391,7 @@ class PostgresLog(SessionLog):
             try:
                 async with pool.acquire() as connection:
                     await prepare_schema(connection, where, read_only=self._read_only)
+                    secret = await connection.fetchval("SELECT value FROM baf_meta WHERE key = $1", CHANNELS_SECRET)
             except asyncpg.PostgresError as exc:
                 await pool.close()
                 raise LogError(f"{where}: cannot prepare the log's tables: {exc}") from exc
@@ -384,6 +408,8 @@ class PostgresLog(SessionLog):
                 except BaseException:
                     await pool.close()
                     raise
+            self._channels = Channels.from_secret(secret.encode()) if secret is not None else None
+            self._started = True
             self._pool = pool
             self._closed = False
             if writer is not None:
@@ -469,24 +495,32 @@ class PostgresLog(SessionLog):
                 group, writer.queue = writer.queue, []
                 try:
                     if connection is None or connection.is_closed():
+                        connection = None
                         connection = await self._connect(writer)
-                    _settle_in_chunks(group, await self._commit_group(connection, group))
                 except LogInUseError as exc:  # the connection was lost, and another process took the lock
-                    for batch in group:
-                        if not batch.future.done():
-                            batch.future.set_exception(exc)
+                    _fail(group, exc)
+                    continue
                 except Exception as exc:
-                    # The transaction failed as a whole: nothing of the group is durable. Say so to every
-                    # appender and start the next group on a fresh connection.
+                    # Nothing of the group reached the server: unlike a commit cut short, no doubt to leave.
+                    error = LogError(
+                        f"{self!r}: this append was not written: the connection to the database was lost and "
+                        f"a new one cannot be made ({exc}); nothing of it was sent"
+                    )
+                    error.__cause__ = exc
+                    _fail(group, error)
+                    continue
+                try:
+                    _settle_in_chunks(group, await self._commit_group(connection, group))
+                except Exception as exc:
+                    # The transaction failed as a whole: no append of the group is acknowledged. Say so to
+                    # every appender and start the next group on a fresh connection.
                     error = LogError(
                         f"{self!r}: the commit failed and this append was not acknowledged ({exc}); if the "
                         "connection dropped during the commit itself it may still have been written: read the "
                         "session to know"
                     )
                     error.__cause__ = exc
-                    for batch in group:
-                        if not batch.future.done():
-                            batch.future.set_exception(error)
+                    _fail(group, error)
                     if connection is not None:
                         connection.terminate()
                     connection = None
@@ -568,7 +602,8 @@ class PostgresLog(SessionLog):
     ) -> tuple[bool, list[int] | None]:
         """Run the group statement for ``plan``; ``stored`` holds the work statuses the plan did not know.
         Returns whether the fences held (else nothing was written) and the inbox ids deleted."""
-        sql, arguments = plan.statement(self._worker_id, stored)
+        assert self._channels is not None  # made by every store that opens the log for writing
+        sql, arguments = plan.statement(self._worker_id, stored, self._channels.records)
         row = await connection.fetchrow(sql, *arguments)
         assert row is not None
         return bool(row[0]), row[1]
@@ -690,6 +725,13 @@ _SELECT_AFTER_MANY: Final = """
 SELECT u.s, u.a, r.seq, r.kind, r.data, r.ts, r.version FROM unnest($1::text[], $2::bigint[]) AS u(s, a)
 JOIN baf_records r ON r.session_id = u.s AND r.seq > u.a ORDER BY u.s, u.a, r.seq
 """
+
+
+def _fail(group: list[Batch], error: BaseException) -> None:
+    """Fail every append of ``group`` still waiting with ``error``."""
+    for batch in group:
+        if not batch.future.done():
+            batch.future.set_exception(error)
 
 
 def _settle_in_chunks(group: list[Batch], outcomes: list[BaseException | None], start: int = 0) -> None:

@@ -19,22 +19,17 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 from baf.wording import agreeing, counted
 
-__all__ = ["CONNECTIONS_PER_WORKER", "INDEX_VARIABLE", "LOG_VARIABLE", "check_connections", "main", "serve"]
+__all__ = ["INDEX_VARIABLE", "LOG_VARIABLE", "check_connections", "main", "serve"]
 
 #: The environment variable a worker process reads its log URL from (``baf serve`` sets it).
 LOG_VARIABLE = "BAF_SERVE_LOG"
 #: The environment variable that numbers ``baf serve``'s workers from 0: only worker 0 shows what the agent
 #: file prints as it loads (a banner, say), so it shows once, not once per worker.
 INDEX_VARIABLE = "BAF_SERVE_WORKER_INDEX"
-
-
-#: The database connections one worker holds: its store's reading pool (4), its writer, the listener of
-#: its inbox and the one of the records channel (while it follows a session).
-CONNECTIONS_PER_WORKER: Final = 4 + 3
 
 
 def serve(
@@ -70,10 +65,14 @@ def serve(
 
 async def check_connections(dsn: str, workers: int) -> None:
     """Raise ``ConfigurationError`` if ``workers`` workers would need more connections than the database
-    at ``dsn`` allows at all (``max_connections``). A database that cannot be reached is left to the
-    workers, which say so (after what is wrong with the agent file, if anything)."""
+    at ``dsn`` lets them open at all: ``max_connections`` less the connections it keeps for superusers and
+    for roles granted ``pg_use_reserved_connections`` (PostgreSQL 16 or newer), and the ``CONNECTION
+    LIMIT`` of the role and of the database, which bind every role but a superuser. A database that
+    cannot be reached is left to the workers, which say so (after what is wrong with the agent file, if
+    anything)."""
     from baf.errors import ConfigurationError
     from baf.log.postgres import redact_dsn
+    from baf.serve.worker import POOL_SIZE, connections_per_worker
 
     try:
         import asyncpg
@@ -84,17 +83,52 @@ async def check_connections(dsn: str, workers: int) -> None:
     except Exception:  # anything: the workers connect on their own and report it
         return
     try:
-        allowed = int(await connection.fetchval("SELECT current_setting('max_connections')"))
+        limits = await connection.fetchrow(_LIMITS)
     finally:
         await connection.close()
-    needed = workers * CONNECTIONS_PER_WORKER
-    if needed > allowed:
+    each = connections_per_worker()
+    needed = workers * each
+    usable, why, remedy = _usable_connections(limits)
+    if needed > usable:
         raise ConfigurationError(
             f"{counted(workers, 'worker')} {agreeing(workers, 'needs', 'need')} up to "
-            f"{counted(needed, 'database connection')} ({CONNECTIONS_PER_WORKER} each), and the server at "
-            f"{redact_dsn(dsn)} allows {allowed:,} in all (max_connections): start at most "
-            f"{allowed // CONNECTIONS_PER_WORKER:,}, or raise max_connections"
+            f"{counted(needed, 'database connection')} ({each} each: a reading pool of {POOL_SIZE}, a writer and "
+            f"two listeners), and the server at {redact_dsn(dsn)} lets them open {usable:,} ({why}): start at "
+            f"most {usable // each:,}, or {remedy}"
         )
+
+
+# The limits on the connections the role connecting may open, in one row (reserved_connections: PostgreSQL
+# 16 or newer; NULL before).
+_LIMITS: Final = """
+SELECT current_setting('max_connections')::int, current_setting('superuser_reserved_connections')::int,
+    coalesce(current_setting('reserved_connections', true)::int, 0), r.rolsuper, r.rolconnlimit, r.rolname,
+    d.datconnlimit, d.datname
+FROM pg_roles r, pg_database d WHERE r.rolname = current_user AND d.datname = current_database()
+"""
+
+
+def _usable_connections(limits: Any) -> tuple[int, str, str]:
+    """How many connections the role may open, what limits it (said with the numbers) and how to raise it."""
+    max_connections, for_superusers, reserved, superuser, role_limit, role, database_limit, database = limits
+    # Kept for the administrator's connections even when the role is a superuser: workers that took them
+    # would leave nobody a way in to a full server.
+    usable = max_connections - for_superusers - reserved
+    why = f"max_connections {max_connections:,}, less {for_superusers} kept for superusers"
+    why += " by superuser_reserved_connections"
+    if reserved:
+        why += f" and {reserved} for pg_use_reserved_connections by reserved_connections"
+    remedy = "raise max_connections"
+    if not superuser:
+        if 0 <= database_limit < usable:
+            usable = database_limit
+            why = f"the CONNECTION LIMIT of database {database!r}"
+            remedy = "raise it (ALTER DATABASE ... CONNECTION LIMIT)"
+        if 0 <= role_limit < usable:
+            usable = role_limit
+            why = f"the CONNECTION LIMIT of role {role!r}"
+            remedy = "raise it (ALTER ROLE ... CONNECTION LIMIT)"
+    return max(usable, 0), why, remedy
 
 
 def _wait_reporting_deaths(children: list[subprocess.Popen[bytes]], lease_ttl: float) -> list[int]:

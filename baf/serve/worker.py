@@ -43,9 +43,10 @@ from baf.core.forwarded import FORWARDED_KEY
 from baf.core.runtime import Runtime
 from baf.errors import LogError, LogStorageError
 from baf.log.postgres import PostgresLog, redact_dsn
+from baf.log.postgres_channels import Channels
 from baf.log.postgres_connect import KEEPALIVE_SECONDS
-from baf.log.postgres_inbox import INBOX_CHANNEL, RECORDS_CHANNEL, Inbox, InboxMessage
-from baf.log.postgres_leases import WORKERS_CHANNEL, Leases
+from baf.log.postgres_inbox import Inbox, InboxMessage
+from baf.log.postgres_leases import Leases
 from baf.log.redaction import log_exception
 from baf.serve.follower import Follower
 
@@ -53,18 +54,27 @@ if TYPE_CHECKING:
     from baf.core.agent import Agent
     from baf.core.platform import Platform
 
-__all__ = ["DEFER_SECONDS", "Worker", "default_worker_id"]
+__all__ = ["DEFER_SECONDS", "POOL_SIZE", "Worker", "connections_per_worker", "default_worker_id"]
 
 logger = logging.getLogger("baf.serve")
 
 #: How long a worker that is not a free session's chosen one waits before it tries to take the session.
 DEFER_SECONDS: Final = 0.05
 
+#: A worker's reading connections by default (its store's pool, opened in full at start).
+POOL_SIZE: Final = 4
+
 
 def _from_a_client(message: InboxMessage) -> bool:
     """Whether a worker forwarded ``message`` for a client of its session connected there, waiting for the
     answer (the runtime marks such a message: ``FORWARDED_KEY``)."""
     return message.payload is not None and FORWARDED_KEY in message.payload
+
+
+def connections_per_worker(pool_size: int = POOL_SIZE) -> int:
+    """The database connections a worker holds at most: its store's reading pool, its writer, the listener
+    of its inbox and the one of the records channel (while it follows a session another worker runs)."""
+    return pool_size + 3
 
 
 def default_worker_id() -> str:
@@ -89,7 +99,7 @@ class Worker:
         worker_id: str | None = None,
         lease_ttl: float = 10.0,
         poll_interval: float = 2.0,
-        pool_size: int = 4,
+        pool_size: int = POOL_SIZE,
         keepalive: float | None = KEEPALIVE_SECONDS,
     ) -> None:
         if not 1.0 <= poll_interval < math.inf:  # nan too; inf: lost notifications would never be found
@@ -124,6 +134,7 @@ class Worker:
         self._stop_listening: Any = None
         self._said_replaced = False  # see _heartbeats
         self._repolling: asyncio.Task[None] | None = None  # a poll after the listener reconnected
+        self._channels: Channels | None = None  # the log's, once it is open
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -134,13 +145,16 @@ class Worker:
         for platform in self.agent.platforms:
             platform.share_with_workers()
         await self.log.start()
+        channels = self._channels = self.log.channels
         # Listening before registering, and listing the live workers after: a worker starting at the same
         # time is either heard registering or listed. Not the records channel: a worker follows other
         # workers' records only while a client of theirs is connected here (the follower listens to them
         # then: each notification costs a wake-up).
         try:
             self._stop_listening = await self.inbox.listen(
-                self._notified, channels=(INBOX_CHANNEL, WORKERS_CHANNEL), on_reconnect=self._listening_again
+                self._notified,
+                channels=(channels.inbox, channels.workers),
+                on_reconnect=self._listening_again,
             )
             await self.leases.register()  # refused if a live worker has this id
         except BaseException:
@@ -231,15 +245,17 @@ class Worker:
     async def _listen_to_records(self, on_session: Callable[[str], None]) -> Callable[[], Awaitable[None]]:
         """Listen to the records channel (every commit's session id); return an async ``stop()``."""
         return await self.inbox.listen(
-            lambda _channel, session_id: on_session(session_id), (RECORDS_CHANNEL,), self.follower.all_due
+            lambda _channel, session_id: on_session(session_id), (self.log.channels.records,), self.follower.all_due
         )
 
     # -- loops ----------------------------------------------------------------------------------------
 
     def _notified(self, channel: str, payload: str) -> None:
-        if channel == INBOX_CHANNEL:
+        if self._channels is None:
+            return
+        if channel == self._channels.inbox:
             self._want(payload)  # a session id
-        elif channel == WORKERS_CHANNEL and self._stop_listening is not None and payload != self.worker_id:
+        elif channel == self._channels.workers and self._stop_listening is not None and payload != self.worker_id:
             self._peers_stale()
 
     def _listening_again(self) -> None:

@@ -27,7 +27,7 @@ from baf.errors import (
 )
 from baf.log import Record, open_log, postgres_leases
 from baf.log.postgres import RESUME_CHUNK, PostgresLog
-from baf.log.postgres_inbox import INBOX_CHANNEL, RECORDS_CHANNEL, Inbox
+from baf.log.postgres_inbox import Inbox
 from baf.log.postgres_leases import Leases
 from baf.log.postgres_schema import SCHEMA_VERSION
 
@@ -96,7 +96,7 @@ async def test_a_version_1_schema_is_upgraded_with_its_records(postgres_dsn: str
         assert await log.unfinished_sessions() == ["old"]  # the work index was filled from the records
         assert await Leases(log).acquire("old") == 1  # the version-2 tables exist now
     rows = await query(postgres_dsn, "SELECT value FROM baf_meta WHERE key = 'schema_version'")
-    assert rows[0][0] == "2"
+    assert rows[0][0] == str(SCHEMA_VERSION)
 
 
 async def test_a_newer_schema_is_refused(postgres_dsn: str) -> None:
@@ -193,7 +193,7 @@ async def test_commits_wake_listeners_of_the_records_channel(postgres_dsn: str) 
         stop = await Inbox(log).listen(lambda channel, session: heard.put_nowait((channel, session)))
         try:
             await log.append([rec("followed", 1)])
-            assert await asyncio.wait_for(heard.get(), 5) == (RECORDS_CHANNEL, "followed")
+            assert await asyncio.wait_for(heard.get(), 5) == (log.channels.records, "followed")
         finally:
             await stop()
 
@@ -205,13 +205,13 @@ async def test_a_listener_whose_connection_is_lost_listens_again_and_says_so(pos
         heard: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
         back = asyncio.Event()
         stop = await Inbox(log).listen(
-            lambda channel, session: heard.put_nowait((channel, session)), (RECORDS_CHANNEL,), back.set
+            lambda channel, session: heard.put_nowait((channel, session)), (log.channels.records,), back.set
         )
         try:
             await _cut_listener(admin, name, listening=True)  # as a server restart would
             await asyncio.wait_for(back.wait(), 30)  # the caller is told: what was notified meanwhile is lost
             await log.append([rec("followed", 1)])
-            assert await asyncio.wait_for(heard.get(), 30) == (RECORDS_CHANNEL, "followed")  # heard again
+            assert await asyncio.wait_for(heard.get(), 30) == (log.channels.records, "followed")  # heard again
         finally:
             await stop()
     await admin.close()
@@ -239,7 +239,7 @@ async def test_a_listener_keeps_trying_whatever_fails_and_listens_once_again(
     admin = await asyncpg.connect(postgres_dsn)  # opened before connecting fails
     async with PostgresLog(postgres_dsn) as log:
         back = asyncio.Event()
-        stop = await Inbox(log).listen(lambda channel, session: None, (RECORDS_CHANNEL,), back.set)
+        stop = await Inbox(log).listen(lambda channel, session: None, (log.channels.records,), back.set)
         listening = inspect.getclosurevars(stop).nonlocals["listening"]
         first = listening.connection
         (lost,) = [callback.cb for callback in first._termination_listeners]
@@ -272,7 +272,7 @@ async def test_a_listener_keeps_trying_whatever_fails_and_listens_once_again(
         # Stopped while retrying an error that is not a connection's: stop() returns.
         calls.clear()
         monkeypatch.setattr(asyncpg, "connect", connect)
-        stop = await Inbox(log).listen(lambda channel, session: None, (RECORDS_CHANNEL,))
+        stop = await Inbox(log).listen(lambda channel, session: None, (log.channels.records,))
         first = inspect.getclosurevars(stop).nonlocals["listening"].connection
         await first.execute(f"SET application_name = '{name}'")
         monkeypatch.setattr(asyncpg, "connect", failing_twice)
@@ -579,17 +579,17 @@ async def test_a_release_stops_appends_at_once_and_announces_mail_left_waiting(
 ) -> None:
     a, b = worker_logs
     heard: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
-    stop = await Inbox(b).listen(lambda channel, session: heard.put_nowait((channel, session)), (INBOX_CHANNEL,))
+    stop = await Inbox(b).listen(lambda channel, session: heard.put_nowait((channel, session)), (b.channels.inbox,))
     try:
         leases = Leases(a)
         for session_id in ("with-mail", "without"):
             await leases.acquire(session_id)
         await Inbox(b).post("with-mail", {"text": "posted while a held it"})
-        assert await asyncio.wait_for(heard.get(), 5) == (INBOX_CHANNEL, "with-mail")  # the post's own
+        assert await asyncio.wait_for(heard.get(), 5) == (b.channels.inbox, "with-mail")  # the post's own
         releases = [leases.release("with-mail"), leases.release("without")]
         assert a.fenced() == {}  # before the releases have run: a message for them is claimed anew
         await asyncio.gather(*releases)  # asked together: one statement
-        assert await asyncio.wait_for(heard.get(), 5) == (INBOX_CHANNEL, "with-mail")  # told again: it is free
+        assert await asyncio.wait_for(heard.get(), 5) == (b.channels.inbox, "with-mail")  # told again: it is free
         await asyncio.sleep(0.2)
         assert heard.empty()  # nothing waits for the other one
         assert await Leases(b).acquire("with-mail") == 2 and await Leases(b).acquire("without") == 2
@@ -796,8 +796,8 @@ async def test_unowned_sessions_with_mail_are_found_and_notified(
         await Leases(b).acquire("owned")
         await Inbox(b).post("owned", {"text": "x"})
         await Inbox(b).post("orphan", {"text": "y"})
-        assert await asyncio.wait_for(heard.get(), 5) == (INBOX_CHANNEL, "owned")
-        assert await asyncio.wait_for(heard.get(), 5) == (INBOX_CHANNEL, "orphan")
+        assert await asyncio.wait_for(heard.get(), 5) == (b.channels.inbox, "owned")
+        assert await asyncio.wait_for(heard.get(), 5) == (b.channels.inbox, "orphan")
         assert await Leases(a).unowned_with_mail() == ["orphan"]
     finally:
         await stop()

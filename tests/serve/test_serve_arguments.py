@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import uuid
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
+import asyncpg
 import pytest
 from baf_test_helpers import baf
 
+from baf.errors import ConfigurationError
 from baf.log.postgres import PostgresLog
 from baf.log.postgres_leases import Leases
 from baf.serve import Worker
+from baf.serve.process import check_connections
 
 from .helpers import FIXTURE, fresh_agent
 
@@ -44,13 +50,25 @@ def test_a_keepalive_that_is_not_0_or_a_finite_number_of_seconds_is_refused(tmp_
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
 
 
-def test_more_workers_than_the_database_can_ever_connect_are_refused_before_any_starts(
+async def test_more_workers_than_the_database_can_ever_connect_are_refused_before_any_starts(
     postgres_dsn: str, tmp_path: Path
 ) -> None:
-    result = baf("serve", str(FIXTURE), "--log", postgres_dsn, "--workers", "100000", cwd=tmp_path)
+    connection = await asyncpg.connect(postgres_dsn)
+    try:
+        most = int(await connection.fetchval("SELECT current_setting('max_connections')"))
+        kept = int(await connection.fetchval("SELECT current_setting('superuser_reserved_connections')"))
+    finally:
+        await connection.close()
+    result = await asyncio.to_thread(
+        baf, "serve", str(FIXTURE), "--log", postgres_dsn, "--workers", "100000", cwd=tmp_path
+    )
     assert result.returncode == 2, result.stderr
-    assert "100,000 workers need up to 700,000 database connections (7 each)" in result.stderr, result.stderr
-    assert "(max_connections): start at most" in result.stderr
+    said = "100,000 workers need up to 700,000 database connections (7 each: a reading pool of 4, a writer and two "
+    assert said in result.stderr, result.stderr
+    # What a role may open: the connections kept for superusers are not for workers.
+    said = f"lets them open {most - kept:,} (max_connections {most:,}, less {kept} kept for superusers by "
+    assert said in result.stderr, result.stderr
+    assert f"start at most {(most - kept) // 7:,}, or raise max_connections" in result.stderr
     assert "READY" not in result.stdout and "worker" not in result.stderr.split("need")[1]
 
 
@@ -62,3 +80,32 @@ async def test_a_worker_refuses_a_poll_interval_or_lease_ttl_it_could_not_keep(p
     for ttl in (float("nan"), float("inf"), 1e12, 0.0):
         with pytest.raises(ValueError, match="ttl must be > 0 and at most 86400 seconds"):
             Leases(log, ttl=ttl)
+
+
+@pytest.mark.parametrize("limited", ["role", "database"])
+async def test_more_workers_than_the_connection_limit_of_the_role_or_database_are_refused(
+    postgres_server_dsn: str, limited: str
+) -> None:
+    name = f"baf_limited_{uuid.uuid4().hex[:8]}"
+    admin = await asyncpg.connect(postgres_server_dsn)
+    try:
+        await admin.execute(f"CREATE ROLE {name} LOGIN" + (" CONNECTION LIMIT 10" if limited == "role" else ""))
+        parts = urlsplit(postgres_server_dsn)
+        netloc = f"{name}@{parts.hostname}:{parts.port}"
+        if limited == "database":
+            await admin.execute(f"CREATE DATABASE {name} CONNECTION LIMIT 10")
+            parts = parts._replace(path=f"/{name}")
+        dsn = urlunsplit(parts._replace(netloc=netloc))
+        with pytest.raises(ConfigurationError) as refused:
+            await check_connections(dsn, 2)
+        said = (
+            f"2 workers need up to 14 database connections (7 each: a reading pool of 4, a writer and two listeners), "
+            f"and the server at {dsn} lets them open 10 (the CONNECTION LIMIT of {limited} {name!r}): start at most 1, "
+            f"or raise it (ALTER {limited.upper()} ... CONNECTION LIMIT)"
+        )
+        assert str(refused.value) == said
+        await check_connections(dsn, 1)  # one fits
+    finally:
+        await admin.execute(f"DROP DATABASE IF EXISTS {name}")
+        await admin.execute(f"DROP ROLE IF EXISTS {name}")
+        await admin.close()
