@@ -164,6 +164,11 @@ def _parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser("demo", help="run the reasoning demo (offline unless OPENAI_API_KEY is set)")
     demo.add_argument("--log", default=None, help="log file or URL (default: reasoning_demo.db in the working folder)")
+    demo.add_argument(
+        "--session",
+        default=None,
+        help="session id of the terminal chat (default: terminal); a fork's messages held at its cut are handled first",
+    )
     demo.set_defaults(handler=_cmd_demo)
 
     serve = commands.add_parser(
@@ -337,7 +342,7 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from baf.library.demo import run_demo
 
-    run_demo(log=None if args.log is None else _log_url(args.log))
+    run_demo(log=None if args.log is None else _log_url(args.log), session_id=args.session)
     return 0
 
 

@@ -5,7 +5,7 @@
 
 The weather agent is served with ``use_a2a_platform`` on a free loopback port; the planner gets it as
 a tool with ``add_a2a_agent``. Both "models" are small functions (``FunctionLLM``), so the example runs
-without an API key; swap in ``OpenAILLM`` for real ones. At the end both logs are re-run with the
+without an API key; swap in ``LLMOpenAI`` (``baf.llm``) for real ones. At the end both logs are re-run with the
 code, the weather agent switched off: the planner's tool result comes from its log.
 """
 

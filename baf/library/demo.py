@@ -38,6 +38,7 @@ from baf.reasoning.workspace import Workspace
 
 __all__ = [
     "DEFAULT_LOG_URL",
+    "DEMO_AGENT_NAME",
     "DEMO_SYSTEM_PROMPT",
     "DEMO_WORKSPACE",
     "EXAMPLE_QUESTIONS",
@@ -56,6 +57,10 @@ DEMO_WORKSPACE = Path(__file__).parent / "demo_workspace"
 
 #: Where the demo keeps its session log by default: a SQLite file in the working directory.
 DEFAULT_LOG_URL = "sqlite:///reasoning_demo.db"
+
+#: The demo agent's name, as its sessions record it: ``baf replay --fork-at`` tells a fork of one to go on
+#: with ``baf demo --session`` (there is no agent file of the user's to name).
+DEMO_AGENT_NAME = "reasoning_demo"
 
 OFFLINE_BANNER = "offline demo: a scripted model plays the assistant (set OPENAI_API_KEY to use a real model)"
 
@@ -274,7 +279,7 @@ def build_demo_agent(
         llm: The model; :func:`demo_llm` picks one when left out.
         workspace: The folder to browse; defaults to the sample files in :data:`DEMO_WORKSPACE`.
     """
-    agent = Agent("reasoning_demo", log=log_url)
+    agent = Agent(DEMO_AGENT_NAME, log=log_url)
     files = agent.new_workspace(workspace or DEMO_WORKSPACE, name="files", description=_WORKSPACE_DESCRIPTION)
     agent.new_tool(calculate)
     agent.add_tool(csv_summary_tool(files))
@@ -301,20 +306,26 @@ def print_intro(llm: LLM, console: Console | None = None, how_to_stop: str = "Ty
     ))  # fmt: skip
 
 
-def run_demo(log: str | None = None, llm: LLM | None = None, console: Console | None = None) -> None:
+def run_demo(
+    log: str | None = None, llm: LLM | None = None, console: Console | None = None, session_id: str | None = None
+) -> None:
     """Run the demo agent in the terminal until the user types ``exit`` (what ``baf demo`` does).
 
     Args:
         log: The log URL; defaults to ``reasoning_demo.db`` in the working directory.
         llm: The model; :func:`demo_llm` picks one when left out.
         console: Where to print; the terminal by default.
+        session_id: The terminal chat's session (default ``terminal``); naming one, as ``baf demo --session``
+            does, also continues a fork's held messages first (as ``baf run --session`` does).
     """
     console = console or Console()
     model = llm or demo_llm()
     url = log or DEFAULT_LOG_URL
     agent = build_demo_agent(url, llm=model)
     print_intro(model, console)
-    terminal = agent.use_terminal_platform(console=console)
+    terminal = agent.use_terminal_platform(
+        console=console, session_id=session_id or "terminal", continue_fork=session_id is not None
+    )
     agent.run()
     if url.startswith("sqlite:///"):  # a file to read back (a memory:// log is gone)
         # Decoded as open_log decodes it (a "#" in the name is "%23" in the URL), and quoted for a shell.

@@ -29,6 +29,8 @@ fails a read with ``LogStorageError`` after ``acquire_timeout`` instead of waiti
 plain one (no ``worker_id``: no leases, so it must write alone). A store that cannot take it is refused at
 start with ``LogInUseError``; a writer whose connection dropped takes it again before its next commit (a
 plain one only if no other store took it in between: else it writes no more). Read-only stores take none.
+No other role of the database can hold the lock, nor learn the log's notification channels
+(``baf.log.postgres_channels``) without the right to read its tables.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from baf.errors import (
 from baf.log import upcast as upcast_module
 from baf.log.jsontext import decode_json
 from baf.log.postgres_batch import Coalescer
+from baf.log.postgres_channels import CHANNELS_SECRET, Channels
 from baf.log.postgres_commit import Batch, Known, Plan, Refused, Row, Stored, stored_work
 from baf.log.postgres_connect import KEEPALIVE_SECONDS, Keepalive, set_socket_keepalive
 from baf.log.postgres_lock import overtaken, take_writer_lock
@@ -208,6 +211,8 @@ class PostgresLog(SessionLog):
         self._read_only = read_only
         self._connect_timeout = connect_timeout
         self._pool: asyncpg.Pool | None = None
+        self._channels: Channels | None = None
+        self._started = False  # once started: whether the log had channels is known
         self._writer: _Writer | None = None
         self._closed = False
         self._opening: asyncio.Lock | None = None
@@ -237,6 +242,21 @@ class PostgresLog(SessionLog):
     def fenced(self) -> dict[str, int]:
         """The sessions this worker appends to, with their lease epochs (a copy)."""
         return dict(self._fences)
+
+    @property
+    def channels(self) -> Channels:
+        """The log's notification channels (``baf.log.postgres_channels``), read when the store last started
+        (they stay known once it is closed: a worker stopping tells the others after closing its log).
+        ``LogClosedError`` when never started; ``LogError`` when the log has none (a read-only store over a
+        log that no baf of schema version 3 or later opened for writing)."""
+        if self._channels is None:
+            if not self._started:
+                raise LogClosedError(f"{self!r} is not started")
+            raise LogError(
+                f"{self!r}: the log has no channel secret yet: open it for writing once (a worker does) "
+                "before listening to it"
+            )
+        return self._channels
 
     @property
     def pool(self) -> asyncpg.Pool:
@@ -371,6 +391,7 @@ class PostgresLog(SessionLog):
             try:
                 async with pool.acquire() as connection:
                     await prepare_schema(connection, where, read_only=self._read_only)
+                    secret = await connection.fetchval("SELECT value FROM baf_meta WHERE key = $1", CHANNELS_SECRET)
             except asyncpg.PostgresError as exc:
                 await pool.close()
                 raise LogError(f"{where}: cannot prepare the log's tables: {exc}") from exc
@@ -387,6 +408,8 @@ class PostgresLog(SessionLog):
                 except BaseException:
                     await pool.close()
                     raise
+            self._channels = Channels.from_secret(secret.encode()) if secret is not None else None
+            self._started = True
             self._pool = pool
             self._closed = False
             if writer is not None:
@@ -579,7 +602,8 @@ class PostgresLog(SessionLog):
     ) -> tuple[bool, list[int] | None]:
         """Run the group statement for ``plan``; ``stored`` holds the work statuses the plan did not know.
         Returns whether the fences held (else nothing was written) and the inbox ids deleted."""
-        sql, arguments = plan.statement(self._worker_id, stored)
+        assert self._channels is not None  # made by every store that opens the log for writing
+        sql, arguments = plan.statement(self._worker_id, stored, self._channels.records)
         row = await connection.fetchrow(sql, *arguments)
         assert row is not None
         return bool(row[0]), row[1]

@@ -2,10 +2,10 @@
 to do so.
 
 The statement (:func:`group_statement`) checks the fences, registers new sessions, inserts the records,
-deletes the inbox rows the appends consume, keeps the unfinished-work index and notifies
-``RECORDS_CHANNEL`` per session (delivered at commit). Only the parts a group needs are in its statement (a
-tool turn's append is an insert and a notification). Every write is conditioned on ``ok``, so that ``ok``
-false means nothing was written:
+deletes the inbox rows the appends consume, keeps the unfinished-work index and notifies the log's records
+channel per session (delivered at commit; ``baf.log.postgres_channels``). Only the parts a group needs are
+in its statement (a tool turn's append is an insert and a notification). Every write is conditioned on
+``ok``, so that ``ok`` false means nothing was written:
 
 - in a worker's store, every lease still has the epoch the append was fenced with, read under FOR KEY
   SHARE, which a takeover (SELECT ... FOR UPDATE first, see ``baf.log.postgres_leases``) waits for and
@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from baf.log.jsontext import decode_json
-from baf.log.postgres_inbox import RECORDS_CHANNEL
 from baf.log.record import RecordKind
 from baf.log.work import IDLE, WORK_KINDS, WorkStatus, work_after
 
@@ -140,7 +139,7 @@ def group_statement(
         )
     if records:
         ctes.append(
-            f"notified AS (SELECT pg_notify('{RECORDS_CHANNEL}', s) FROM unnest({arg('notify', 'text[]')}) AS s "
+            f"notified AS (SELECT pg_notify({arg('channel', 'text')}, s) FROM unnest({arg('notify', 'text[]')}) AS s "
             f"{_where(when)})"
         )
     result = ", ".join(
@@ -264,9 +263,10 @@ class Plan:
                     self.unknown.append(name)
             self.after[name] = before if self.last_seq[name] > 0 else None
 
-    def statement(self, owner: str | None, stored: Stored) -> tuple[str, list[Any]]:
+    def statement(self, owner: str | None, stored: Stored, channel: str) -> tuple[str, list[Any]]:
         """The group statement and its arguments; ``owner`` is the worker whose fences are checked (``None``:
-        a store without leases), ``stored`` the statuses read for the unknown sessions."""
+        a store without leases), ``stored`` the statuses read for the unknown sessions, ``channel`` the
+        log's records channel."""
         gone, kept = self.work_changes(stored)
         sql, names = group_statement(
             owner is not None, bool(self.consumed), bool(self.sessions), bool(self.new_sessions), bool(gone), bool(kept)
@@ -289,6 +289,7 @@ class Plan:
             "work_names": [name for name, _ in kept],
             "work_statuses": [status.to_text() for _, status in kept],
             "work_unfinished": [status.unfinished for _, status in kept],
+            "channel": channel,
             "notify": self.sessions,
         }
         return sql, [values[name] for name in names]

@@ -28,15 +28,11 @@ from typing import TYPE_CHECKING, Any, Final
 
 from baf.errors import ConfigurationError
 from baf.log.postgres_batch import Coalescer
-from baf.log.postgres_inbox import INBOX_CHANNEL
 
 if TYPE_CHECKING:
     from baf.log.postgres import PostgresLog
 
-__all__ = ["MAX_LEASE_TTL", "WORKERS_CHANNEL", "LeaseInfo", "Leases"]
-
-#: Notified with a worker's id when it registers or leaves, so that the others refresh their list of peers.
-WORKERS_CHANNEL = "baf_workers"
+__all__ = ["MAX_LEASE_TTL", "LeaseInfo", "Leases"]
 
 #: The longest lease (seconds): a dead worker's sessions wait that long for another. Longer is a mistake
 #: (a day without a heartbeat is a dead worker), and past a point PostgreSQL cannot hold the interval.
@@ -75,13 +71,13 @@ ON CONFLICT (session_id) DO UPDATE
 RETURNING epoch
 """
 # Releases asked for together (a burst of sessions given up), in one statement; mail waiting for them is
-# announced again. Updating no key column, it takes no lock an append's KEY SHARE waits for.
-_RELEASE_MANY = f"""
+# announced again ($4: the inbox channel). Updating no key column, it takes no lock an append's KEY SHARE waits for.
+_RELEASE_MANY = """
 WITH released AS (
     UPDATE baf_leases l SET expires_at = now() - interval '1 second' FROM unnest($1::text[], $2::bigint[]) AS f(s, e)
     WHERE l.session_id = f.s AND l.epoch = f.e AND l.owner = $3
 )
-SELECT pg_notify('{INBOX_CHANNEL}', s)
+SELECT pg_notify($4::text, s)
 FROM (SELECT DISTINCT session_id AS s FROM baf_inbox WHERE session_id = ANY($1)) AS waiting
 """
 # Many sessions at once (a burst of them reaching a worker), in one statement: the same locking first, in
@@ -156,9 +152,10 @@ class Leases:
                     "ON CONFLICT (worker_id) DO UPDATE SET heartbeat_at = now(), started_at = now() "
                     "WHERE baf_workers.heartbeat_at <= now() - make_interval(secs => $2) "
                     "RETURNING worker_id, started_at) "
-                    f"SELECT started_at FROM registered, pg_notify('{WORKERS_CHANNEL}', worker_id)",
+                    "SELECT started_at FROM registered, pg_notify($3::text, worker_id)",
                     self.worker_id,
                     self.ttl,
+                    self._log.channels.workers,
                 )
                 if registered is not None:
                     # A statement of its own, on a snapshot taken after the registration: a lease the old
@@ -248,7 +245,11 @@ class Leases:
     async def _expire_many(self, leases: list[tuple[str, int]]) -> dict[tuple[str, int], BaseException | None]:
         async with self._renewing, self._log.connection() as connection:
             await connection.execute(
-                _RELEASE_MANY, [lease[0] for lease in leases], [lease[1] for lease in leases], self.worker_id
+                _RELEASE_MANY,
+                [lease[0] for lease in leases],
+                [lease[1] for lease in leases],
+                self.worker_id,
+                self._log.channels.inbox,
             )
         return dict.fromkeys(leases)
 
@@ -272,9 +273,10 @@ class Leases:
             await connection.execute(
                 "WITH gone AS (DELETE FROM baf_workers WHERE worker_id = $1 "
                 "AND ($2::timestamptz IS NULL OR started_at = $2) RETURNING worker_id) "
-                f"SELECT pg_notify('{WORKERS_CHANNEL}', worker_id) FROM gone",
+                "SELECT pg_notify($3::text, worker_id) FROM gone",
                 self.worker_id,
                 self._incarnation,
+                self._log.channels.workers,
             )
         finally:
             await connection.close()

@@ -4,15 +4,27 @@ Version 1 holds the records and the session index. Version 2 adds the unfinished
 a row per session whose ``baf.log.work`` status is not idle), a partial index that finds a session's latest
 snapshot, and what many workers share: a heartbeat row per worker, a lease per session (owner, epoch, expiry
 on the database clock) and the durable inbox through which a message reaches the worker that owns its
-session. Upgrading a version-1 log folds its records once to fill ``baf_work``.
+session. Upgrading a version-1 log folds its records once to fill ``baf_work``. Version 3 changes no table:
+its notification channels are named from a secret in ``baf_meta`` (``baf.log.postgres_channels``) and its
+writer lock is taken in a way other roles cannot block (``baf.log.postgres_lock``); a baf reading up to
+version 2 would use the old fixed names and lock, so it is refused, as for any newer schema.
+
+**Schema changes one at a time.** A store opening the log for writing locks ``baf_meta`` (SHARE ROW
+EXCLUSIVE) for the length of its check or upgrade, so two workers starting together do not both upgrade.
+This is a table lock, which only a role granted rights on ``baf_meta`` can take, where an advisory lock
+would be one any role that can connect could hold forever, and so keep every baf from starting. An empty
+database has no table to lock: two stores creating the tables together collide on the catalog, and the
+one that loses sees the other's tables when it tries again.
 """
 
 from __future__ import annotations
 
+import secrets
 from typing import TYPE_CHECKING, Final
 
 from baf.errors import LogError
 from baf.log.jsontext import decode_json
+from baf.log.postgres_channels import CHANNELS_SECRET
 from baf.log.work import IDLE, WORK_KINDS, WorkStatus, work_after
 from baf.wording import agreeing
 
@@ -22,10 +34,11 @@ if TYPE_CHECKING:
 __all__ = ["SCHEMA_VERSION", "prepare_schema"]
 
 #: The schema this baf writes. A database at a higher version was written by a newer baf and is refused.
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 
-# One advisory lock id for schema changes, so two workers starting together do not both create tables.
-_SCHEMA_LOCK: Final = 0x62AF_0001
+# SQLSTATEs of a CREATE that collided with another store's creating the same tables (unique_violation on the
+# catalog, duplicate_table, duplicate_object): the tables exist now, so the loser tries again.
+_CREATED_ALREADY: Final = ("23505", "42P07", "42710")
 
 _RECORDS: Final = """
 CREATE TABLE baf_meta (key text PRIMARY KEY, value text NOT NULL);
@@ -72,20 +85,33 @@ CREATE TABLE baf_inbox (
 CREATE INDEX baf_inbox_session ON baf_inbox (session_id, id);
 """
 
-#: The statements that bring a version-N schema to version N + 1.
-UPGRADES: Final[dict[int, str]] = {1: _WORKERS}
+#: The statements that bring a version-N schema to version N + 1. Version 3 adds no table, only the
+#: channel secret (a row of ``baf_meta``), which every store opening the log for writing makes if missing.
+UPGRADES: Final[dict[int, str]] = {1: _WORKERS, 2: ""}
 
 _CREATE: Final = _RECORDS + _WORKERS
 
 
 async def prepare_schema(connection: asyncpg.Connection, where: str, *, read_only: bool) -> None:
-    """Create the tables in an empty database, upgrade an older schema, refuse a newer one or a non-log.
+    """Create the tables in an empty database, upgrade an older schema, refuse a newer one or a non-log;
+    make the channel secret if the log has none (``baf.log.postgres_channels``).
 
-    Read-only: nothing is created or changed; a database without a baf log is refused.
+    Read-only: nothing is created or changed (not the secret either); a database without a baf log is refused.
     """
+    for attempt in range(3):
+        try:
+            await _prepare(connection, where, read_only)
+            return
+        except Exception as exc:
+            if read_only or attempt == 2 or getattr(exc, "sqlstate", None) not in _CREATED_ALREADY:
+                raise
+            # another store created the tables at the same time: they are there now
+
+
+async def _prepare(connection: asyncpg.Connection, where: str, read_only: bool) -> None:
     async with connection.transaction():
-        if not read_only:
-            await connection.execute("SELECT pg_advisory_xact_lock($1)", _SCHEMA_LOCK)
+        if not read_only and await connection.fetchval("SELECT to_regclass('baf_meta') IS NOT NULL"):
+            await connection.execute("LOCK TABLE baf_meta IN SHARE ROW EXCLUSIVE MODE")  # see the module's docstring
         stored = await _stored_version(connection, where)
         if stored is not None and stored > SCHEMA_VERSION:
             raise LogError(
@@ -102,15 +128,23 @@ async def prepare_schema(connection: asyncpg.Connection, where: str, *, read_onl
             await connection.execute(
                 "INSERT INTO baf_meta (key, value) VALUES ('schema_version', $1)", str(SCHEMA_VERSION)
             )
-            return
-        if stored == SCHEMA_VERSION:
-            await _check_tables(connection, where, stored)
-        for version in range(stored, SCHEMA_VERSION):
-            await connection.execute(UPGRADES[version])
-            if version == 1:
-                await _fill_work_index(connection)
-        if stored != SCHEMA_VERSION:
-            await connection.execute("UPDATE baf_meta SET value = $1 WHERE key = 'schema_version'", str(SCHEMA_VERSION))
+        else:
+            if stored == SCHEMA_VERSION:
+                await _check_tables(connection, where, stored)
+            for version in range(stored, SCHEMA_VERSION):
+                if UPGRADES[version]:
+                    await connection.execute(UPGRADES[version])
+                if version == 1:
+                    await _fill_work_index(connection)
+            if stored != SCHEMA_VERSION:
+                await connection.execute(
+                    "UPDATE baf_meta SET value = $1 WHERE key = 'schema_version'", str(SCHEMA_VERSION)
+                )
+        await connection.execute(
+            "INSERT INTO baf_meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING",
+            CHANNELS_SECRET,
+            secrets.token_hex(32),
+        )
 
 
 async def _fill_work_index(connection: asyncpg.Connection) -> None:
@@ -137,7 +171,7 @@ async def _fill_work_index(connection: asyncpg.Connection) -> None:
 
 #: The tables each schema version has (a version's tables and those of the versions before it).
 _TABLES: Final = {1: ("baf_meta", "baf_sessions", "baf_records"),
-                  2: ("baf_work", "baf_workers", "baf_leases", "baf_inbox")}  # fmt: skip
+                  2: ("baf_work", "baf_workers", "baf_leases", "baf_inbox"), 3: ()}  # fmt: skip
 
 
 async def _check_tables(connection: asyncpg.Connection, where: str, version: int) -> None:

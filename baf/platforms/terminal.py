@@ -13,12 +13,12 @@ import os
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from markdown_it import MarkdownIt
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.live import Live
-from rich.markdown import Markdown
+from rich.markdown import Markdown, MarkdownElement, TableElement
 from rich.padding import Padding
 from rich.panel import Panel
 from rich.rule import Rule
@@ -50,9 +50,23 @@ _MODEL_TEXT_STEPS = ("llm_text", "llm_tool_calls")
 _REDRAW_EVERY = 0.08
 
 
+class _TableElement(TableElement):
+    """rich's Markdown table without its outer edge: rich draws the table with a blank top and bottom
+    edge, which, added to the blank line kept between blocks, left two empty lines around every table."""
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        for renderable in super().__rich_console__(console, options):
+            if isinstance(renderable, Table):
+                renderable.show_edge = False
+            yield renderable
+
+
 class _Markdown(Markdown):
     """rich's Markdown, except that HTML is text: rich drops HTML tags and blocks it does not render, so
-    ``Ask me 'weather in <city>'.`` lost its ``<city>``. A reply is shown whole, whatever it holds."""
+    ``Ask me 'weather in <city>'.`` lost its ``<city>``. A reply is shown whole, whatever it holds.
+    Tables sit one blank line from the text around them, as paragraphs do (see :class:`_TableElement`)."""
+
+    elements: ClassVar[dict[str, type[MarkdownElement]]] = {**Markdown.elements, "table_open": _TableElement}
 
     def __init__(self, markup: str, **options: Any) -> None:
         super().__init__(markup, **options)
@@ -166,8 +180,9 @@ class TerminalPlatform(Platform):
         # The resumed work may finish before the history is read: the notice goes between what the log held
         # before the restart and anything that work produced, printed or live.
         await runtime_side(session).read_delivered(lambda upto: self._print_history(session, upto, earlier, resumed))
-        if resumed:
-            await agent.wait_idle(self.session_id)
+        # The prompt comes after what is under way: resumed work, or the initial state's body of a session
+        # started now (its greeting would otherwise land after a prompt already waiting for the user).
+        await agent.wait_idle(self.session_id)
         projection = runtime_side(session).projection
         held = len(projection.held)
         if projection.holding and self.continue_fork:
@@ -236,7 +251,7 @@ class TerminalPlatform(Platform):
 
         def read() -> None:
             try:
-                value, error = (lines.read_line() if lines else self.console.input(shown)), None
+                value, error = (lines.read_line() if lines else self.console.input(Text(shown))), None
             except BaseException as exc:  # EOFError, KeyboardInterrupt, OSError: handed to the loop
                 value, error = None, exc
             with contextlib.suppress(RuntimeError):  # the loop may be closed already
@@ -274,8 +289,8 @@ class TerminalPlatform(Platform):
         if resumed:
             self._show(Text("resumed after a restart: finishing what was under way when the agent stopped",
                             style="yellow"))  # fmt: skip
-        for entry in history[len(before) :]:
-            self._print_line(entry.role, entry.text)
+        for entry in history[len(before) :]:  # this run's: shown as live output is, replies in their panel
+            self._print_line(entry.role, entry.text, session)
 
     def _show(self, *objects: Any, session: Session | None = None, **options: Any) -> None:
         """Print on the console, unless its output was closed. The first print that finds it closed
@@ -300,9 +315,13 @@ class TerminalPlatform(Platform):
         if self.agent is not None:
             self.agent.request_stop()
 
-    def _print_line(self, role: str, text: str) -> None:
+    def _print_line(self, role: str, text: str, session: Session | None = None) -> None:
+        """One entry of the conversation read from the log: the earlier conversation plain, dim for the
+        user's lines; with ``session``, an entry of this run, a reply in its panel as when it is live."""
         if role == "user":
             self._show(Text(f"{self.prompt}{text}", style="dim"))
+        elif session is not None:
+            self._show(_reply_panel(session, text))
         else:
             self._show(_Markdown(text))
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.text import Text
 
+from baf.library.demo import DEMO_AGENT_NAME
 from baf.log import RecordKind, SessionLog
 from baf.log.redaction import Redactor
 from baf.replay.fork import fork
@@ -48,6 +49,8 @@ async def fork_command(log: SessionLog, session_id: str, at_seq: int, console: C
     agent_name = started.data.get("agent") if started is not None else None
     whose = f" (the .py or .yaml file that defines agent {agent_name!r})" if isinstance(agent_name, str) else ""
     command = f"baf run AGENT_FILE --log {shlex.quote(log_url)} --session {shlex.quote(new_id)}"
+    if agent_name == DEMO_AGENT_NAME:  # the demo's agent is baf's own, defined in no file of the user's
+        command, whose = f"baf demo --log {shlex.quote(log_url)} --session {shlex.quote(new_id)}", ""
     console.print(Text(visible(f"continue it in the terminal: {command}{whose}")), soft_wrap=True)
     python = f"await agent.continue_session({new_id!r}) (an Agent with log={log_url!r})"
     console.print(Text(visible(f"or in Python: {python}")), soft_wrap=True)

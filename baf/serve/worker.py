@@ -43,9 +43,10 @@ from baf.core.forwarded import FORWARDED_KEY
 from baf.core.runtime import Runtime
 from baf.errors import LogError, LogStorageError
 from baf.log.postgres import PostgresLog, redact_dsn
+from baf.log.postgres_channels import Channels
 from baf.log.postgres_connect import KEEPALIVE_SECONDS
-from baf.log.postgres_inbox import INBOX_CHANNEL, RECORDS_CHANNEL, Inbox, InboxMessage
-from baf.log.postgres_leases import WORKERS_CHANNEL, Leases
+from baf.log.postgres_inbox import Inbox, InboxMessage
+from baf.log.postgres_leases import Leases
 from baf.log.redaction import log_exception
 from baf.serve.follower import Follower
 
@@ -133,6 +134,7 @@ class Worker:
         self._stop_listening: Any = None
         self._said_replaced = False  # see _heartbeats
         self._repolling: asyncio.Task[None] | None = None  # a poll after the listener reconnected
+        self._channels: Channels | None = None  # the log's, once it is open
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -143,13 +145,16 @@ class Worker:
         for platform in self.agent.platforms:
             platform.share_with_workers()
         await self.log.start()
+        channels = self._channels = self.log.channels
         # Listening before registering, and listing the live workers after: a worker starting at the same
         # time is either heard registering or listed. Not the records channel: a worker follows other
         # workers' records only while a client of theirs is connected here (the follower listens to them
         # then: each notification costs a wake-up).
         try:
             self._stop_listening = await self.inbox.listen(
-                self._notified, channels=(INBOX_CHANNEL, WORKERS_CHANNEL), on_reconnect=self._listening_again
+                self._notified,
+                channels=(channels.inbox, channels.workers),
+                on_reconnect=self._listening_again,
             )
             await self.leases.register()  # refused if a live worker has this id
         except BaseException:
@@ -240,15 +245,17 @@ class Worker:
     async def _listen_to_records(self, on_session: Callable[[str], None]) -> Callable[[], Awaitable[None]]:
         """Listen to the records channel (every commit's session id); return an async ``stop()``."""
         return await self.inbox.listen(
-            lambda _channel, session_id: on_session(session_id), (RECORDS_CHANNEL,), self.follower.all_due
+            lambda _channel, session_id: on_session(session_id), (self.log.channels.records,), self.follower.all_due
         )
 
     # -- loops ----------------------------------------------------------------------------------------
 
     def _notified(self, channel: str, payload: str) -> None:
-        if channel == INBOX_CHANNEL:
+        if self._channels is None:
+            return
+        if channel == self._channels.inbox:
             self._want(payload)  # a session id
-        elif channel == WORKERS_CHANNEL and self._stop_listening is not None and payload != self.worker_id:
+        elif channel == self._channels.workers and self._stop_listening is not None and payload != self.worker_id:
             self._peers_stale()
 
     def _listening_again(self) -> None:

@@ -446,3 +446,26 @@ def test_the_demo_takes_a_plain_log_path_and_says_where_it_wrote(tmp_path: Path)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "plain.db").exists() and not (tmp_path / "reasoning_demo.db").exists()
     assert "recorded in plain.db; see it again with: baf replay plain.db terminal" in result.stdout
+
+
+@pytest.mark.slow
+def test_a_fork_of_a_demo_session_is_continued_with_baf_demo(tmp_path: Path) -> None:
+    def baf(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "baf.cli", *args], input=stdin, capture_output=True, text=True,
+                              cwd=tmp_path, env=_terminal_env(), timeout=120)  # fmt: skip
+
+    asked = baf("demo", stdin="What is 6 * 7?\nWhat is 2 + 3?\nexit\n")
+    assert asked.returncode == 0, asked.stderr
+    listed = baf("log", "reasoning_demo.db", "terminal", "--plain").stdout.splitlines()
+    second = [line.split("\t")[0] for line in listed if "\tmessage_received\t" in line][1]
+    forked = baf("replay", "reasoning_demo.db", "terminal", "--fork-at", second)
+    assert forked.returncode == 0, forked.stderr
+    # The demo's agent is defined in no file of the user's: the hint is the demo's own command.
+    (hint,) = [line for line in forked.stdout.splitlines() if line.startswith("continue it in the terminal: ")]
+    command = hint.removeprefix("continue it in the terminal: ")
+    assert command == f"baf demo --log sqlite:///reasoning_demo.db --session terminal@{second}"
+    done = baf(*command.split()[1:], stdin="thanks\nexit\n")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert out.index("handling it now") < out.index("2 + 3 = 5") < out.index("You're welcome!")
+    assert f"baf replay reasoning_demo.db terminal@{second}" in out  # where it wrote: the fork

@@ -11,7 +11,7 @@ from baf_test_helpers import baf
 
 from baf.errors import LogError
 from baf.log import Record
-from baf.log.postgres import PostgresLog
+from baf.log.postgres import SCHEMA_VERSION, PostgresLog
 
 
 async def execute(dsn: str, sql: str) -> None:
@@ -33,7 +33,7 @@ async def test_a_log_missing_one_of_its_tables_is_refused_naming_it(postgres_dsn
     await execute(postgres_dsn, f"DROP TABLE {table}")
     for read_only in (True, False):
         log = PostgresLog(postgres_dsn, read_only=read_only)
-        with pytest.raises(LogError, match=f"schema is version 2, but its table {table} is missing"):
+        with pytest.raises(LogError, match=f"schema is version {SCHEMA_VERSION}, but its table {table} is missing"):
             await log.start()
 
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import json
 import os
 import shutil
 import subprocess
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
@@ -25,9 +27,9 @@ from baf.errors import (
     LogReadOnlyError,
     LogStorageError,
 )
-from baf.log import Record, open_log, postgres_leases
+from baf.log import Record, open_log, postgres_inbox, postgres_leases
 from baf.log.postgres import RESUME_CHUNK, PostgresLog
-from baf.log.postgres_inbox import INBOX_CHANNEL, RECORDS_CHANNEL, Inbox
+from baf.log.postgres_inbox import Inbox
 from baf.log.postgres_leases import Leases
 from baf.log.postgres_schema import SCHEMA_VERSION
 
@@ -96,7 +98,7 @@ async def test_a_version_1_schema_is_upgraded_with_its_records(postgres_dsn: str
         assert await log.unfinished_sessions() == ["old"]  # the work index was filled from the records
         assert await Leases(log).acquire("old") == 1  # the version-2 tables exist now
     rows = await query(postgres_dsn, "SELECT value FROM baf_meta WHERE key = 'schema_version'")
-    assert rows[0][0] == "2"
+    assert rows[0][0] == str(SCHEMA_VERSION)
 
 
 async def test_a_newer_schema_is_refused(postgres_dsn: str) -> None:
@@ -193,7 +195,7 @@ async def test_commits_wake_listeners_of_the_records_channel(postgres_dsn: str) 
         stop = await Inbox(log).listen(lambda channel, session: heard.put_nowait((channel, session)))
         try:
             await log.append([rec("followed", 1)])
-            assert await asyncio.wait_for(heard.get(), 5) == (RECORDS_CHANNEL, "followed")
+            assert await asyncio.wait_for(heard.get(), 5) == (log.channels.records, "followed")
         finally:
             await stop()
 
@@ -205,13 +207,13 @@ async def test_a_listener_whose_connection_is_lost_listens_again_and_says_so(pos
         heard: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
         back = asyncio.Event()
         stop = await Inbox(log).listen(
-            lambda channel, session: heard.put_nowait((channel, session)), (RECORDS_CHANNEL,), back.set
+            lambda channel, session: heard.put_nowait((channel, session)), (log.channels.records,), back.set
         )
         try:
             await _cut_listener(admin, name, listening=True)  # as a server restart would
             await asyncio.wait_for(back.wait(), 30)  # the caller is told: what was notified meanwhile is lost
             await log.append([rec("followed", 1)])
-            assert await asyncio.wait_for(heard.get(), 30) == (RECORDS_CHANNEL, "followed")  # heard again
+            assert await asyncio.wait_for(heard.get(), 30) == (log.channels.records, "followed")  # heard again
         finally:
             await stop()
     await admin.close()
@@ -239,7 +241,7 @@ async def test_a_listener_keeps_trying_whatever_fails_and_listens_once_again(
     admin = await asyncpg.connect(postgres_dsn)  # opened before connecting fails
     async with PostgresLog(postgres_dsn) as log:
         back = asyncio.Event()
-        stop = await Inbox(log).listen(lambda channel, session: None, (RECORDS_CHANNEL,), back.set)
+        stop = await Inbox(log).listen(lambda channel, session: None, (log.channels.records,), back.set)
         listening = inspect.getclosurevars(stop).nonlocals["listening"]
         first = listening.connection
         (lost,) = [callback.cb for callback in first._termination_listeners]
@@ -272,7 +274,7 @@ async def test_a_listener_keeps_trying_whatever_fails_and_listens_once_again(
         # Stopped while retrying an error that is not a connection's: stop() returns.
         calls.clear()
         monkeypatch.setattr(asyncpg, "connect", connect)
-        stop = await Inbox(log).listen(lambda channel, session: None, (RECORDS_CHANNEL,))
+        stop = await Inbox(log).listen(lambda channel, session: None, (log.channels.records,))
         first = inspect.getclosurevars(stop).nonlocals["listening"].connection
         await first.execute(f"SET application_name = '{name}'")
         monkeypatch.setattr(asyncpg, "connect", failing_twice)
@@ -417,6 +419,38 @@ async def test_loads_and_inbox_reads_asked_together_share_a_query_and_a_damaged_
             *([{"text": f"for {name}"}] for name in names[:3]),
             *([] for _ in names[3:]),
         ]
+
+
+async def test_inbox_reads_asked_together_read_at_most_the_limit_of_each_backlog_in_order(
+    postgres_dsn: str,
+) -> None:
+    async with PostgresLog(postgres_dsn) as log:
+        # Two sessions' rows interleaved: a long backlog (1,000) and a short one (3), and one with none.
+        await query(
+            postgres_dsn,
+            "INSERT INTO baf_inbox (session_id, payload) SELECT CASE WHEN i % 300 = 0 THEN 'short' ELSE 'long' END, "
+            "'{\"n\": ' || i || '}' FROM generate_series(1, 1003) AS i",
+        )
+        await query(postgres_dsn, "ANALYZE baf_inbox")
+        inbox = Inbox(log)
+        long, short, none = await asyncio.gather(inbox.pending("long"), inbox.pending("short"), inbox.pending("none"))
+        assert [m.payload for m in long] == [{"n": i} for i in range(1, 101)]  # the first 100, in order
+        assert [m.payload for m in short] == [{"n": 300}, {"n": 600}, {"n": 900}] and none == []
+        # The read stops at each session's limit (the index in id order), whatever the backlog: 103 rows
+        # read from baf_inbox (EXPLAIN rounds a scan's rows per loop), not the 1,003 waiting.
+        [plan] = await query(
+            postgres_dsn,
+            f"EXPLAIN (ANALYZE, FORMAT JSON) {postgres_inbox._PENDING_MANY.replace('$2', '100')}".replace(
+                "$1::text[]", "ARRAY['long', 'short', 'none']"
+            ),
+        )
+        assert _rows_read(json.loads(plan[0])[0]["Plan"], "baf_inbox") <= 103
+
+
+def _rows_read(node: dict[str, Any], table: str) -> float:
+    """The rows the scans of ``table`` in an EXPLAIN ANALYZE plan returned, over all their loops."""
+    own = node["Actual Rows"] * node["Actual Loops"] if node.get("Relation Name") == table else 0
+    return own + sum(_rows_read(child, table) for child in node.get("Plans", []))
 
 
 async def test_reads_asked_together_share_a_query_each_from_its_own_seq(postgres_dsn: str) -> None:
@@ -579,17 +613,17 @@ async def test_a_release_stops_appends_at_once_and_announces_mail_left_waiting(
 ) -> None:
     a, b = worker_logs
     heard: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
-    stop = await Inbox(b).listen(lambda channel, session: heard.put_nowait((channel, session)), (INBOX_CHANNEL,))
+    stop = await Inbox(b).listen(lambda channel, session: heard.put_nowait((channel, session)), (b.channels.inbox,))
     try:
         leases = Leases(a)
         for session_id in ("with-mail", "without"):
             await leases.acquire(session_id)
         await Inbox(b).post("with-mail", {"text": "posted while a held it"})
-        assert await asyncio.wait_for(heard.get(), 5) == (INBOX_CHANNEL, "with-mail")  # the post's own
+        assert await asyncio.wait_for(heard.get(), 5) == (b.channels.inbox, "with-mail")  # the post's own
         releases = [leases.release("with-mail"), leases.release("without")]
         assert a.fenced() == {}  # before the releases have run: a message for them is claimed anew
         await asyncio.gather(*releases)  # asked together: one statement
-        assert await asyncio.wait_for(heard.get(), 5) == (INBOX_CHANNEL, "with-mail")  # told again: it is free
+        assert await asyncio.wait_for(heard.get(), 5) == (b.channels.inbox, "with-mail")  # told again: it is free
         await asyncio.sleep(0.2)
         assert heard.empty()  # nothing waits for the other one
         assert await Leases(b).acquire("with-mail") == 2 and await Leases(b).acquire("without") == 2
@@ -796,8 +830,8 @@ async def test_unowned_sessions_with_mail_are_found_and_notified(
         await Leases(b).acquire("owned")
         await Inbox(b).post("owned", {"text": "x"})
         await Inbox(b).post("orphan", {"text": "y"})
-        assert await asyncio.wait_for(heard.get(), 5) == (INBOX_CHANNEL, "owned")
-        assert await asyncio.wait_for(heard.get(), 5) == (INBOX_CHANNEL, "orphan")
+        assert await asyncio.wait_for(heard.get(), 5) == (b.channels.inbox, "owned")
+        assert await asyncio.wait_for(heard.get(), 5) == (b.channels.inbox, "orphan")
         assert await Leases(a).unowned_with_mail() == ["orphan"]
     finally:
         await stop()

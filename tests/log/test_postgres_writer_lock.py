@@ -25,7 +25,6 @@ from baf.errors import LogInUseError
 from baf.log import Record
 from baf.log.postgres import PostgresLog
 from baf.log.postgres_leases import Leases
-from baf.log.postgres_lock import WRITER_LOCK
 from baf.serve import Worker
 
 
@@ -38,9 +37,8 @@ async def lock_holders(dsn: str) -> list[tuple[int, str]]:
     connection = await asyncpg.connect(dsn)
     try:
         rows = await connection.fetch(
-            "SELECT pid, mode FROM pg_locks WHERE locktype = 'advisory' AND classid = $1::oid "
-            "AND objid = 'baf_records'::regclass::oid AND objsubid = 2 AND granted ORDER BY pid",
-            WRITER_LOCK,
+            "SELECT pid, mode FROM pg_locks WHERE locktype = 'advisory' AND classid = 'baf_records'::regclass::oid "
+            "AND objsubid = 2 AND granted ORDER BY pid"
         )
     finally:
         await connection.close()

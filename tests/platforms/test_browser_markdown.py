@@ -96,6 +96,13 @@ async def test_tables_code_blocks_and_links_render_and_nothing_unsafe_does() -> 
         await expect(answer.locator("th")).to_have_text(["Region", "2024-Q1", "2024-Q2"])
         await expect(answer.locator("tbody tr")).to_have_count(2)
         await expect(answer.locator("tbody tr").first.locator("td")).to_have_text(["North", "120", "135"])
+        # The columns marked |---:| are right-aligned (numbers line up), the first keeps the default.
+        aligned = (
+            await answer.locator("tbody tr")
+            .first.locator("td")
+            .evaluate_all("(cells) => cells.map((cell) => getComputedStyle(cell).textAlign)")
+        )
+        assert aligned == ["left", "right", "right"]
         code = answer.locator("pre code")
         await expect(code).to_have_text('total = sum(sales.values())\nprint(f"{total} <units>")\n')
         links = answer.locator("a")

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import io
 import os
+import sys
 
+import pytest
 from rich.console import Console
 
 from baf import Agent
@@ -87,3 +89,29 @@ async def test_a_call_that_expired_is_said_so() -> None:
     shown = output.getvalue()
     assert "· approval expired (call-a): a new message arrived before the decision" in shown
     assert shown.index("approval expired") < shown.index("fine, nothing removed")
+
+
+async def test_a_terminal_read_with_input_shows_the_prompts_as_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Standard input that is not a pipe is read with input(), the prompt printed by rich: its "[y/N, ...]"
+    # is text, not a markup tag to drop.
+    llm = ScriptedLLM([ScriptedLLM.tool_call("remove", {"name": "a"}), "removed a"])
+    agent = Agent("term", log="memory://")
+
+    @agent.tool(requires_approval=True)
+    def remove(name: str) -> str:
+        """Remove something."""
+        return f"removed {name}"
+
+    state = new_reasoning_state(agent, llm, enable_task_planning=False)
+    state.when_event().go_to(state)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("remove a\ny\n"))
+    output = io.StringIO()
+    platform = TerminalPlatform("t", console=Console(file=output, width=100), prompt="[you]> ")
+    agent.add_platform(platform)
+    async with agent:
+        assert platform._reader is not None
+        await asyncio.wait_for(platform._reader, 20)  # ends at the end of the input
+    shown = output.getvalue()
+    assert "approve remove? [y/N, or a reason to deny]" in shown
+    assert shown.count("[you]> ") == 2  # before the message, and before the end of the input
+    assert "removed a" in shown

@@ -155,3 +155,67 @@ def test_ctrl_c_at_the_prompt_ends_the_line(tmp_path: Path) -> None:
         assert proc.stderr is not None
         proc.stderr.close()
         os.close(leader)
+
+
+# A greeting that takes a moment (as a model's would): the chat must not prompt before it is shown.
+GREETING_AGENT = """
+import asyncio
+from baf import Agent, ReceiveTextEvent, Session
+
+agent = Agent("greeter", log="sqlite:///greeter.db")
+welcome = agent.new_state("welcome", initial=True)
+answer = agent.new_state("answer")
+
+async def greet(session: Session) -> None:
+    if session.event is None:
+        await asyncio.sleep(0.3)
+        session.reply("Welcome! Say anything.")
+
+def say(session: Session) -> None:
+    session.reply(f"You said {session.event.text}.")
+
+welcome.set_body(greet)
+answer.set_body(say)
+welcome.when_event(ReceiveTextEvent).go_to(answer)
+answer.go_to(welcome)
+"""
+
+# A reply with a Markdown table between two paragraphs.
+TABLE_AGENT = """
+from baf import Agent, ReceiveTextEvent, Session
+
+agent = Agent("tables", log="sqlite:///tables.db")
+idle = agent.new_state("idle", initial=True)
+answer = agent.new_state("answer")
+
+def say(session: Session) -> None:
+    session.reply("Growth by region:\\n\\n| Region | Growth |\\n|---|---:|\\n| Asia | +43.4% |\\n\\nSource: sales.")
+
+answer.set_body(say)
+idle.when_event(ReceiveTextEvent).go_to(answer)
+answer.go_to(idle)
+"""
+
+
+def test_the_initial_states_greeting_shows_in_its_panel_before_the_first_prompt(tmp_path: Path) -> None:
+    (tmp_path / "greeting_agent.py").write_text(GREETING_AGENT)
+    done = baf("run", "greeting_agent.py", cwd=tmp_path, stdin="hi\n", columns=80)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    greeting = out.index("Welcome! Say anything.")
+    assert greeting < out.index("you>")  # not after a prompt already shown, waiting
+    assert out.rindex("╭─ greeter", 0, greeting) < greeting  # in the reply's panel, as every reply
+    assert "you> hi" in out and "You said hi." in out
+    # Run again: the greeting is now the earlier conversation, shown as such.
+    again = baf("run", "greeting_agent.py", cwd=tmp_path, stdin="", columns=80).stdout
+    assert again.index("earlier in this session") < again.index("Welcome! Say anything.") < again.index("now ─")
+
+
+def test_a_table_sits_one_blank_line_from_the_text_around_it(tmp_path: Path) -> None:
+    (tmp_path / "table_agent.py").write_text(TABLE_AGENT)
+    done = baf("run", "table_agent.py", cwd=tmp_path, stdin="growth?\n", columns=80)
+    assert done.returncode == 0, done.stderr
+    inside = [line.strip("│").strip() for line in done.stdout.splitlines() if line.startswith("│")]
+    start = inside.index("Growth by region:")
+    assert inside[start : start + 7] == ["Growth by region:", "", "Region  Growth", "─" * 14, "Asia    +43.4%", "",
+                                         "Source: sales."], inside  # fmt: skip

@@ -203,7 +203,9 @@ async def test_a_burst_of_worker_notifications_is_one_or_two_reads_of_the_live_w
         try:  # 200 workers coming or going at once (as a restart of a big deployment), and one new worker
             async with connection.transaction():
                 await connection.execute("INSERT INTO baf_workers (worker_id) VALUES ('z')")
-                await connection.execute("SELECT pg_notify('baf_workers', 'w' || i) FROM generate_series(1, 200) i")
+                await connection.execute(
+                    "SELECT pg_notify($1, 'w' || i) FROM generate_series(1, 200) i", worker.log.channels.workers
+                )
         finally:
             await connection.close()
         await eventually(lambda: worker._peers == ["a", "z"], "the worker listed the new worker")
@@ -232,11 +234,11 @@ async def test_a_worker_told_of_a_change_while_it_reads_the_live_workers_reads_t
         worker.leases.live_workers = first_answer_late  # type: ignore[method-assign]
         connection = await asyncpg.connect(postgres_dsn)
         try:
-            await connection.execute("SELECT pg_notify('baf_workers', 'x')")  # a worker leaving, say
+            await connection.execute("SELECT pg_notify($1, 'x')", worker.log.channels.workers)  # a worker leaving, say
             await eventually(lambda: reads == 1, "the worker began to read the live workers")
             # y registers after that read: its answer, when it comes, does not list y
             await connection.execute("INSERT INTO baf_workers (worker_id) VALUES ('y')")
-            await connection.execute("SELECT pg_notify('baf_workers', 'y')")
+            await connection.execute("SELECT pg_notify($1, 'y')", worker.log.channels.workers)
             await eventually(lambda: worker._peers_stale_since_read, "the worker heard y register")
         finally:
             await connection.close()
@@ -387,7 +389,7 @@ async def test_a_free_session_its_chosen_worker_does_not_take_is_taken_by_the_po
     connection = await asyncpg.connect(postgres_dsn)
     try:  # a third worker registers (its heartbeat is fresh), then hangs: it takes nothing
         await connection.execute("INSERT INTO baf_workers (worker_id) VALUES ('hung')")
-        await connection.execute("SELECT pg_notify('baf_workers', 'hung')")
+        await connection.execute("SELECT pg_notify($1, 'hung')", a.log.channels.workers)
     finally:
         await connection.close()
     await eventually(lambda: a._peers == b._peers == ["a", "b", "hung"], "both workers listed the hung one")

@@ -229,6 +229,9 @@ def reasoning_body(
 
     reasoning.__name__ = "reasoning_body"
     reasoning.resume = resume  # type: ignore[attr-defined]  # the engine's resume hook
+    # Nothing leaves the process before the loop's first commit (the request, before the model call; a
+    # step shown on the platform waits for a commit too): the engine need not commit the step's start.
+    reasoning.commits_before_acting = True  # type: ignore[attr-defined]
     reasoning.check_agent = check_agent  # type: ignore[attr-defined]  # the runtime's start-up check
     return reasoning
 

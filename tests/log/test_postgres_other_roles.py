@@ -1,0 +1,254 @@
+"""What another role of the database can do to a PostgreSQL log it has no rights on: a role that may connect
+(as every role may, by default) and use the log's schema, but was granted nothing on baf's tables. It cannot
+learn the notification channels, hear a session id, wake or flood a worker, nor keep baf from opening the
+log for writing (the writer lock, the schema lock). Against a real PostgreSQL server (see tests/pg_cluster.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+from collections.abc import AsyncIterator
+from pathlib import Path
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import asyncpg
+import pytest
+from baf_test_helpers import baf
+from pg_cluster import drop_schema, fresh_schema
+from serve.helpers import eventually
+
+from baf.errors import LogError, LogInUseError
+from baf.log import Record
+from baf.log.postgres import SCHEMA_VERSION, PostgresLog
+from baf.log.postgres_channels import CHANNELS_SECRET
+from baf.log.postgres_inbox import Inbox
+from baf.log.postgres_leases import Leases
+from baf.log.postgres_lock import LEGACY_WRITER_LOCK
+
+# The fixed names and keys baf used before schema version 3: what an intruder would try first.
+OLD_CHANNELS = ("baf_inbox", "baf_records", "baf_workers")
+OLD_SCHEMA_LOCK = 0x62AF_0001
+
+
+def rec(session_id: str, seq: int) -> Record:
+    return Record(session_id, seq, "note", {"text": "hi"}, 1.5, 1)
+
+
+@pytest.fixture
+async def intruder(postgres_dsn: str) -> AsyncIterator[str]:
+    """The DSN of a new role that may log in and use the log's schema (as every role may use ``public``),
+    with no grant on any of baf's tables; dropped after the test."""
+    parts = urlsplit(postgres_dsn)
+    schema = dict(q.split("=", 1) for q in parts.query.split("&"))["search_path"]
+    role, password = f"baf_intruder_{secrets.token_hex(4)}", secrets.token_hex(16)
+    admin = await asyncpg.connect(postgres_dsn)
+    try:
+        await admin.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{password}'")
+        await admin.execute(f'GRANT USAGE ON SCHEMA "{schema}" TO {role}')
+        host = parts.netloc.rsplit("@", 1)[-1]
+        yield urlunsplit(parts._replace(netloc=f"{role}:{quote(password)}@{host}"))
+    finally:
+        # Its connections first (a test that failed may leave one open), then what it was granted, then it.
+        await admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1", role)
+        await eventually(lambda: _gone(admin, role), "the intruder's connections ended", within=30)
+        await admin.execute(f"DROP OWNED BY {role}")
+        await admin.execute(f"DROP ROLE {role}")
+        await admin.close()
+
+
+async def _gone(admin: asyncpg.Connection, role: str) -> bool:
+    return not await admin.fetchval("SELECT count(*) FROM pg_stat_activity WHERE usename = $1", role)
+
+
+async def test_another_role_cannot_read_the_channel_secret_nor_see_the_names_in_use(
+    postgres_dsn: str, intruder: str
+) -> None:
+    async with PostgresLog(postgres_dsn, worker_id="w") as log:
+        channels = log.channels
+        stop = await Inbox(log).listen(lambda channel, session: None, (channels.inbox, channels.records))
+        other = await asyncpg.connect(intruder)
+        try:
+            with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                await other.fetchval("SELECT value FROM baf_meta WHERE key = $1", CHANNELS_SECRET)
+            await Leases(log).acquire("s")
+            await log.append([rec("s", 1)])
+            # What every role can read about the others' connections: their queries are hidden.
+            seen = await other.fetch("SELECT query FROM pg_stat_activity WHERE usename <> current_user")
+            assert seen and {row[0] for row in seen} <= {"<insufficient privilege>", None}
+            assert await other.fetch("SELECT pg_listening_channels()") == []
+        finally:
+            await other.close()
+            await stop()
+    for name in (channels.inbox, channels.records, channels.workers):
+        assert name.startswith("baf_") and len(name.encode()) <= 63 and name not in OLD_CHANNELS
+
+
+async def test_another_role_hears_no_session_id_on_any_name_it_can_guess(postgres_dsn: str, intruder: str) -> None:
+    heard: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+    other = await asyncpg.connect(intruder)
+    try:
+        for name in OLD_CHANNELS:
+            await other.add_listener(name, lambda _c, _pid, channel, payload: heard.put_nowait((channel, payload)))
+        async with PostgresLog(postgres_dsn, worker_id="w") as log:
+            await Leases(log).acquire("secret-session")
+            await log.append([rec("secret-session", 1)])  # notifies the records channel
+            await Inbox(log).post("secret-session", {"text": "hello"})  # notifies the inbox channel
+            await Leases(log).register()  # notifies the workers channel
+            await other.execute("NOTIFY baf_records, 'own'")  # sent after baf's: heard once those would be
+            assert await asyncio.wait_for(heard.get(), 5) == ("baf_records", "own")
+    finally:
+        await other.close()
+    assert heard.empty()
+
+
+async def test_another_role_cannot_wake_or_flood_a_worker(postgres_dsn: str, intruder: str) -> None:
+    async with PostgresLog(postgres_dsn, worker_id="w") as log:
+        heard: list[tuple[str, str]] = []
+        channels = (log.channels.inbox, log.channels.records, log.channels.workers)
+        stop = await Inbox(log).listen(lambda channel, session: heard.append((channel, session)), channels)
+        other = await asyncpg.connect(intruder)
+        try:  # a flood on every name it can think of: the old fixed ones, and guesses in the new form
+            guesses = [*OLD_CHANNELS, *(f"baf_{kind}_{'0' * 32}" for kind in ("inbox", "records", "workers"))]
+            await other.execute(
+                "SELECT pg_notify(c, 'flood-' || i) FROM unnest($1::text[]) AS c, generate_series(1, 5000) AS i",
+                guesses,
+            )
+            await Inbox(log).post("real", {"text": "hello"})  # delivered after the flood, in commit order
+            await eventually(lambda: heard != [], "the worker heard the real message")
+            await asyncio.sleep(0.2)
+        finally:
+            await other.close()
+            await stop()
+    assert heard == [(log.channels.inbox, "real")]
+
+
+async def test_another_role_cannot_keep_baf_from_opening_the_log_for_writing(postgres_dsn: str, intruder: str) -> None:
+    async with PostgresLog(postgres_dsn) as log:
+        await log.append([rec("s", 1)])
+    other = await asyncpg.connect(intruder)
+    waiting: asyncio.Task[object] | None = None
+    try:
+        # The keys baf took before schema version 3, all held: the schema lock and the writer lock.
+        oid = await other.fetchval("SELECT 'baf_records'::regclass::oid::int4")
+        await other.execute("SELECT pg_advisory_lock($1::bigint)", OLD_SCHEMA_LOCK)
+        await other.execute("SELECT pg_advisory_lock($1, $2)", LEGACY_WRITER_LOCK, oid)
+        async with PostgresLog(postgres_dsn) as plain:  # neither waits nor is refused
+            await plain.append([rec("s", 2)])
+            # The mark of the writing store is in pg_locks, which every role reads: held too, by the intruder,
+            # and an exclusive request queued behind it (a shared one drawn on it would be refused then).
+            (mark,) = await other.fetch(
+                "SELECT classid::bigint, objid::bigint, mode FROM pg_locks "
+                "WHERE locktype = 'advisory' AND classid = 'baf_records'::regclass::oid AND objsubid = 2 AND granted"
+            )
+            assert mark[2] == "ExclusiveLock"
+            keys = [key - 2**32 if key >= 2**31 else key for key in mark[:2]]  # pg_locks shows int4 keys as oids
+            waiting = asyncio.create_task(other.execute("SELECT pg_advisory_lock($1, $2)", *keys))
+            with pytest.raises(LogInUseError):  # baf's own exclusion still holds
+                await PostgresLog(postgres_dsn).start()
+        await asyncio.wait_for(waiting, 10)  # the intruder holds the plain store's mark now: it is not baf's
+        await other.execute("SELECT pg_advisory_lock($1, 12345)", oid)  # and a mark of its own, exclusive
+        async with PostgresLog(postgres_dsn, worker_id="a") as a, PostgresLog(postgres_dsn, worker_id="b") as b:
+            for store, session in ((a, "x"), (b, "y")):
+                await Leases(store).acquire(session)
+                await store.append([rec(session, 1)])
+        async with PostgresLog(postgres_dsn) as plain:
+            await plain.append([rec("s", 3)])
+        # What the locks are decided under is a row and a table of baf's: the intruder can lock neither.
+        async with other.transaction():
+            with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                await other.execute("SELECT * FROM baf_meta WHERE key = 'writer_generation' FOR UPDATE")
+        async with other.transaction():
+            with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                await other.execute("LOCK TABLE baf_meta IN SHARE ROW EXCLUSIVE MODE")
+    finally:
+        if waiting is not None and not waiting.done():
+            waiting.cancel()
+            with contextlib.suppress(BaseException):
+                await waiting
+        await other.close()
+    async with PostgresLog(postgres_dsn, read_only=True) as reader:
+        assert [r.seq for r in await reader.read("s")] == [1, 2, 3]
+
+
+async def test_a_process_of_an_older_baf_still_writing_the_log_is_one_of_its_writers(postgres_dsn: str) -> None:
+    # During an upgrade, a process started by a baf before schema version 3 holds the old fixed key.
+    async with PostgresLog(postgres_dsn):
+        pass
+    old = await asyncpg.connect(postgres_dsn)  # baf's own role: it may write the log
+    try:
+        oid = await old.fetchval("SELECT 'baf_records'::regclass::oid::int4")
+        await old.execute("SELECT pg_advisory_lock_shared($1, $2)", LEGACY_WRITER_LOCK, oid)  # an old worker
+        with pytest.raises(LogInUseError, match="baf serve workers write this PostgreSQL log"):
+            await PostgresLog(postgres_dsn).start()
+        async with PostgresLog(postgres_dsn, worker_id="new"):  # workers write side by side
+            pass
+        await old.execute("SELECT pg_advisory_unlock_all()")
+        await old.execute("SELECT pg_advisory_lock($1, $2)", LEGACY_WRITER_LOCK, oid)  # an old plain process
+        with pytest.raises(LogInUseError, match="written by a process that is not a worker"):
+            await PostgresLog(postgres_dsn, worker_id="new").start()
+    finally:
+        await old.close()
+
+
+async def test_stores_creating_the_tables_together_all_open(postgres_dsn: str) -> None:
+    stores = [PostgresLog(postgres_dsn, worker_id=f"w{i}") for i in range(4)]
+    try:
+        await asyncio.gather(*(store.start() for store in stores))
+        assert len({store.channels for store in stores}) == 1  # one secret, made once
+    finally:
+        for store in stores:
+            await store.close()
+
+
+async def make_version_2_log(dsn: str) -> None:
+    """A log as a baf of schema version 2 left it: the same tables, no channel secret."""
+    async with PostgresLog(dsn) as log:
+        await log.append([rec("s", 1)])
+    connection = await asyncpg.connect(dsn)
+    try:
+        await connection.execute("DELETE FROM baf_meta WHERE key = $1", CHANNELS_SECRET)
+        await connection.execute("UPDATE baf_meta SET value = '2' WHERE key = 'schema_version'")
+    finally:
+        await connection.close()
+
+
+async def meta(dsn: str) -> dict[str, str]:
+    connection = await asyncpg.connect(dsn)
+    try:
+        return {row[0]: row[1] for row in await connection.fetch("SELECT key, value FROM baf_meta")}
+    finally:
+        await connection.close()
+
+
+async def test_a_version_2_log_is_read_as_it_is_and_upgraded_by_the_first_writer(
+    postgres_dsn: str, tmp_path: Path
+) -> None:
+    await make_version_2_log(postgres_dsn)
+    async with PostgresLog(postgres_dsn, read_only=True) as reader:
+        assert [r.seq for r in await reader.read("s")] == [1]
+        with pytest.raises(LogError, match="no channel secret yet"):
+            reader.channels  # noqa: B018
+    for command in (["sessions", postgres_dsn], ["log", postgres_dsn, "s"]):  # the reading commands
+        shown = await asyncio.to_thread(baf, *command, cwd=tmp_path)
+        assert shown.returncode == 0 and "s" in shown.stdout, shown.stderr
+    stored = await meta(postgres_dsn)
+    assert stored["schema_version"] == "2" and CHANNELS_SECRET not in stored  # reading made nothing
+    async with PostgresLog(postgres_dsn, worker_id="w") as log:
+        channels = log.channels
+        await Leases(log).acquire("s")
+        await log.append([rec("s", 2)])
+    stored = await meta(postgres_dsn)
+    assert stored["schema_version"] == str(SCHEMA_VERSION) and len(bytes.fromhex(stored[CHANNELS_SECRET])) == 32
+    async with PostgresLog(postgres_dsn, read_only=True) as reader:
+        assert reader.channels == channels  # the same names for every store, from now on
+
+
+async def test_two_logs_in_one_database_have_channels_of_their_own(postgres_dsn: str) -> None:
+    name, elsewhere = await fresh_schema(postgres_dsn)
+    try:
+        async with PostgresLog(postgres_dsn) as here, PostgresLog(elsewhere) as there:
+            assert here.channels != there.channels
+    finally:
+        await drop_schema(postgres_dsn, name)
