@@ -104,7 +104,12 @@ def writer_name(worker_id: str | None) -> str:
     if worker_id is not None:
         name = f"baf worker {worker_id}"
     else:
-        command = " ".join([os.path.basename(sys.argv[0]), *sys.argv[1:]]) if sys.argv and sys.argv[0] else "python"
+        from baf.log.postgres import redact_dsn  # here: that module imports this one
+
+        # Every role of the server reads the name (pg_stat_activity): a URL on the command line (baf run
+        # agent.py --log postgresql://...) is shown without its password.
+        words = [redact_dsn(word) if "://" in word else word for word in sys.argv[1:]]
+        command = " ".join([os.path.basename(sys.argv[0]), *words]) if sys.argv and sys.argv[0] else "python"
         name = f"baf pid {os.getpid()} on {socket.gethostname()}: {command}"
     # A command line of bytes that are not UTF-8 (a Latin-1 file name) reaches Python as lone surrogates,
     # which no text sent to the server may hold: shown as "?".
