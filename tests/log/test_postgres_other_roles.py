@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -83,6 +84,22 @@ async def test_another_role_cannot_read_the_channel_secret_nor_see_the_names_in_
             await stop()
     for name in (channels.inbox, channels.records, channels.workers):
         assert name.startswith("baf_") and len(name.encode()) <= 63 and name not in OLD_CHANNELS
+
+
+async def test_another_role_reads_no_password_in_the_name_of_a_writing_connection(
+    postgres_dsn: str, intruder: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The command line names the writing process in pg_stat_activity, which every role reads: a URL typed
+    # on it (baf replay URL --fork-at writes) is shown without its password.
+    monkeypatch.setattr(sys, "argv", ["baf", "replay", "postgresql://u:hunter2-pw@h/db", "s", "--fork-at", "3"])
+    async with PostgresLog(postgres_dsn):
+        other = await asyncpg.connect(intruder)
+        try:
+            names = [row[0] for row in await other.fetch("SELECT application_name FROM pg_stat_activity")]
+        finally:
+            await other.close()
+    [shown] = [name for name in names if name.startswith("baf pid ")]
+    assert "hunter2" not in shown and "baf replay postgresql://u:***@h/db s" in shown
 
 
 async def test_another_role_hears_no_session_id_on_any_name_it_can_guess(postgres_dsn: str, intruder: str) -> None:
