@@ -4,9 +4,7 @@ errors, and the command lines of ``baf serve``'s workers (which any user of the 
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -81,22 +79,3 @@ async def test_baf_serve_workers_do_not_carry_the_password_on_their_command_line
         serve.stderr.close()
     assert code == 0, output
     assert SECRET not in output
-
-
-async def test_a_plain_process_with_the_url_on_its_command_line_names_its_connection_without_the_password(
-    postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # `baf run agent.py --log postgresql://...`: its writer connection is named after its command line, and
-    # every role of the server reads that name (application_name, in pg_stat_activity). A short command
-    # line here, so that the password would come within the name's 63 bytes.
-    monkeypatch.setattr(sys, "argv", ["b", f"x://:{SECRET}@h"])
-    async with PostgresLog(postgres_dsn) as log:
-        await log.append([Record("s", 1, "note", {"text": "hi"}, 1.5, 1)])
-        async with log.connection() as connection:
-            names = await connection.fetch(
-                "SELECT application_name FROM pg_stat_activity WHERE application_name LIKE $1",
-                f"baf pid {os.getpid()} %",
-            )
-    shown = f"baf pid {os.getpid()} on {socket.gethostname()}: b x://:***@h"
-    assert [row[0] for row in names] == [shown.encode()[:63].decode(errors="ignore")]
-    assert SECRET[:4] not in names[0][0]
