@@ -658,13 +658,17 @@ class Runtime:
     ) -> None:
         """Take a message another worker forwarded (inbox row ``inbox_id``) into the session this runtime
         owns: its ``message_received`` record and the row's deletion commit together, so it is handled
-        exactly once. A row that is not a readable message (``data`` None, ``error`` says why) becomes an
+        exactly once; a row taken already and not yet deleted is left alone. Into an idle session, they
+        commit with the first records of the step the message starts (before any body acts); while a step
+        runs, at once. A row that is not a readable message (``data`` None, ``error`` says why) becomes an
         ``error`` record instead, consumed the same way: the session goes on. A session dropped from memory
         since the caller had it is claimed again first; if another worker holds it by now, the row is left
         for that worker."""
         if session_id not in self._live and not await self.claim(session_id):
             return
         live = await self._get_live(session_id, None)
+        if live.writer.consuming(inbox_id):
+            return  # taken already (a read of the inbox before its deletion committed found it again)
         event, problem = _forwarded_event(session_id, data)
         if event is None:
             live.record(RecordKind.ERROR, {"message": f"a malformed message was dropped: {error or problem}",
@@ -685,12 +689,19 @@ class Runtime:
             return
         if live.projection.holding:
             self._release_held(live)
+        idle = self._at_rest(live)
         record = live.record(RecordKind.MESSAGE_RECEIVED, data)
         live.show_received(record)
         live.writer.consume_inbox(inbox_id)
         self._schedule(live, _Item("event", event, record.seq, None))
+        if idle:
+            # The step this starts now commits the message, and the row's deletion, with its first records,
+            # before any body can act (see baf.core.engine._run_body): one round trip less per message. The
+            # row stays in the inbox until then; a crash before it leaves the message to the next owner.
+            _show_now(live)
+            return
         try:
-            await live.flush()
+            await live.flush()  # a step is running: its next commit may be far off
         except LogError as exc:
             self._evict(live, exc)
             raise
@@ -718,7 +729,9 @@ class Runtime:
         worker = self._workers.get(session_id)
         if worker is not None and not worker.done():
             worker.cancel()
-        self._evict(live, LogError(f"session {session_id!r}: this worker lost its lease"))
+        # Said by the caller, which found the lease lost (a worker's heartbeat), and follows the session
+        # for its clients here: not said twice.
+        self._evict(live, LogError(f"session {session_id!r}: this worker lost its lease"), said=True)
 
     async def continue_session(self, session_id: str) -> asyncio.Future[None]:
         """Handle the messages a fork holds (recorded before its cut, not handled there): record that the
@@ -834,10 +847,20 @@ class Runtime:
             self._live.touch(live)
             self._live.trim()  # this session, now at rest, may go too if it is the least recently used
 
-    def _evict(self, live: LiveSession, exc: LogError) -> None:
+    def _evict(self, live: LiveSession, exc: LogError, said: bool = False) -> None:
         """The log refused a write: this in-memory session can no longer be trusted. Drop it, failing
-        what it still had queued; the next use reloads it from what the log really holds."""
-        logger.error("session %s: %s; reloading it from the log on next use", live.id, exc)
+        what it still had queued; the next use reloads it from what the log really holds. ``said``: the
+        caller told why already."""
+        if isinstance(exc, LeaseLostError):
+            # Expected among workers (this one was paused, or cut from the database, past its lease), not a
+            # bug: one line says it, no traceback. The worker holding the lease now goes on with the session.
+            logger.warning(
+                "session %s: %s, so nothing more of it is written here: this worker drops it, and the worker "
+                "that holds its lease now goes on with it from what the log holds",
+                live.id, exc.reason,
+            )  # fmt: skip
+        elif not said:
+            logger.error("session %s: %s; reloading it from the log on next use", live.id, exc)
         if not self._live.remove(live):
             return  # already replaced by a reloaded session: leave that one alone
         self._letting_go.discard(live.id)

@@ -34,6 +34,8 @@ class SessionWriter:
         self._pending: list[Record] = []
         # Inbox rows (a worker's store, see baf.log.postgres_inbox) the next flush consumes atomically.
         self._consumes: list[int] = []
+        # Those rows, and the ones an append under way consumes: taken, but not gone from the inbox yet.
+        self._consuming: set[int] = set()
         # Sync bodies run in worker threads and record from there, racing the event loop.
         self._lock = threading.Lock()
         self._tail: asyncio.Future[None] | None = None
@@ -99,6 +101,13 @@ class SessionWriter:
             raise TypeError(f"{type(self.log).__name__} has no inbox to consume from")
         with self._lock:
             self._consumes.append(inbox_id)
+            self._consuming.add(inbox_id)
+
+    def consuming(self, inbox_id: int) -> bool:
+        """Whether inbox row ``inbox_id`` was taken into this session and its deletion is not committed yet
+        (it waits for the next flush, or an append under way carries it): a read of the inbox meanwhile
+        still finds the row, and must not take its message a second time."""
+        return inbox_id in self._consuming
 
     @property
     def settled(self) -> bool:
@@ -151,6 +160,8 @@ class SessionWriter:
             if failure is exc:
                 raise
             raise failure from exc
+        finally:
+            self._consuming.difference_update(consumes)  # gone from the inbox, or the session is dropped
 
     async def _append_inline(self, previous: asyncio.Future[None] | None, batch: list[Record]) -> None:
         """Nothing in flight: append in the caller's task (a task and a shield per flush cost a sixth

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import pydantic
 
 from baf.core.session import runtime_side
-from baf.errors import ApprovalPending, ConfigurationError, StructuredOutputError
+from baf.errors import ApprovalPending, ConfigurationError, LeaseLostError, StructuredOutputError
 from baf.library.state.planning_tools import PLANNING_TOOLS, PlanningCall, planning_call
 from baf.library.state.reasoning_guards import (
     COMPACTION_PROMPT,
@@ -229,6 +229,9 @@ def reasoning_body(
 
     reasoning.__name__ = "reasoning_body"
     reasoning.resume = resume  # type: ignore[attr-defined]  # the engine's resume hook
+    # Nothing leaves the process before the loop's first commit (the request, before the model call; a
+    # step shown on the platform waits for a commit too): the engine need not commit the step's start.
+    reasoning.commits_before_acting = True  # type: ignore[attr-defined]
     reasoning.check_agent = check_agent  # type: ignore[attr-defined]  # the runtime's start-up check
     return reasoning
 
@@ -404,6 +407,8 @@ class _ReasoningRun:
                                          parameters=self.config.parameters)  # fmt: skip
         except AssertionError:
             raise  # a failed assertion (e.g. a test model's script ran out) is a bug, not an outage
+        except LeaseLostError:
+            raise  # the commit before the call found the session taken over: not the model's failure
         except Exception as exc:
             self.recorder.record_error("llm", exc, step=step, model=self.config.llm.name)
             self.recorder.reply(
