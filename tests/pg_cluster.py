@@ -7,15 +7,17 @@ tests never skip there.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import secrets
 import shutil
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from urllib.parse import urlencode, urlsplit, urlunsplit
+from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
 import pytest
 
@@ -76,3 +78,29 @@ async def drop_schema(dsn: str, name: str) -> None:
         await connection.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
     finally:
         await connection.close()
+
+
+@asynccontextmanager
+async def role_without_rights(dsn: str) -> AsyncIterator[str]:
+    """The DSN of a new role that may log in and use the schema of ``dsn`` (as every role may use ``public``),
+    granted nothing on any table: another user of a shared database. Dropped on exit, its connections first."""
+    import asyncpg
+
+    parts = urlsplit(dsn)
+    schema = dict(q.split("=", 1) for q in parts.query.split("&") if "=" in q).get("search_path", "public")
+    role, password = f"baf_other_{secrets.token_hex(4)}", secrets.token_hex(16)
+    admin = await asyncpg.connect(dsn)
+    try:
+        await admin.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{password}'")
+        await admin.execute(f'GRANT USAGE ON SCHEMA "{schema}" TO {role}')
+        host = parts.netloc.rsplit("@", 1)[-1]
+        yield urlunsplit(parts._replace(netloc=f"{role}:{quote(password)}@{host}"))
+    finally:
+        await admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1", role)
+        for _ in range(1500):  # the terminated backends end within moments; DROP ROLE fails while they live
+            if not await admin.fetchval("SELECT count(*) FROM pg_stat_activity WHERE usename = $1", role):
+                break
+            await asyncio.sleep(0.02)
+        await admin.execute(f"DROP OWNED BY {role}")
+        await admin.execute(f"DROP ROLE {role}")
+        await admin.close()

@@ -140,11 +140,16 @@ _NAME_BYTES: Final = 63
 
 
 def writer_name(worker_id: str | None) -> str:
-    """The name (``application_name``) of a store's writer connection: a worker's id, or the process."""
+    """The name (``application_name``) of a store's writer connection: a worker's id, or the process, its
+    command line with the passwords of URLs in it shown as ``***`` (every role of the database can read a
+    connection's name in ``pg_stat_activity``, and ``baf replay URL --fork-at`` writes)."""
     if worker_id is not None:
         name = f"baf worker {worker_id}"
     else:
-        command = " ".join([os.path.basename(sys.argv[0]), *sys.argv[1:]]) if sys.argv and sys.argv[0] else "python"
+        from baf.log.postgres import redact_dsn  # that module imports this one
+
+        words = [redact_dsn(word) if "://" in word else word for word in sys.argv[1:]]
+        command = " ".join([os.path.basename(sys.argv[0]), *words]) if sys.argv and sys.argv[0] else "python"
         name = f"baf pid {os.getpid()} on {socket.gethostname()}: {command}"
     # A command line of bytes that are not UTF-8 (a Latin-1 file name) reaches Python as lone surrogates,
     # which no text sent to the server may hold: shown as "?".

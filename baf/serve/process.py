@@ -2,8 +2,8 @@
 
 The parent starts each worker as ``python -m baf.serve.process worker ...`` and forwards SIGINT/SIGTERM to
 them; each worker runs :class:`~baf.serve.worker.Worker` until it is told to stop, then stops cleanly
-(steps finish, leases are given up). ``baf serve`` on several hosts against one database needs nothing
-more: the workers find each other through the database.
+(steps finish, leases are given up). A second signal kills them at once. ``baf serve`` on several hosts
+against one database needs nothing more: the workers find each other through the database.
 """
 
 from __future__ import annotations
@@ -49,18 +49,72 @@ def serve(
     environment = {**os.environ, LOG_VARIABLE: dsn}
     children = [subprocess.Popen(command, env={**environment, INDEX_VARIABLE: str(i)}) for i in range(workers)]
 
-    def forward(signum: int, _frame: object) -> None:
-        for child in children:
-            if child.poll() is None:
-                child.send_signal(signum)
-
-    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    stopping = _Stopping(children, lease_ttl)
+    previous = {s: signal.signal(s, stopping.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        codes = _wait_reporting_deaths(children, lease_ttl)
+        codes = _wait_reporting_deaths(children, lease_ttl, stopping)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+    if stopping.killed:
+        return 128 + stopping.signals[-1]  # as a shell reports a command a signal ended (130: Ctrl-C)
     return max((abs(code) for code in codes), default=0)
+
+
+class _Stopping:
+    """What Ctrl-C and SIGTERM do to ``baf serve``: the first is passed on to the workers, which stop after
+    their running steps (up to ``STOP_GRACE_PERIOD`` seconds), the next kills them at once, as a user
+    pressing Ctrl-C again expects of a server. (The worker processes cannot tell a second press from the
+    first one reaching them twice: from the terminal, which signals the whole process group, and from here.)"""
+
+    def __init__(self, children: list[subprocess.Popen[bytes]], lease_ttl: float) -> None:
+        self.children = children
+        self.lease_ttl = lease_ttl
+        self.signals: list[int] = []
+        #: The pids of the workers killed here (their deaths are not reported as a surprise).
+        self.killed: set[int] = set()
+
+    def on_signal(self, signum: int, _frame: object) -> None:
+        from baf.core.runtime import STOP_GRACE_PERIOD
+
+        self.signals.append(signum)
+        running = [child for child in self.children if child.poll() is None]
+        name = _signal_name(signum)
+        if len(self.signals) == 1:
+            for child in running:
+                child.send_signal(signum)
+            again = "press Ctrl-C again" if signum == signal.SIGINT else f"send {name} again"
+            _say(
+                f"baf serve: stopping {counted(len(running), 'worker')} after their running steps (up to "
+                f"{STOP_GRACE_PERIOD:g} s); {again} to stop {agreeing(len(running), 'it', 'them')} now\n"
+            )
+            return
+        said = bool(self.killed)
+        for child in running:
+            with contextlib.suppress(ProcessLookupError):  # ended meanwhile
+                child.kill()
+            self.killed.add(child.pid)
+        if said or not running:  # a third press, or nothing left to stop
+            return
+        first = _signal_name(self.signals[0])
+        how = f"a second {name}" if first == name else f"{name} after {first}"
+        _say(
+            f"baf serve: {how}: killed {counted(len(running), 'worker')} without waiting for their running steps; "
+            "a worker started on this database takes their sessions over once their leases expire, "
+            f"{self.lease_ttl:g} s after their last heartbeat, and resumes those steps from the log\n"
+        )
+
+
+def _signal_name(signum: int) -> str:
+    """A signal as the user knows it: Ctrl-C sends SIGINT; SIGTERM comes from kill, systemd, docker ..."""
+    return "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+
+
+def _say(text: str) -> None:
+    """Write ``text`` on stderr from a signal handler: one unbuffered write (the handler may interrupt a
+    write of the main thread's to the buffered ``sys.stderr``), nothing if stderr is gone."""
+    with contextlib.suppress(OSError, ValueError):
+        os.write(sys.stderr.fileno(), text.encode())
 
 
 async def check_connections(dsn: str, workers: int) -> None:
@@ -131,9 +185,10 @@ def _usable_connections(limits: Any) -> tuple[int, str, str]:
     return max(usable, 0), why, remedy
 
 
-def _wait_reporting_deaths(children: list[subprocess.Popen[bytes]], lease_ttl: float) -> list[int]:
+def _wait_reporting_deaths(children: list[subprocess.Popen[bytes]], lease_ttl: float, stopping: _Stopping) -> list[int]:
     """Wait for every worker; one killed by a signal (kill -9, the OOM killer) is reported at once, as the
-    other workers keep serving and take its sessions over when its leases expire."""
+    other workers keep serving and take its sessions over when its leases expire. One ``stopping`` killed
+    was reported when it was killed."""
     codes: dict[int, int] = {}
     while len(codes) < len(children):
         for child in children:
@@ -141,7 +196,7 @@ def _wait_reporting_deaths(children: list[subprocess.Popen[bytes]], lease_ttl: f
             if code is None or child.pid in codes:
                 continue
             codes[child.pid] = code
-            if code < 0 and -code not in (signal.SIGTERM, signal.SIGINT):
+            if code < 0 and -code not in (signal.SIGTERM, signal.SIGINT) and child.pid not in stopping.killed:
                 running = sum(1 for other in children if other.poll() is None)
                 sys.stderr.write(_death_notice(child.pid, -code, running, lease_ttl))
                 sys.stderr.flush()
