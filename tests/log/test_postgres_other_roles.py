@@ -9,12 +9,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import asyncpg
 import pytest
 from baf_test_helpers import baf
-from pg_cluster import drop_schema, fresh_schema
+from pg_cluster import drop_schema, fresh_schema, role_through_set_role
 from serve.helpers import eventually
 
 from baf.errors import LogError, LogInUseError
@@ -188,28 +189,9 @@ async def test_a_process_of_an_older_baf_still_writing_the_log_is_one_of_its_wri
 
 @pytest.fixture
 async def through_set_role(postgres_dsn: str) -> AsyncIterator[str]:
-    """The DSN of a role that reaches baf's tables only through ``SET ROLE``: it logs in as a member of the
-    role owning them that does not inherit its rights (``NOINHERIT``), and takes that role at every login
-    (``ALTER ROLE ... SET role``), as databases that keep their owner apart from their logins do."""
-    parts = urlsplit(postgres_dsn)
-    schema = dict(q.split("=", 1) for q in parts.query.split("&"))["search_path"]
-    suffix = secrets.token_hex(4)
-    owner, login, password = f"baf_owner_{suffix}", f"baf_login_{suffix}", secrets.token_hex(16)
-    admin = await asyncpg.connect(postgres_dsn)
-    try:
-        await admin.execute(f"CREATE ROLE {owner} NOLOGIN")
-        await admin.execute(f'GRANT USAGE, CREATE ON SCHEMA "{schema}" TO {owner}')
-        await admin.execute(f"CREATE ROLE {login} LOGIN NOINHERIT PASSWORD '{password}' IN ROLE {owner}")
-        await admin.execute(f"ALTER ROLE {login} SET role = {owner}")
-        host = parts.netloc.rsplit("@", 1)[-1]
-        yield urlunsplit(parts._replace(netloc=f"{login}:{quote(password)}@{host}"))
-    finally:
-        await admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1", login)
-        await eventually(lambda: _gone(admin, login), "the login role's connections ended", within=30)
-        await admin.execute(f"DROP OWNED BY {owner}, {login}")
-        await admin.execute(f"DROP ROLE {login}")
-        await admin.execute(f"DROP ROLE {owner}")
-        await admin.close()
+    """A role that writes baf's tables only as their owner, through ``SET ROLE`` (``role_through_set_role``)."""
+    async with role_through_set_role(postgres_dsn) as dsn:
+        yield dsn
 
 
 async def test_a_role_that_writes_the_log_through_set_role_is_one_of_its_writers(
