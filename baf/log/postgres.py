@@ -39,7 +39,7 @@ import asyncio
 import contextlib
 import json
 import secrets
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import unquote
@@ -62,7 +62,7 @@ from baf.log.postgres_channels import Channels, read_channels
 from baf.log.postgres_commit import Batch, Known, Plan, Refused, Row, Stored, stored_work
 from baf.log.postgres_connect import KEEPALIVE_SECONDS, Keepalive, set_socket_keepalive
 from baf.log.postgres_lock import overtaken, take_writer_lock
-from baf.log.postgres_schema import SCHEMA_VERSION, prepare_schema
+from baf.log.postgres_schema import SCHEMA_VERSION, created_meanwhile, prepare_schema
 from baf.log.record import Record
 from baf.log.row_codec import MAX_INT32, encode_fields
 from baf.log.store import SessionLog, check_appendable, missing_record
@@ -315,41 +315,52 @@ class PostgresLog(SessionLog):
         where = redact_dsn(self._dsn)
         if writer.overtaken:
             raise overtaken(where)
-        connection = await self.open_connection()
-
-        async def prepare() -> None:
-            asyncpg = _import_asyncpg()
+        for attempt in range(3):
+            connection = await self.open_connection()
             try:
-                await prepare_schema(connection, where, read_only=False)
-            except asyncpg.LockNotAvailableError:
-                raise  # waited too long: the lock's error (baf.log.postgres_lock)
-            except asyncpg.PostgresError as exc:
-                raise LogError(f"{where}: cannot prepare the log's tables: {exc}") from exc
-
-        try:
-            since = writer.generation if self._worker_id is None else None  # workers are fenced by leases
-            generation = await take_writer_lock(
-                connection,
-                where,
-                self._worker_id,
-                since,
-                wait=self._connect_timeout,
-                prepare=prepare if starting else None,
-            )
-        except BaseException as exc:
-            connection.terminate()
-            if isinstance(exc, LogError) or not isinstance(exc, Exception):  # refused, or cancelled: as it is
-                raise
-            # What the server refused, or the connection lost on the way (the driver's InterfaceError, an
-            # OSError, a timeout): the store's error either way, as when the connection cannot be opened.
-            what = f"cannot take the log's writer lock: {self._why(exc) or type(exc).__name__}"
-            raise LogStorageError(where, what) from exc
+                since = writer.generation if self._worker_id is None else None  # workers are fenced by leases
+                generation = await take_writer_lock(
+                    connection,
+                    where,
+                    self._worker_id,
+                    since,
+                    wait=self._connect_timeout,
+                    prepare=self._preparing(connection, where) if starting else None,
+                )
+            except BaseException as exc:
+                connection.terminate()
+                if starting and attempt < 2 and created_meanwhile(exc):
+                    continue  # another store created the tables at the same time: they are there now
+                if isinstance(exc, LogError) or not isinstance(exc, Exception):  # refused, or cancelled: as it is
+                    raise
+                # What the server refused, or the connection lost on the way (the driver's InterfaceError, an
+                # OSError, a timeout): the store's error either way, as when the connection cannot be opened.
+                what = f"cannot take the log's writer lock: {self._why(exc) or type(exc).__name__}"
+                raise LogStorageError(where, what) from exc
+            break
         if generation is None:
             connection.terminate()
             writer.overtaken = True
             raise overtaken(where)
         writer.generation = generation
         return connection
+
+    @staticmethod
+    def _preparing(connection: asyncpg.Connection, where: str) -> Callable[[], Awaitable[None]]:
+        """The schema's preparation on the writer's connection at start (``prepare_schema``), whose errors are
+        the store's, but for a lock waited for too long and a collision with another store creating the tables
+        (``_connect`` says or retries those)."""
+
+        async def prepare() -> None:
+            asyncpg = _import_asyncpg()
+            try:
+                await prepare_schema(connection, where, read_only=False)
+            except asyncpg.PostgresError as exc:
+                if isinstance(exc, asyncpg.LockNotAvailableError) or created_meanwhile(exc):
+                    raise
+                raise LogError(f"{where}: cannot prepare the log's tables: {exc}") from exc
+
+        return prepare
 
     async def _acquire(self, pool: asyncpg.Pool) -> asyncpg.Connection:
         asyncpg = _import_asyncpg()

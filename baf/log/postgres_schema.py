@@ -36,7 +36,7 @@ from baf.wording import agreeing
 if TYPE_CHECKING:
     import asyncpg
 
-__all__ = ["SCHEMA_VERSION", "prepare_schema"]
+__all__ = ["SCHEMA_VERSION", "created_meanwhile", "prepare_schema"]
 
 #: The schema this baf writes. A database at a higher version was written by a newer baf and is refused.
 SCHEMA_VERSION: Final = 4
@@ -108,7 +108,8 @@ async def prepare_schema(connection: asyncpg.Connection, where: str, *, read_onl
     """Create the tables in an empty database, upgrade an older schema, refuse a newer one or a non-log;
     make the channel secret if the log has none (``baf.log.postgres_channels``). Call it inside a
     transaction, which it does not end: a writing store decides its writer lock in the same one, and commits
-    only if it is not refused.
+    only if it is not refused. Two stores creating the tables of an empty database at once collide: the
+    loser's error is one ``created_meanwhile`` recognizes, and it tries again on a new connection.
 
     Read-only: nothing is created or changed (not the secret either); a database without a baf log is refused.
     """
@@ -119,20 +120,13 @@ async def prepare_schema(connection: asyncpg.Connection, where: str, *, read_onl
         _refuse_newer(where, stored)
         await _check_tables(connection, where, stored)
         return
-    for attempt in range(3):
-        savepoint = connection.transaction()
-        await savepoint.start()
-        try:
-            await _prepare(connection, where)
-        except Exception as exc:
-            if attempt == 2 or getattr(exc, "sqlstate", None) not in _CREATED_ALREADY:
-                raise  # the caller closes the connection, which ends the transaction
-            # Another store created the tables at the same time: they are there now. The server refused a
-            # statement, so the connection is sound for the rollback.
-            await savepoint.rollback()
-            continue
-        await savepoint.commit()
-        return
+    await _prepare(connection, where)
+
+
+def created_meanwhile(exc: BaseException) -> bool:
+    """Whether ``exc`` is a ``CREATE`` that collided with another store's creating the same tables: they
+    exist now, and a new transaction on a new connection (whose view of the catalog is fresh) finds them."""
+    return getattr(exc, "sqlstate", None) in _CREATED_ALREADY
 
 
 async def _prepare(connection: asyncpg.Connection, where: str) -> None:
@@ -214,8 +208,12 @@ async def _check_tables(connection: asyncpg.Connection, where: str, version: int
 
 
 async def _stored_version(connection: asyncpg.Connection, where: str) -> int | None:
-    if not await connection.fetchval("SELECT to_regclass('baf_meta') IS NOT NULL"):
-        if await connection.fetchval("SELECT to_regclass('baf_records') IS NOT NULL"):
+    # One statement: tables another store creates meanwhile appear to it together.
+    meta, records = await connection.fetchrow(
+        "SELECT to_regclass('baf_meta') IS NOT NULL, to_regclass('baf_records') IS NOT NULL"
+    )
+    if not meta:
+        if records:
             raise LogError(f"{where}: baf_records exists without baf_meta; is this a baf log?")
         return None
     value = await connection.fetchval("SELECT value FROM baf_meta WHERE key = 'schema_version'")
