@@ -374,12 +374,16 @@ class PostgresLog(SessionLog):
                 "of the pool were busy (raise pool_size or acquire_timeout); nothing was read or written",
             ) from exc
         except (OSError, asyncpg.PostgresError) as exc:
-            raise LogStorageError(where, f"cannot open a database connection: {exc}") from exc
+            raise LogStorageError(where, f"cannot open a database connection: {self._why(exc)}") from exc
 
     def _why(self, exc: BaseException) -> str:
         """Why a connection could not be opened (a timeout says nothing by itself)."""
         if isinstance(exc, TimeoutError) and not str(exc):
             return f"the server did not answer within {self._connect_timeout:g} s (connect_timeout)"
+        # Refused at the port, or no socket file at the path: nothing listens there. The driver's words
+        # alone ("Connect call failed", "No such file or directory") do not say what to check.
+        if isinstance(exc, (ConnectionRefusedError, FileNotFoundError)):
+            return f"{exc} (is the PostgreSQL server running and listening there?)"
         return str(exc)
 
     @property
