@@ -172,6 +172,8 @@ def _usable_connections(limits: Any) -> tuple[int, str, str]:
     why += " by superuser_reserved_connections"
     if reserved:
         why += f" and {reserved} for pg_use_reserved_connections by reserved_connections"
+    if superuser:
+        why += f"; role {role!r} is a superuser and may use them, but baf serve leaves them for an administrator"
     remedy = "raise max_connections"
     if not superuser:
         if 0 <= database_limit < usable:

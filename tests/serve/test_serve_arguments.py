@@ -15,7 +15,7 @@ from baf.errors import ConfigurationError
 from baf.log.postgres import PostgresLog
 from baf.log.postgres_leases import Leases
 from baf.serve import Worker
-from baf.serve.process import check_connections
+from baf.serve.process import _usable_connections, check_connections
 
 from .helpers import FIXTURE, fresh_agent
 
@@ -57,6 +57,9 @@ async def test_more_workers_than_the_database_can_ever_connect_are_refused_befor
     try:
         most = int(await connection.fetchval("SELECT current_setting('max_connections')"))
         kept = int(await connection.fetchval("SELECT current_setting('superuser_reserved_connections')"))
+        role, superuser = await connection.fetchrow(
+            "SELECT rolname, rolsuper FROM pg_roles WHERE rolname = current_user"
+        )
     finally:
         await connection.close()
     result = await asyncio.to_thread(
@@ -68,8 +71,23 @@ async def test_more_workers_than_the_database_can_ever_connect_are_refused_befor
     # What a role may open: the connections kept for superusers are not for workers.
     said = f"lets them open {most - kept:,} (max_connections {most:,}, less {kept} kept for superusers by "
     assert said in result.stderr, result.stderr
+    # A superuser may use those connections too: the message says why the workers leave them anyway.
+    said = f"; role {role!r} is a superuser and may use them, but baf serve leaves them for an administrator): start"
+    assert (said in result.stderr) == superuser, result.stderr
     assert f"start at most {(most - kept) // 7:,}, or raise max_connections" in result.stderr
     assert "READY" not in result.stdout and "worker" not in result.stderr.split("need")[1]
+
+
+@pytest.mark.parametrize("superuser", [True, False], ids=["superuser", "other role"])
+def test_the_connections_kept_for_superusers_are_said_as_the_role_sees_them(superuser: bool) -> None:
+    # max_connections, superuser_reserved_connections, reserved_connections, rolsuper, the role's and the
+    # database's CONNECTION LIMIT (-1: none), their names.
+    usable, why, remedy = _usable_connections((100, 3, 2, superuser, -1, "app", -1, "db"))
+    assert (usable, remedy) == (95, "raise max_connections")
+    kept = "max_connections 100, less 3 kept for superusers by superuser_reserved_connections and 2 for "
+    assert why.startswith(kept + "pg_use_reserved_connections by reserved_connections"), why
+    admin = "; role 'app' is a superuser and may use them, but baf serve leaves them for an administrator"
+    assert why.endswith(admin) == superuser, why
 
 
 async def test_a_worker_refuses_a_poll_interval_or_lease_ttl_it_could_not_keep(postgres_dsn: str) -> None:
