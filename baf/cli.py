@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from baf.errors import ConfigurationError, LogError, SessionNotFoundError
+from baf.errors import ConfigurationError, LogError, LogInUseError, SessionNotFoundError
 from baf.log import SessionLog, SQLiteLog, open_log
 from baf.log.redaction import Redactor
 from baf.replay.render import NARROW, fit_columns, records_plain, short_data, visible, visible_json
@@ -692,7 +692,22 @@ def _rerun_or_fork(args: argparse.Namespace) -> int:
                 return print_rerun_report(report, console)
             return await fork_command(log, args.session, args.fork_at, console, _shown(_log_url(args.log)))
 
-    return asyncio.run(go())
+    try:
+        return asyncio.run(go())
+    except LogInUseError as exc:
+        if agent is not None:
+            raise
+        # The refusal is worded for any opening for writing ("or open the log read-only"); a fork writes.
+        who = exc.holder or "another process"
+        which = "that process"
+        if str(exc.path).startswith(("postgresql:", "postgres:")):
+            which += " (every baf serve worker, when workers write it)"
+        raise LogInUseError(
+            exc.path,
+            exc.holder,
+            reason=f"a fork appends its new session to this log, which {who} is writing now: stop {which}, "
+            "fork, then start it again; nothing was written",
+        ) from None
 
 
 def _cmd_export(args: argparse.Namespace) -> int:

@@ -20,6 +20,7 @@ from baf_test_helpers import baf
 from pg_cluster import drop_schema, fresh_schema
 from serve.helpers import eventually, fresh_agent
 
+from baf.cli import main
 from baf.core.agent import Agent
 from baf.errors import LogError, LogInUseError, LogStorageError
 from baf.log import Record
@@ -102,6 +103,20 @@ async def test_a_plain_writer_is_refused_while_workers_write_naming_them(postgre
         assert "baf serve" in str(refused.value) and "read-only" in str(refused.value)  # what to do instead
     async with PostgresLog(postgres_dsn):  # once they stopped, it opens
         pass
+
+
+async def test_a_fork_refused_while_workers_write_says_to_stop_them_not_to_open_the_log_read_only(
+    postgres_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async with PostgresLog(postgres_dsn, worker_id="host:1:aa"):
+        code = await asyncio.to_thread(main, ["replay", postgres_dsn, "s", "--fork-at", "1"])
+        assert code == 2
+    said = capsys.readouterr().err
+    assert "a fork appends its new session to this log, which baf worker host:1:aa" in said, said
+    assert "stop that process (every baf serve worker, when workers write it), fork, then start it again" in said
+    assert "or open the log read-only" not in said and "nothing was written" in said
+    async with PostgresLog(postgres_dsn, read_only=True) as reader:
+        assert await reader.sessions() == []
 
 
 async def test_a_worker_is_refused_while_a_plain_process_writes(postgres_dsn: str, plain: PostgresLog) -> None:

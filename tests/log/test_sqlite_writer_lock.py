@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from baf_test_helpers import baf
 
+from baf.cli import main
 from baf.errors import LogError, LogInUseError
 from baf.log import Record, SQLiteLog
 
@@ -83,6 +84,23 @@ async def test_a_second_writing_process_is_refused_naming_the_file_and_the_holde
     async with SQLiteLog(db) as log:
         await log.append([Record(session_id="after", seq=1, kind="session_started", data=STARTED)])
         assert await log.sessions() == ["held", "after"]
+
+
+@pytest.mark.slow
+def test_a_fork_refused_while_another_process_writes_says_to_stop_it_not_to_open_the_log_read_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "baf.db"
+    holder = start_holder(db)
+    try:
+        assert main(["replay", str(db), "held", "--fork-at", "1"]) == 2
+    finally:
+        stop(holder)
+    said = capsys.readouterr().err
+    assert f"a fork appends its new session to this log, which pid {holder.pid}" in said, said
+    assert "is writing now: stop that process, fork, then start it again; nothing was written" in said
+    assert "open the log read-only" not in said
+    assert main(["replay", str(db), "held", "--fork-at", "1"]) == 0  # the holder is gone: it forks
 
 
 @pytest.mark.slow
