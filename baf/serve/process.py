@@ -123,15 +123,15 @@ async def check_connections(dsn: str, workers: int) -> None:
     for roles granted ``pg_use_reserved_connections`` (PostgreSQL 16 or newer), and the ``CONNECTION
     LIMIT`` of the role and of the database, which bind every role but a superuser. A database that
     cannot be reached is left to the workers, which say so (after what is wrong with the agent file, if
-    anything)."""
-    from baf.errors import ConfigurationError
+    anything). ``MissingExtraError`` without asyncpg: said here once, not by each worker."""
+    from baf.errors import ConfigurationError, MissingExtraError
     from baf.log.postgres import redact_dsn
     from baf.serve.worker import POOL_SIZE, connections_per_worker
 
     try:
         import asyncpg
-    except ImportError:
-        return  # the workers say which extra is missing
+    except ImportError as exc:  # as the log says it (baf.log.postgres), before the workers would, each
+        raise MissingExtraError("a postgresql:// log (asyncpg)", "postgres") from exc
     try:
         connection = await asyncpg.connect(dsn, timeout=10)
     except Exception:  # anything: the workers connect on their own and report it

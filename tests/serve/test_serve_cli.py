@@ -92,6 +92,21 @@ def test_a_worker_whose_agent_file_raises_shows_the_users_traceback_only(tmp_pat
     assert "baf/serve/process.py" not in said and "asyncio" not in said and "<frozen" not in said, said
 
 
+def test_a_missing_postgres_extra_is_said_once_not_by_each_worker(tmp_path: Path) -> None:
+    # An environment without asyncpg (a module that fails to import shadows the installed one), which the
+    # workers would inherit.
+    (tmp_path / "hidden" / "asyncpg").mkdir(parents=True)
+    (tmp_path / "hidden" / "asyncpg" / "__init__.py").write_text("raise ImportError('no asyncpg here')\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "hidden")}
+    result = subprocess.run(
+        [sys.executable, "-m", "baf.cli", "serve", str(FIXTURE), "--log", "postgresql://baf@127.0.0.1:9/none",
+         "--workers", "3"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("needs the 'postgres' extra, which is not installed") == 1, result.stderr
+    assert "worker" not in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
 TERMINAL_AGENT = """
 from baf import Agent
 
