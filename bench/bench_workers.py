@@ -172,7 +172,7 @@ async def postgres_run(
     the rendezvous hash picks takes it over then and keeps it), so the clock times a second message to
     sessions already loaded on the worker that holds them, as the SQLite process holds its own; otherwise
     the workers take each session over (its lease, its load) after the clock. ``timeline``: a file the
-    workers' model writes each call to (see ``workers_agent``)."""  # fmt: skip
+    workers' model writes each call to (see ``workers_agent``)."""
     dsn = await fresh_schema(server)
     ids, warm = [f"c{i}" for i in range(sessions)], [f"w{i}" for i in range(WARM_UP)]
     await create_sessions(dsn, warm + ids)  # the tables too, before the workers start
