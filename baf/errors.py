@@ -341,6 +341,8 @@ class LeaseLostError(LogError):
     def __init__(self, session_id: str, reason: str) -> None:
         super().__init__(f"session {session_id!r}: {reason}; nothing was written")
         self.session_id = session_id
+        #: Why, without the session (``worker 'a' lost its lease (epoch 3) to another``).
+        self.reason = reason
 
 
 class LLMError(BafError):

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from pg_cluster import drop_schema, fresh_schema, postgres_server
+from pg_cluster import drop_schema, fresh_schema, postgres_server, role_without_rights
 
 from baf.testing import RecordingPlatform
 
@@ -42,3 +42,10 @@ async def postgres_dsn(postgres_server_dsn: str) -> AsyncIterator[str]:
         yield dsn
     finally:
         await drop_schema(postgres_server_dsn, name)
+
+
+@pytest.fixture
+async def other_role_dsn(postgres_dsn: str) -> AsyncIterator[str]:
+    """The DSN of another role of the database, granted nothing on baf's tables (``role_without_rights``)."""
+    async with role_without_rights(postgres_dsn) as dsn:
+        yield dsn

@@ -7,15 +7,17 @@ tests never skip there.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import secrets
 import shutil
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from urllib.parse import urlencode, urlsplit, urlunsplit
+from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
 import pytest
 
@@ -76,3 +78,61 @@ async def drop_schema(dsn: str, name: str) -> None:
         await connection.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
     finally:
         await connection.close()
+
+
+@asynccontextmanager
+async def role_without_rights(dsn: str) -> AsyncIterator[str]:
+    """The DSN of a new role that may log in and use the schema of ``dsn`` (as every role may use ``public``),
+    granted nothing on any table: another user of a shared database. Dropped on exit, its connections first."""
+    import asyncpg
+
+    parts = urlsplit(dsn)
+    schema = dict(q.split("=", 1) for q in parts.query.split("&") if "=" in q).get("search_path", "public")
+    role, password = f"baf_other_{secrets.token_hex(4)}", secrets.token_hex(16)
+    admin = await asyncpg.connect(dsn)
+    try:
+        await admin.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{password}'")
+        await admin.execute(f'GRANT USAGE ON SCHEMA "{schema}" TO {role}')
+        host = parts.netloc.rsplit("@", 1)[-1]
+        yield urlunsplit(parts._replace(netloc=f"{role}:{quote(password)}@{host}"))
+    finally:
+        await admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1", role)
+        for _ in range(1500):  # the terminated backends end within moments; DROP ROLE fails while they live
+            if not await admin.fetchval("SELECT count(*) FROM pg_stat_activity WHERE usename = $1", role):
+                break
+            await asyncio.sleep(0.02)
+        await admin.execute(f"DROP OWNED BY {role}")
+        await admin.execute(f"DROP ROLE {role}")
+        await admin.close()
+
+
+@asynccontextmanager
+async def role_through_set_role(dsn: str) -> AsyncIterator[str]:
+    """The DSN of a new role that reaches the tables of ``dsn``'s schema only through ``SET ROLE``: it logs in
+    as a member of the role owning them that does not inherit its rights (``NOINHERIT``), and takes that role
+    at every login (``ALTER ROLE ... SET role``), as databases that keep their owner apart from their logins
+    do. Dropped on exit, its connections and what its owner role made first."""
+    import asyncpg
+
+    parts = urlsplit(dsn)
+    schema = dict(q.split("=", 1) for q in parts.query.split("&") if "=" in q).get("search_path", "public")
+    suffix = secrets.token_hex(4)
+    owner, login, password = f"baf_owner_{suffix}", f"baf_login_{suffix}", secrets.token_hex(16)
+    admin = await asyncpg.connect(dsn)
+    try:
+        await admin.execute(f"CREATE ROLE {owner} NOLOGIN")
+        await admin.execute(f'GRANT USAGE, CREATE ON SCHEMA "{schema}" TO {owner}')
+        await admin.execute(f"CREATE ROLE {login} LOGIN NOINHERIT PASSWORD '{password}' IN ROLE {owner}")
+        await admin.execute(f"ALTER ROLE {login} SET role = {owner}")
+        host = parts.netloc.rsplit("@", 1)[-1]
+        yield urlunsplit(parts._replace(netloc=f"{login}:{quote(password)}@{host}"))
+    finally:
+        await admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1", login)
+        for _ in range(1500):  # as in role_without_rights
+            if not await admin.fetchval("SELECT count(*) FROM pg_stat_activity WHERE usename = $1", login):
+                break
+            await asyncio.sleep(0.02)
+        await admin.execute(f"DROP OWNED BY {owner}, {login}")
+        await admin.execute(f"DROP ROLE {login}")
+        await admin.execute(f"DROP ROLE {owner}")
+        await admin.close()

@@ -35,6 +35,7 @@ from baf.core.events import ApprovalEvent, Event, ReceiveJSONEvent, ReceiveTextE
 from baf.core.hooks import StepHooks
 from baf.core.intent_routing import entering_global, predict_intent, return_transition
 from baf.core.stopping import Cut
+from baf.errors import LeaseLostError
 from baf.log.record import Record, RecordKind
 
 if TYPE_CHECKING:
@@ -240,6 +241,11 @@ async def _run_body(
             result = await live.run_sync(body, session)
             if inspect.isawaitable(result):
                 await result
+    except LeaseLostError:
+        # A commit the body awaited found the session taken over by another worker (this one was paused, or
+        # cut from the database, past its lease): not the body's fault, and nothing more of this step can
+        # be written here. The step ends; the runtime drops the session and the new owner resumes it.
+        raise
     except Exception as exc:
         shown = f"Something went wrong while handling that ({type(exc).__name__} in state {state.name!r})."
         # ``shown``: what a reconnecting UI's history shows for it.

@@ -731,7 +731,9 @@ class Runtime:
         worker = self._workers.get(session_id)
         if worker is not None and not worker.done():
             worker.cancel()
-        self._evict(live, LogError(f"session {session_id!r}: this worker lost its lease"))
+        # Said by the caller, which found the lease lost (a worker's heartbeat), and follows the session
+        # for its clients here: not said twice.
+        self._evict(live, LogError(f"session {session_id!r}: this worker lost its lease"), said=True)
 
     async def continue_session(self, session_id: str) -> asyncio.Future[None]:
         """Handle the messages a fork holds (recorded before its cut, not handled there): record that the
@@ -847,10 +849,20 @@ class Runtime:
             self._live.touch(live)
             self._live.trim()  # this session, now at rest, may go too if it is the least recently used
 
-    def _evict(self, live: LiveSession, exc: LogError) -> None:
+    def _evict(self, live: LiveSession, exc: LogError, said: bool = False) -> None:
         """The log refused a write: this in-memory session can no longer be trusted. Drop it, failing
-        what it still had queued; the next use reloads it from what the log really holds."""
-        logger.error("session %s: %s; reloading it from the log on next use", live.id, exc)
+        what it still had queued; the next use reloads it from what the log really holds. ``said``: the
+        caller told why already."""
+        if isinstance(exc, LeaseLostError):
+            # Expected among workers (this one was paused, or cut from the database, past its lease), not a
+            # bug: one line says it, no traceback. The worker holding the lease now goes on with the session.
+            logger.warning(
+                "session %s: %s, so nothing more of it is written here: this worker drops it, and the worker "
+                "that holds its lease now goes on with it from what the log holds",
+                live.id, exc.reason,
+            )  # fmt: skip
+        elif not said:
+            logger.error("session %s: %s; reloading it from the log on next use", live.id, exc)
         if not self._live.remove(live):
             return  # already replaced by a reloaded session: leave that one alone
         self._letting_go.discard(live.id)

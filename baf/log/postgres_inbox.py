@@ -39,11 +39,14 @@ RELISTEN_MAX_DELAY = 5.0
 
 #: How many waiting messages of a session one read returns (the owner reads again after handling them).
 _PENDING_LIMIT = 100
+# The first waiting rows of each session, read through the (session_id, id) index and stopped at the limit:
+# a session with 200,000 rows waiting costs what one with 100 does. (Numbering every waiting row of the
+# sessions with a window function and keeping the first ones read them all: ~30 ms for 200,000.) Sorted by
+# the sessions' places in the array, integers, not by their ids (text in the database's collation).
 _PENDING_MANY = """
-SELECT session_id, id, payload FROM (
-    SELECT session_id, id, payload, row_number() OVER (PARTITION BY session_id ORDER BY id) AS n
-    FROM baf_inbox WHERE session_id = ANY($1::text[])
-) AS waiting WHERE n <= $2 ORDER BY session_id, id
+SELECT u.s, i.id, i.payload FROM unnest($1::text[]) WITH ORDINALITY AS u(s, n)
+CROSS JOIN LATERAL (SELECT id, payload FROM baf_inbox WHERE session_id = u.s ORDER BY id LIMIT $2) AS i
+ORDER BY u.n, i.id
 """
 
 # The rows and their notifications, in one round trip (notifications are delivered when the rows commit;

@@ -2,8 +2,8 @@
 
 The parent starts each worker as ``python -m baf.serve.process worker ...`` and forwards SIGINT/SIGTERM to
 them; each worker runs :class:`~baf.serve.worker.Worker` until it is told to stop, then stops cleanly
-(steps finish, leases are given up). ``baf serve`` on several hosts against one database needs nothing
-more: the workers find each other through the database.
+(steps finish, leases are given up). A second signal kills them at once. ``baf serve`` on several hosts
+against one database needs nothing more: the workers find each other through the database.
 """
 
 from __future__ import annotations
@@ -49,18 +49,72 @@ def serve(
     environment = {**os.environ, LOG_VARIABLE: dsn}
     children = [subprocess.Popen(command, env={**environment, INDEX_VARIABLE: str(i)}) for i in range(workers)]
 
-    def forward(signum: int, _frame: object) -> None:
-        for child in children:
-            if child.poll() is None:
-                child.send_signal(signum)
-
-    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    stopping = _Stopping(children, lease_ttl)
+    previous = {s: signal.signal(s, stopping.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        codes = _wait_reporting_deaths(children, lease_ttl)
+        codes = _wait_reporting_deaths(children, lease_ttl, stopping)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+    if stopping.killed:
+        return 128 + stopping.signals[-1]  # as a shell reports a command a signal ended (130: Ctrl-C)
     return max((abs(code) for code in codes), default=0)
+
+
+class _Stopping:
+    """What Ctrl-C and SIGTERM do to ``baf serve``: the first is passed on to the workers, which stop after
+    their running steps (up to ``STOP_GRACE_PERIOD`` seconds), the next kills them at once, as a user
+    pressing Ctrl-C again expects of a server. (The worker processes cannot tell a second press from the
+    first one reaching them twice: from the terminal, which signals the whole process group, and from here.)"""
+
+    def __init__(self, children: list[subprocess.Popen[bytes]], lease_ttl: float) -> None:
+        self.children = children
+        self.lease_ttl = lease_ttl
+        self.signals: list[int] = []
+        #: The pids of the workers killed here (their deaths are not reported as a surprise).
+        self.killed: set[int] = set()
+
+    def on_signal(self, signum: int, _frame: object) -> None:
+        from baf.core.runtime import STOP_GRACE_PERIOD
+
+        self.signals.append(signum)
+        running = [child for child in self.children if child.poll() is None]
+        name = _signal_name(signum)
+        if len(self.signals) == 1:
+            for child in running:
+                child.send_signal(signum)
+            again = "press Ctrl-C again" if signum == signal.SIGINT else f"send {name} again"
+            _say(
+                f"baf serve: stopping {counted(len(running), 'worker')} after their running steps (up to "
+                f"{STOP_GRACE_PERIOD:g} s); {again} to stop {agreeing(len(running), 'it', 'them')} now\n"
+            )
+            return
+        said = bool(self.killed)
+        for child in running:
+            with contextlib.suppress(ProcessLookupError):  # ended meanwhile
+                child.kill()
+            self.killed.add(child.pid)
+        if said or not running:  # a third press, or nothing left to stop
+            return
+        first = _signal_name(self.signals[0])
+        how = f"a second {name}" if first == name else f"{name} after {first}"
+        _say(
+            f"baf serve: {how}: killed {counted(len(running), 'worker')} without waiting for their running steps; "
+            "a worker started on this database takes their sessions over once their leases expire, "
+            f"{self.lease_ttl:g} s after their last heartbeat, and resumes those steps from the log\n"
+        )
+
+
+def _signal_name(signum: int) -> str:
+    """A signal as the user knows it: Ctrl-C sends SIGINT; SIGTERM comes from kill, systemd, docker ..."""
+    return "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+
+
+def _say(text: str) -> None:
+    """Write ``text`` on stderr from a signal handler: one unbuffered write (the handler may interrupt a
+    write of the main thread's to the buffered ``sys.stderr``), nothing if stderr is gone."""
+    with contextlib.suppress(OSError, ValueError):
+        os.write(sys.stderr.fileno(), text.encode())
 
 
 async def check_connections(dsn: str, workers: int) -> None:
@@ -131,22 +185,73 @@ def _usable_connections(limits: Any) -> tuple[int, str, str]:
     return max(usable, 0), why, remedy
 
 
-def _wait_reporting_deaths(children: list[subprocess.Popen[bytes]], lease_ttl: float) -> list[int]:
+def _wait_reporting_deaths(children: list[subprocess.Popen[bytes]], lease_ttl: float, stopping: _Stopping) -> list[int]:
     """Wait for every worker; one killed by a signal (kill -9, the OOM killer) is reported at once, as the
-    other workers keep serving and take its sessions over when its leases expire."""
+    other workers keep serving and take its sessions over when its leases expire. One ``stopping`` killed
+    was reported when it was killed."""
     codes: dict[int, int] = {}
+    pauses = _Pauses()
     while len(codes) < len(children):
         for child in children:
             code = child.poll()
-            if code is None or child.pid in codes:
+            if code is None:
+                notice = pauses.check(child.pid)
+                if notice is not None:
+                    sys.stderr.write(notice)
+                    sys.stderr.flush()
+                continue
+            if child.pid in codes:
                 continue
             codes[child.pid] = code
-            if code < 0 and -code not in (signal.SIGTERM, signal.SIGINT):
+            if code < 0 and -code not in (signal.SIGTERM, signal.SIGINT) and child.pid not in stopping.killed:
                 running = sum(1 for other in children if other.poll() is None)
                 sys.stderr.write(_death_notice(child.pid, -code, running, lease_ttl))
                 sys.stderr.flush()
         time.sleep(0.1)
     return [codes[child.pid] for child in children]
+
+
+#: How long (seconds) a worker stays stopped before ``baf serve`` says so: Ctrl-Z stops every process of the
+#: terminal, ``baf serve`` with them, and ``fg`` continues them all; that is not worth a word.
+PAUSE_NOTICE_SECONDS: Final = 1.0
+
+
+class _Pauses:
+    """Says when a worker has been stopped for a while (SIGSTOP, a debugger), and when it runs again. The
+    kernel keeps handing a stopped process its share of new connections to the port the workers share, and
+    they wait unanswered: nothing else would tell. Linux (``/proc``); elsewhere it says nothing."""
+
+    def __init__(self) -> None:
+        self._since: dict[int, float] = {}
+        self._said: set[int] = set()
+
+    def check(self, pid: int) -> str | None:
+        """What to say of worker ``pid`` now, if anything."""
+        if _stopped(pid):
+            since = self._since.setdefault(pid, time.monotonic())
+            if pid in self._said or time.monotonic() - since < PAUSE_NOTICE_SECONDS:
+                return None
+            self._said.add(pid)
+            return (
+                f"baf serve: worker {pid} is stopped (SIGSTOP, or a debugger): the kernel still hands it its share "
+                f"of new connections to the agent's port, which wait until it runs again (kill -CONT {pid}) or is "
+                "killed\n"
+            )
+        self._since.pop(pid, None)
+        if pid not in self._said:
+            return None
+        self._said.discard(pid)
+        return f"baf serve: worker {pid} runs again\n"
+
+
+def _stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped: by a signal (state T) or at a debugger's breakpoint (t)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rpartition(b")")[2].split()  # after the name, which may hold anything
+    except OSError:  # no /proc (not Linux), or the process is gone
+        return False
+    return bool(fields) and fields[0] in (b"T", b"t")
 
 
 def _death_notice(pid: int, signum: int, running: int, lease_ttl: float) -> str:

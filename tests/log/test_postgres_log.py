@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import json
 import os
 import shutil
 import subprocess
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
@@ -25,7 +27,7 @@ from baf.errors import (
     LogReadOnlyError,
     LogStorageError,
 )
-from baf.log import Record, open_log, postgres_leases
+from baf.log import Record, open_log, postgres_inbox, postgres_leases
 from baf.log.postgres import RESUME_CHUNK, PostgresLog
 from baf.log.postgres_inbox import Inbox
 from baf.log.postgres_leases import Leases
@@ -417,6 +419,38 @@ async def test_loads_and_inbox_reads_asked_together_share_a_query_and_a_damaged_
             *([{"text": f"for {name}"}] for name in names[:3]),
             *([] for _ in names[3:]),
         ]
+
+
+async def test_inbox_reads_asked_together_read_at_most_the_limit_of_each_backlog_in_order(
+    postgres_dsn: str,
+) -> None:
+    async with PostgresLog(postgres_dsn) as log:
+        # Two sessions' rows interleaved: a long backlog (1,000) and a short one (3), and one with none.
+        await query(
+            postgres_dsn,
+            "INSERT INTO baf_inbox (session_id, payload) SELECT CASE WHEN i % 300 = 0 THEN 'short' ELSE 'long' END, "
+            "'{\"n\": ' || i || '}' FROM generate_series(1, 1003) AS i",
+        )
+        await query(postgres_dsn, "ANALYZE baf_inbox")
+        inbox = Inbox(log)
+        long, short, none = await asyncio.gather(inbox.pending("long"), inbox.pending("short"), inbox.pending("none"))
+        assert [m.payload for m in long] == [{"n": i} for i in range(1, 101)]  # the first 100, in order
+        assert [m.payload for m in short] == [{"n": 300}, {"n": 600}, {"n": 900}] and none == []
+        # The read stops at each session's limit (the index in id order), whatever the backlog: 103 rows
+        # read from baf_inbox (EXPLAIN rounds a scan's rows per loop), not the 1,003 waiting.
+        [plan] = await query(
+            postgres_dsn,
+            f"EXPLAIN (ANALYZE, FORMAT JSON) {postgres_inbox._PENDING_MANY.replace('$2', '100')}".replace(
+                "$1::text[]", "ARRAY['long', 'short', 'none']"
+            ),
+        )
+        assert _rows_read(json.loads(plan[0])[0]["Plan"], "baf_inbox") <= 103
+
+
+def _rows_read(node: dict[str, Any], table: str) -> float:
+    """The rows the scans of ``table`` in an EXPLAIN ANALYZE plan returned, over all their loops."""
+    own = node["Actual Rows"] * node["Actual Loops"] if node.get("Relation Name") == table else 0
+    return own + sum(_rows_read(child, table) for child in node.get("Plans", []))
 
 
 async def test_reads_asked_together_share_a_query_each_from_its_own_seq(postgres_dsn: str) -> None:

@@ -1,6 +1,7 @@
 """What a faulty or hostile peer on the database can do to a worker: inbox rows that are JSON objects but
 not messages (each is an error record of its session, consumed; the session goes on), and a second live
-worker with the same id (refused at start: both would count as the owner of the same sessions)."""
+worker with the same id (refused at start: both would count as the owner of the same sessions); and another
+role of the database without rights on baf's tables, whose notifications never reach the worker."""
 
 from __future__ import annotations
 
@@ -146,3 +147,34 @@ async def test_a_notification_with_no_message_behind_it_starts_nothing(worker: W
     await worker.runtime.wait_idle()
     assert await worker.log.sessions() == ["real"]
     assert await worker.leases.owner_of("ghost") is None
+
+
+async def test_a_role_without_rights_on_the_tables_can_neither_wake_nor_flood_the_worker(
+    worker: Worker, postgres_dsn: str, other_role_dsn: str
+) -> None:
+    wanted: list[str] = []
+    stale: list[int] = []
+    want, peers_stale = worker._want, worker._peers_stale
+
+    def spy_want(session_id: str, polled: bool = False) -> None:
+        if not polled:  # woken by a notification, not found by the poll
+            wanted.append(session_id)
+        want(session_id, polled)
+
+    def spy_peers_stale() -> asyncio.Task[None]:
+        stale.append(1)
+        return peers_stale()
+
+    worker._want = spy_want  # type: ignore[method-assign]
+    worker._peers_stale = spy_peers_stale  # type: ignore[method-assign]
+    connection = await asyncpg.connect(other_role_dsn)
+    try:  # NOTIFY needs no privilege: a flood on every name it can think of (the old fixed ones, guesses)
+        guesses = ["baf_inbox", "baf_records", "baf_workers", *(f"baf_{k}_{'0' * 32}" for k in ("inbox", "workers"))]
+        await connection.execute(
+            "SELECT pg_notify(c, 'ghost-' || i) FROM unnest($1::text[]) AS c, generate_series(1, 10000) AS i", guesses
+        )
+    finally:
+        await connection.close()
+    await worker.inbox.post("real", message("real", "q1"))  # notified after the flood, and answered
+    await wait_for_answers(postgres_dsn, {"real": ["q1"]})
+    assert wanted == ["real"] and stale == []

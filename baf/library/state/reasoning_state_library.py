@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import pydantic
 
 from baf.core.session import runtime_side
-from baf.errors import ApprovalPending, ConfigurationError, StructuredOutputError
+from baf.errors import ApprovalPending, ConfigurationError, LeaseLostError, StructuredOutputError
 from baf.library.state.planning_tools import PLANNING_TOOLS, PlanningCall, planning_call
 from baf.library.state.reasoning_guards import (
     COMPACTION_PROMPT,
@@ -407,6 +407,8 @@ class _ReasoningRun:
                                          parameters=self.config.parameters)  # fmt: skip
         except AssertionError:
             raise  # a failed assertion (e.g. a test model's script ran out) is a bug, not an outage
+        except LeaseLostError:
+            raise  # the commit before the call found the session taken over: not the model's failure
         except Exception as exc:
             self.recorder.record_error("llm", exc, step=step, model=self.config.llm.name)
             self.recorder.reply(

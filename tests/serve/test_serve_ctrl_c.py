@@ -1,0 +1,92 @@
+"""Ctrl-C on ``baf serve`` while a step runs: the first lets the workers finish their steps (and says how
+to stop now), the second kills them at once and says so. Real worker processes, real signals."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from baf.log.postgres import PostgresLog
+from baf.log.postgres_inbox import Inbox
+
+from .helpers import eventually, message
+
+pytestmark = pytest.mark.slow
+
+# A body that says it started (a file: the test waits for it), then runs far longer than the stop's grace.
+SLOW_AGENT = """
+import asyncio, os, pathlib
+from baf import Agent
+
+agent = Agent("slow", log="memory://")
+idle = agent.new_state("idle", initial=True)
+
+async def slow(session):
+    if session.event is not None:
+        pathlib.Path(os.environ["BODY_STARTED"]).touch()
+        await asyncio.sleep(600)
+
+idle.set_body(slow)
+idle.when_event().go_to(idle)
+"""
+
+
+def start_serve(dsn: str, cwd: Path, started: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "baf.cli", "serve", "slow.py", "--log", dsn, "--workers", "2"],
+        cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "BODY_STARTED": str(started)},
+    )  # fmt: skip
+
+
+async def test_a_second_ctrl_c_kills_the_workers_at_once_and_says_so(postgres_dsn: str, tmp_path: Path) -> None:
+    (tmp_path / "slow.py").write_text(SLOW_AGENT)
+    started = tmp_path / "body-started"
+    serve = start_serve(postgres_dsn, tmp_path, started)
+    assert serve.stdout is not None and serve.stderr is not None
+    try:
+        ready = [await asyncio.wait_for(asyncio.to_thread(serve.stdout.readline), 30) for _ in range(2)]
+        workers = [int(line.split()[1].split(":")[1]) for line in ready]  # READY host:pid:random
+        async with PostgresLog(postgres_dsn, worker_id="forwarder") as log:  # a worker elsewhere, forwarding
+            await Inbox(log).post("s", message("s", "take your time"))
+        await eventually(started.exists, "a worker started the slow step")
+        serve.send_signal(signal.SIGINT)
+        first = await _said(serve, "baf serve:")
+        assert first == (
+            "baf serve: stopping 2 workers after their running steps (up to 10 s); press Ctrl-C again to stop them now"
+        )
+        serve.send_signal(signal.SIGINT)
+        second = await _said(serve, "baf serve:")
+        # The worker running the step, at least: the other one may have stopped already, having none.
+        assert re.match(r"baf serve: a second Ctrl-C: killed (1 worker|2 workers) without waiting for their", second)
+        assert "takes their sessions over once their leases expire, 10 s after their last heartbeat" in second
+        code = await asyncio.to_thread(serve.wait, 30)
+        rest = serve.stderr.read()
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            await asyncio.to_thread(serve.wait, 30)
+        serve.stdout.close()
+        serve.stderr.close()
+    assert code == 130, rest  # ended by Ctrl-C, as a shell reports it
+    assert "was killed by signal" not in rest  # said once, above: not reported as a surprise death
+    for pid in workers:
+        with pytest.raises(ProcessLookupError):  # killed, and reaped by baf serve
+            os.kill(pid, 0)
+
+
+async def _said(process: subprocess.Popen[str], prefix: str) -> str:
+    """The next line of ``process``'s stderr that starts with ``prefix`` (the workers' log lines may come first)."""
+    assert process.stderr is not None
+    while True:
+        line = await asyncio.wait_for(asyncio.to_thread(process.stderr.readline), 30)
+        assert line, "stderr ended"
+        if line.startswith(prefix):
+            return line.rstrip("\n")
