@@ -9,6 +9,7 @@ import importlib.util
 import json
 import math
 import os
+import shlex
 import sys
 from collections.abc import Callable, Iterator
 from datetime import datetime
@@ -60,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         if isinstance(exc, BrokenPipeError):
             return _stdout_closed()
+        if isinstance(exc, SessionNotFoundError) and isinstance(getattr(args, "log", None), str):
+            # A mistyped or half-copied id: say where the right one is.
+            return _fail(args.command, f"{exc}; baf sessions {shlex.quote(_shown(args.log))} lists them")
         if isinstance(exc, (ConfigurationError, FileNotFoundError, IsADirectoryError, NotADirectoryError,
                             PermissionError, ValueError, LookupError, LogError)):  # fmt: skip
             return _fail(args.command, exc)
@@ -258,9 +262,20 @@ def find_agent(module: Any) -> Agent:
     candidate = getattr(module, "agent", None)
     if isinstance(candidate, Agent):
         return candidate
-    agents = [value for value in vars(module).values() if isinstance(value, Agent)]
-    if len(agents) != 1:
-        raise ConfigurationError(f"{module.__name__} must define one Agent (or name it 'agent'); found {len(agents)}")
+    # One agent may be bound to several names: count agents, name each by its first name.
+    named = {id(value): (name, value) for name, value in reversed(vars(module).items()) if isinstance(value, Agent)}
+    agents = [value for _, value in named.values()]
+    where = Path(module.__file__).name if getattr(module, "__file__", None) else module.__name__
+    if not agents:
+        raise ConfigurationError(
+            f"{where} must define one Agent at module level (named 'agent', or its only one); it defines none "
+            "(an Agent built inside a function, or under if __name__ == '__main__':, is not seen)"
+        )
+    if len(agents) > 1:
+        names = ", ".join(sorted(name for name, _ in named.values()))
+        raise ConfigurationError(
+            f"{where} must define one Agent (or name the one to run 'agent'); it defines {len(agents)}: {names}"
+        )
     return agents[0]
 
 
@@ -380,7 +395,10 @@ def open_existing_log(target: str, *, read_only: bool = True) -> SessionLog:
     else:
         log = open_log(target)
     if isinstance(log, SQLiteLog) and not log.path.exists():
-        raise FileNotFoundError(f"no such log{'' if '://' in target else ' file'}: {target}")
+        # A URL short of its slashes is a file name here (a plain path is never parsed): say what was meant.
+        meant = target.lower().startswith(("sqlite:", "postgresql:", "postgres:")) and "://" not in target
+        hint = " (a log URL: sqlite:///relative/path.db, postgresql://user@host:port/database)" if meant else ""
+        raise FileNotFoundError(f"no such log{'' if '://' in target else ' file'}: {target}{hint}")
     return log
 
 

@@ -13,14 +13,18 @@ import argparse
 import asyncio
 from typing import Any
 
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
 from baf import Agent
+from baf.errors import MissingExtraError
 from baf.library.state.reasoning_state_library import new_reasoning_state
 from baf.telemetry import OpenTelemetryHooks, otlp_tracer_provider
 from baf.testing import ScriptedLLM
+
+try:  # the SDK's in-memory exporter shows the spans here; without the extra, say which one to install
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+except ImportError as exc:
+    raise MissingExtraError("examples/opentelemetry_agent.py (opentelemetry-sdk)", "otel") from exc
 
 SHOWN = (
     "gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.request.model", "gen_ai.usage.input_tokens",

@@ -1,8 +1,9 @@
 """The reasoning demo in the browser: a WebSocket server with the chat UI, on http://localhost:8765/.
 
 Run it with ``python examples/websocket_agent.py`` (or ``baf run examples/websocket_agent.py``), open the
-address it prints, and click one of the suggested questions. The trace of the model's turns and tool calls
-opens as it works, the task list fills on the right, and the answer arrives as Markdown (tables included).
+address it prints, and click one of the suggested questions (``PORT=8800`` before the command serves another
+port, ``PORT=0`` any free one). The trace of the model's turns and tool calls opens as it works, the task
+list fills on the right, and the answer arrives as Markdown (tables included).
 Close the tab, or stop and start the server: the conversation comes back, because the resume tokens' secret
 is kept beside the log (``websocket_demo.db.websocket-secret``, readable by you only).
 

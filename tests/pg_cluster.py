@@ -104,3 +104,35 @@ async def role_without_rights(dsn: str) -> AsyncIterator[str]:
         await admin.execute(f"DROP OWNED BY {role}")
         await admin.execute(f"DROP ROLE {role}")
         await admin.close()
+
+
+@asynccontextmanager
+async def role_through_set_role(dsn: str) -> AsyncIterator[str]:
+    """The DSN of a new role that reaches the tables of ``dsn``'s schema only through ``SET ROLE``: it logs in
+    as a member of the role owning them that does not inherit its rights (``NOINHERIT``), and takes that role
+    at every login (``ALTER ROLE ... SET role``), as databases that keep their owner apart from their logins
+    do. Dropped on exit, its connections and what its owner role made first."""
+    import asyncpg
+
+    parts = urlsplit(dsn)
+    schema = dict(q.split("=", 1) for q in parts.query.split("&") if "=" in q).get("search_path", "public")
+    suffix = secrets.token_hex(4)
+    owner, login, password = f"baf_owner_{suffix}", f"baf_login_{suffix}", secrets.token_hex(16)
+    admin = await asyncpg.connect(dsn)
+    try:
+        await admin.execute(f"CREATE ROLE {owner} NOLOGIN")
+        await admin.execute(f'GRANT USAGE, CREATE ON SCHEMA "{schema}" TO {owner}')
+        await admin.execute(f"CREATE ROLE {login} LOGIN NOINHERIT PASSWORD '{password}' IN ROLE {owner}")
+        await admin.execute(f"ALTER ROLE {login} SET role = {owner}")
+        host = parts.netloc.rsplit("@", 1)[-1]
+        yield urlunsplit(parts._replace(netloc=f"{login}:{quote(password)}@{host}"))
+    finally:
+        await admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1", login)
+        for _ in range(1500):  # as in role_without_rights
+            if not await admin.fetchval("SELECT count(*) FROM pg_stat_activity WHERE usename = $1", login):
+                break
+            await asyncio.sleep(0.02)
+        await admin.execute(f"DROP OWNED BY {owner}, {login}")
+        await admin.execute(f"DROP ROLE {login}")
+        await admin.execute(f"DROP ROLE {owner}")
+        await admin.close()

@@ -65,7 +65,13 @@ def test_run_refuses_a_file_without_an_agent(tmp_path: Path) -> None:
     module.write_text("x = 1\n")
     result = baf("run", str(module), cwd=tmp_path)
     assert result.returncode == 2
-    assert "must define one Agent" in result.stderr
+    assert "empty.py must define one Agent at module level" in result.stderr
+    # Built under __main__ (as for python FILE), the agent is not there to find: the message says why.
+    assert "if __name__ == '__main__':, is not seen" in result.stderr
+    module.write_text("from baf import Agent\nshop = Agent('shop')\nbank = Agent('bank')\nalso_shop = shop\n")
+    two = baf("run", str(module), cwd=tmp_path)
+    assert two.returncode == 2
+    assert "empty.py must define one Agent (or name the one to run 'agent'); it defines 2: bank, shop" in two.stderr
 
 
 def test_ctrl_c_stops_cleanly_and_keeps_the_log(tmp_path: Path) -> None:
@@ -385,3 +391,29 @@ def test_writing_to_what_is_not_a_log_is_a_one_line_error(
         assert connection.execute("SELECT name FROM sqlite_master").fetchall() == [("users",)]
         assert connection.execute("PRAGMA journal_mode").fetchall() == [("delete",)]
         connection.close()
+
+
+@pytest.mark.parametrize("command", [["replay"], ["log"], ["export", "--format", "jsonl"]])
+def test_a_session_not_in_the_log_points_to_the_list_of_its_sessions(tmp_path: Path, command: list[str]) -> None:
+    import asyncio
+
+    from baf.log import Record, SQLiteLog
+
+    async def write() -> None:
+        async with SQLiteLog(tmp_path / "my log.db") as log:
+            await log.append([Record("s1", 1, "reply", {"text": "hi"})])
+
+    asyncio.run(write())
+    done = baf(command[0], "my log.db", "s2", *command[1:], cwd=tmp_path)
+    assert done.returncode == 2
+    assert "session 's2' has no records in" in done.stderr
+    assert done.stderr.rstrip().endswith("; baf sessions 'my log.db' lists them"), done.stderr
+
+
+def test_a_log_url_short_of_its_slashes_is_said_to_be_one(tmp_path: Path) -> None:
+    for target in ("postgresql:/db.example/agents", "sqlite:/x.db"):
+        done = baf("sessions", target, cwd=tmp_path)
+        assert done.returncode == 2
+        assert f"no such log file: {target} (a log URL: sqlite:///relative/path.db, postgresql://" in done.stderr
+    plain = baf("sessions", "x.db", cwd=tmp_path)  # a plain file name gets no hint
+    assert plain.stderr.strip() == "baf sessions: no such log file: x.db"

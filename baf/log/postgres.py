@@ -39,7 +39,7 @@ import asyncio
 import contextlib
 import json
 import secrets
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import unquote
@@ -58,11 +58,11 @@ from baf.errors import (
 from baf.log import upcast as upcast_module
 from baf.log.jsontext import decode_json
 from baf.log.postgres_batch import Coalescer
-from baf.log.postgres_channels import CHANNELS_SECRET, Channels
+from baf.log.postgres_channels import Channels, read_channels
 from baf.log.postgres_commit import Batch, Known, Plan, Refused, Row, Stored, stored_work
 from baf.log.postgres_connect import KEEPALIVE_SECONDS, Keepalive, set_socket_keepalive
 from baf.log.postgres_lock import overtaken, take_writer_lock
-from baf.log.postgres_schema import SCHEMA_VERSION, prepare_schema
+from baf.log.postgres_schema import SCHEMA_VERSION, created_meanwhile, prepare_schema
 from baf.log.record import Record
 from baf.log.row_codec import MAX_INT32, encode_fields
 from baf.log.store import SessionLog, check_appendable, missing_record
@@ -305,33 +305,62 @@ class PostgresLog(SessionLog):
         if self._keepalive is not None:
             set_socket_keepalive(connection, self._keepalive)
 
-    async def _connect(self, writer: _Writer) -> asyncpg.Connection:
+    async def _connect(self, writer: _Writer, *, starting: bool = False) -> asyncpg.Connection:
         """A writer's connection: its own, outside the pool (appends never wait for readers), holding the
         writer lock for as long as it is open (``baf.log.postgres_lock``): every commit is made under it.
-        ``LogInUseError`` if another process holds the lock, or, for a plain store, took it since this
-        store's previous connection (then for good); ``LogStorageError`` if the server cannot be reached or
-        the lock cannot be taken (nothing is left open then)."""
+        ``starting``: the schema is prepared first, in the transaction the lock is decided in, so a store
+        refused changes nothing. ``LogInUseError`` if another process holds the lock, or, for a plain store,
+        took it since this store's previous connection (then for good); ``LogStorageError`` if the server
+        cannot be reached or the lock cannot be taken (nothing is left open then)."""
         where = redact_dsn(self._dsn)
         if writer.overtaken:
             raise overtaken(where)
-        connection = await self.open_connection()
-        try:
-            since = writer.generation if self._worker_id is None else None  # workers are fenced by leases
-            generation = await take_writer_lock(connection, where, self._worker_id, since)
-        except BaseException as exc:
-            connection.terminate()
-            if isinstance(exc, LogError) or not isinstance(exc, Exception):  # refused, or cancelled: as it is
-                raise
-            # What the server refused, or the connection lost on the way (the driver's InterfaceError, an
-            # OSError, a timeout): the store's error either way, as when the connection cannot be opened.
-            what = f"cannot take the log's writer lock: {self._why(exc) or type(exc).__name__}"
-            raise LogStorageError(where, what) from exc
+        for attempt in range(3):
+            connection = await self.open_connection()
+            try:
+                since = writer.generation if self._worker_id is None else None  # workers are fenced by leases
+                generation = await take_writer_lock(
+                    connection,
+                    where,
+                    self._worker_id,
+                    since,
+                    wait=self._connect_timeout,
+                    prepare=self._preparing(connection, where) if starting else None,
+                )
+            except BaseException as exc:
+                connection.terminate()
+                if starting and attempt < 2 and created_meanwhile(exc):
+                    continue  # another store created the tables at the same time: they are there now
+                if isinstance(exc, LogError) or not isinstance(exc, Exception):  # refused, or cancelled: as it is
+                    raise
+                # What the server refused, or the connection lost on the way (the driver's InterfaceError, an
+                # OSError, a timeout): the store's error either way, as when the connection cannot be opened.
+                what = f"cannot take the log's writer lock: {self._why(exc) or type(exc).__name__}"
+                raise LogStorageError(where, what) from exc
+            break
         if generation is None:
             connection.terminate()
             writer.overtaken = True
             raise overtaken(where)
         writer.generation = generation
         return connection
+
+    @staticmethod
+    def _preparing(connection: asyncpg.Connection, where: str) -> Callable[[], Awaitable[None]]:
+        """The schema's preparation on the writer's connection at start (``prepare_schema``), whose errors are
+        the store's, but for a lock waited for too long and a collision with another store creating the tables
+        (``_connect`` says or retries those)."""
+
+        async def prepare() -> None:
+            asyncpg = _import_asyncpg()
+            try:
+                await prepare_schema(connection, where, read_only=False)
+            except asyncpg.PostgresError as exc:
+                if isinstance(exc, asyncpg.LockNotAvailableError) or created_meanwhile(exc):
+                    raise
+                raise LogError(f"{where}: cannot prepare the log's tables: {exc}") from exc
+
+        return prepare
 
     async def _acquire(self, pool: asyncpg.Pool) -> asyncpg.Connection:
         asyncpg = _import_asyncpg()
@@ -388,33 +417,39 @@ class PostgresLog(SessionLog):
                 raise LogError(
                     f"cannot open the PostgreSQL log at {where}: {_unreadable_url(self._dsn, exc)}"
                 ) from None
+            writer: _Writer | None = None
             try:
-                async with pool.acquire() as connection:
-                    await prepare_schema(connection, where, read_only=self._read_only)
-                    secret = await connection.fetchval("SELECT value FROM baf_meta WHERE key = $1", CHANNELS_SECRET)
+                if self._read_only:
+                    async with pool.acquire() as connection, connection.transaction():
+                        await prepare_schema(connection, where, read_only=True)
+                        channels = await read_channels(connection, where)
+                else:
+                    # The schema, then the writer lock, on the connection the writer commits on and in one
+                    # transaction: refused here, at start, when another process holds the lock, with nothing
+                    # changed (see baf.log.postgres_lock).
+                    writer = _Writer()
+                    writer.connection = await self._connect(writer, starting=True)
+                    channels = await read_channels(writer.connection, where)
             except asyncpg.PostgresError as exc:
-                await pool.close()
+                await self._abandon(pool, writer)
                 raise LogError(f"{where}: cannot prepare the log's tables: {exc}") from exc
             except BaseException:
-                await pool.close()
+                await self._abandon(pool, writer)
                 raise
-            writer: _Writer | None = None
-            if not self._read_only:
-                # The writer lock, on the connection the writer commits on: refused here, at start, when
-                # another process holds it (see baf.log.postgres_lock).
-                writer = _Writer()
-                try:
-                    writer.connection = await self._connect(writer)
-                except BaseException:
-                    await pool.close()
-                    raise
-            self._channels = Channels.from_secret(secret.encode()) if secret is not None else None
+            self._channels = channels
             self._started = True
             self._pool = pool
             self._closed = False
             if writer is not None:
                 writer.task = asyncio.create_task(self._write_loop(writer), name="baf-postgres-writer")
                 self._writer = writer
+
+    @staticmethod
+    async def _abandon(pool: asyncpg.Pool, writer: _Writer | None) -> None:
+        """Close what a start that failed opened."""
+        if writer is not None and writer.connection is not None:
+            writer.connection.terminate()
+        await pool.close()
 
     async def close(self) -> None:
         """Commit what is queued, stop the writer and close the connections. Idempotent."""

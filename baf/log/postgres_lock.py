@@ -17,21 +17,35 @@ made of two parts:
   the key (the oid of the log's ``baf_records``, a random number drawn for this connection): exclusive for a
   plain store, shared for a worker's. It says "this connection writes this log" for as long as the
   connection lives, and no other role can take it away; nobody else holds the same random key (if someone
-  does, another number is drawn);
+  does, another number is drawn). With it the store records its connection's server pid and its key in
+  ``baf_writer_marks``, a table only a role that may write baf's tables can add rows to;
 - the **decision**, made while holding the row lock of ``writer_generation`` in ``baf_meta`` (so stores
   decide one at a time, and no role without rights on ``baf_meta`` can hold that lock): the marks held
-  now (``pg_locks``) by connections whose role may write ``baf_records`` are the log's writers. A mark held
-  by a role that may not (anyone can take an advisory lock of any key) is not one of them, and is ignored.
+  now (``pg_locks``) that have their row in ``baf_writer_marks`` are the log's writers. A mark without one
+  (anyone can take an advisory lock of any key) is not, and is ignored. The rows of marks no longer held
+  (their connections ended) are deleted in the same decision. The row proves the right of the role the
+  store acts as, so a store whose login role reaches baf's tables only through ``SET ROLE`` (``NOINHERIT``,
+  ``ALTER ROLE ... SET role``) is a writer like any other.
 
 Another role can still see the marks (``pg_locks``), as it can see every connection (``pg_stat_activity``:
-its role and ``application_name``, not its queries), but holding a mark of its own changes nothing.
+its role and ``application_name``, not its queries), but holding a mark of its own changes nothing. A row
+names its connection by server pid: should a writer's connection end and a connection of another role get
+the same pid and hold the same key before the next decision deletes the row, that mark would count, which
+can keep a baf from starting (as holding connections or locks can, see ``docs/security.md``) but never lets
+two plain stores write.
+
+**Waits are bounded.** The decision waits for the row lock, and the schema step at start for its table lock
+(``baf.log.postgres_schema``), for at most the store's ``connect_timeout`` (``lock_timeout``): a session
+left in a transaction on ``baf_meta`` (a ``psql`` forgotten at a prompt) makes the store fail with
+``LogStorageError`` naming the connections holding locks on ``baf_meta``, instead of waiting forever.
 
 **The same log** is one set of baf tables: a database, and the schema its tables are found in
 (``search_path``). Advisory locks belong to a database and the key holds the oid of that ``baf_records``
 table, so logs in two schemas or two databases do not exclude each other, while two URLs that reach the
 same tables (another host name for the server, another role) do. A baf before schema version 3 took the
-fixed key (``LEGACY_WRITER_LOCK``, the oid): a store still finds such an older process writing the log
-during an upgrade, and is refused as if it held a mark.
+fixed key (``LEGACY_WRITER_LOCK``, the oid), and a baf of schema version 3 a mark without a row: a store
+still finds such an older process writing the log during an upgrade (its mark or lock counts when its login
+role may write ``baf_records``, as those bafs decided), and is refused as if it held a mark of its own.
 
 **Held by the connection that commits.** The mark is taken on the writer's own connection, the one every
 append of the store commits on, and lasts as long as that connection: a commit is only ever made on a
@@ -51,9 +65,10 @@ import os
 import secrets
 import socket
 import sys
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Final
 
-from baf.errors import LogInUseError
+from baf.errors import LogInUseError, LogStorageError
 
 if TYPE_CHECKING:
     import asyncpg
@@ -70,7 +85,21 @@ _KEY: Final = "'baf_records'::regclass::oid::int4"
 _NAMED: Final = "CASE WHEN current_setting('application_name') = '' THEN set_config('application_name', $2, false) END"
 _MARK_EXCLUSIVE: Final = f"SELECT pg_try_advisory_lock({_KEY}, $1), {_NAMED}"
 _MARK_SHARED: Final = f"SELECT pg_try_advisory_lock_shared({_KEY}, $1), {_NAMED}"
-# The log's writers: the marks (and the legacy locks) held by other connections whose role may write it.
+_RECORD_MARK: Final = """
+INSERT INTO baf_writer_marks (pid, key) VALUES (pg_backend_pid(), $1)
+ON CONFLICT (pid) DO UPDATE SET key = excluded.key
+"""
+# The marks held now, in this database (pg_locks shows the second key as an oid).
+_HELD: Final = """
+SELECT 1 FROM pg_locks l
+WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.classid = 'baf_records'::regclass::oid
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+"""
+_FORGET_ENDED: Final = f"""
+DELETE FROM baf_writer_marks m WHERE NOT EXISTS ({_HELD} AND l.pid = m.pid AND l.objid::int4 = m.key)
+"""
+# The log's writers other than this connection: the marks with their rows, and what a baf before schema version
+# 4 holds (a mark without a row, or the legacy lock), counted when its login role may write the log.
 _HOLDERS: Final = """
 SELECT l.pid, l.mode = 'ExclusiveLock', a.application_name, host(a.client_addr)
 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
@@ -78,22 +107,33 @@ WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
   AND (l.classid = 'baf_records'::regclass::oid OR (l.classid = $1::oid AND l.objid = 'baf_records'::regclass::oid))
   AND l.pid <> pg_backend_pid()
   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-  AND has_table_privilege(a.usesysid, 'baf_records'::regclass, 'INSERT')
+  AND (
+    EXISTS (SELECT 1 FROM baf_writer_marks m WHERE m.pid = l.pid AND m.key = l.objid::int4
+            AND l.classid = 'baf_records'::regclass::oid)
+    OR has_table_privilege(a.usesysid, 'baf_records'::regclass, 'INSERT')
+  )
 ORDER BY l.pid
 """
 # How many random keys to try for a mark before giving up: another connection holds a key drawn only by chance
 # (or by holding thousands of them), so a second draw practically always finds a free one.
 _DRAWS: Final = 8
 
-# The generation before and after this store's bump, in one statement (one snapshot: "before" is the old value).
+# The generation after this store's bump. The row is locked first and its latest value read after the wait
+# (an UPDATE reads the row again once it holds it), so the one before is this less one.
 _BUMP: Final = """
-WITH before AS (SELECT value FROM baf_meta WHERE key = 'writer_generation'),
-bumped AS (
-    INSERT INTO baf_meta (key, value) VALUES ('writer_generation', '1')
-    ON CONFLICT (key) DO UPDATE SET value = (baf_meta.value::bigint + 1)::text RETURNING value
-)
-SELECT (SELECT value FROM before), (SELECT value FROM bumped)
+INSERT INTO baf_meta (key, value) VALUES ('writer_generation', '1')
+ON CONFLICT (key) DO UPDATE SET value = (baf_meta.value::bigint + 1)::text RETURNING value::bigint
 """
+
+# The connections holding a lock on baf_meta that a store's decision or schema step may wait for (anything but
+# a plain read's), for the error of a wait that lasted too long.
+_BLOCKING: Final = """
+SELECT DISTINCT l.pid, a.application_name, host(a.client_addr) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'relation' AND l.relation = to_regclass('baf_meta') AND l.granted
+  AND l.mode <> 'AccessShareLock' AND l.pid <> pg_backend_pid()
+ORDER BY l.pid
+"""
+_LOCK_NOT_AVAILABLE: Final = "55P03"  # lock_timeout ran out
 
 # PostgreSQL keeps the first 63 bytes of a connection's name.
 _NAME_BYTES: Final = 63
@@ -117,26 +157,40 @@ def writer_name(worker_id: str | None) -> str:
 
 
 async def take_writer_lock(
-    connection: asyncpg.Connection, where: str, worker_id: str | None, since: int | None = None
+    connection: asyncpg.Connection,
+    where: str,
+    worker_id: str | None,
+    since: int | None = None,
+    *,
+    wait: float,
+    prepare: Callable[[], Awaitable[None]] | None = None,
 ) -> int | None:
     """Take the writer lock on ``connection`` (shared for a worker's store, exclusive otherwise), or raise
-    ``LogInUseError`` naming the connections that hold it. The log's tables must exist.
+    ``LogInUseError`` naming the connections that hold it. ``prepare``, if given, runs first in the same
+    transaction (the schema's check or upgrade at start: a store refused changes nothing); otherwise the
+    log's tables must exist. A lock waited for longer than ``wait`` seconds raises ``LogStorageError``.
 
     Returns the lock's generation, which every store taking the lock bumps. ``since``: the generation this
     store took the lock at on its previous connection (a plain store reconnecting); ``None`` is returned
     (and nothing taken) when another store took the lock in between, and may have written what this one
-    holds in memory."""
+    holds in memory.
+
+    The transaction is committed only when the lock is taken. Otherwise (refused, overtaken, failed or
+    cancelled) it is left open, and the caller closes the connection, which ends it and frees the mark: a
+    rollback sent over a broken connection would fail too, and hide the first error."""
     transaction = connection.transaction()
     await transaction.start()
     try:
+        await connection.execute("SELECT set_config('lock_timeout', $1, true)", f"{max(1, round(wait * 1000))}ms")
+        if prepare is not None:
+            await prepare()
         taken = await _decide(connection, where, worker_id, since)
-    except BaseException:
-        await transaction.rollback()
-        raise
-    if taken is None:
-        await transaction.rollback()  # no bump: the caller closes the connection and writes no more
-        return None
-    await transaction.commit()
+    except Exception as exc:
+        if getattr(exc, "sqlstate", None) != _LOCK_NOT_AVAILABLE:
+            raise
+        raise await _waited_too_long(connection, transaction, where, wait) from exc
+    if taken is not None:
+        await transaction.commit()
     return taken
 
 
@@ -144,19 +198,42 @@ async def _decide(connection: asyncpg.Connection, where: str, worker_id: str | N
     """``take_writer_lock`` inside its transaction: the new generation once the mark is held, ``None`` when
     overtaken (see there), or ``LogInUseError``."""
     # The row lock of writer_generation, until the transaction ends: stores decide one at a time.
-    before, now = await connection.fetchrow(_BUMP)
+    now = await connection.fetchval(_BUMP)
+    await connection.execute(_FORGET_ENDED)
     rows = await connection.fetch(_HOLDERS, LEGACY_WRITER_LOCK)
     holders = [(row[0], bool(row[1]), row[2], row[3]) for row in rows]
     if any(worker_id is None or exclusive for _, exclusive, _, _ in holders):
         raise _refusal(where, worker_id, holders)
-    if since is not None and before != str(since):
+    if since is not None and now - 1 != since:
         return None
     statement = _MARK_EXCLUSIVE if worker_id is None else _MARK_SHARED
     for _ in range(_DRAWS):
-        if (await connection.fetchrow(statement, _draw(), writer_name(worker_id)))[0]:
+        key = _draw()
+        if (await connection.fetchrow(statement, key, writer_name(worker_id)))[0]:
+            await connection.execute(_RECORD_MARK, key)
             return int(now)
     raise LogInUseError(
         where, reason=f"every key drawn for this store's writer lock ({_DRAWS}) was held by another connection"
+    )
+
+
+async def _waited_too_long(
+    connection: asyncpg.Connection, transaction: asyncpg.transaction.Transaction, where: str, wait: float
+) -> LogStorageError:
+    """The error of a lock on ``baf_meta`` waited for longer than ``wait``, naming who holds such locks."""
+    try:
+        # The server ran the wait out and answered: the connection is sound, and the query needs it out of
+        # the failed transaction.
+        await transaction.rollback()
+        rows = await connection.fetch(_BLOCKING)
+    except Exception:
+        rows = []
+    named = ", ".join(_holder(row[0], row[1], row[2]) for row in rows) or "another connection"
+    return LogStorageError(
+        where,
+        f"cannot take the log's writer lock: {named} held a lock on baf_meta for longer than {wait:g} s "
+        "(connect_timeout), and this store waited no longer; end that connection's transaction (setting "
+        "idle_in_transaction_session_timeout on the server ends forgotten ones); nothing was written",
     )
 
 

@@ -190,10 +190,17 @@ def _wait_reporting_deaths(children: list[subprocess.Popen[bytes]], lease_ttl: f
     other workers keep serving and take its sessions over when its leases expire. One ``stopping`` killed
     was reported when it was killed."""
     codes: dict[int, int] = {}
+    pauses = _Pauses()
     while len(codes) < len(children):
         for child in children:
             code = child.poll()
-            if code is None or child.pid in codes:
+            if code is None:
+                notice = pauses.check(child.pid)
+                if notice is not None:
+                    sys.stderr.write(notice)
+                    sys.stderr.flush()
+                continue
+            if child.pid in codes:
                 continue
             codes[child.pid] = code
             if code < 0 and -code not in (signal.SIGTERM, signal.SIGINT) and child.pid not in stopping.killed:
@@ -202,6 +209,49 @@ def _wait_reporting_deaths(children: list[subprocess.Popen[bytes]], lease_ttl: f
                 sys.stderr.flush()
         time.sleep(0.1)
     return [codes[child.pid] for child in children]
+
+
+#: How long (seconds) a worker stays stopped before ``baf serve`` says so: Ctrl-Z stops every process of the
+#: terminal, ``baf serve`` with them, and ``fg`` continues them all; that is not worth a word.
+PAUSE_NOTICE_SECONDS: Final = 1.0
+
+
+class _Pauses:
+    """Says when a worker has been stopped for a while (SIGSTOP, a debugger), and when it runs again. The
+    kernel keeps handing a stopped process its share of new connections to the port the workers share, and
+    they wait unanswered: nothing else would tell. Linux (``/proc``); elsewhere it says nothing."""
+
+    def __init__(self) -> None:
+        self._since: dict[int, float] = {}
+        self._said: set[int] = set()
+
+    def check(self, pid: int) -> str | None:
+        """What to say of worker ``pid`` now, if anything."""
+        if _stopped(pid):
+            since = self._since.setdefault(pid, time.monotonic())
+            if pid in self._said or time.monotonic() - since < PAUSE_NOTICE_SECONDS:
+                return None
+            self._said.add(pid)
+            return (
+                f"baf serve: worker {pid} is stopped (SIGSTOP, or a debugger): the kernel still hands it its share "
+                f"of new connections to the agent's port, which wait until it runs again (kill -CONT {pid}) or is "
+                "killed\n"
+            )
+        self._since.pop(pid, None)
+        if pid not in self._said:
+            return None
+        self._said.discard(pid)
+        return f"baf serve: worker {pid} runs again\n"
+
+
+def _stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped: by a signal (state T) or at a debugger's breakpoint (t)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rpartition(b")")[2].split()  # after the name, which may hold anything
+    except OSError:  # no /proc (not Linux), or the process is gone
+        return False
+    return bool(fields) and fields[0] in (b"T", b"t")
 
 
 def _death_notice(pid: int, signum: int, running: int, lease_ttl: float) -> str:

@@ -9,12 +9,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import asyncpg
 import pytest
 from baf_test_helpers import baf
-from pg_cluster import drop_schema, fresh_schema
+from pg_cluster import drop_schema, fresh_schema, role_through_set_role
 from serve.helpers import eventually
 
 from baf.errors import LogError, LogInUseError
@@ -186,6 +187,65 @@ async def test_a_process_of_an_older_baf_still_writing_the_log_is_one_of_its_wri
         await old.close()
 
 
+@pytest.fixture
+async def through_set_role(postgres_dsn: str) -> AsyncIterator[str]:
+    """A role that writes baf's tables only as their owner, through ``SET ROLE`` (``role_through_set_role``)."""
+    async with role_through_set_role(postgres_dsn) as dsn:
+        yield dsn
+
+
+async def test_a_role_that_writes_the_log_through_set_role_is_one_of_its_writers(
+    postgres_dsn: str, through_set_role: str
+) -> None:
+    async with PostgresLog(through_set_role) as first:
+        await first.append([rec("s", 1)])
+        async with first.connection() as connection:  # the login role may not write the tables itself
+            assert not await connection.fetchval("SELECT has_table_privilege(session_user, 'baf_records', 'INSERT')")
+        for dsn in (through_set_role, postgres_dsn):  # another process, of the same role or of another
+            with pytest.raises(LogInUseError, match="already open for writing by another process"):
+                await PostgresLog(dsn).start()
+            with pytest.raises(LogInUseError, match="written by a process that is not a worker"):
+                await PostgresLog(dsn, worker_id="w").start()
+        await first.append([rec("s", 2)])
+    async with PostgresLog(through_set_role, worker_id="a") as a, PostgresLog(postgres_dsn, worker_id="b"):
+        await Leases(a).acquire("s")
+        await a.append([rec("s", 3)])
+        with pytest.raises(LogInUseError, match="baf serve workers write this PostgreSQL log"):
+            await PostgresLog(through_set_role).start()
+
+
+async def test_a_start_refused_for_an_older_baf_writing_the_log_leaves_the_log_as_it_was(postgres_dsn: str) -> None:
+    await make_version_2_log(postgres_dsn)
+    before = await meta(postgres_dsn)
+    old = await asyncpg.connect(postgres_dsn)  # a plain process of the version-2 baf, writing the log
+    try:
+        oid = await old.fetchval("SELECT 'baf_records'::regclass::oid::int4")
+        await old.execute("SELECT pg_advisory_lock($1, $2)", LEGACY_WRITER_LOCK, oid)
+        for worker_id in ("new", None):
+            with pytest.raises(LogInUseError, match=r"already open for writing|written by a process that is not"):
+                await PostgresLog(postgres_dsn, worker_id=worker_id).start()
+        # Still version 2, without a secret: that baf can still open it (and restart).
+        assert await meta(postgres_dsn) == before
+        assert await old.fetchval("SELECT to_regclass('baf_writer_marks')") is None
+    finally:
+        await old.close()
+    async with PostgresLog(postgres_dsn, worker_id="new"):  # once it stopped, the log is upgraded
+        pass
+    assert (await meta(postgres_dsn))["schema_version"] == str(SCHEMA_VERSION)
+
+
+async def test_a_process_of_baf_at_schema_version_3_still_writing_is_one_of_the_writers(postgres_dsn: str) -> None:
+    async with PostgresLog(postgres_dsn):
+        pass
+    old = await asyncpg.connect(postgres_dsn)  # baf's own role; that baf recorded no row for its mark
+    try:
+        await old.execute("SELECT pg_advisory_lock('baf_records'::regclass::oid::int4, 4242)")
+        with pytest.raises(LogInUseError, match="already open for writing by another process"):
+            await PostgresLog(postgres_dsn).start()
+    finally:
+        await old.close()
+
+
 async def test_stores_creating_the_tables_together_all_open(postgres_dsn: str) -> None:
     stores = [PostgresLog(postgres_dsn, worker_id=f"w{i}") for i in range(4)]
     try:
@@ -197,11 +257,12 @@ async def test_stores_creating_the_tables_together_all_open(postgres_dsn: str) -
 
 
 async def make_version_2_log(dsn: str) -> None:
-    """A log as a baf of schema version 2 left it: the same tables, no channel secret."""
+    """A log as a baf of schema version 2 left it: the tables of that version, no channel secret."""
     async with PostgresLog(dsn) as log:
         await log.append([rec("s", 1)])
     connection = await asyncpg.connect(dsn)
     try:
+        await connection.execute("DROP TABLE baf_writer_marks")
         await connection.execute("DELETE FROM baf_meta WHERE key = $1", CHANNELS_SECRET)
         await connection.execute("UPDATE baf_meta SET value = '2' WHERE key = 'schema_version'")
     finally:

@@ -56,9 +56,9 @@ async def test_a_connection_lost_as_the_writer_lock_is_taken_fails_start_with_th
 ) -> None:
     real = postgres.take_writer_lock
 
-    async def lost_first(connection: asyncpg.Connection, *args: Any) -> int | None:
+    async def lost_first(connection: asyncpg.Connection, *args: Any, **kwargs: Any) -> int | None:
         await connection.close()  # gone under the store: the driver's own error, not a PostgreSQL one
-        return await real(connection, *args)
+        return await real(connection, *args, **kwargs)
 
     monkeypatch.setattr(postgres, "take_writer_lock", lost_first)
     async with Relay(with_password(postgres_dsn)) as relay:

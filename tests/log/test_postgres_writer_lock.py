@@ -21,10 +21,11 @@ from pg_cluster import drop_schema, fresh_schema
 from serve.helpers import eventually, fresh_agent
 
 from baf.core.agent import Agent
-from baf.errors import LogInUseError
+from baf.errors import LogError, LogInUseError, LogStorageError
 from baf.log import Record
 from baf.log.postgres import PostgresLog
 from baf.log.postgres_leases import Leases
+from baf.log.postgres_lock import take_writer_lock
 from baf.serve import Worker
 
 
@@ -193,6 +194,113 @@ async def test_a_writer_whose_log_another_process_wrote_while_its_connection_was
         await third.append([rec("s", 3, "third's")])
 
 
+async def waiting_for_a_lock(dsn: str) -> bool:
+    """Whether a connection of the test's server waits for a lock (a writer deciding behind another)."""
+    connection = await asyncpg.connect(dsn)
+    try:
+        return bool(await connection.fetchval("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"))
+    finally:
+        await connection.close()
+
+
+async def test_a_writer_overtaken_while_it_waited_to_take_the_lock_again_writes_no_more(
+    postgres_dsn: str, plain: PostgresLog
+) -> None:
+    await plain.append([rec("s", 1)])
+    await cut_writer(postgres_dsn, "ExclusiveLock")
+    other = await asyncpg.connect(postgres_dsn)
+    try:
+        # Another store deciding: it bumped the generation and holds the row until it commits. The first
+        # store reconnects meanwhile and waits for the row; what it reads once it has it is the other's bump.
+        deciding = other.transaction()
+        await deciding.start()
+        await other.execute("UPDATE baf_meta SET value = (value::bigint + 1)::text WHERE key = 'writer_generation'")
+        append = asyncio.create_task(plain.append([rec("s", 2, "first's")]))
+        await eventually(lambda: waiting_for_a_lock(postgres_dsn), "the first store waits for the decision's row")
+        await deciding.commit()
+        with pytest.raises(LogInUseError, match="while this process's connection to it was lost"):
+            await append
+    finally:
+        await other.close()
+    async with PostgresLog(postgres_dsn, read_only=True) as reader:
+        assert [r.seq for r in await reader.read("s")] == [1]
+
+
+async def test_stores_deciding_at_once_take_distinct_generations_in_order(postgres_dsn: str) -> None:
+    async with PostgresLog(postgres_dsn):
+        pass  # the tables
+    connections = [await asyncpg.connect(postgres_dsn) for _ in range(3)]
+    holder = await asyncpg.connect(postgres_dsn)
+    try:
+        async with holder.transaction():
+            await holder.execute("SELECT 1 FROM baf_meta WHERE key = 'writer_generation' FOR UPDATE")
+            start = int(await holder.fetchval("SELECT value FROM baf_meta WHERE key = 'writer_generation'"))
+            # Three stores taking the lock again at once, all last at this generation (shared marks, so that
+            # none is refused for another's): the first goes on, the two after it see its bump.
+            taking = [asyncio.create_task(take_and_close(c, f"w{i}", start)) for i, c in enumerate(connections)]
+            await eventually(lambda: _lock_waiters(postgres_dsn, 3), "all three wait for the row")
+        taken = await asyncio.gather(*taking)
+    finally:
+        for connection in (*connections, holder):
+            await connection.close()
+    assert sorted(taken, key=lambda g: g or 0) == [None, None, start + 1]
+
+
+async def take_and_close(connection: asyncpg.Connection, worker_id: str, since: int) -> int | None:
+    """``take_writer_lock`` as a store's writer takes it: the connection is closed after a refusal."""
+    try:
+        taken = await take_writer_lock(connection, "log", worker_id, since, wait=10)
+    except BaseException:
+        connection.terminate()
+        raise
+    if taken is None:
+        connection.terminate()
+    return taken
+
+
+async def _lock_waiters(dsn: str, count: int) -> bool:
+    connection = await asyncpg.connect(dsn)
+    try:
+        return (
+            await connection.fetchval("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'") == count
+        )
+    finally:
+        await connection.close()
+
+
+async def test_a_transaction_left_open_on_baf_meta_fails_start_and_appends_in_time_naming_it(
+    postgres_dsn: str,
+) -> None:
+    async with PostgresLog(postgres_dsn) as log:
+        await log.append([rec("s", 1)])
+    forgotten = await asyncpg.connect(postgres_dsn, server_settings={"application_name": "psql"})
+    try:
+        pid = await forgotten.fetchval("SELECT pg_backend_pid()")
+        # A session at a prompt, in a transaction: the writer lock's row, then the schema step's table.
+        for statement in (
+            "SELECT 1 FROM baf_meta WHERE key = 'writer_generation' FOR UPDATE",
+            "LOCK TABLE baf_meta IN ROW EXCLUSIVE MODE",
+        ):
+            async with forgotten.transaction():
+                await forgotten.execute(statement)
+                for worker_id in (None, "w"):
+                    store = PostgresLog(postgres_dsn, worker_id=worker_id, connect_timeout=0.5)
+                    with pytest.raises(
+                        LogStorageError, match=rf"psql \(server pid {pid}\b[^)]*\) held a lock on baf_meta"
+                    ):
+                        await asyncio.wait_for(store.start(), 30)
+        # A writer whose connection dropped meets it as it takes the lock again: its appends fail in time.
+        async with PostgresLog(postgres_dsn, connect_timeout=0.5) as log:
+            await cut_writer(postgres_dsn, "ExclusiveLock")
+            async with forgotten.transaction():
+                await forgotten.execute("SELECT 1 FROM baf_meta WHERE key = 'writer_generation' FOR UPDATE")
+                with pytest.raises(LogError, match=rf"psql \(server pid {pid}\b[^)]*\) held a lock on baf_meta"):
+                    await asyncio.wait_for(log.append([rec("s", 2)]), 30)
+            await log.append([rec("s", 2)])  # the session ended its transaction: nobody took the lock meanwhile
+    finally:
+        await forgotten.close()
+
+
 async def test_a_workers_store_whose_connection_dropped_goes_on_whoever_took_the_lock_meanwhile(
     postgres_dsn: str,
 ) -> None:
@@ -216,6 +324,7 @@ import asyncio, sys
 from baf.log import Record
 from baf.log.postgres import PostgresLog
 from baf.log.postgres_leases import Leases
+from baf.log.postgres_lock import take_writer_lock
 
 async def main():
     async with PostgresLog(sys.argv[1]) as log:

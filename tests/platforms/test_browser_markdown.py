@@ -144,6 +144,27 @@ async def test_the_renderer_refuses_every_unsafe_url_scheme() -> None:
         assert problems == []
 
 
+async def test_the_task_panel_shows_the_latest_runs_plan_not_an_earlier_one() -> None:
+    script = planning_script()
+    script.responses.append("Just 7.")  # the second question is answered without a plan
+    async with browser_on(reasoning_agent(script)) as (page, _, problems):
+        tasks = page.locator("#tasks li")
+        await page.fill("#input", "total?")
+        await page.press("#input", "Enter")
+        await expect(page.locator('details.trace[data-state="finished"]')).to_have_count(1)
+        await expect(tasks).to_have_count(2)
+        await page.fill("#input", "and 3 + 4?")
+        await page.press("#input", "Enter")
+        await expect(page.locator('details.trace[data-state="finished"]')).to_have_count(2)
+        await expect(page.locator(".msg.assistant").last).to_have_text("Just 7.")
+        await expect(tasks).to_have_count(0)
+        await expect(page.locator("#no-tasks")).to_be_visible()
+        await page.reload()  # the history draws the same
+        await expect(page.locator(".msg.assistant")).to_have_count(2)
+        await expect(tasks).to_have_count(0)
+        assert problems == []
+
+
 async def test_the_trace_line_renders_inline_markdown_instead_of_raw_stars() -> None:
     agent = reasoning_agent(planning_script(final="The total is **42** (from `lookup`)."))
     async with browser_on(agent) as (page, _, problems):

@@ -202,6 +202,37 @@ async def test_a_worker_killed_under_baf_serve_is_reported_at_once(postgres_dsn:
     assert code == 9  # the worst of the workers' statuses: the killed one
 
 
+@pytest.mark.slow
+async def test_a_worker_stopped_under_baf_serve_is_reported_and_so_is_its_return(postgres_dsn: str) -> None:
+    serve = start_serve(postgres_dsn)
+    assert serve.stdout is not None and serve.stderr is not None
+    try:
+        ready = [await asyncio.wait_for(asyncio.to_thread(serve.stdout.readline), 30) for _ in range(2)]
+        paused = int(ready[0].split()[1].split(":")[1])  # READY host:pid:random
+        os.kill(paused, signal.SIGSTOP)
+        line = await said_by_serve(serve)
+        assert line.startswith(f"baf serve: worker {paused} is stopped (SIGSTOP, or a debugger): the kernel still")
+        assert f"which wait until it runs again (kill -CONT {paused}) or is killed" in line
+        os.kill(paused, signal.SIGCONT)
+        assert await said_by_serve(serve) == f"baf serve: worker {paused} runs again\n"
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(serve.wait, 30)
+        serve.stdout.close()
+        serve.stderr.close()
+    assert code == 0
+
+
+async def said_by_serve(serve: subprocess.Popen[str]) -> str:
+    """The next line ``baf serve`` itself writes on stderr (the workers' log lines may come first)."""
+    assert serve.stderr is not None
+    while True:
+        line = await asyncio.wait_for(asyncio.to_thread(serve.stderr.readline), 30)
+        assert line, "stderr ended"
+        if line.startswith("baf serve:"):
+            return line
+
+
 WEBSOCKET_EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "websocket_agent.py"
 
 

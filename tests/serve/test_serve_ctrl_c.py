@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -63,7 +64,8 @@ async def test_a_second_ctrl_c_kills_the_workers_at_once_and_says_so(postgres_ds
         )
         serve.send_signal(signal.SIGINT)
         second = await _said(serve, "baf serve:")
-        assert second.startswith("baf serve: a second Ctrl-C: killed 2 workers without waiting for their running steps")
+        # The worker running the step, at least: the other one may have stopped already, having none.
+        assert re.match(r"baf serve: a second Ctrl-C: killed (1 worker|2 workers) without waiting for their", second)
         assert "takes their sessions over once their leases expire, 10 s after their last heartbeat" in second
         code = await asyncio.to_thread(serve.wait, 30)
         rest = serve.stderr.read()

@@ -257,7 +257,11 @@
   }
 
   function addStep(step) {
-    if (step.kind === "reasoning_started") { openTrace(step); return; }
+    if (step.kind === "reasoning_started") {
+      openTrace(step);
+      showTasks([]); // each run plans afresh: the panel shows this run's tasks, not the previous question's
+      return;
+    }
     const group = currentTrace || openTrace({ summary: "(continued)" });
     if (step.kind === "reasoning_finished") {
       const outcome = (step.details && step.details.outcome) || "done";
