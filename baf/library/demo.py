@@ -18,6 +18,8 @@ import math
 import operator
 import os
 import shlex
+import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -306,6 +308,18 @@ def print_intro(llm: LLM, console: Console | None = None, how_to_stop: str = "Ty
     ))  # fmt: skip
 
 
+def _baf_command() -> str:
+    """How to run ``baf`` again from here: ``baf`` when that is this program, else the path it was run by
+    (``.venv/bin/baf demo``, the README's first command, leaves ``baf`` off the ``PATH``)."""
+    invoked = sys.argv[0] if sys.argv else ""
+    if Path(invoked).name != "baf" or os.sep not in invoked:
+        return "baf"  # run as baf from the PATH, or as python -m baf.cli, or not by the command at all
+    found = shutil.which("baf")
+    if found is not None and Path(found).resolve() == Path(invoked).resolve():
+        return "baf"
+    return shlex.quote(invoked)
+
+
 def run_demo(
     log: str | None = None, llm: LLM | None = None, console: Console | None = None, session_id: str | None = None
 ) -> None:
@@ -330,6 +344,6 @@ def run_demo(
     if url.startswith("sqlite:///"):  # a file to read back (a memory:// log is gone)
         # Decoded as open_log decodes it (a "#" in the name is "%23" in the URL), and quoted for a shell.
         path = unquote(urlsplit(url).path[1:])
-        command = f"baf replay {shlex.quote(path)} {shlex.quote(terminal.session_id)}"
+        command = f"{_baf_command()} replay {shlex.quote(path)} {shlex.quote(terminal.session_id)}"
         console.print(Text(f"The conversation is recorded in {path}; see it again with: {command}", style="dim"),
                       soft_wrap=True)  # fmt: skip

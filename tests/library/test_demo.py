@@ -469,3 +469,16 @@ def test_a_fork_of_a_demo_session_is_continued_with_baf_demo(tmp_path: Path) -> 
     out = done.stdout
     assert out.index("handling it now") < out.index("2 + 3 = 5") < out.index("You're welcome!")
     assert f"baf replay reasoning_demo.db terminal@{second}" in out  # where it wrote: the fork
+
+
+@pytest.mark.slow
+def test_the_demo_names_baf_as_it_was_run_when_baf_is_not_on_the_path(tmp_path: Path) -> None:
+    # The README's first command runs .venv/bin/baf without activating the venv: its "see it again with"
+    # must work as printed, so it names the program by the path it was run by.
+    script = Path(sys.executable).parent / "baf"
+    assert script.is_file(), script
+    for path, shown in ((os.defpath, str(script)), (f"{script.parent}{os.pathsep}{os.defpath}", "baf")):
+        result = subprocess.run([str(script), "demo"], input="exit\n", capture_output=True, text=True, cwd=tmp_path,
+                                env={**_terminal_env(), "PATH": path}, timeout=120)  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert f"see it again with: {shown} replay reasoning_demo.db terminal" in result.stdout
