@@ -39,6 +39,7 @@ PostgreSQL: ``BAF_BENCH_POSTGRES_DSN``, or a throwaway cluster started with ``.c
 
     python bench/bench_workers.py              # about a minute
     python bench/bench_workers.py --quick
+    python bench/bench_workers.py --timeline   # and where each session's time went (postgres x2, live)
 """
 
 from __future__ import annotations
@@ -102,6 +103,8 @@ class Run:
     database: float | None  # the PostgreSQL server's processes; None: SQLite, or a server elsewhere
     client: float  # this process, posting the messages (0 for SQLite: it is the work)
     waited: float  # runnable but waiting for a CPU, all of the above
+    began: float = 0.0  # the clock's start and stop, wall clock (for --timeline)
+    ended: float = 0.0
 
 
 class CPUClock:
@@ -145,24 +148,35 @@ async def sqlite_run(sessions: int, tool_turns: int, delay: float, folder: Path)
         return Run(wall, clock.spent["work"][0], None, 0.0, clock.spent["work"][1])
 
 
-def start_workers(dsn: str, count: int, tool_turns: int, delay: float) -> list[subprocess.Popen[str]]:
+def start_workers(
+    dsn: str, count: int, tool_turns: int, delay: float, timeline: str | None = None
+) -> list[subprocess.Popen[str]]:
     env = {**os.environ, "BAF_BENCH_TOOL_TURNS": str(tool_turns), "BAF_BENCH_DELAY": str(delay)}
+    if timeline is not None:
+        env["BAF_BENCH_TIMELINE"] = timeline
     command = [sys.executable, "-m", "baf.serve.process", "worker", str(AGENT), "--log", dsn,
                "--lease-ttl", "10", "--poll-interval", "1"]  # fmt: skip
     return [subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env) for _ in range(count)]
 
 
 async def postgres_run(
-    server: str, workers: int, sessions: int, tool_turns: int, delay: float, live: bool = False
+    server: str,
+    workers: int,
+    sessions: int,
+    tool_turns: int,
+    delay: float,
+    live: bool = False,
+    timeline: str | None = None,
 ) -> Run:
     """One PostgreSQL configuration. ``live``: each session is answered once before the clock (the worker
     the rendezvous hash picks takes it over then and keeps it), so the clock times a second message to
     sessions already loaded on the worker that holds them, as the SQLite process holds its own; otherwise
-    the workers take each session over (its lease, its load) after the clock."""
+    the workers take each session over (its lease, its load) after the clock. ``timeline``: a file the
+    workers' model writes each call to (see ``workers_agent``)."""
     dsn = await fresh_schema(server)
     ids, warm = [f"c{i}" for i in range(sessions)], [f"w{i}" for i in range(WARM_UP)]
     await create_sessions(dsn, warm + ids)  # the tables too, before the workers start
-    processes = start_workers(dsn, workers, tool_turns, delay)
+    processes = start_workers(dsn, workers, tool_turns, delay, timeline)
     try:
         for process in processes:
             assert process.stdout is not None
@@ -179,15 +193,18 @@ async def postgres_run(
                 database = await asyncio.to_thread(postgres_pids, dsn)
                 clock = CPUClock(work=[p.pid for p in processes], database=database, client=[os.getpid()])
                 clock.start()
+                began = time.time()
                 started = time.perf_counter()
                 # All at once, as 200 clients' messages reach a platform at once (the SQLite run gathers too).
                 await asyncio.gather(*(post(inbox, sid) for sid in ids))
                 await wait_for_replies(connection, len(before) + len(ids))
                 wall = time.perf_counter() - started
+                ended = time.time()
                 clock.stop()
                 spent = clock.spent
                 on_server = spent["database"][0] if database else None
-                return Run(wall, spent["work"][0], on_server, spent["client"][0], sum(w for _, w in spent.values()))
+                return Run(wall, spent["work"][0], on_server, spent["client"][0], sum(w for _, w in spent.values()),
+                           began, ended)  # fmt: skip
             finally:
                 await connection.close()
     finally:
@@ -236,6 +253,32 @@ async def wait_for_replies(connection: asyncpg.Connection, replies: int) -> None
             return
 
 
+def timeline_table(path: str, run: Run, turns: int, delay: float) -> Table:
+    """Where each session's time went in ``run``, from the model calls its workers wrote to ``path``: the
+    first call's start after the clock began, each gap between a call's return and the next call (the
+    commits and the CPU between them, and the wait for the loop), each call's time beyond ``delay`` (its
+    wake-up late: the loop was busy), and the last return to the clock's stop (the reply's commit, then
+    the poll seeing it). p10 / p50 / p90 / max over the sessions, ms."""
+    calls: dict[str, list[tuple[float, float]]] = {}
+    with open(path, encoding="ascii") as lines:
+        for line in lines:
+            key, began, returned = line.split()
+            if float(began) >= run.began:
+                calls.setdefault(key, []).append((float(began), float(returned)))
+    sessions = [sorted(c) for c in calls.values() if len(c) == turns]
+    rows: list[tuple[str, list[float]]] = [("first model call begins", [c[0][0] - run.began for c in sessions])]
+    rows += [(f"gap after call {i + 1}", [c[i + 1][0] - c[i][1] for c in sessions]) for i in range(turns - 1)]
+    rows.append(("a call's time beyond the model's", [b - a - delay for c in sessions for a, b in c]))
+    rows.append(("last return to the clock's stop", [run.ended - c[-1][1] for c in sessions]))
+    table = Table(title=f"where the time went, {len(sessions)} sessions (ms; postgres x2, live)")
+    for column in ("", "p10", "p50", "p90", "max"):
+        table.add_column(column)
+    for label, values in rows:
+        ordered = sorted(values)
+        table.add_row(label, *(f"{1e3 * ordered[int(q * (len(ordered) - 1))]:.1f}" for q in (0.1, 0.5, 0.9, 1.0)))
+    return table
+
+
 async def per_turn(url: str, sessions: int, rounds: int, tool_turns: int = 10) -> float:
     """Median framework µs per model turn (wall minus model time, over every turn of the round) when
     ``sessions`` sessions get a message at once (zero-latency model), over ``rounds`` rounds after one of
@@ -257,7 +300,7 @@ async def per_turn(url: str, sessions: int, rounds: int, tool_turns: int = 10) -
     return median(results) * 1e6
 
 
-async def run(server: str, sessions: int, reps: int, folder: Path) -> None:
+async def run(server: str, sessions: int, reps: int, folder: Path, timeline: bool = False) -> None:
     tool_turns, delay = 5, 0.05
     ideal = (tool_turns + 1) * delay
     out = console()
@@ -278,6 +321,11 @@ async def run(server: str, sessions: int, reps: int, folder: Path) -> None:
         add(f"postgres x{count} (taken over)", await postgres_run(server, count, sessions, tool_turns, delay))
         add(f"postgres x{count} (live)", await postgres_run(server, count, sessions, tool_turns, delay, live=True))
     out.print(table)
+    if timeline:
+        path = str(folder / "timeline.txt")
+        traced = await postgres_run(server, 2, sessions, tool_turns, delay, live=True, timeline=path)
+        out.print(f"postgres x2 (live) with the timeline: {traced.wall / ideal:.2f}x ideal")
+        out.print(timeline_table(path, traced, tool_turns + 1, delay))
     turns = Table(title="framework µs per model turn (zero-latency model, 10 tool turns, median)")
     for column in ("concurrent sessions", "sqlite (normal)", "postgres", "postgres / sqlite"):
         turns.add_column(column)
@@ -296,6 +344,7 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=200)
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--timeline", action="store_true", help="one more postgres x2 live run: where the time went")
     args = parser.parse_args()
     sessions, reps = (20, 3) if args.quick else (args.sessions, args.reps)
     folder = Path(tempfile.mkdtemp(prefix="baf-bench-workers-"))
@@ -307,7 +356,7 @@ def main() -> None:
             sys.exit(f"could not start PostgreSQL: {started.stderr}")
         server = started.stdout.strip()
     try:
-        asyncio.run(run(server, sessions, reps, folder))
+        asyncio.run(run(server, sessions, reps, folder, args.timeline))
     finally:
         if cluster.exists():
             subprocess.run(["bash", str(SCRIPT), "stop", str(cluster)], capture_output=True, check=False)

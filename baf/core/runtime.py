@@ -660,10 +660,10 @@ class Runtime:
         owns: its ``message_received`` record and the row's deletion commit together, so it is handled
         exactly once; a row taken already and not yet deleted is left alone. Into an idle session, they
         commit with the first records of the step the message starts (before any body acts); while a step
-        runs, at once. A row that is not a readable message (``data`` None, ``error`` says why) becomes an
-        ``error`` record instead, consumed the same way: the session goes on. A session dropped from memory
-        since the caller had it is claimed again first; if another worker holds it by now, the row is left
-        for that worker."""
+        runs, at once. Returns once that commit is over. A row that is not a readable message (``data``
+        None, ``error`` says why) becomes an ``error`` record instead, consumed the same way: the session
+        goes on. A session dropped from memory since the caller had it is claimed again first; if another
+        worker holds it by now, the row is left for that worker."""
         if session_id not in self._live and not await self.claim(session_id):
             return
         live = await self._get_live(session_id, None)
@@ -698,6 +698,8 @@ class Runtime:
             # The step this starts now commits the message, and the row's deletion, with its first records,
             # before any body can act (see baf.core.engine._run_body): one round trip less per message. The
             # row stays in the inbox until then; a crash before it leaves the message to the next owner.
+            # Returning once that commit is over keeps the caller from reading the row again before it goes.
+            await live.writer.consumed(inbox_id)
             _show_now(live)
             return
         try:

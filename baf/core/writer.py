@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from baf.errors import LogClosedError, LogError
@@ -36,6 +36,8 @@ class SessionWriter:
         self._consumes: list[int] = []
         # Those rows, and the ones an append under way consumes: taken, but not gone from the inbox yet.
         self._consuming: set[int] = set()
+        # Resolved when such a row's append is over (see consumed).
+        self._consume_waiters: dict[int, asyncio.Future[None]] = {}
         # Sync bodies run in worker threads and record from there, racing the event loop.
         self._lock = threading.Lock()
         self._tail: asyncio.Future[None] | None = None
@@ -87,6 +89,7 @@ class SessionWriter:
         with self._lock:
             self._closed = True
             self._closed_because = because
+        self._consumes_over([*self._consume_waiters])  # whoever waits for them: the session takes no more
 
     @property
     def closed(self) -> bool:
@@ -108,6 +111,25 @@ class SessionWriter:
         (it waits for the next flush, or an append under way carries it): a read of the inbox meanwhile
         still finds the row, and must not take its message a second time."""
         return inbox_id in self._consuming
+
+    async def consumed(self, inbox_id: int) -> None:
+        """Return once the append deleting inbox row ``inbox_id`` (taken with :meth:`consume_inbox`) is over:
+        committed, or failed (the row then stays in the inbox; the runtime drops the session), or never to
+        come (the writer closed first). Whoever reads the inbox again after this sees the row gone, or
+        takes it anew."""
+        if inbox_id not in self._consuming or self._closed:
+            return
+        waiter = self._consume_waiters.get(inbox_id)
+        if waiter is None:
+            waiter = self._consume_waiters[inbox_id] = asyncio.get_running_loop().create_future()
+        await asyncio.shield(waiter)
+
+    def _consumes_over(self, inbox_ids: Iterable[int]) -> None:
+        for inbox_id in inbox_ids:
+            self._consuming.discard(inbox_id)
+            waiter = self._consume_waiters.pop(inbox_id, None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
 
     @property
     def settled(self) -> bool:
@@ -161,7 +183,7 @@ class SessionWriter:
                 raise
             raise failure from exc
         finally:
-            self._consuming.difference_update(consumes)  # gone from the inbox, or the session is dropped
+            self._consumes_over(consumes)  # gone from the inbox, or left there and the session is dropped
 
     async def _append_inline(self, previous: asyncio.Future[None] | None, batch: list[Record]) -> None:
         """Nothing in flight: append in the caller's task (a task and a shield per flush cost a sixth

@@ -3,6 +3,7 @@ deleted in the same transaction, taken once however often the inbox is read befo
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -13,7 +14,7 @@ from baf.log import Record
 from baf.log.record import RecordKind
 from baf.serve import Worker
 
-from .helpers import assert_each_question_answered_once, eventually, message, wait_for_answers
+from .helpers import assert_each_question_answered_once, eventually, fresh_agent, message, wait_for_answers
 
 
 def spy_on_commits(worker: Worker) -> list[tuple[list[str], list[int]]]:
@@ -70,23 +71,60 @@ async def test_a_message_for_an_idle_session_commits_with_the_first_records_of_i
 async def test_a_message_taken_twice_before_its_row_is_deleted_is_recorded_once(
     worker: Worker, postgres_dsn: str
 ) -> None:
-    """A second read of the inbox (a notification, the poll) can find the row again while the commit that
-    deletes it has not happened yet: the runtime takes it only once."""
+    """Two takes of one row at once (a notification and the poll, say): the second finds it taken, its
+    deletion not committed yet, and leaves it."""
     assert await worker.claim("s")
     await worker.runtime.get_or_create("s")
     await worker.runtime.wait_idle("s")
     payload = message("s", "q1")
     row_id = await insert_unnotified(postgres_dsn, "s", payload)
-    first = worker.runtime.receive_forwarded("s", row_id, payload)
-    second = worker.runtime.receive_forwarded("s", row_id, payload)
-    await first
-    await second  # the row is still in the inbox: its deletion goes with the step's first commit
+    await asyncio.gather(
+        worker.runtime.receive_forwarded("s", row_id, payload), worker.runtime.receive_forwarded("s", row_id, payload)
+    )
     await wait_for_answers(postgres_dsn, {"s": ["q1"]})
     await worker.runtime.wait_idle("s")
     records = await wait_for_answers(postgres_dsn, {"s": ["q1"]})
     assert_each_question_answered_once(records, {"s": ["q1"]})
     assert [r.kind for r in records["s"]].count(RecordKind.ERROR) == 0
     assert await worker.inbox.pending("s") == []
+
+
+async def test_the_inbox_is_read_again_only_once_the_rows_taken_are_gone(postgres_dsn: str) -> None:
+    """A take returns once the commit deleting its rows is over, so the next take of the session (new mail,
+    the poll) reads the inbox without them. Here every read of the inbox answers late, with the rows as they
+    were when it began: a read begun before that commit would hand the message over a second time."""
+    worker = Worker(fresh_agent(), postgres_dsn, worker_id="a", lease_ttl=10, poll_interval=60)  # no poll here
+    await worker.start()
+    try:
+        assert await worker.claim("s")
+        await worker.runtime.get_or_create("s")
+        await worker.runtime.wait_idle("s")
+        read = worker.inbox._pending._run
+
+        async def answering_late(session_ids: list[str]) -> dict[str, Any]:
+            found = await read(session_ids)
+            taken = [m.id for messages in found.values() if isinstance(messages, list) for m in messages]
+            connection = await asyncpg.connect(postgres_dsn)
+            try:
+                for _ in range(30):  # until what it found is gone (taken meanwhile), or 0.3 s
+                    if not await connection.fetchval("SELECT count(*) FROM baf_inbox WHERE id = ANY($1)", taken):
+                        await asyncio.sleep(0.05)  # and the commit that took it is over in the worker too
+                        break
+                    await asyncio.sleep(0.01)
+            finally:
+                await connection.close()
+            return found
+
+        worker.inbox._pending._run = answering_late  # type: ignore[method-assign]
+        await insert_unnotified(postgres_dsn, "s", message("s", "q1"))  # no notification: the test takes it
+        await worker._take("s")
+        await worker._take("s")  # new mail, say: the session's next take reads the inbox at once
+        await worker.runtime.wait_idle("s")
+        records = await wait_for_answers(postgres_dsn, {"s": ["q1"]})
+        assert_each_question_answered_once(records, {"s": ["q1"]})
+        assert [r.kind for r in records["s"]].count(RecordKind.ERROR) == 0
+    finally:
+        await worker.stop()
 
 
 async def test_a_message_for_a_busy_session_is_committed_at_once(worker: Worker, postgres_dsn: str) -> None:
