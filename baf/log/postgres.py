@@ -30,7 +30,8 @@ plain one (no ``worker_id``: no leases, so it must write alone). A store that ca
 start with ``LogInUseError``; a writer whose connection dropped takes it again before its next commit (a
 plain one only if no other store took it in between: else it writes no more). Read-only stores take none.
 No other role of the database can hold the lock, nor learn the log's notification channels
-(``baf.log.postgres_channels``) without the right to read its tables.
+(``baf.log.postgres_channels``) without the right to read its tables, or to see every connection's queries
+(superusers, ``pg_read_all_stats`` and ``pg_monitor``, readers of a server log of every statement).
 """
 
 from __future__ import annotations
@@ -469,6 +470,11 @@ class PostgresLog(SessionLog):
         if self._closed:
             raise LogClosedError(f"{self!r} is closed")
         return self._pool
+
+    async def ready(self) -> None:
+        """Start the store if it was never started, as every read, append and helper call does;
+        ``LogClosedError`` once it is closed (until ``start()``)."""
+        await self._ready_pool()
 
     async def _ready_pool(self) -> asyncpg.Pool:
         pool = self._check_open()

@@ -2,7 +2,7 @@
 
 A message may arrive at any worker (its client is connected there). That worker writes it to
 ``baf_inbox`` and notifies the log's inbox channel with the session id (a name only roles that can read
-baf's tables can learn: ``baf.log.postgres_channels``). The owner reads the session's
+baf's tables, or every connection's queries, can learn: ``baf.log.postgres_channels``). The owner reads the session's
 waiting rows in arrival order (``pending``) and moves each into the session log with
 ``PostgresLog.append_consuming``, which deletes the row in the same transaction as it appends the
 message's records. A crash before that commit leaves the row for the next owner; after it, the message is
@@ -148,7 +148,10 @@ class Inbox:
 
         A connection lost (the server restarted, the backend was terminated) is opened again, retrying with
         a growing delay (up to ``RELISTEN_MAX_DELAY`` seconds); notifications sent meanwhile are lost, so
-        ``on_reconnect()`` is called once it listens again, for the caller to look for what they named."""
+        ``on_reconnect()`` is called once it listens again, for the caller to look for what they named.
+
+        Without ``channels``, like the inbox's other calls, it starts a store never started (the names are
+        read then), and raises ``LogClosedError`` once the store is closed."""
 
         def notified(_connection: Any, _pid: int, channel: str, payload: str) -> None:
             try:
@@ -156,6 +159,8 @@ class Inbox:
             except Exception:
                 logger.exception("an inbox listener failed")
 
+        if channels is None:
+            await self._log.ready()  # the names are read at start
         names = channels if channels is not None else (self._log.channels.inbox, self._log.channels.records)
         listening = _Listening()
 
@@ -164,6 +169,9 @@ class Inbox:
             try:
                 for channel in names:
                     await connection.add_listener(channel, notified)
+                # pg_stat_activity shows a connection's last statement to the roles that see queries: this one
+                # rather than a LISTEN naming a channel (baf.log.postgres_channels). Once per connection.
+                await connection.execute("SELECT 1")
             except BaseException:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(connection.close(), 5)

@@ -22,7 +22,8 @@ made of two parts:
 - the **decision**, made while holding the row lock of ``writer_generation`` in ``baf_meta`` (so stores
   decide one at a time, and no role without rights on ``baf_meta`` can hold that lock): the marks held
   now (``pg_locks``) that have their row in ``baf_writer_marks`` are the log's writers. A mark without one
-  (anyone can take an advisory lock of any key) is not, and is ignored. The rows of marks no longer held
+  (anyone can take an advisory lock of any key) is not, and is ignored, unless an older baf holds it
+  (below). The rows of marks no longer held
   (their connections ended) are deleted in the same decision. The row proves the right of the role the
   store acts as, so a store whose login role reaches baf's tables only through ``SET ROLE`` (``NOINHERIT``,
   ``ALTER ROLE ... SET role``) is a writer like any other.

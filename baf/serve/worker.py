@@ -43,7 +43,6 @@ from baf.core.forwarded import FORWARDED_KEY
 from baf.core.runtime import Runtime
 from baf.errors import LogError, LogStorageError
 from baf.log.postgres import PostgresLog, redact_dsn
-from baf.log.postgres_channels import Channels
 from baf.log.postgres_connect import KEEPALIVE_SECONDS
 from baf.log.postgres_inbox import Inbox, InboxMessage
 from baf.log.postgres_leases import Leases
@@ -134,7 +133,6 @@ class Worker:
         self._stop_listening: Any = None
         self._said_replaced = False  # see _heartbeats
         self._repolling: asyncio.Task[None] | None = None  # a poll after the listener reconnected
-        self._channels: Channels | None = None  # the log's, once it is open
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -145,7 +143,7 @@ class Worker:
         for platform in self.agent.platforms:
             platform.share_with_workers()
         await self.log.start()
-        channels = self._channels = self.log.channels
+        channels = self.log.channels
         # Listening before registering, and listing the live workers after: a worker starting at the same
         # time is either heard registering or listed. Not the records channel: a worker follows other
         # workers' records only while a client of theirs is connected here (the follower listens to them
@@ -251,11 +249,10 @@ class Worker:
     # -- loops ----------------------------------------------------------------------------------------
 
     def _notified(self, channel: str, payload: str) -> None:
-        if self._channels is None:
-            return
-        if channel == self._channels.inbox:
+        channels = self.log.channels  # known from the log's start on: this listens only once started
+        if channel == channels.inbox:
             self._want(payload)  # a session id
-        elif channel == self._channels.workers and self._stop_listening is not None and payload != self.worker_id:
+        elif channel == channels.workers and self._stop_listening is not None and payload != self.worker_id:
             self._peers_stale()
 
     def _listening_again(self) -> None:

@@ -221,11 +221,11 @@ async def test_a_listener_whose_connection_is_lost_listens_again_and_says_so(pos
 
 async def _cut_listener(admin: asyncpg.Connection, application_name: str, listening: bool = False) -> None:
     """Terminate the listening backend of this test alone (others may share the server); ``listening``: the
-    one of its connections whose last statement was a LISTEN."""
+    one of its connections listening (whose last statement is the ``SELECT 1`` a listener ends with)."""
     cut = await admin.fetch(
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
         "WHERE datname = current_database() AND application_name = $1 AND pid <> pg_backend_pid() "
-        "AND (NOT $2 OR query LIKE 'LISTEN %')",
+        "AND (NOT $2 OR query = 'SELECT 1')",
         application_name,
         listening,
     )

@@ -11,6 +11,7 @@ import contextlib
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
@@ -18,7 +19,7 @@ from baf_test_helpers import baf
 from pg_cluster import drop_schema, fresh_schema, role_through_set_role
 from serve.helpers import eventually
 
-from baf.errors import LogError, LogInUseError
+from baf.errors import LogClosedError, LogError, LogInUseError
 from baf.log import Record
 from baf.log.postgres import SCHEMA_VERSION, PostgresLog
 from baf.log.postgres_channels import CHANNELS_SECRET
@@ -307,3 +308,63 @@ async def test_two_logs_in_one_database_have_channels_of_their_own(postgres_dsn:
             assert here.channels != there.channels
     finally:
         await drop_schema(postgres_dsn, name)
+
+
+async def test_a_monitoring_role_sees_no_channel_name_in_an_idle_listeners_query(
+    postgres_dsn: str, other_role_dsn: str
+) -> None:
+    # pg_monitor (through pg_read_all_stats) sees every connection's last statement; baf's listeners end theirs
+    # with one that names nothing.
+    admin = await asyncpg.connect(postgres_dsn)
+    try:
+        await admin.execute(f'GRANT pg_monitor TO "{urlsplit(other_role_dsn).username}"')
+    finally:
+        await admin.close()
+    async with PostgresLog(postgres_dsn, worker_id="w") as log:
+        names = (log.channels.inbox, log.channels.records, log.channels.workers)
+        stop = await Inbox(log).listen(lambda channel, session: None, names)
+        monitor = await asyncpg.connect(other_role_dsn)
+        try:
+            rows = await monitor.fetch("SELECT query FROM pg_stat_activity WHERE usename <> current_user")
+            seen = [row[0] for row in rows]
+        finally:
+            await monitor.close()
+            await stop()
+    assert not [query for query in seen if any(name in (query or "") for name in names)]
+    assert "SELECT 1" in seen and "<insufficient privilege>" not in seen  # it sees the queries
+
+
+async def test_a_channel_secret_changed_by_hand_is_refused_saying_how_to_make_another(postgres_dsn: str) -> None:
+    async with PostgresLog(postgres_dsn):
+        pass
+    for damaged in ("not hex", "ab" * 16, "AB" * 32, "0" * 63):  # not hex, 16 bytes, upper case, odd digits
+        connection = await asyncpg.connect(postgres_dsn)
+        try:
+            await connection.execute("UPDATE baf_meta SET value = $2 WHERE key = $1", CHANNELS_SECRET, damaged)
+        finally:
+            await connection.close()
+        for read_only in (False, True):
+            with pytest.raises(LogError, match=r"secret in baf_meta \(key 'secret:channels'\).*Delete that row"):
+                await PostgresLog(postgres_dsn, read_only=read_only).start()
+    connection = await asyncpg.connect(postgres_dsn)
+    try:
+        await connection.execute("DELETE FROM baf_meta WHERE key = $1", CHANNELS_SECRET)
+    finally:
+        await connection.close()
+    async with PostgresLog(postgres_dsn) as log:  # a new secret, made by the next writer
+        assert log.channels.inbox.startswith("baf_inbox_")
+    assert len(bytes.fromhex((await meta(postgres_dsn))[CHANNELS_SECRET])) == 32
+
+
+async def test_listening_on_a_store_never_started_starts_it(postgres_dsn: str) -> None:
+    log = PostgresLog(postgres_dsn, worker_id="w")
+    heard: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+    try:
+        stop = await Inbox(log).listen(lambda channel, session: heard.put_nowait((channel, session)))
+        await Inbox(log).post("s", {"text": "hello"})
+        assert await asyncio.wait_for(heard.get(), 10) == (log.channels.inbox, "s")
+        await stop()
+    finally:
+        await log.close()
+    with pytest.raises(LogClosedError):
+        await Inbox(log).listen(lambda channel, session: None)

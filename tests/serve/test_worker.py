@@ -324,9 +324,9 @@ LISTENING_TEST = "baf-test-worker-listening"  # the application name of the test
 
 async def listening_backends(connection: asyncpg.Connection) -> list[int]:
     """The server pids of the connections listening to baf's channels (the test's worker's alone: others
-    may share the server)."""
+    may share the server): their last statement is the ``SELECT 1`` a listener ends with."""
     rows = await connection.fetch(
-        "SELECT pid FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND pid <> pg_backend_pid() "
+        "SELECT pid FROM pg_stat_activity WHERE query = 'SELECT 1' AND pid <> pg_backend_pid() "
         "AND datname = current_database() AND application_name = $1",
         LISTENING_TEST,
     )
