@@ -149,16 +149,18 @@ async def test_the_task_panel_shows_the_latest_runs_plan_not_an_earlier_one() ->
     script.responses.append("Just 7.")  # the second question is answered without a plan
     async with browser_on(reasoning_agent(script)) as (page, _, problems):
         tasks = page.locator("#tasks li")
+        await expect(page.locator("#task-panel")).to_be_hidden()  # before any plan, on a desktop too
         await page.fill("#input", "total?")
         await page.press("#input", "Enter")
         await expect(page.locator('details.trace[data-state="finished"]')).to_have_count(1)
         await expect(tasks).to_have_count(2)
+        await expect(page.locator("#task-panel")).to_be_visible()
         await page.fill("#input", "and 3 + 4?")
         await page.press("#input", "Enter")
         await expect(page.locator('details.trace[data-state="finished"]')).to_have_count(2)
         await expect(page.locator(".msg.assistant").last).to_have_text("Just 7.")
         await expect(tasks).to_have_count(0)
-        await expect(page.locator("#no-tasks")).to_be_visible()
+        await expect(page.locator("#task-panel")).to_be_hidden()  # no plan: no empty panel beside the answer
         await page.reload()  # the history draws the same
         await expect(page.locator(".msg.assistant")).to_have_count(2)
         await expect(tasks).to_have_count(0)

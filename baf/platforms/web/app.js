@@ -375,8 +375,8 @@
   function showTasks(tasks) {
     const list = $("tasks");
     list.replaceChildren();
-    $("no-tasks").hidden = tasks.length > 0;
-    $("task-panel").toggleAttribute("data-empty", tasks.length === 0); // a phone hides the empty panel
+    // Hidden while the run has no plan: an agent that never plans would show an empty panel for good.
+    $("task-panel").toggleAttribute("data-empty", tasks.length === 0);
     tasks.forEach((task) => {
       const status = String(task.status || "pending");
       const li = el("li", "task status-" + status);
