@@ -34,10 +34,9 @@ class SessionWriter:
         self._pending: list[Record] = []
         # Inbox rows (a worker's store, see baf.log.postgres_inbox) the next flush consumes atomically.
         self._consumes: list[int] = []
-        # Those rows, and the ones an append under way consumes: taken, but not gone from the inbox yet.
-        self._consuming: set[int] = set()
-        # Resolved when such a row's append is over (see consumed).
-        self._consume_waiters: dict[int, asyncio.Future[None]] = {}
+        # Those rows, and the ones an append under way consumes (taken, not gone from the inbox yet), each
+        # with a future resolved once that append is over (see consumed).
+        self._consuming: dict[int, asyncio.Future[None]] = {}
         # Sync bodies run in worker threads and record from there, racing the event loop.
         self._lock = threading.Lock()
         self._tail: asyncio.Future[None] | None = None
@@ -89,7 +88,7 @@ class SessionWriter:
         with self._lock:
             self._closed = True
             self._closed_because = because
-        self._consumes_over([*self._consume_waiters])  # whoever waits for them: the session takes no more
+        self._consumes_over([*self._consuming])  # whoever waits for them: the session takes no more
 
     @property
     def closed(self) -> bool:
@@ -104,7 +103,7 @@ class SessionWriter:
             raise TypeError(f"{type(self.log).__name__} has no inbox to consume from")
         with self._lock:
             self._consumes.append(inbox_id)
-            self._consuming.add(inbox_id)
+            self._consuming[inbox_id] = asyncio.get_running_loop().create_future()
 
     def consuming(self, inbox_id: int) -> bool:
         """Whether inbox row ``inbox_id`` was taken into this session and its deletion is not committed yet
@@ -117,17 +116,13 @@ class SessionWriter:
         committed, or failed (the row then stays in the inbox; the runtime drops the session), or never to
         come (the writer closed first). Whoever reads the inbox again after this sees the row gone, or
         takes it anew."""
-        if inbox_id not in self._consuming or self._closed:
-            return
-        waiter = self._consume_waiters.get(inbox_id)
-        if waiter is None:
-            waiter = self._consume_waiters[inbox_id] = asyncio.get_running_loop().create_future()
-        await asyncio.shield(waiter)
+        waiter = self._consuming.get(inbox_id)
+        if waiter is not None and not self._closed:
+            await asyncio.shield(waiter)
 
     def _consumes_over(self, inbox_ids: Iterable[int]) -> None:
         for inbox_id in inbox_ids:
-            self._consuming.discard(inbox_id)
-            waiter = self._consume_waiters.pop(inbox_id, None)
+            waiter = self._consuming.pop(inbox_id, None)
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
 
