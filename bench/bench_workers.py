@@ -78,6 +78,8 @@ SCRIPT = HERE.parent / ".ci" / "postgres"
 WARM_UP = 10
 #: Part 2's numbers of sessions answering at once, in one process.
 CONCURRENCY = (1, 10, 50)
+POLL = float(os.environ.get('POLL', '0.002'))
+EARLIEST = float(os.environ.get('EARLIEST', '1.0'))
 
 
 def with_schema(dsn: str, schema: str) -> str:
@@ -197,7 +199,7 @@ async def postgres_run(
                 started = time.perf_counter()
                 # All at once, as 200 clients' messages reach a platform at once (the SQLite run gathers too).
                 await asyncio.gather(*(post(inbox, sid) for sid in ids))
-                await wait_for_replies(connection, len(before) + len(ids))
+                await wait_for_replies(connection, len(before) + len(ids), started + EARLIEST * (tool_turns + 1) * delay)
                 wall = time.perf_counter() - started
                 ended = time.time()
                 clock.stop()
@@ -238,12 +240,15 @@ async def post(inbox: Inbox, session_id: str) -> None:
     await inbox.post(session_id, {"event": event.to_data(), "text": event.text})
 
 
-async def wait_for_replies(connection: asyncpg.Connection, replies: int) -> None:
+async def wait_for_replies(connection: asyncpg.Connection, replies: int, not_before: float = 0.0) -> None:
     """Wait until every message posted has been answered: no inbox row waits and no session has work left
     (the ``baf_work`` index, kept by every commit, is empty: each reply and its step's end are committed).
-    Checked every 5 ms with two index-only reads, which cost the server little next to the run."""
+    Checked every 2 ms with two index-only reads, from ``not_before`` (``time.perf_counter``) on: none can
+    have been answered before the model's time has passed, and a poll before then only takes CPU from the
+    run it times."""
+    await asyncio.sleep(max(0.0, not_before - time.perf_counter()))
     while True:
-        await asyncio.sleep(0.005)
+        await asyncio.sleep(POLL)
         done = await connection.fetchval(
             "SELECT NOT EXISTS (SELECT 1 FROM baf_work) AND NOT EXISTS (SELECT 1 FROM baf_inbox)"
         )

@@ -4,6 +4,9 @@ The parent starts each worker as ``python -m baf.serve.process worker ...`` and 
 them; each worker runs :class:`~baf.serve.worker.Worker` until it is told to stop, then stops cleanly
 (steps finish, leases are given up). A second signal kills them at once. ``baf serve`` on several hosts
 against one database needs nothing more: the workers find each other through the database.
+
+The first worker starts alone, and the others once it is ready: what would stop every worker (the agent
+file, the database) is then said once, by the first, and no other is started.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any, Final
@@ -47,18 +51,82 @@ def serve(
     # The URL goes to the workers in their environment, not on their command lines: any user of the host
     # can read a process's arguments (ps), and the URL may hold the database password.
     environment = {**os.environ, LOG_VARIABLE: dsn}
-    children = [subprocess.Popen(command, env={**environment, INDEX_VARIABLE: str(i)}) for i in range(workers)]
-
+    children: list[subprocess.Popen[bytes]] = []
     stopping = _Stopping(children, lease_ttl)
     previous = {s: signal.signal(s, stopping.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    relay: _ReadyRelay | None = None
     try:
+        first = subprocess.Popen(command, env={**environment, INDEX_VARIABLE: "0"}, stdout=subprocess.PIPE)
+        children.append(first)
+        relay = _ReadyRelay(first)
+        relay.start()
+        while not relay.ready.wait(0.05) and first.poll() is None and not stopping.signals:
+            pass
+        if relay.ready.is_set() and first.poll() is None and not stopping.signals:
+            others = [subprocess.Popen(command, env={**environment, INDEX_VARIABLE: str(i)}) for i in range(1, workers)]
+            children.extend(others)
+            if stopping.signals:  # came while they were being started: the handler did not know them yet
+                for child in others:
+                    child.send_signal(stopping.signals[-1])
         codes = _wait_reporting_deaths(children, lease_ttl, stopping)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        if relay is not None:
+            relay.join(5)
     if stopping.killed:
         return 128 + stopping.signals[-1]  # as a shell reports a command a signal ended (130: Ctrl-C)
     return max((abs(code) for code in codes), default=0)
+
+
+class _ReadyRelay(threading.Thread):
+    """Copies the first worker's stdout to ``baf serve``'s own, and sets ``ready`` at its ``READY`` line (which
+    :func:`_run_worker` writes once the worker has started). It reads until the worker's stdout closes, so
+    that the worker never blocks on a full pipe, and drops what it cannot write (our reader went away)."""
+
+    def __init__(self, worker: subprocess.Popen[bytes]) -> None:
+        super().__init__(name="baf-serve-relay", daemon=True)
+        assert worker.stdout is not None
+        self._source = worker.stdout.fileno()
+        self.ready = threading.Event()
+
+    def run(self) -> None:
+        target = _stdout_fd()
+        seen = b"\n"  # what came before the READY line, from the last line's start on
+        while chunk := _read(self._source):
+            if not self.ready.is_set():
+                seen = (seen + chunk)[-(len(chunk) + 64) :]
+                if b"\nREADY " in seen:
+                    self.ready.set()
+            if target is not None and not _write_all(target, chunk):
+                target = None
+
+
+def _stdout_fd() -> int | None:
+    """The file descriptor of ``baf serve``'s stdout (``None``: it has none, the worker's output is dropped)."""
+    try:
+        sys.stdout.flush()
+        return sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # None, closed, or a stream without a descriptor
+        return None
+
+
+def _read(fd: int) -> bytes:
+    """The next bytes of the pipe ``fd`` (``b""``: it closed, or cannot be read)."""
+    try:
+        return os.read(fd, 65536)
+    except OSError:
+        return b""
+
+
+def _write_all(fd: int, data: bytes) -> bool:
+    """Write all of ``data`` to ``fd``; False if it cannot be written (closed)."""
+    try:
+        while data:
+            data = data[os.write(fd, data) :]
+    except OSError:
+        return False
+    return True
 
 
 class _Stopping:
@@ -278,7 +346,7 @@ async def _run_worker(path: str, dsn: str, lease_ttl: float, poll_interval: floa
     first = os.environ.get(INDEX_VARIABLE, "0") == "0"
     with contextlib.nullcontext() if first else contextlib.redirect_stdout(io.StringIO()):
         agent = load_agent_file(path)
-    if not agent.platforms:
+    if not agent.platforms and first:  # said once, not by every worker
         # Legitimate (workers that only take over sessions and forwarded messages), but a new user serving
         # an agent written for baf run, which adds the terminal, would otherwise wait for nothing.
         logging.getLogger("baf.serve").warning(

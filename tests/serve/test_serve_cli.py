@@ -73,13 +73,27 @@ def test_baf_serve_refuses_a_sqlite_log(tmp_path: Path) -> None:
     assert "PostgreSQL log" in result.stderr and "baf run" in result.stderr
 
 
-def test_a_worker_that_cannot_start_says_why_in_one_line(tmp_path: Path) -> None:
+def test_a_worker_that_cannot_start_says_why_in_one_line_and_no_other_starts(tmp_path: Path) -> None:
     (tmp_path / "empty.py").write_text("x = 1\n")  # no Agent: refused before any database is reached
-    result = baf("serve", "empty.py", "--log", "postgresql://baf@127.0.0.1:9/none", "--workers", "2", cwd=tmp_path)
+    result = baf("serve", "empty.py", "--log", "postgresql://baf@127.0.0.1:9/none", "--workers", "3", cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     lines = result.stderr.splitlines()
-    assert len(lines) == 2 and all("baf serve: worker" in line and "must define one Agent" in line for line in lines)
+    assert len(lines) == 1 and "baf serve: worker" in lines[0] and "must define one Agent" in lines[0], lines
+
+
+def test_an_unreachable_database_is_said_once_not_by_each_worker(tmp_path: Path) -> None:
+    (tmp_path / "agent.py").write_text(
+        'from baf import Agent\n\nagent = Agent("a", log="memory://")\nagent.new_state("idle", initial=True)\n'
+    )
+    port = free_port()  # nothing listens there
+    result = baf("serve", "agent.py", "--log", f"postgresql://baf@127.0.0.1:{port}/none", "--workers", "3",
+                 cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    said = result.stderr
+    assert said.count("cannot open the PostgreSQL log") == 1, said
+    assert "is the PostgreSQL server running" in said, said
+    assert said.count("has no platform") == 1, said  # the warning every worker would give: once too
 
 
 def test_a_worker_whose_agent_file_raises_shows_the_users_traceback_only(tmp_path: Path) -> None:
@@ -87,8 +101,8 @@ def test_a_worker_whose_agent_file_raises_shows_the_users_traceback_only(tmp_pat
     result = baf("serve", "buggy.py", "--log", "postgresql://baf@127.0.0.1:9/none", "--workers", "2", cwd=tmp_path)
     assert result.returncode == 1, result.stderr
     said = result.stderr
-    assert said.count("stopped: the agent file failed to load:\nTraceback (most recent call last):\n") == 2, said
-    assert said.count('buggy.py", line 3, in <module>') == 2 and said.count("RuntimeError: boom at import") == 2
+    assert said.count("stopped: the agent file failed to load:\nTraceback (most recent call last):\n") == 1, said
+    assert said.count('buggy.py", line 3, in <module>') == 1 and said.count("RuntimeError: boom at import") == 1
     assert "baf/serve/process.py" not in said and "asyncio" not in said and "<frozen" not in said, said
 
 
@@ -121,10 +135,9 @@ def test_an_agent_on_the_terminal_is_refused_before_any_database_is_reached(tmp_
     (tmp_path / "chat.py").write_text(TERMINAL_AGENT)
     result = baf("serve", "chat.py", "--log", "postgresql://baf@127.0.0.1:9/none", "--workers", "2", cwd=tmp_path)
     assert result.returncode == 2, result.stderr
-    lines = result.stderr.splitlines()
-    assert len(lines) == 2, result.stderr
-    assert all("terminal platform cannot be shared by worker processes" in line for line in lines), lines
-    assert all("use_websocket_platform" in line and "baf run" in line for line in lines), lines
+    (line,) = result.stderr.splitlines()  # said by the first worker; no other was started
+    assert "terminal platform cannot be shared by worker processes" in line, line
+    assert "use_websocket_platform" in line and "baf run" in line, line
 
 
 def start_one_worker(path: str, dsn: str, cwd: Path) -> subprocess.Popen[str]:
