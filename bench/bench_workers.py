@@ -78,8 +78,8 @@ SCRIPT = HERE.parent / ".ci" / "postgres"
 WARM_UP = 10
 #: Part 2's numbers of sessions answering at once, in one process.
 CONCURRENCY = (1, 10, 50)
-POLL = float(os.environ.get('POLL', '0.002'))
-EARLIEST = float(os.environ.get('EARLIEST', '1.0'))
+#: How often the end of a timed run is looked for (seconds), once the model's time has passed.
+POLL = 0.002
 
 
 def with_schema(dsn: str, schema: str) -> str:
@@ -199,7 +199,7 @@ async def postgres_run(
                 started = time.perf_counter()
                 # All at once, as 200 clients' messages reach a platform at once (the SQLite run gathers too).
                 await asyncio.gather(*(post(inbox, sid) for sid in ids))
-                await wait_for_replies(connection, len(before) + len(ids), started + EARLIEST * (tool_turns + 1) * delay)
+                await wait_for_replies(connection, len(before) + len(ids), started + (tool_turns + 1) * delay)
                 wall = time.perf_counter() - started
                 ended = time.time()
                 clock.stop()
