@@ -17,20 +17,22 @@ import contextlib
 import io
 import logging
 import os
+import select
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from typing import Any, Final
 
 from baf.wording import agreeing, counted
 
-__all__ = ["INDEX_VARIABLE", "LOG_VARIABLE", "check_connections", "main", "serve"]
+__all__ = ["INDEX_VARIABLE", "LOG_VARIABLE", "READY_FD_VARIABLE", "check_connections", "main", "serve"]
 
 #: The environment variable a worker process reads its log URL from (``baf serve`` sets it).
 LOG_VARIABLE = "BAF_SERVE_LOG"
+#: The environment variable that names the pipe the first worker says it is ready on (see :func:`serve`).
+READY_FD_VARIABLE = "BAF_SERVE_READY_FD"
 #: The environment variable that numbers ``baf serve``'s workers from 0: only worker 0 shows what the agent
 #: file prints as it loads (a banner, say), so it shows once, not once per worker.
 INDEX_VARIABLE = "BAF_SERVE_WORKER_INDEX"
@@ -43,7 +45,9 @@ def serve(
     ``keepalive``: see ``Worker`` (``None``: the operating system's settings).
 
     The database is asked first: more workers than its ``max_connections`` can ever serve are refused
-    (a mistyped ``--workers 2000`` would otherwise start that many processes, nearly all failing)."""
+    (a mistyped ``--workers 2000`` would otherwise start that many processes, nearly all failing). The
+    first worker then starts alone, and the others once it serves: what would stop them all (an agent file
+    that fails to load, a database out of reach) is said once, by the first."""
     asyncio.run(check_connections(dsn, workers))
     command = [sys.executable, "-m", "baf.serve.process", "worker", path,
                "--lease-ttl", str(lease_ttl), "--poll-interval", str(poll_interval),
@@ -54,15 +58,8 @@ def serve(
     children: list[subprocess.Popen[bytes]] = []
     stopping = _Stopping(children, lease_ttl)
     previous = {s: signal.signal(s, stopping.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    relay: _ReadyRelay | None = None
     try:
-        first = subprocess.Popen(command, env={**environment, INDEX_VARIABLE: "0"}, stdout=subprocess.PIPE)
-        children.append(first)
-        relay = _ReadyRelay(first)
-        relay.start()
-        while not relay.ready.wait(0.05) and first.poll() is None and not stopping.signals:
-            pass
-        if relay.ready.is_set() and first.poll() is None and not stopping.signals:
+        if _started_first(command, environment, children, stopping):
             others = [subprocess.Popen(command, env={**environment, INDEX_VARIABLE: str(i)}) for i in range(1, workers)]
             children.extend(others)
             if stopping.signals:  # came while they were being started: the handler did not know them yet
@@ -72,61 +69,32 @@ def serve(
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        if relay is not None:
-            relay.join(5)
     if stopping.killed:
         return 128 + stopping.signals[-1]  # as a shell reports a command a signal ended (130: Ctrl-C)
     return max((abs(code) for code in codes), default=0)
 
 
-class _ReadyRelay(threading.Thread):
-    """Copies the first worker's stdout to ``baf serve``'s own, and sets ``ready`` at its ``READY`` line (which
-    :func:`_run_worker` writes once the worker has started). It reads until the worker's stdout closes, so
-    that the worker never blocks on a full pipe, and drops what it cannot write (our reader went away)."""
+def _started_first(
+    command: list[str], environment: dict[str, str], children: list[subprocess.Popen[bytes]], stopping: _Stopping
+) -> bool:
+    """Start the first worker and wait until it is ready (True) or has stopped, or a signal came (False).
 
-    def __init__(self, worker: subprocess.Popen[bytes]) -> None:
-        super().__init__(name="baf-serve-relay", daemon=True)
-        assert worker.stdout is not None
-        self._source = worker.stdout.fileno()
-        self.ready = threading.Event()
-
-    def run(self) -> None:
-        target = _stdout_fd()
-        seen = b"\n"  # what came before the READY line, from the last line's start on
-        while chunk := _read(self._source):
-            if not self.ready.is_set():
-                seen = (seen + chunk)[-(len(chunk) + 64) :]
-                if b"\nREADY " in seen:
-                    self.ready.set()
-            if target is not None and not _write_all(target, chunk):
-                target = None
-
-
-def _stdout_fd() -> int | None:
-    """The file descriptor of ``baf serve``'s stdout (``None``: it has none, the worker's output is dropped)."""
+    It says it is ready by writing to a pipe of its own (``READY_FD_VARIABLE``) once it serves; a worker
+    that stops first closes the pipe unwritten. Its stdout stays ``baf serve``'s, as the others' do."""
+    read_end, write_end = os.pipe()
     try:
-        sys.stdout.flush()
-        return sys.stdout.fileno()
-    except (AttributeError, OSError, ValueError):  # None, closed, or a stream without a descriptor
-        return None
-
-
-def _read(fd: int) -> bytes:
-    """The next bytes of the pipe ``fd`` (``b""``: it closed, or cannot be read)."""
-    try:
-        return os.read(fd, 65536)
-    except OSError:
-        return b""
-
-
-def _write_all(fd: int, data: bytes) -> bool:
-    """Write all of ``data`` to ``fd``; False if it cannot be written (closed)."""
-    try:
-        while data:
-            data = data[os.write(fd, data) :]
-    except OSError:
+        environment = {**environment, INDEX_VARIABLE: "0", READY_FD_VARIABLE: str(write_end)}
+        children.append(subprocess.Popen(command, env=environment, pass_fds=(write_end,)))
+        os.close(write_end)
+        write_end = -1
+        while not stopping.signals:
+            if select.select([read_end], [], [], 0.1)[0]:
+                return os.read(read_end, 1) == b"1" and not stopping.signals
         return False
-    return True
+    finally:
+        os.close(read_end)
+        if write_end >= 0:  # the worker did not start
+            os.close(write_end)
 
 
 class _Stopping:
@@ -365,10 +333,25 @@ async def _run_worker(path: str, dsn: str, lease_ttl: float, poll_interval: floa
     # under PIPE_BUF is atomic; print writes the text and the newline apart when stdout is unbuffered).
     sys.stdout.write(f"READY {worker.worker_id}\n")
     sys.stdout.flush()
+    _say_ready_to_serve()
     try:
         await stopping.wait()
     finally:
         await worker.stop()
+
+
+def _say_ready_to_serve() -> None:
+    """Tell ``baf serve`` this worker serves, on the pipe it gave the first worker (if this is it), so that it
+    starts the others."""
+    ready_fd = os.environ.pop(READY_FD_VARIABLE, None)
+    if ready_fd is None:
+        return
+    with contextlib.suppress(OSError, ValueError):  # baf serve is gone: nobody to tell
+        fd = int(ready_fd)
+        try:
+            os.write(fd, b"1")
+        finally:
+            os.close(fd)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
