@@ -19,6 +19,7 @@ import logging
 import os
 import select
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -55,17 +56,14 @@ def serve(
     # The URL goes to the workers in their environment, not on their command lines: any user of the host
     # can read a process's arguments (ps), and the URL may hold the database password.
     environment = {**os.environ, LOG_VARIABLE: dsn}
-    children: list[subprocess.Popen[bytes]] = []
-    stopping = _Stopping(children, lease_ttl)
+    environment.pop(READY_FD_VARIABLE, None)  # set for a first worker only, by us
+    stopping = _Stopping([], lease_ttl)
     previous = {s: signal.signal(s, stopping.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        if _started_first(command, environment, children, stopping):
-            others = [subprocess.Popen(command, env={**environment, INDEX_VARIABLE: str(i)}) for i in range(1, workers)]
-            children.extend(others)
-            if stopping.signals:  # came while they were being started: the handler did not know them yet
-                for child in others:
-                    child.send_signal(stopping.signals[-1])
-        codes = _wait_reporting_deaths(children, lease_ttl, stopping)
+        if _started_first(command, environment, stopping):
+            stopping.adopt([subprocess.Popen(command, env={**environment, INDEX_VARIABLE: str(i)})
+                            for i in range(1, workers)])  # fmt: skip
+        codes = _wait_reporting_deaths(stopping.children, lease_ttl, stopping)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -74,27 +72,49 @@ def serve(
     return max((abs(code) for code in codes), default=0)
 
 
-def _started_first(
-    command: list[str], environment: dict[str, str], children: list[subprocess.Popen[bytes]], stopping: _Stopping
-) -> bool:
-    """Start the first worker and wait until it is ready (True) or has stopped, or a signal came (False).
+def _started_first(command: list[str], environment: dict[str, str], stopping: _Stopping) -> bool:
+    """Start the first worker and wait until it is ready (True), or has stopped or a signal came (False).
 
-    It says it is ready by writing to a pipe of its own (``READY_FD_VARIABLE``) once it serves; a worker
-    that stops first closes the pipe unwritten. Its stdout stays ``baf serve``'s, as the others' do."""
-    read_end, write_end = os.pipe()
+    It says it is ready by writing to a pipe of its own (``READY_FD_VARIABLE``) once it serves; one that
+    stops first has written nothing. Its stdout stays ``baf serve``'s, as the others' do."""
+    read_end, write_end = _pipe()
     try:
         environment = {**environment, INDEX_VARIABLE: "0", READY_FD_VARIABLE: str(write_end)}
-        children.append(subprocess.Popen(command, env=environment, pass_fds=(write_end,)))
+        first = subprocess.Popen(command, env=environment, pass_fds=(write_end,))
+        stopping.adopt([first])
         os.close(write_end)
         write_end = -1
         while not stopping.signals:
-            if select.select([read_end], [], [], 0.1)[0]:
-                return os.read(read_end, 1) == b"1" and not stopping.signals
+            readable = select.select([read_end], [], [], 0.1)[0]
+            if readable or first.poll() is not None:
+                # Read once more after it ended: it may have said it was ready just before. A process it
+                # started may hold the pipe open still, so its end is not waited for.
+                if readable or select.select([read_end], [], [], 0)[0]:
+                    return os.read(read_end, 1) == b"1" and not stopping.signals
+                return False
         return False
     finally:
         os.close(read_end)
         if write_end >= 0:  # the worker did not start
             os.close(write_end)
+
+
+def _pipe() -> tuple[int, int]:
+    """A pipe (read end, write end) on descriptors above stderr, closed on exec: with stdin or stdout closed,
+    ``os.pipe`` would hand out 0 or 1, and the first worker would take the pipe for its stdout."""
+    import fcntl
+
+    ends = os.pipe()
+    try:
+        read_end = fcntl.fcntl(ends[0], fcntl.F_DUPFD_CLOEXEC, 3)
+        try:
+            return read_end, fcntl.fcntl(ends[1], fcntl.F_DUPFD_CLOEXEC, 3)
+        except OSError:
+            os.close(read_end)
+            raise
+    finally:
+        os.close(ends[0])
+        os.close(ends[1])
 
 
 class _Stopping:
@@ -109,6 +129,19 @@ class _Stopping:
         self.signals: list[int] = []
         #: The pids of the workers killed here (their deaths are not reported as a surprise).
         self.killed: set[int] = set()
+
+    def adopt(self, started: list[subprocess.Popen[bytes]]) -> None:
+        """Count ``started`` among the workers, and give them what a signal that came before they existed
+        would have given them: the first stops them, a second kills them."""
+        self.children.extend(started)
+        if len(self.signals) == 1:
+            for child in started:
+                child.send_signal(self.signals[0])
+        elif self.signals:
+            for child in started:
+                with contextlib.suppress(ProcessLookupError):
+                    child.kill()
+                self.killed.add(child.pid)
 
     def on_signal(self, signum: int, _frame: object) -> None:
         from baf.core.runtime import STOP_GRACE_PERIOD
@@ -302,7 +335,9 @@ def _death_notice(pid: int, signum: int, running: int, lease_ttl: float) -> str:
     return f"baf serve: worker {pid} was killed by signal {signum}; {after} {expiry}\n"
 
 
-async def _run_worker(path: str, dsn: str, lease_ttl: float, poll_interval: float, keepalive: float | None) -> None:
+async def _run_worker(
+    path: str, dsn: str, lease_ttl: float, poll_interval: float, keepalive: float | None, ready_pipe: int | None
+) -> None:
     from baf.cli import load_agent_file  # the loader baf run uses: Python or YAML agents
     from baf.core.agent import _show_baf_log_lines
     from baf.serve.worker import Worker
@@ -333,21 +368,33 @@ async def _run_worker(path: str, dsn: str, lease_ttl: float, poll_interval: floa
     # under PIPE_BUF is atomic; print writes the text and the newline apart when stdout is unbuffered).
     sys.stdout.write(f"READY {worker.worker_id}\n")
     sys.stdout.flush()
-    _say_ready_to_serve()
+    if ready_pipe is not None:
+        _say_ready_to_serve(ready_pipe)
     try:
         await stopping.wait()
     finally:
         await worker.stop()
 
 
-def _say_ready_to_serve() -> None:
-    """Tell ``baf serve`` this worker serves, on the pipe it gave the first worker (if this is it), so that it
-    starts the others."""
-    ready_fd = os.environ.pop(READY_FD_VARIABLE, None)
-    if ready_fd is None:
-        return
-    with contextlib.suppress(OSError, ValueError):  # baf serve is gone: nobody to tell
-        fd = int(ready_fd)
+def _ready_pipe() -> int | None:
+    """The pipe ``baf serve`` gave this worker to say it is ready on, if it is the first; taken out of the
+    environment and made not inheritable at once, so that no process the agent starts holds it open."""
+    value = os.environ.pop(READY_FD_VARIABLE, None)
+    if value is None:
+        return None
+    try:
+        fd = int(value)
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return None
+        os.set_inheritable(fd, False)
+    except (OSError, ValueError):  # not a pipe of ours: say nothing on it
+        return None
+    return fd
+
+
+def _say_ready_to_serve(fd: int) -> None:
+    """Tell ``baf serve`` on the pipe ``fd`` that this worker serves, so that it starts the others."""
+    with contextlib.suppress(OSError):  # baf serve is gone: nobody to tell
         try:
             os.write(fd, b"1")
         finally:
@@ -357,6 +404,7 @@ def _say_ready_to_serve() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of a worker process (``python -m baf.serve.process worker PATH [--log DSN]``; without
     ``--log``, the URL in ``$BAF_SERVE_LOG``)."""
+    ready_pipe = _ready_pipe()  # before anything can start a process that would inherit it
     parser = argparse.ArgumentParser(prog="baf.serve.process")
     commands = parser.add_subparsers(dest="command", required=True)
     worker = commands.add_parser("worker")
@@ -374,7 +422,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(_run_worker(args.path, args.log, args.lease_ttl, args.poll_interval, args.keepalive or None))
+            asyncio.run(_run_worker(args.path, args.log, args.lease_ttl, args.poll_interval, args.keepalive or None,
+                                    ready_pipe))  # fmt: skip
     except (ConfigurationError, LogError) as exc:
         # baf's own errors name the problem and its fix (a port in use, a file without an agent, a
         # database it cannot reach): one line, as `baf run` prints them; a traceback would point into baf.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -20,12 +21,12 @@ from baf.log.postgres_inbox import Inbox
 from .helpers import FIXTURE, assert_each_question_answered_once, free_port, message, stop_processes, wait_for_answers
 
 
-def start_serve(dsn: str) -> subprocess.Popen[str]:
+def start_serve(dsn: str, **env: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "baf.cli", "serve", str(FIXTURE), "--log", dsn, "--workers", "2",
          "--lease-ttl", "2", "--poll-interval", "1"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "BAF_SERVE_DELAY": "0.01"},
+        env={**os.environ, "BAF_SERVE_DELAY": "0.01", **env},
     )  # fmt: skip
 
 
@@ -51,6 +52,7 @@ async def test_baf_serve_runs_workers_that_answer_and_stop_on_sigterm(postgres_d
         serve.stderr.close()  # type: ignore[union-attr]
     assert code == 0
     assert "failed" not in said and "Traceback" not in said, said  # a clean stop says nothing alarming
+    assert said.count("has no platform") == 1, said  # the fixture has none: said by the first worker only
     # Stopped cleanly: every lease given up, so other workers could take the sessions at once.
     connection = await asyncpg.connect(postgres_dsn)
     try:
@@ -104,6 +106,90 @@ def test_a_worker_whose_agent_file_raises_shows_the_users_traceback_only(tmp_pat
     assert said.count("stopped: the agent file failed to load:\nTraceback (most recent call last):\n") == 1, said
     assert said.count('buggy.py", line 3, in <module>') == 1 and said.count("RuntimeError: boom at import") == 1
     assert "baf/serve/process.py" not in said and "asyncio" not in said and "<frozen" not in said, said
+
+
+SPAWNING_AGENT = """
+import subprocess, sys
+from pathlib import Path
+from baf import Agent
+
+# A helper process the agent starts as it loads, keeping every descriptor it may inherit (but the output
+# pipes of the test, which waits for them to close).
+helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], close_fds=False,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+Path("helper.pid").write_text(str(helper.pid))
+agent = Agent("a", log="memory://")
+agent.new_state("idle", initial=True)
+"""
+
+
+def test_a_process_the_agent_file_starts_does_not_keep_baf_serve_waiting(tmp_path: Path) -> None:
+    # The first worker fails (no database there); the helper it started lives on. Had it inherited the pipe
+    # the first worker says it is ready on, baf serve would wait for the helper's end to know.
+    (tmp_path / "spawner.py").write_text(SPAWNING_AGENT)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "baf.cli", "serve", "spawner.py", "--log",
+             f"postgresql://baf@127.0.0.1:{free_port()}/none", "--workers", "2"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    finally:
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            os.kill(int((tmp_path / "helper.pid").read_text()), signal.SIGKILL)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("cannot open the PostgreSQL log") == 1, result.stderr
+
+
+@pytest.mark.slow
+async def test_a_ready_pipe_named_in_baf_serves_environment_does_not_reach_its_workers(postgres_dsn: str) -> None:
+    # Only the first worker is given a pipe to say it is ready on; a variable of that name coming from
+    # elsewhere would have the others write to and close a descriptor of their own.
+    serve = start_serve(postgres_dsn, BAF_SERVE_READY_FD="3")
+    assert serve.stdout is not None and serve.stderr is not None
+    try:
+        ready = [await asyncio.wait_for(asyncio.to_thread(serve.stdout.readline), 30) for _ in range(2)]
+        assert all(line.startswith("READY ") for line in ready), ready
+        await asyncio.sleep(0.5)
+        assert serve.poll() is None
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(serve.wait, 30)
+        said = serve.stderr.read()
+        serve.stdout.close()
+        serve.stderr.close()
+    assert code == 0 and "Traceback" not in said and "Bad file descriptor" not in said, said
+
+
+SIGNAL_DURING_START = """
+import os, signal, subprocess, sys
+from baf.serve import process
+
+real = subprocess.Popen
+
+def popen(*args, **kwargs):
+    child = real(*args, **kwargs)
+    if not getattr(popen, "signalled", False):
+        popen.signalled = True
+        os.kill(os.getpid(), signal.SIGTERM)  # handled now, before serve knows this child
+    return child
+
+process.subprocess.Popen = popen
+sys.exit(process.serve(sys.argv[1], sys.argv[2], 2, 2.0, 1.0))
+"""
+
+
+@pytest.mark.slow
+async def test_a_signal_while_the_first_worker_starts_stops_it_and_starts_no_other(
+    postgres_dsn: str, tmp_path: Path
+) -> None:
+    (tmp_path / "signal_during_start.py").write_text(SIGNAL_DURING_START)
+    result = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "signal_during_start.py", str(FIXTURE), postgres_dsn], cwd=tmp_path,
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    # The worker got the SIGTERM: stopped before it served (killed by it, 15) or after (cleanly, 0).
+    assert result.returncode in (0, 15), result.stderr
+    assert result.stdout.count("READY") <= 1, result.stdout
 
 
 def test_a_missing_postgres_extra_is_said_once_not_by_each_worker(tmp_path: Path) -> None:
