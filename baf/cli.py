@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         result: int = args.handler(args)
-        sys.stdout.flush()  # inside the try: a reader that went away must not fail at exit instead
+        if sys.stdout is not None:  # None: started with stdout closed
+            sys.stdout.flush()  # inside the try: a reader that went away must not fail at exit instead
         return result
     except Exception as exc:
         if from_user_code(exc):

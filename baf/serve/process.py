@@ -106,15 +106,11 @@ def _pipe() -> tuple[int, int]:
 
     ends = os.pipe()
     try:
-        read_end = fcntl.fcntl(ends[0], fcntl.F_DUPFD_CLOEXEC, 3)
-        try:
-            return read_end, fcntl.fcntl(ends[1], fcntl.F_DUPFD_CLOEXEC, 3)
-        except OSError:
-            os.close(read_end)
-            raise
+        moved = [fcntl.fcntl(end, fcntl.F_DUPFD_CLOEXEC, 3) for end in ends]
     finally:
-        os.close(ends[0])
-        os.close(ends[1])
+        for end in ends:
+            os.close(end)
+    return moved[0], moved[1]
 
 
 class _Stopping:
@@ -366,8 +362,9 @@ async def _run_worker(
     await worker.start()
     # One write, so that the lines of workers sharing the parent's stdout never interleave (a pipe write
     # under PIPE_BUF is atomic; print writes the text and the newline apart when stdout is unbuffered).
-    sys.stdout.write(f"READY {worker.worker_id}\n")
-    sys.stdout.flush()
+    if sys.stdout is not None:  # None: started with stdout closed
+        sys.stdout.write(f"READY {worker.worker_id}\n")
+        sys.stdout.flush()
     if ready_pipe is not None:
         _say_ready_to_serve(ready_pipe)
     try:

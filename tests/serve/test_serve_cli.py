@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -158,6 +159,34 @@ async def test_a_ready_pipe_named_in_baf_serves_environment_does_not_reach_its_w
         serve.stdout.close()
         serve.stderr.close()
     assert code == 0 and "Traceback" not in said and "Bad file descriptor" not in said, said
+
+
+def start_serve_with_stdin_and_stdout_closed(dsn: str) -> subprocess.Popen[str]:
+    command = shlex.join([sys.executable, "-m", "baf.cli", "serve", str(FIXTURE), "--log", dsn,
+                          "--workers", "2", "--poll-interval", "1"])  # fmt: skip
+    return subprocess.Popen(["bash", "-c", f"exec {command} <&- >&-"], stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+async def test_baf_serve_started_with_stdin_and_stdout_closed_starts_every_worker(postgres_dsn: str) -> None:
+    # A daemon's stdout may be closed: the pipe the first worker says it is ready on must not land on
+    # descriptor 1 (then its READY line would go there), and nobody may write to a stdout that is None.
+    serve = start_serve_with_stdin_and_stdout_closed(postgres_dsn)
+    connection = await asyncpg.connect(postgres_dsn)
+    try:
+        for _ in range(300):
+            with contextlib.suppress(asyncpg.UndefinedTableError):
+                if await connection.fetchval("SELECT count(*) FROM baf_workers") == 2:
+                    break
+            await asyncio.sleep(0.1)
+        assert await connection.fetchval("SELECT count(*) FROM baf_workers") == 2
+    finally:
+        await connection.close()
+        serve.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(serve.wait, 30)
+        said = serve.stderr.read()  # type: ignore[union-attr]
+        serve.stderr.close()  # type: ignore[union-attr]
+    assert code == 0 and "Traceback" not in said, said
 
 
 SIGNAL_DURING_START = """
