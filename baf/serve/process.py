@@ -398,9 +398,17 @@ def _say_ready_to_serve(fd: int) -> None:
             os.close(fd)
 
 
+def _end_at_once(signum: int, _frame: object) -> None:
+    """End this process now, with the status a shell gives a command the signal ended (130: Ctrl-C)."""
+    os._exit(128 + signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of a worker process (``python -m baf.serve.process worker PATH [--log DSN]``; without
     ``--log``, the URL in ``$BAF_SERVE_LOG``)."""
+    # Until the worker serves (its own handlers then stop it cleanly), Ctrl-C ends it at once: nothing is
+    # started yet, and a KeyboardInterrupt traceback from each worker still loading would say nothing.
+    signal.signal(signal.SIGINT, _end_at_once)
     ready_pipe = _ready_pipe()  # before anything can start a process that would inherit it
     parser = argparse.ArgumentParser(prog="baf.serve.process")
     commands = parser.add_subparsers(dest="command", required=True)

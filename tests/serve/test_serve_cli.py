@@ -189,6 +189,39 @@ async def test_baf_serve_started_with_stdin_and_stdout_closed_starts_every_worke
     assert code == 0 and "Traceback" not in said, said
 
 
+SLOW_AGENT = """
+import sys, time
+from baf import Agent
+
+print("loading", flush=True)
+time.sleep(60)  # a slow import, a model loaded at start ...
+agent = Agent("slow", log="memory://")
+"""
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_a_worker_loads_ends_it_at_once_and_quietly(tmp_path: Path) -> None:
+    # Ctrl-C reaches every worker of the terminal, some still loading: nothing is started there yet, so
+    # each ends at once, with the status of a command Ctrl-C ended, and without a KeyboardInterrupt traceback.
+    (tmp_path / "slow.py").write_text(SLOW_AGENT)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "baf.serve.process", "worker", "slow.py", "--log", "postgresql://baf@127.0.0.1:9/none"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert worker.stdout is not None and worker.stdout.readline() == "loading\n"
+        worker.send_signal(signal.SIGINT)
+        code = worker.wait(20)  # well before the agent file would have finished loading
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    said = worker.stderr.read()  # type: ignore[union-attr]
+    worker.stdout.close()
+    worker.stderr.close()  # type: ignore[union-attr]
+    assert code == 130 and "Traceback" not in said, said
+
+
 SIGNAL_DURING_START = """
 import os, signal, subprocess, sys
 from baf.serve import process
