@@ -49,7 +49,10 @@ def serve(
     (a mistyped ``--workers 2000`` would otherwise start that many processes, nearly all failing). The
     first worker then starts alone, and the others once it serves: what would stop them all (an agent file
     that fails to load, a database out of reach) is said once, by the first."""
-    asyncio.run(check_connections(dsn, workers))
+    try:
+        asyncio.run(check_connections(dsn, workers))
+    except KeyboardInterrupt:  # Ctrl-C while the database was asked: nothing was started
+        return 128 + signal.SIGINT
     command = [sys.executable, "-m", "baf.serve.process", "worker", path,
                "--lease-ttl", str(lease_ttl), "--poll-interval", str(poll_interval),
                "--keepalive", str(keepalive or 0)]  # fmt: skip
@@ -69,7 +72,8 @@ def serve(
             signal.signal(signum, handler)
     if stopping.killed:
         return 128 + stopping.signals[-1]  # as a shell reports a command a signal ended (130: Ctrl-C)
-    return max((abs(code) for code in codes), default=0)
+    # A worker a signal ended (a negative code) counts as a shell reports it: 128 + the signal (130: Ctrl-C).
+    return max((128 - code if code < 0 else code for code in codes), default=0)
 
 
 def _started_first(command: list[str], environment: dict[str, str], stopping: _Stopping) -> bool:
@@ -333,7 +337,8 @@ def _death_notice(pid: int, signum: int, running: int, lease_ttl: float) -> str:
 
 async def _run_worker(
     path: str, dsn: str, lease_ttl: float, poll_interval: float, keepalive: float | None, ready_pipe: int | None
-) -> None:
+) -> int:
+    """Load the agent and serve it until SIGINT or SIGTERM; the process's exit status."""
     from baf.cli import load_agent_file  # the loader baf run uses: Python or YAML agents
     from baf.core.agent import _show_baf_log_lines
     from baf.serve.worker import Worker
@@ -356,10 +361,17 @@ async def _run_worker(
         )
     worker = Worker(agent, dsn, lease_ttl=lease_ttl, poll_interval=poll_interval, keepalive=keepalive)
     stopping = asyncio.Event()
+    asked: list[int] = []
+
+    def ask_to_stop(signum: int) -> None:
+        asked.append(signum)
+        stopping.set()
+
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stopping.set)
-    await worker.start()
+        loop.add_signal_handler(signum, ask_to_stop, signum)
+    if not await _started_unless_stopped(worker, stopping):
+        return 128 + asked[0]  # as a shell reports a command the signal ended
     # One write, so that the lines of workers sharing the parent's stdout never interleave (a pipe write
     # under PIPE_BUF is atomic; print writes the text and the newline apart when stdout is unbuffered).
     if sys.stdout is not None:  # None: started with stdout closed
@@ -371,6 +383,25 @@ async def _run_worker(
         await stopping.wait()
     finally:
         await worker.stop()
+    return 0
+
+
+async def _started_unless_stopped(worker: Any, stopping: asyncio.Event) -> bool:
+    """Start ``worker``, or raise what its start raised; False if ``stopping`` came first (a database that
+    does not answer, a slow platform): the start is then cancelled, and leaves nothing open behind it."""
+    starting = asyncio.ensure_future(worker.start())
+    waiting = asyncio.ensure_future(stopping.wait())
+    try:
+        await asyncio.wait((starting, waiting), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiting.cancel()
+    if starting.done():
+        starting.result()
+        return True
+    starting.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await starting
+    return False
 
 
 def _ready_pipe() -> int | None:
@@ -399,8 +430,9 @@ def _say_ready_to_serve(fd: int) -> None:
 
 
 def _end_at_once(signum: int, _frame: object) -> None:
-    """End this process now, with the status a shell gives a command the signal ended (130: Ctrl-C)."""
-    os._exit(128 + signum)
+    """End this process now, with the status a shell gives a command the signal ended (130: Ctrl-C); the
+    agent file's own clean-up (``finally``, ``atexit``) still runs."""
+    raise SystemExit(128 + signum)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -426,9 +458,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from baf.errors import ConfigurationError, LogError
 
     try:
-        with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(_run_worker(args.path, args.log, args.lease_ttl, args.poll_interval, args.keepalive or None,
-                                    ready_pipe))  # fmt: skip
+        try:
+            return asyncio.run(_run_worker(args.path, args.log, args.lease_ttl, args.poll_interval,
+                                           args.keepalive or None, ready_pipe))  # fmt: skip
+        finally:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # stopped: a late Ctrl-C has nothing left to stop
     except (ConfigurationError, LogError) as exc:
         # baf's own errors name the problem and its fix (a port in use, a file without an agent, a
         # database it cannot reach): one line, as `baf run` prints them; a traceback would point into baf.
@@ -449,7 +483,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         sys.stderr.flush()
         return 1
-    return 0
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import contextlib
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -189,6 +190,13 @@ async def test_baf_serve_started_with_stdin_and_stdout_closed_starts_every_worke
     assert code == 0 and "Traceback" not in said, said
 
 
+def start_worker(path: str, dsn: str, cwd: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "baf.serve.process", "worker", path, "--log", dsn],
+        cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
 SLOW_AGENT = """
 import sys, time
 from baf import Agent
@@ -241,17 +249,43 @@ sys.exit(process.serve(sys.argv[1], sys.argv[2], 2, 2.0, 1.0))
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 async def test_a_signal_while_the_first_worker_starts_stops_it_and_starts_no_other(
-    postgres_dsn: str, tmp_path: Path
+    postgres_dsn: str, tmp_path: Path, signum: signal.Signals
 ) -> None:
-    (tmp_path / "signal_during_start.py").write_text(SIGNAL_DURING_START)
+    (tmp_path / "signal_during_start.py").write_text(SIGNAL_DURING_START.replace("signal.SIGTERM", str(int(signum))))
     result = await asyncio.to_thread(
         subprocess.run, [sys.executable, "signal_during_start.py", str(FIXTURE), postgres_dsn], cwd=tmp_path,
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
-    # The worker got the SIGTERM: stopped before it served (killed by it, 15) or after (cleanly, 0).
-    assert result.returncode in (0, 15), result.stderr
+    # The worker got the signal: stopped before it served (reported as a shell does: 128 + the signal) or
+    # after (cleanly, 0); never 2, the status of a worker that could not start.
+    assert result.returncode in (0, 128 + signum), result.stderr
     assert result.stdout.count("READY") <= 1, result.stdout
+    assert "Traceback" not in result.stderr, result.stderr
+
+
+@pytest.mark.slow
+async def test_ctrl_c_while_a_worker_connects_ends_it_at_once(tmp_path: Path) -> None:
+    # A database that takes the connection and never answers: the worker waits in its start, which the
+    # first Ctrl-C must end (it holds nothing yet), not let run to its connect timeout.
+    silent = socket.create_server(("127.0.0.1", 0))
+    port = silent.getsockname()[1]
+    worker = start_worker(str(FIXTURE), f"postgresql://baf@127.0.0.1:{port}/none", tmp_path)
+    try:
+        silent.settimeout(60)
+        connection, _ = await asyncio.to_thread(silent.accept)  # the worker is connecting
+        worker.send_signal(signal.SIGINT)
+        code = await asyncio.to_thread(worker.wait, 5)  # its connect timeout is longer
+    finally:
+        silent.close()
+        if worker.poll() is None:
+            worker.kill()
+            await asyncio.to_thread(worker.wait)
+    said = worker.stderr.read()  # type: ignore[union-attr]
+    worker.stderr.close()  # type: ignore[union-attr]
+    connection.close()
+    assert code == 130 and "Traceback" not in said, said
 
 
 def test_a_missing_postgres_extra_is_said_once_not_by_each_worker(tmp_path: Path) -> None:
@@ -375,7 +409,7 @@ async def test_a_worker_killed_under_baf_serve_is_reported_at_once(postgres_dsn:
         code = await asyncio.to_thread(serve.wait, 30)
         serve.stdout.close()
         serve.stderr.close()
-    assert code == 9  # the worst of the workers' statuses: the killed one
+    assert code == 128 + 9  # the worst of the workers' statuses, the killed one's, as a shell reports it
 
 
 @pytest.mark.slow
