@@ -24,9 +24,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from baf.wording import agreeing, counted
+
+if TYPE_CHECKING:
+    from baf.serve.worker import Worker
 
 __all__ = ["INDEX_VARIABLE", "LOG_VARIABLE", "READY_FD_VARIABLE", "check_connections", "main", "serve"]
 
@@ -386,7 +389,7 @@ async def _run_worker(
     return 0
 
 
-async def _started_unless_stopped(worker: Any, stopping: asyncio.Event) -> bool:
+async def _started_unless_stopped(worker: Worker, stopping: asyncio.Event) -> bool:
     """Start ``worker``, or raise what its start raised; False if ``stopping`` came first (a database that
     does not answer, a slow platform): the start is then cancelled, and leaves nothing open behind it."""
     starting = asyncio.ensure_future(worker.start())
