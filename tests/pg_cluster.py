@@ -17,9 +17,13 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
 import pytest
+
+if TYPE_CHECKING:
+    import asyncpg
 
 SCRIPT = Path(__file__).resolve().parent.parent / ".ci" / "postgres"
 
@@ -80,6 +84,21 @@ async def drop_schema(dsn: str, name: str) -> None:
         await connection.close()
 
 
+def _schema_of(query: str) -> str:
+    """The schema a DSN's query string puts first (``search_path``), else ``public``."""
+    return dict(q.split("=", 1) for q in query.split("&") if "=" in q).get("search_path", "public")
+
+
+async def _end_connections_of(admin: asyncpg.Connection, role: str) -> None:
+    """Terminate the connections of ``role`` and wait until they are gone: DROP ROLE fails while they live,
+    and terminated backends end within moments."""
+    await admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1", role)
+    for _ in range(1500):
+        if not await admin.fetchval("SELECT count(*) FROM pg_stat_activity WHERE usename = $1", role):
+            return
+        await asyncio.sleep(0.02)
+
+
 @asynccontextmanager
 async def role_without_rights(dsn: str) -> AsyncIterator[str]:
     """The DSN of a new role that may log in and use the schema of ``dsn`` (as every role may use ``public``),
@@ -87,7 +106,7 @@ async def role_without_rights(dsn: str) -> AsyncIterator[str]:
     import asyncpg
 
     parts = urlsplit(dsn)
-    schema = dict(q.split("=", 1) for q in parts.query.split("&") if "=" in q).get("search_path", "public")
+    schema = _schema_of(parts.query)
     role, password = f"baf_other_{secrets.token_hex(4)}", secrets.token_hex(16)
     admin = await asyncpg.connect(dsn)
     try:
@@ -96,11 +115,7 @@ async def role_without_rights(dsn: str) -> AsyncIterator[str]:
         host = parts.netloc.rsplit("@", 1)[-1]
         yield urlunsplit(parts._replace(netloc=f"{role}:{quote(password)}@{host}"))
     finally:
-        await admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1", role)
-        for _ in range(1500):  # the terminated backends end within moments; DROP ROLE fails while they live
-            if not await admin.fetchval("SELECT count(*) FROM pg_stat_activity WHERE usename = $1", role):
-                break
-            await asyncio.sleep(0.02)
+        await _end_connections_of(admin, role)
         await admin.execute(f"DROP OWNED BY {role}")
         await admin.execute(f"DROP ROLE {role}")
         await admin.close()
@@ -115,7 +130,7 @@ async def role_through_set_role(dsn: str) -> AsyncIterator[str]:
     import asyncpg
 
     parts = urlsplit(dsn)
-    schema = dict(q.split("=", 1) for q in parts.query.split("&") if "=" in q).get("search_path", "public")
+    schema = _schema_of(parts.query)
     suffix = secrets.token_hex(4)
     owner, login, password = f"baf_owner_{suffix}", f"baf_login_{suffix}", secrets.token_hex(16)
     admin = await asyncpg.connect(dsn)
@@ -127,11 +142,7 @@ async def role_through_set_role(dsn: str) -> AsyncIterator[str]:
         host = parts.netloc.rsplit("@", 1)[-1]
         yield urlunsplit(parts._replace(netloc=f"{login}:{quote(password)}@{host}"))
     finally:
-        await admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1", login)
-        for _ in range(1500):  # as in role_without_rights
-            if not await admin.fetchval("SELECT count(*) FROM pg_stat_activity WHERE usename = $1", login):
-                break
-            await asyncio.sleep(0.02)
+        await _end_connections_of(admin, login)
         await admin.execute(f"DROP OWNED BY {owner}, {login}")
         await admin.execute(f"DROP ROLE {login}")
         await admin.execute(f"DROP ROLE {owner}")

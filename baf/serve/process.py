@@ -92,12 +92,12 @@ def _started_first(command: list[str], environment: dict[str, str], stopping: _S
         os.close(write_end)
         write_end = -1
         while not stopping.signals:
-            readable = select.select([read_end], [], [], 0.1)[0]
-            if readable or first.poll() is not None:
-                # Read once more after it ended: it may have said it was ready just before. A process it
-                # started may hold the pipe open still, so its end is not waited for.
-                if readable or select.select([read_end], [], [], 0)[0]:
-                    return os.read(read_end, 1) == b"1" and not stopping.signals
+            # Once it ended, one last look (it may have said so just before) rather than a wait for the
+            # pipe's end: a process it started may hold that open.
+            ended = first.poll() is not None
+            if select.select([read_end], [], [], 0 if ended else 0.1)[0]:
+                return os.read(read_end, 1) == b"1" and not stopping.signals
+            if ended:
                 return False
         return False
     finally:
@@ -137,14 +137,19 @@ class _Stopping:
         """Count ``started`` among the workers, and give them what a signal that came before they existed
         would have given them: the first stops them, a second kills them."""
         self.children.extend(started)
+        if self.signals:
+            self._pass_on(started)
+
+    def _pass_on(self, children: list[subprocess.Popen[bytes]]) -> None:
+        """What the signals so far ask of ``children``: the first is passed on, a second kills them."""
         if len(self.signals) == 1:
-            for child in started:
+            for child in children:
                 child.send_signal(self.signals[0])
-        elif self.signals:
-            for child in started:
-                with contextlib.suppress(ProcessLookupError):
-                    child.kill()
-                self.killed.add(child.pid)
+            return
+        for child in children:
+            with contextlib.suppress(ProcessLookupError):  # ended meanwhile
+                child.kill()
+            self.killed.add(child.pid)
 
     def on_signal(self, signum: int, _frame: object) -> None:
         from baf.core.runtime import STOP_GRACE_PERIOD
@@ -152,20 +157,15 @@ class _Stopping:
         self.signals.append(signum)
         running = [child for child in self.children if child.poll() is None]
         name = _signal_name(signum)
+        said = bool(self.killed)
+        self._pass_on(running)
         if len(self.signals) == 1:
-            for child in running:
-                child.send_signal(signum)
             again = "press Ctrl-C again" if signum == signal.SIGINT else f"send {name} again"
             _say(
                 f"baf serve: stopping {counted(len(running), 'worker')} after their running steps (up to "
                 f"{STOP_GRACE_PERIOD:g} s); {again} to stop {agreeing(len(running), 'it', 'them')} now\n"
             )
             return
-        said = bool(self.killed)
-        for child in running:
-            with contextlib.suppress(ProcessLookupError):  # ended meanwhile
-                child.kill()
-            self.killed.add(child.pid)
         if said or not running:  # a third press, or nothing left to stop
             return
         first = _signal_name(self.signals[0])

@@ -260,3 +260,15 @@ __all__ = [
     "wait_for_answers",
     "ws_agent",
 ]
+
+
+async def ready_worker_pids(serve: subprocess.Popen[str], workers: int = 2) -> list[int]:
+    """The process ids of ``baf serve``'s workers, from the ``READY host:pid:random`` lines they print once
+    they serve (each within 30 s)."""
+    assert serve.stdout is not None
+    pids = []
+    for _ in range(workers):
+        line = await asyncio.wait_for(asyncio.to_thread(serve.stdout.readline), 30)
+        assert line.startswith("READY "), line
+        pids.append(int(line.split()[1].split(":")[1]))
+    return pids

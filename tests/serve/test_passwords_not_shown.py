@@ -15,7 +15,7 @@ from baf_test_helpers import baf
 from baf.log import Record
 from baf.log.postgres import PostgresLog, redact_dsn
 
-from .helpers import FIXTURE
+from .helpers import FIXTURE, ready_worker_pids
 
 SECRET = "hunter2-do-not-show"
 
@@ -65,10 +65,7 @@ async def test_baf_serve_workers_do_not_carry_the_password_on_their_command_line
     serve = start_serve(with_password(postgres_dsn))
     assert serve.stdout is not None and serve.stderr is not None
     try:
-        ready = [await asyncio.wait_for(asyncio.to_thread(serve.stdout.readline), 30) for _ in range(2)]
-        for line in ready:
-            assert line.startswith("READY "), line
-            pid = int(line.split()[1].split(":")[1])  # READY host:pid:random
+        for pid in await ready_worker_pids(serve):
             command_line = await asyncio.to_thread(Path(f"/proc/{pid}/cmdline").read_text)
             assert "baf.serve.process" in command_line and SECRET not in command_line
     finally:

@@ -20,7 +20,15 @@ from baf.library.demo import OFFLINE_BANNER
 from baf.log.postgres import PostgresLog
 from baf.log.postgres_inbox import Inbox
 
-from .helpers import FIXTURE, assert_each_question_answered_once, free_port, message, stop_processes, wait_for_answers
+from .helpers import (
+    FIXTURE,
+    assert_each_question_answered_once,
+    free_port,
+    message,
+    ready_worker_pids,
+    stop_processes,
+    wait_for_answers,
+)
 
 
 def start_serve(dsn: str, **env: str) -> subprocess.Popen[str]:
@@ -37,9 +45,7 @@ async def test_baf_serve_runs_workers_that_answer_and_stop_on_sigterm(postgres_d
     serve = start_serve(postgres_dsn)
     try:
         assert serve.stdout is not None
-        for _ in range(2):
-            line = await asyncio.wait_for(asyncio.to_thread(serve.stdout.readline), 30)
-            assert line.startswith("READY "), line
+        await ready_worker_pids(serve)
         expected = {f"c{i}": [f"c{i}-hello"] for i in range(6)}
         async with PostgresLog(postgres_dsn, worker_id="forwarder") as log:  # a worker elsewhere, forwarding
             for session_id, (question,) in expected.items():
@@ -149,8 +155,7 @@ async def test_a_ready_pipe_named_in_baf_serves_environment_does_not_reach_its_w
     serve = start_serve(postgres_dsn, BAF_SERVE_READY_FD="3")
     assert serve.stdout is not None and serve.stderr is not None
     try:
-        ready = [await asyncio.wait_for(asyncio.to_thread(serve.stdout.readline), 30) for _ in range(2)]
-        assert all(line.startswith("READY ") for line in ready), ready
+        await ready_worker_pids(serve)
         await asyncio.sleep(0.5)
         assert serve.poll() is None
     finally:
@@ -396,8 +401,7 @@ async def test_a_worker_killed_under_baf_serve_is_reported_at_once(postgres_dsn:
     serve = start_serve(postgres_dsn)
     assert serve.stdout is not None and serve.stderr is not None
     try:
-        ready = [await asyncio.wait_for(asyncio.to_thread(serve.stdout.readline), 30) for _ in range(2)]
-        victim = int(ready[0].split()[1].split(":")[1])  # READY host:pid:random
+        victim = (await ready_worker_pids(serve))[0]
         os.kill(victim, signal.SIGKILL)
         while True:  # the other worker's log lines may come first
             line = await asyncio.wait_for(asyncio.to_thread(serve.stderr.readline), 10)
@@ -417,8 +421,7 @@ async def test_a_worker_stopped_under_baf_serve_is_reported_and_so_is_its_return
     serve = start_serve(postgres_dsn)
     assert serve.stdout is not None and serve.stderr is not None
     try:
-        ready = [await asyncio.wait_for(asyncio.to_thread(serve.stdout.readline), 30) for _ in range(2)]
-        paused = int(ready[0].split()[1].split(":")[1])  # READY host:pid:random
+        paused = (await ready_worker_pids(serve))[0]
         os.kill(paused, signal.SIGSTOP)
         line = await said_by_serve(serve)
         assert line.startswith(f"baf serve: worker {paused} is stopped (SIGSTOP, or a debugger): the kernel still")

@@ -16,7 +16,7 @@ import pytest
 from baf.log.postgres import PostgresLog
 from baf.log.postgres_inbox import Inbox
 
-from .helpers import eventually, message
+from .helpers import eventually, message, ready_worker_pids
 
 pytestmark = pytest.mark.slow
 
@@ -52,8 +52,7 @@ async def test_a_second_ctrl_c_kills_the_workers_at_once_and_says_so(postgres_ds
     serve = start_serve(postgres_dsn, tmp_path, started)
     assert serve.stdout is not None and serve.stderr is not None
     try:
-        ready = [await asyncio.wait_for(asyncio.to_thread(serve.stdout.readline), 30) for _ in range(2)]
-        workers = [int(line.split()[1].split(":")[1]) for line in ready]  # READY host:pid:random
+        workers = await ready_worker_pids(serve)
         async with PostgresLog(postgres_dsn, worker_id="forwarder") as log:  # a worker elsewhere, forwarding
             await Inbox(log).post("s", message("s", "take your time"))
         await eventually(started.exists, "a worker started the slow step")
