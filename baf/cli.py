@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from baf.core.agent_file import loading_agent_file
 from baf.errors import ConfigurationError, LogError, LogInUseError, SessionNotFoundError
 from baf.log import SessionLog, SQLiteLog, open_log
 from baf.log.redaction import Redactor
@@ -252,7 +253,8 @@ def load_agent_module(path: str | Path) -> Any:
         raise ValueError(f"cannot import {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[file.stem] = module
-    spec.loader.exec_module(module)
+    with loading_agent_file(file):  # an agent.run() at its top level is refused (see baf.core.agent_file)
+        spec.loader.exec_module(module)
     return module
 
 

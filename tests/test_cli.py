@@ -51,6 +51,31 @@ def test_run_chats_in_the_terminal_and_resumes_after_restart(tmp_path: Path) -> 
     assert table.returncode == 0 and "message_received" in table.stdout
 
 
+def test_run_refuses_a_file_that_runs_its_agent_as_it_is_imported(tmp_path: Path) -> None:
+    """A file written for ``python FILE`` that calls ``agent.run()`` at its top level: imported by ``baf
+    run`` it would run the agent once before the command's own run; it is refused instead, naming the
+    line, and nothing runs (no log is opened). Under the ``__main__`` guard the same file runs."""
+    module = tmp_path / "greeter.py"
+    body = (
+        "from baf import Agent\n"
+        f"agent = Agent('greeter', log='sqlite:///{tmp_path / 'greeter.db'}')\n"
+        "agent.new_state('idle', initial=True)\n"
+        "agent.use_terminal_platform()\n"
+    )
+    module.write_text(body + "agent.run()\n")
+    result = baf("run", str(module), cwd=tmp_path, stdin="")
+    assert result.returncode == 2, result.stderr
+    assert "greeter.py line 5 calls agent.run() while baf loads the file" in result.stderr
+    assert 'put the call under `if __name__ == "__main__":`' in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "greeter.db").exists()
+
+    module.write_text(body + 'if __name__ == "__main__":\n    agent.run()\n')
+    guarded = baf("run", str(module), cwd=tmp_path, stdin="")
+    assert guarded.returncode == 0, guarded.stderr
+    assert (tmp_path / "greeter.db").exists()
+
+
 def test_reading_a_missing_log_fails_clearly(tmp_path: Path) -> None:
     result = baf("sessions", "nope.db", cwd=tmp_path)
     assert result.returncode == 2

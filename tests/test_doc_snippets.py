@@ -89,6 +89,17 @@ async def test_the_readme_reasoning_state_fits_into_the_greeter(
     assert [e.text for e in session.chat_history()][-1] == "Reasoned."
 
 
+def test_the_readme_quick_start_runs_with_python_and_with_baf_run(tmp_path: Path) -> None:
+    """Saved as a file, the quick start's greeter runs both ways the README says: ``python greeter.py``
+    and ``baf run greeter.py`` (which refuses a file that runs its agent as it is imported)."""
+    (tmp_path / "greeter.py").write_text(readme_block("python", "agent.use_terminal_platform()"))
+    baf = Path(sys.executable).with_name("baf")
+    for command, visit in (([sys.executable, "greeter.py"], 1), ([str(baf), "run", "greeter.py"], 2)):
+        result = subprocess.run(command, cwd=tmp_path, input="hi\n", capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        assert f"This is visit {visit}." in result.stdout, result.stdout  # the second shows the first's too
+
+
 def test_ci_runs_the_readmes_test_command() -> None:
     """The README's install-and-test command is what .ci/run runs (a venv: PEP 668 systems refuse pip
     outside one)."""

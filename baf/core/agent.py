@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 import yaml
 
+from baf.core.agent_file import agent_file_being_loaded
 from baf.core.cache import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSIONS
 from baf.core.events import Event
 from baf.core.hooks import HookChain, StepHooks
@@ -593,7 +594,11 @@ class Agent:
 
         If the application has not set up :mod:`logging`, baf's INFO lines (a platform saying where it
         listens) are shown on stderr.
+
+        ``ConfigurationError`` if called while ``baf run`` or ``baf serve`` imports the file that calls
+        it: those commands run the agent themselves (call it under ``if __name__ == "__main__":``).
         """
+        _refuse_while_loaded_by_baf()
         _show_baf_log_lines()
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(self._serve())
@@ -681,6 +686,21 @@ class Agent:
         if self._runtime is None:
             raise ConfigurationError(f"agent {self.name!r} is not running; use 'async with agent:' or agent.start()")
         return self._runtime
+
+
+def _refuse_while_loaded_by_baf() -> None:
+    """Raise if baf's command line is importing the file that called :meth:`Agent.run` (see
+    ``baf.core.agent_file``), naming the call's line."""
+    loading = agent_file_being_loaded()
+    if loading is None:
+        return
+    caller = sys._getframe(2)  # Agent.run's caller
+    where = f"{loading.name} line {caller.f_lineno}" if Path(caller.f_code.co_filename) == loading else loading.name
+    raise ConfigurationError(
+        f"{where} calls agent.run() while baf loads the file, but `baf run` and `baf serve` run the agent "
+        'themselves: put the call under `if __name__ == "__main__":` (then `python '
+        f"{loading.name}` runs it too)"
+    )
 
 
 def _notice(text: str) -> None:
