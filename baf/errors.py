@@ -70,6 +70,9 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
+import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -152,7 +155,10 @@ class MissingExtraError(ConfigurationError, ImportError):
     The message gives the command that installs it for the baf being run: ``pip install -e "DIR[web]"``
     for a clone (an editable install, or run from its folder; ``".[web]"`` when run in that folder),
     ``pip install "PATH[web]"`` for one installed from a local folder or file, and
-    ``pip install "baf[web]"`` otherwise. ``extra`` and ``command`` hold both parts.
+    ``pip install "baf[web]"`` otherwise. ``extra`` and ``command`` hold both parts. The command starts
+    with ``pip`` when the shell's ``pip`` is the running Python's (an activated virtual environment), else
+    with that Python's path and ``-m pip`` (a virtual environment's ``baf`` run by its path: the shell's
+    ``pip`` would install into another Python, or be refused as PEP 668 systems refuse it).
     """
 
     def __init__(self, what: str, extra: str) -> None:
@@ -165,10 +171,23 @@ def _install_command(extra: str) -> str:
     """The pip command that adds the optional ``extra`` to the baf being run (see :class:`MissingExtraError`)."""
     target, editable = _installed_from()
     if target is None:
-        return f'pip install "baf[{extra}]"'
+        return f'{_pip()} install "baf[{extra}]"'
     if editable and Path(target) == Path.cwd():
         target = "."
-    return f'pip install {"-e " if editable else ""}"{target}[{extra}]"'
+    return f'{_pip()} install {"-e " if editable else ""}"{target}[{extra}]"'
+
+
+def _pip() -> str:
+    """How to run the pip of the Python running baf: ``pip`` if the shell finds that one first, else
+    ``PYTHON -m pip`` (relative to the working folder when it is inside it)."""
+    if not sys.executable:  # an embedded interpreter: no path to name
+        return "pip"
+    python = Path(os.path.abspath(sys.executable))  # not resolved: a venv's python is a link out of it
+    found = shutil.which("pip")
+    if found is not None and Path(os.path.abspath(found)).parent == python.parent:
+        return "pip"
+    shown = os.path.relpath(python) if python.is_relative_to(Path.cwd()) else str(python)
+    return f"{shlex.quote(shown)} -m pip"
 
 
 def _installed_from() -> tuple[str | None, bool]:

@@ -5,6 +5,7 @@ every such message comes from ``MissingExtraError``."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,16 @@ from baf import errors
 from baf.errors import ConfigurationError, MissingExtraError
 
 CLONE = Path(baf_package.__file__).resolve().parent.parent
+#: The folder of the Python running the tests (a virtual environment's ``bin``), which holds its ``pip``.
+PYTHON_FOLDER = str(Path(os.path.abspath(sys.executable)).parent)
+
+
+@pytest.fixture(autouse=True)
+def _pip_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As in an activated virtual environment: the shell's ``pip`` is this Python's (the commands then
+    start with plain ``pip``); the subprocesses inherit it."""
+    monkeypatch.setenv("PATH", f"{PYTHON_FOLDER}{os.pathsep}{os.environ.get('PATH', '')}")
+
 
 # Each feature, the third-party modules hidden from it (as if its extra were not installed), and the extra.
 FEATURES = {
@@ -79,6 +90,26 @@ def test_in_the_clone_the_command_is_the_readmes(monkeypatch: pytest.MonkeyPatch
     )
     assert (error.extra, error.command) == ("web", 'pip install -e ".[web]"')
     assert isinstance(error, ConfigurationError) and isinstance(error, ImportError)
+
+
+def test_without_this_pythons_pip_on_path_the_command_names_the_python(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A virtual environment's ``baf`` run by its path, the environment not activated: the shell's ``pip``
+    is another Python's (or refused by PEP 668), so the command runs this Python's pip by its path."""
+    elsewhere = tmp_path / "bin"
+    elsewhere.mkdir()
+    (elsewhere / "pip").write_text("#!/bin/sh\n")
+    (elsewhere / "pip").chmod(0o755)
+    monkeypatch.setenv("PATH", str(elsewhere))
+    monkeypatch.chdir(tmp_path)
+    python = os.path.abspath(sys.executable)
+    assert MissingExtraError("x", "web").command == f'{python} -m pip install -e "{CLONE}[web]"'
+    monkeypatch.chdir(CLONE)  # inside the clone, a venv of it is named from there
+    shown = os.path.relpath(python) if Path(python).is_relative_to(CLONE) else python
+    assert MissingExtraError("x", "web").command == f'{shown} -m pip install -e ".[web]"'
+    monkeypatch.setenv("PATH", PYTHON_FOLDER)
+    assert MissingExtraError("x", "web").command == 'pip install -e ".[web]"'
 
 
 class _Installed:
