@@ -178,7 +178,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.set_defaults(handler=_cmd_demo)
 
     serve = commands.add_parser(
-        "serve", help="run the agent in a Python file as N worker processes over one PostgreSQL log"
+        "serve", help="run the agent in a Python or YAML file as N worker processes over one PostgreSQL log"
     )
     serve.add_argument("path", help="a Python file that defines an Agent, or a YAML agent")
     serve.add_argument("--log", required=True, help="the PostgreSQL log: postgresql://user@host:port/database")

@@ -159,21 +159,24 @@ class _Stopping:
         name = _signal_name(signum)
         said = bool(self.killed)
         self._pass_on(running)
+        count = len(running)
+        their = agreeing(count, "its", "their")
         if len(self.signals) == 1:
             again = "press Ctrl-C again" if signum == signal.SIGINT else f"send {name} again"
             _say(
-                f"baf serve: stopping {counted(len(running), 'worker')} after their running steps (up to "
-                f"{STOP_GRACE_PERIOD:g} s); {again} to stop {agreeing(len(running), 'it', 'them')} now\n"
+                f"baf serve: stopping {counted(count, 'worker')} after {their} running steps (up to "
+                f"{STOP_GRACE_PERIOD:g} s); {again} to stop {agreeing(count, 'it', 'them')} now\n"
             )
             return
         if said or not running:  # a third press, or nothing left to stop
             return
         first = _signal_name(self.signals[0])
         how = f"a second {name}" if first == name else f"{name} after {first}"
+        whose = agreeing(count, "the killed worker's", "their")
         _say(
-            f"baf serve: {how}: killed {counted(len(running), 'worker')} without waiting for their running steps; "
-            "a worker started on this database takes their sessions over once their leases expire, "
-            f"{self.lease_ttl:g} s after their last heartbeat, and resumes those steps from the log\n"
+            f"baf serve: {how}: killed {counted(count, 'worker')} without waiting for {their} running steps; a "
+            f"worker started on this database takes {whose} sessions over once {their} leases expire, "
+            f"{self.lease_ttl:g} s after {their} last heartbeat, and resumes those steps from the log\n"
         )
 
 
