@@ -162,6 +162,9 @@ class TimelineBuilder:
         self._requests: dict[str, Entry] = {}
         # Tool calls held for approval: shown when their result is recorded, after the decision.
         self._held_tools: dict[str, Entry] = {}
+        # The request of a model call a restart cut short (its process stopped before the answer): the
+        # resumed step asks it again, and the answer is shown where it was recorded, with this request.
+        self._asked_again: dict[str, Any] | None = None
 
     def feed(self, record: Record) -> list[Entry]:
         """Take the next record; return the top-level entries it completed."""
@@ -217,6 +220,8 @@ class TimelineBuilder:
         done = self.finish() if record.kind == RecordKind.STEP_FINISHED and not paused else []
         for group in done:
             group.status = "error"  # not "open": it will not go on
+        if record.kind == _STEP_RESUMED:
+            self._cut_short_by_restart()
         # A crash-interrupted step, or one a restart resumed, is worth seeing; routine steps are not.
         interrupted = bool(record.data.get("interrupted")) or record.kind == _STEP_RESUMED
         if not (self.include_engine or interrupted):
@@ -231,6 +236,16 @@ class TimelineBuilder:
         if record.data.get("interrupted"):
             entry.status = "error"
         return done + self._place(entry)
+
+    def _cut_short_by_restart(self) -> None:
+        """A step resumes with a model call open: its process stopped before the answer was recorded. The
+        call's entry says so; the answer, asked for again, gets an entry of its own where it is recorded."""
+        call, self._llm_call = self._llm_call, None
+        if call is None:
+            return
+        call.status = "error"
+        call.title += " — no answer recorded before the process stopped; asked again when the step resumed"
+        self._asked_again = call.data.get("request")
 
     def _forked_from(self, record: Record) -> list[Entry]:
         d = record.data
@@ -301,6 +316,7 @@ class TimelineBuilder:
 
     def _llm_request(self, record: Record) -> list[Entry]:
         d = record.data
+        self._asked_again = None  # a new request: the one cut short was not asked again
         title = f"{d.get('model')} {_call_label(d)}"
         entry = _entry(EntryKind.LLM_CALL, record, title, {"request": d, "response": None})
         entry.status = "open"
@@ -312,8 +328,9 @@ class TimelineBuilder:
         entry = self._llm_call
         self._llm_call = None
         placed: list[Entry] = []
-        if entry is None:  # a response without its request (a log that starts mid-call)
-            entry = _entry(EntryKind.LLM_CALL, record, f"{d.get('model')} {_call_label(d)}", {"request": None})
+        if entry is None:  # asked again after a restart, or a log that starts mid-call (no request)
+            request, self._asked_again = self._asked_again, None
+            entry = _entry(EntryKind.LLM_CALL, record, f"{d.get('model')} {_call_label(d)}", {"request": request})
             placed = self._place(entry)
         else:
             entry.add_record(record)

@@ -62,6 +62,30 @@ def test_a_reasoning_loop_cut_by_a_crash_is_an_open_group() -> None:
     assert entries[0].children[0].kind == EntryKind.LLM_CALL and entries[0].children[0].status == "open"
 
 
+def test_a_model_call_a_restart_cut_short_is_shown_apart_from_the_answer_asked_again() -> None:
+    """The process stopped after recording a model request, before its answer; the restarted (or taking
+    over) process resumed the step and asked again: the answer is shown where it was recorded, after the
+    resume, with the request it answers; the request's own entry says it got no answer."""
+    request = {"loop": "reasoning", "step": 0, "model": "m", "messages": []}
+    records = [
+        _step(1, "reasoning_started", request="q"),
+        Record("s", 2, "llm_request", request, ts=2.0),
+        Record("s", 3, "step_resumed", {"event_seq": 1}, ts=3.0),
+        Record("s", 4, "llm_response", {"loop": "reasoning", "step": 0, "model": "m", "text": "five"}, ts=4.0),
+        _step(5, "reasoning_finished", outcome="answered", steps=1),
+    ]
+    [group] = build_timeline(records)
+    cut, resumed, answer = group.children
+    assert (cut.kind, cut.seq, cut.status) == (EntryKind.LLM_CALL, 2, "error")
+    assert cut.title.endswith("no answer recorded before the process stopped; asked again when the step resumed")
+    assert (resumed.kind, resumed.seq) == (EntryKind.ENGINE, 3)
+    assert (answer.kind, answer.seq, answer.ts, answer.status) == (EntryKind.LLM_CALL, 4, 4.0, "ok")
+    assert answer.title == "m step 0 → 'five'" and answer.data["request"] == request
+    # Without a resume between them, request and answer are one entry, as always.
+    [plain] = build_timeline([records[0], records[1], records[3], records[4]])
+    assert [(c.seq, c.status) for c in plain.children] == [(2, "ok")]
+
+
 def test_a_new_invocation_closes_one_left_open() -> None:
     records = [_step(1, "reasoning_started", request="a"), _step(2, "reasoning_started", request="b"),
                _step(3, "reasoning_finished", outcome="answered", steps=1)]  # fmt: skip
