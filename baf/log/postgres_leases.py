@@ -32,11 +32,22 @@ from baf.log.postgres_batch import Coalescer
 if TYPE_CHECKING:
     from baf.log.postgres import PostgresLog
 
-__all__ = ["MAX_LEASE_TTL", "LeaseInfo", "Leases"]
+__all__ = ["DEAD_WORKER_ROWS_KEPT", "MAX_LEASE_TTL", "LeaseInfo", "Leases"]
 
 #: The longest lease (seconds): a dead worker's sessions wait that long for another. Longer is a mistake
 #: (a day without a heartbeat is a dead worker), and past a point PostgreSQL cannot hold the interval.
 MAX_LEASE_TTL: Final = 86400.0
+
+#: How long (seconds) the row of a worker that stopped heartbeating stays in ``baf_workers`` (at least its
+#: ``ttl``): long enough to see which workers died lately, short enough that restarts do not pile rows up.
+DEAD_WORKER_ROWS_KEPT: Final = 3600.0
+
+# Rows locked now are being renewed or taken over: skipped, never waited for (no lock order to keep).
+_FORGET_DEAD_WORKERS = """
+DELETE FROM baf_workers WHERE worker_id IN (
+    SELECT worker_id FROM baf_workers WHERE heartbeat_at < now() - make_interval(secs => $1) FOR UPDATE SKIP LOCKED
+)
+"""
 
 # Whether the worker taking a lease is its id's current incarnation ($4: its registration's started_at; NULL
 # for a store that never registered, as in tests of leases alone). An id taken over by another process
@@ -287,6 +298,9 @@ class Leases:
         A lease counts as held only at the epoch the store is fenced with: a session another worker took
         over meanwhile is lost even if it has expired again since. If another process took this worker's
         id over (:attr:`replaced`), every session is lost and the heartbeat renews nothing.
+
+        The rows of workers silent for :data:`DEAD_WORKER_ROWS_KEPT` are deleted too (their leases stay:
+        epochs only grow). A paused one that wakes later writes its row again at its next heartbeat.
         """
         async with self._renewing:
             fenced = self._log.fenced()
@@ -324,6 +338,7 @@ class Leases:
                     self.worker_id,
                     self.ttl,
                 )
+                await connection.execute(_FORGET_DEAD_WORKERS, max(DEAD_WORKER_ROWS_KEPT, self.ttl))
         kept = {row[0] for row in renewed}
         # Lost: not renewed, and still held with the epoch read (a session taken again meanwhile, with a
         # newer epoch, is this worker's).

@@ -90,6 +90,33 @@ async def test_a_worker_that_lost_its_lease_drops_the_session_and_the_new_owner_
     assert_each_question_answered_once(records, {"s": ["q1", "q2", "q3"]})
 
 
+async def test_a_heartbeat_deletes_the_rows_of_workers_silent_for_an_hour_and_keeps_their_leases(
+    workers: tuple[Worker, Worker], postgres_dsn: str
+) -> None:
+    a, b = workers
+    connection = await asyncpg.connect(postgres_dsn)
+    try:
+        for worker_id, silent in (("died-long-ago", "2 hours"), ("died-lately", "1 minute")):
+            await connection.execute(
+                "INSERT INTO baf_workers (worker_id, started_at, heartbeat_at) "
+                f"VALUES ($1, now() - interval '{silent}', now() - interval '{silent}')",
+                worker_id,
+            )
+        await connection.execute(
+            "INSERT INTO baf_leases (session_id, owner, epoch, expires_at) "
+            "VALUES ('left', 'died-long-ago', 7, now() - interval '2 hours')"
+        )
+        assert await a.leases.heartbeat() == []
+        rows = {row[0] for row in await connection.fetch("SELECT worker_id FROM baf_workers")}
+        assert rows == {a.worker_id, b.worker_id, "died-lately"}
+        lease = await connection.fetchrow("SELECT owner, epoch FROM baf_leases WHERE session_id = 'left'")
+        assert tuple(lease) == ("died-long-ago", 7)  # epochs only grow: the lease row stays
+        # Taken now, the left session's epoch goes on from the old one.
+        assert await b.leases.acquire("left") == 8
+    finally:
+        await connection.close()
+
+
 async def test_a_lost_notification_is_covered_by_the_poll(workers: tuple[Worker, Worker], postgres_dsn: str) -> None:
     connection = await asyncpg.connect(postgres_dsn)
     try:  # written as a platform on a third worker would, minus the NOTIFY
