@@ -373,7 +373,7 @@ class Runtime:
         as this worker follows it (:meth:`follow`), read-only, kept current from the log and shown on
         ``platform``."""
         if self.router is not None and session_id not in self._live:
-            self._check_session_id(session_id)
+            self.check_session_id(session_id)
             if not await self.claim(session_id):
                 return (await self.follow(session_id, platform)).session
         return (await self._get_live(session_id, platform)).session
@@ -417,7 +417,7 @@ class Runtime:
         self._followed[live.id] = live
         return live
 
-    def _check_session_id(self, session_id: str) -> None:
+    def check_session_id(self, session_id: str) -> None:
         """Refuse an id that is not a non-empty string, or that holds one of the agent's secrets: ids are
         keys, stored and shown as they are (records, leases, the inbox, the CLI, exports, the store's own
         debug log), where redaction cannot reach. The message does not repeat the id."""
@@ -434,7 +434,7 @@ class Runtime:
             )
 
     async def _get_live(self, session_id: str, platform: Platform | None) -> LiveSession:
-        self._check_session_id(session_id)
+        self.check_session_id(session_id)
         live = self._live.get(session_id)
         if live is not None:
             self._live.touch(live)
@@ -594,7 +594,7 @@ class Runtime:
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{type(event).__name__} cannot be recorded: its fields must be JSON ({exc})") from exc
         if self.router is not None and event.session_id not in self._live:
-            self._check_session_id(event.session_id)  # before a lease or an inbox row stores it
+            self.check_session_id(event.session_id)  # before a lease or an inbox row stores it
             if not await self.claim(event.session_id):  # another worker owns it: its inbox takes it
                 return None, await self._forward(event, data, platform)
         live = await self._get_live(event.session_id, platform)

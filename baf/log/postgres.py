@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -61,7 +62,7 @@ from baf.log.jsontext import decode_json
 from baf.log.postgres_batch import Coalescer
 from baf.log.postgres_channels import Channels, read_channels
 from baf.log.postgres_commit import Batch, Known, Plan, Refused, Row, Stored, stored_work
-from baf.log.postgres_connect import KEEPALIVE_SECONDS, Keepalive, set_socket_keepalive
+from baf.log.postgres_connect import KEEPALIVE_SECONDS, Keepalive, set_socket_keepalive, settings_in_url
 from baf.log.postgres_lock import overtaken, take_writer_lock
 from baf.log.postgres_schema import SCHEMA_VERSION, created_meanwhile, prepare_schema
 from baf.log.record import Record
@@ -186,6 +187,12 @@ class PostgresLog(SessionLog):
     both ends: the store then reconnects, and the server releases what the dead connection held
     (``baf.log.postgres_connect``).
 
+    ``idle_in_transaction`` (seconds; ``None``, the default: the server's setting) ends a connection of the
+    store that stays idle inside a transaction that long (``idle_in_transaction_session_timeout``): a worker's
+    store sets it below its lease, so that a worker stopped between two statements of a transaction
+    (SIGSTOP, a debugger) does not keep the row locks of its leases, and with them its sessions, past its
+    lease. A URL that sets it itself keeps its value.
+
     ``start()`` is optional: the first call opens the store. ``close()`` commits what is queued, then
     closes; after it every call raises ``LogClosedError`` until ``start()``.
     """
@@ -200,6 +207,7 @@ class PostgresLog(SessionLog):
         worker_id: str | None = None,
         acquire_timeout: float = 30.0,
         keepalive: float | None = KEEPALIVE_SECONDS,
+        idle_in_transaction: float | None = None,
     ) -> None:
         if pool_size < 1:
             raise ValueError(f"pool_size must be >= 1, got {pool_size!r}")
@@ -207,6 +215,9 @@ class PostgresLog(SessionLog):
             raise ValueError(f"acquire_timeout must be > 0 seconds, got {acquire_timeout!r}")
         self._acquire_timeout = acquire_timeout
         self._keepalive = None if keepalive is None else Keepalive(keepalive)
+        if idle_in_transaction is not None and not 0 < idle_in_transaction < math.inf:
+            raise ValueError(f"idle_in_transaction must be a positive number of seconds, got {idle_in_transaction!r}")
+        self._idle_in_transaction = idle_in_transaction
         self._dsn = dsn
         self._pool_size = pool_size
         self._read_only = read_only
@@ -296,7 +307,12 @@ class PostgresLog(SessionLog):
         return connection
 
     def _server_settings(self) -> dict[str, str] | None:
-        return None if self._keepalive is None else self._keepalive.server_settings(self._dsn)
+        settings = {} if self._keepalive is None else self._keepalive.server_settings(self._dsn)
+        if self._idle_in_transaction is not None and "idle_in_transaction_session_timeout" not in settings_in_url(
+            self._dsn
+        ):
+            settings["idle_in_transaction_session_timeout"] = str(max(1, round(self._idle_in_transaction * 1000)))
+        return settings or None
 
     async def _on_new_connection(self, connection: asyncpg.Connection) -> None:
         """Each new connection of the pool: its socket's keepalive."""

@@ -35,7 +35,7 @@ from urllib.parse import parse_qsl, urlsplit
 if TYPE_CHECKING:
     import asyncpg
 
-__all__ = ["KEEPALIVE_SECONDS", "Keepalive", "set_socket_keepalive"]
+__all__ = ["KEEPALIVE_SECONDS", "Keepalive", "set_socket_keepalive", "settings_in_url"]
 
 #: How long (seconds) a connection whose other end went silent lasts, by default.
 KEEPALIVE_SECONDS: Final = 30.0
@@ -80,8 +80,14 @@ class Keepalive:
             "tcp_keepalives_count": str(self.count),
             "tcp_user_timeout": str(self.user_timeout_ms),
         }
-        given = {key for key, _ in parse_qsl(urlsplit(dsn).query, keep_blank_values=True)}
+        given = settings_in_url(dsn)
         return {key: value for key, value in settings.items() if key not in given}
+
+
+def settings_in_url(dsn: str) -> set[str]:
+    """The names of the connection settings the URL ``dsn`` sets itself (asyncpg passes a URL's unknown
+    query keys as settings, and explicit settings would override them)."""
+    return {key for key, _ in parse_qsl(urlsplit(dsn).query, keep_blank_values=True)}
 
 
 def set_socket_keepalive(connection: asyncpg.Connection, keepalive: Keepalive) -> bool:

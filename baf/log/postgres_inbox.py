@@ -85,6 +85,8 @@ class Inbox:
         together (a burst of messages forwarded at once) share one statement, and keep their order."""
         if not isinstance(session_id, str):
             raise TypeError(f"session_id must be str, not {type(session_id).__name__}")
+        if not session_id:
+            raise ValueError("the empty session id cannot be stored: no session has it")
         if "\x00" in session_id or not _is_utf8(session_id):
             raise ValueError(f"session id {session_id!r} cannot be stored (NUL or invalid Unicode)")
         encoded = encode_json(payload)
@@ -122,6 +124,13 @@ class Inbox:
             found[row[0]].append(_message(row[0], int(row[1]), row[2]))
         waiting.update(found)
         return waiting
+
+    async def discard(self, session_id: str) -> int:
+        """Delete every message waiting for ``session_id`` (an id no session may have: its mail can never be
+        taken); return how many there were."""
+        async with self._log.connection() as connection:
+            deleted = await connection.fetch("DELETE FROM baf_inbox WHERE session_id = $1 RETURNING id", session_id)
+        return len(deleted)
 
     async def sessions_with_mail(self, session_ids: list[str]) -> list[str]:
         """Which of ``session_ids`` have messages waiting (oldest first)."""

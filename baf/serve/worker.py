@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from baf.core.forwarded import FORWARDED_KEY
 from baf.core.runtime import Runtime
-from baf.errors import LogError, LogStorageError
+from baf.errors import LogError, LogStorageError, SessionIdError
 from baf.log.postgres import PostgresLog, redact_dsn
 from baf.log.postgres_connect import KEEPALIVE_SECONDS
 from baf.log.postgres_inbox import Inbox, InboxMessage
@@ -108,7 +108,10 @@ class Worker:
             )
         self.agent = agent
         self.worker_id = worker_id or default_worker_id()
-        self.log = PostgresLog(dsn, worker_id=self.worker_id, pool_size=pool_size, keepalive=keepalive)
+        # A worker stopped between two statements of a transaction (SIGSTOP) must not hold its leases' row
+        # locks, and so its sessions, past its lease: the server ends such a transaction at half of it.
+        self.log = PostgresLog(dsn, worker_id=self.worker_id, pool_size=pool_size, keepalive=keepalive,
+                               idle_in_transaction=max(1.0, lease_ttl / 2))  # fmt: skip
         self.leases = Leases(self.log, ttl=lease_ttl)
         self.inbox = Inbox(self.log)
         self.poll_interval = poll_interval
@@ -421,6 +424,13 @@ class Worker:
     async def _take(self, session_id: str, polled: bool = False) -> None:
         """Own ``session_id`` (if free) and move its waiting messages into its log, in arrival order."""
         # Called by the session's one taker task (see _want), so never twice at once for a session.
+        try:
+            self.runtime.check_session_id(session_id)  # before a lease stores it
+        except SessionIdError as exc:
+            # Mail no session can take (posted by other code, or by hand): taken out of the inbox, said once.
+            dropped = await self.inbox.discard(session_id)
+            logger.error("worker %s: %d inbox message(s) were deleted: %s", self.worker_id, dropped, exc)
+            return
         if session_id not in self.log.fenced():
             if not self._chosen_for(session_id):
                 if not polled and not self._last_resort(session_id):

@@ -117,6 +117,36 @@ async def test_a_heartbeat_deletes_the_rows_of_workers_silent_for_an_hour_and_ke
         await connection.close()
 
 
+async def test_a_worker_stopped_inside_a_transaction_does_not_keep_its_sessions_past_its_lease(
+    postgres_dsn: str,
+) -> None:
+    """A worker stopped (SIGSTOP) between two statements of a transaction that holds its lease rows' locks:
+    the server ends the transaction after half the lease, so another worker takes the session over once the
+    lease has expired, instead of finding its row locked for as long as the worker stays stopped."""
+    worker = Worker(fresh_agent(), postgres_dsn, worker_id="w", lease_ttl=4, poll_interval=1)
+    await worker.start()
+    try:
+        async with worker.log.connection() as pooled:  # every connection of a worker's store
+            assert await pooled.fetchval("SHOW idle_in_transaction_session_timeout") == "2s"
+    finally:
+        await worker.stop()
+    # The stopped worker: its store set up as a worker's, its heartbeats stopped with it.
+    async with PostgresLog(postgres_dsn, worker_id="stopped", idle_in_transaction=1) as log:
+        stopped = Leases(log, ttl=2)
+        await stopped.register()
+        assert await stopped.acquire("s") is not None
+        held = await log.open_connection()
+        try:
+            transaction = held.transaction()
+            await transaction.start()
+            await held.execute("SELECT 1 FROM baf_leases WHERE session_id = 's' FOR UPDATE")  # then it stops
+            async with two_workers(postgres_dsn) as (a, _b):
+                await eventually(lambda: a.leases.acquire("s"), "the session taken over", within=15)
+                assert (await a.leases.owner_of("s")).owner == "a"  # type: ignore[union-attr]
+        finally:
+            held.terminate()
+
+
 async def test_a_lost_notification_is_covered_by_the_poll(workers: tuple[Worker, Worker], postgres_dsn: str) -> None:
     connection = await asyncpg.connect(postgres_dsn)
     try:  # written as a platform on a third worker would, minus the NOTIFY
