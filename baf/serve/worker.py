@@ -222,12 +222,24 @@ class Worker:
 
     async def claim(self, session_id: str) -> bool:
         """Take the session's lease if no live worker holds it. A session this worker followed is caught
-        up first: its clients here get what the previous owner wrote, then what this worker writes."""
-        if session_id in self.log.fenced():
-            return True
-        if await self.leases.acquire(session_id) is None:
-            return False
-        await self.follower.finish(session_id)
+        up first: its clients here get what the previous owner wrote, then what this worker writes.
+
+        Mail waiting for the session (forwarded while another worker held it, which died before taking it)
+        is taken before this returns, unless the caller is the session's taker itself: a message this
+        worker's own client sends now is recorded after it, in the order they came."""
+        while session_id not in self.log.fenced():
+            if await self.leases.acquire(session_id) is None:
+                return False
+            await self.follower.finish(session_id)
+            if asyncio.current_task() is self._takers.get(session_id) or not await self.inbox.pending(session_id):
+                break
+            self._want(session_id)
+            taker = self._takers.get(session_id)
+            if taker is None:  # not serving yet, or stopping: the poll takes the mail
+                break
+            # Its taking may give the session up again (its mail came from a client on another worker):
+            # then it is claimed once more, with no mail left.
+            await asyncio.shield(taker)
         return True
 
     async def forward(self, session_id: str, data: dict[str, Any], platform: Platform | None) -> None:
