@@ -26,6 +26,7 @@ from baf.core.forwarded import FORWARDED_KEY, ForwardedMessages
 from baf.core.intent_routing import intent_threshold
 from baf.core.live import LiveSession
 from baf.core.machine import MachineModel, compile_machine
+from baf.core.recovery import Recovery
 from baf.core.routing import SessionRouter
 from baf.core.session import Session
 from baf.core.stopping import Cut, StopControl
@@ -183,6 +184,8 @@ class Runtime:
         self._letting_go: set[str] = set()  # sessions to drop from memory once at rest (see let_go())
         self._stopped = False
         self._toolsets_started = False
+        # Sessions dropped on a failed write come back once the log answers (see baf.core.recovery).
+        self._recovery = Recovery(self._bring_back)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -291,6 +294,7 @@ class Runtime:
             return
         self._stopped = True
         control.stopping = True
+        await self._recovery.close()  # a session brought back now would start a step the stop then cuts
         if control.stop_now:
             self._cancel_workers(Cut("user", control.stop_now_how))  # interrupted just before the stop began
         else:
@@ -733,7 +737,7 @@ class Runtime:
             worker.cancel()
         # Said by the caller, which found the lease lost (a worker's heartbeat), and follows the session
         # for its clients here: not said twice.
-        self._evict(live, LogError(f"session {session_id!r}: this worker lost its lease"), said=True)
+        self._evict(live, LogError(f"session {session_id!r}: this worker lost its lease"), said=True, reload=False)
 
     async def continue_session(self, session_id: str) -> asyncio.Future[None]:
         """Handle the messages a fork holds (recorded before its cut, not handled there): record that the
@@ -849,10 +853,11 @@ class Runtime:
             self._live.touch(live)
             self._live.trim()  # this session, now at rest, may go too if it is the least recently used
 
-    def _evict(self, live: LiveSession, exc: LogError, said: bool = False) -> None:
+    def _evict(self, live: LiveSession, exc: LogError, said: bool = False, reload: bool = True) -> None:
         """The log refused a write: this in-memory session can no longer be trusted. Drop it, failing
-        what it still had queued; the next use reloads it from what the log really holds. ``said``: the
-        caller told why already."""
+        what it still had queued; it is loaded again from what the log really holds as soon as the log
+        answers (``reload``; not for a session whose lease another worker holds now), or by its next use.
+        ``said``: the caller told why already."""
         if isinstance(exc, LeaseLostError):
             # Expected among workers (this one was paused, or cut from the database, past its lease), not a
             # bug: one line says it, no traceback. The worker holding the lease now goes on with the session.
@@ -862,9 +867,11 @@ class Runtime:
                 live.id, exc.reason,
             )  # fmt: skip
         elif not said:
-            logger.error("session %s: %s; reloading it from the log on next use", live.id, exc)
+            logger.error("session %s: %s; loading it again from the log as soon as the log answers", live.id, exc)
         if not self._live.remove(live):
             return  # already replaced by a reloaded session: leave that one alone
+        if reload and not isinstance(exc, LeaseLostError) and not self.control.stopping:
+            self._recovery.schedule(live.id)
         self._letting_go.discard(live.id)
         mailbox = self._mailboxes.pop(live.id, deque())
         for item in mailbox:
@@ -880,6 +887,15 @@ class Runtime:
             following = asyncio.ensure_future(self._follow_lost(live.id, platform))
             self._following_lost.add(following)
             following.add_done_callback(self._following_lost.discard)
+
+    async def _bring_back(self, session_id: str) -> None:
+        """Load ``session_id`` again after it was dropped on a failed write (``baf.core.recovery``):
+        its open step resumes, its recorded messages are handled."""
+        if self.control.stopping or session_id in self._live:
+            return  # stopping; or used meanwhile, and loaded by that use
+        if not await self.claim(session_id):
+            return  # another worker holds it now, and resumes it
+        await self._get_live(session_id, None)
 
     async def _follow_lost(self, session_id: str, platform: Platform) -> None:
         try:

@@ -1,7 +1,5 @@
-"""Red-team findings on the multi-worker runtime (issue 13): each test fails on main as it stands.
-
-Reproductions with real worker processes are in the red-team report; these are the in-process versions.
-"""
+"""Two workers in one process after something went wrong: a commit that failed mid-step, mail left by a
+worker that died, mail for an id no session may have."""
 
 from __future__ import annotations
 
@@ -33,9 +31,9 @@ CREATE TRIGGER rt_fail_tr BEFORE INSERT ON baf_records FOR EACH ROW EXECUTE FUNC
 
 
 async def test_a_session_whose_commit_failed_mid_step_is_resumed_by_its_owner(postgres_dsn: str) -> None:
-    """A commit that fails mid-step (the database away for a moment) evicts the session from memory, but the
-    worker keeps its lease (the heartbeat renews it, being still fenced): the poll skips it (its lease is live)
-    and no mail wakes it, so its open step is never resumed and the message never answered."""
+    """A commit that fails mid-step (the database away for a moment) drops the session from memory while the
+    worker keeps its lease: no poll and no mail would wake it. It is loaded again as soon as the log answers,
+    its step resumes, and the message is answered well within the lease."""
     async with two_workers(postgres_dsn) as (a, _b):
         connection = await asyncpg.connect(postgres_dsn)
         try:
@@ -54,9 +52,9 @@ async def test_a_session_whose_commit_failed_mid_step_is_resumed_by_its_owner(po
 async def test_a_message_waiting_in_the_inbox_is_recorded_before_a_later_one_taken_directly(
     postgres_dsn: str,
 ) -> None:
-    """m1 reaches worker b while another worker holds the session: b forwards it to the inbox (durable, the
-    client is answered). The owner dies; once its lease has expired the same client sends m2 to b, which
-    claims the session on its own socket and records m2 at once: m1 is recorded after it, at b's next poll."""
+    """m1 reaches worker b while another worker holds the session: b forwards it to the inbox. The owner dies
+    before taking it; once its lease has expired the same client sends m2 to b, which claims the session:
+    m1, waiting in the inbox, is recorded first, and m2 after it, in the order they came."""
     async with two_workers(postgres_dsn, poll_interval=5) as (_a, b):
         async with PostgresLog(postgres_dsn, worker_id="ghost") as ghost_log:
             ghost = Leases(ghost_log, ttl=30)
@@ -78,8 +76,8 @@ async def test_a_message_waiting_in_the_inbox_is_recorded_before_a_later_one_tak
 
 
 async def test_an_inbox_row_of_an_id_no_session_may_have_is_consumed(postgres_dsn: str) -> None:
-    """An inbox row for the empty session id (posted by other code, or by hand): the worker takes its lease,
-    then fails on the id, with a traceback, at every poll, for ever; the row is never consumed."""
+    """An inbox row for the empty session id (posted by other code, or by hand): deleted, with one error line,
+    and no lease is taken on the id."""
     async with two_workers(postgres_dsn) as (a, _b):
         with pytest.raises(ValueError, match="empty session id"):
             await a.inbox.post("", message("", "hello"))  # baf's own inbox refuses it
