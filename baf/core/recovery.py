@@ -11,9 +11,10 @@ asked for again) or is closed as interrupted, telling the user, and the recorded
 are handled. While the log stays away, the load is tried again after a delay that doubles from
 :data:`FIRST_DELAY` up to :data:`MAX_DELAY`.
 
-A session that is dropped again soon after it was brought back (its own step makes the write fail: data the
-log refuses) is given up after :data:`MAX_ROUNDS` rounds in a row, with an error line: its next message or a
-restart brings it back.
+A session dropped again within :data:`AGAIN_WINDOW` of being brought back may be failing its writes
+itself (its step records data the log refuses): after :data:`MAX_ROUNDS` such rounds in a row it is given
+up, with an error line, and its next message or a restart brings it back. A database that fails now and
+then, minutes apart, never gives a session up.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Final
 
 from baf.errors import LogClosedError, LogError
 
-__all__ = ["FIRST_DELAY", "MAX_DELAY", "MAX_ROUNDS", "Recovery"]
+__all__ = ["AGAIN_WINDOW", "FIRST_DELAY", "MAX_DELAY", "MAX_ROUNDS", "Recovery"]
 
 logger = logging.getLogger("baf.runtime")
 
@@ -34,10 +35,11 @@ logger = logging.getLogger("baf.runtime")
 FIRST_DELAY: Final = 0.5
 #: The longest wait (seconds) between two tries while the log stays away.
 MAX_DELAY: Final = 30.0
-#: Drops of one session, each within :data:`ROUND_WINDOW` of the previous, after which it is given up.
+#: Rounds in a row (each drop within :data:`AGAIN_WINDOW` of the bring-back before) after which a session
+#: is given up.
 MAX_ROUNDS: Final = 5
-#: Seconds within which a drop counts as the same failure as the previous one.
-ROUND_WINDOW: Final = 300.0
+#: Seconds after a bring-back within which a new drop of the session counts as the next round.
+AGAIN_WINDOW: Final = 60.0
 
 
 class Recovery:
@@ -50,8 +52,9 @@ class Recovery:
     def __init__(self, load: Callable[[str], Awaitable[None]]) -> None:
         self._load = load
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        # Per session: drops in a row, and when the latest was (time.monotonic()).
-        self._rounds: dict[str, tuple[int, float]] = {}
+        # Per session brought back lately: its rounds in a row, and when it was last brought back
+        # (time.monotonic(); None while being brought back). In the order of those times, oldest first.
+        self._rounds: dict[str, tuple[int, float | None]] = {}
         self._again: set[str] = set()  # dropped again while being brought back: once more after
         self._closed = False
 
@@ -64,21 +67,23 @@ class Recovery:
             # task loads it once more when its load is over.
             self._again.add(session_id)
             return
-        if not self._counted_again(session_id):
-            return
-        self._tasks[session_id] = asyncio.ensure_future(self._bring_back(session_id))
+        if self._next_round(session_id):
+            self._tasks[session_id] = asyncio.ensure_future(self._bring_back(session_id))
 
     async def _bring_back(self, session_id: str) -> None:
         try:
-            await self._bring_back_once(session_id)
-            while session_id in self._again and not self._closed:
-                self._again.discard(session_id)
-                if not self._counted_again(session_id):
-                    return
+            while True:
                 await self._bring_back_once(session_id)
+                if session_id not in self._again or self._closed:
+                    return
+                self._again.discard(session_id)
+                if not self._next_round(session_id):
+                    return
         finally:
             self._again.discard(session_id)
             del self._tasks[session_id]
+            if self._rounds.get(session_id, (0, 0.0))[1] is None:
+                del self._rounds[session_id]  # not brought back (closed, or a load that cannot succeed)
 
     async def _bring_back_once(self, session_id: str) -> None:
         delay = FIRST_DELAY
@@ -89,33 +94,37 @@ class Recovery:
             except LogClosedError:
                 return  # the store was closed: the next start loads the session
             except LogError as exc:
-                if delay == FIRST_DELAY:  # said once per failure, not at every try of a long outage
+                if delay == FIRST_DELAY:  # said once per drop, not at every try of a long outage
                     logger.warning("session %s: cannot load it again yet (%s); trying again, up to every %g s",
                                    session_id, exc, MAX_DELAY)  # fmt: skip
                 delay = min(delay * 2, MAX_DELAY)
                 continue
             except Exception:
                 logger.exception("session %s: loading it again failed; it waits for its next message", session_id)
+                return
+            rounds, _ = self._rounds.pop(session_id, (1, None))
+            self._rounds[session_id] = (rounds, time.monotonic())  # at the end: the newest
             return
 
-    def _counted_again(self, session_id: str) -> bool:
-        """Count one more drop of ``session_id``; ``False`` (said once) when it has been dropped too often in
-        a row to be brought back again."""
+    def _next_round(self, session_id: str) -> bool:
+        """Count a drop of ``session_id``; ``False`` (said once) when it is one round too many in a row."""
         now = time.monotonic()
-        if len(self._rounds) > 1024:  # forget the drops too old to count (an outage drops many sessions)
-            self._rounds = {key: value for key, value in self._rounds.items() if now - value[1] < ROUND_WINDOW}
-        rounds, last = self._rounds.get(session_id, (0, now))
-        rounds = rounds + 1 if now - last < ROUND_WINDOW else 1
-        self._rounds[session_id] = (rounds, now)
-        if rounds <= MAX_ROUNDS:
-            return True
-        del self._rounds[session_id]
-        logger.error(
-            "session %s: dropped %d times in a row after failed writes; not loaded again until its next "
-            "message or a restart",
-            session_id, MAX_ROUNDS,
-        )  # fmt: skip
-        return False
+        while self._rounds:  # forget the sessions brought back too long ago to count (oldest first)
+            oldest, (_, at) = next(iter(self._rounds.items()))
+            if at is None or now - at < AGAIN_WINDOW:
+                break
+            del self._rounds[oldest]
+        rounds, at = self._rounds.pop(session_id, (0, None))
+        rounds = rounds + 1 if at is None or now - at < AGAIN_WINDOW else 1
+        if rounds > MAX_ROUNDS:
+            logger.error(
+                "session %s: dropped %d times in a row, each soon after it was loaded again; not loaded again "
+                "until its next message or a restart",
+                session_id, MAX_ROUNDS,
+            )  # fmt: skip
+            return False
+        self._rounds[session_id] = (rounds, None)
+        return True
 
     async def close(self) -> None:
         """Stop bringing sessions back (the runtime stops): the next start loads those with unfinished work."""

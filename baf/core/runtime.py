@@ -16,6 +16,7 @@ import weakref
 from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -67,7 +68,8 @@ __all__ = [
 #: What the user is told when a restart finds their request's step cut off by a crash and its body
 #: cannot resume (it has no ``resume`` hook, see ``baf.core.engine``).
 INTERRUPTED_BY_RESTART_REPLY = (
-    "Your last request was interrupted by a restart of the agent and could not be finished. Please send it again."
+    "Your last request was interrupted (the agent restarted, or could not reach its log) and could not be "
+    "finished. Please send it again."
 )
 
 #: Seconds :meth:`Runtime.stop` lets running steps finish before it interrupts them.
@@ -186,6 +188,8 @@ class Runtime:
         self._toolsets_started = False
         # Sessions dropped on a failed write come back once the log answers (see baf.core.recovery).
         self._recovery = Recovery(self._bring_back)
+        # Steps cancelled because their session was dropped while they ran: its next load waits for them.
+        self._dropped_steps: dict[str, asyncio.Task[None]] = {}
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -450,7 +454,7 @@ class Runtime:
                 if loading is None:
                     loading = asyncio.ensure_future(self._load(session_id, platform))
                     self._loading[session_id] = loading
-                    loading.add_done_callback(lambda _: self._loading.pop(session_id, None))
+                    loading.add_done_callback(partial(self._loaded, session_id))
                 live = await asyncio.shield(loading)
             finally:
                 if self._wanted[session_id] == 1:
@@ -461,7 +465,19 @@ class Runtime:
             live.attach_platform(platform)
         return live
 
+    def _loaded(self, session_id: str, loading: asyncio.Future[LiveSession]) -> None:
+        self._loading.pop(session_id, None)
+        if not loading.cancelled():
+            loading.exception()  # retrieved: every caller may have been cancelled meanwhile (a stop)
+
     async def _load(self, session_id: str, platform: Platform | None = None) -> LiveSession:
+        dropped = self._dropped_steps.pop(session_id, None)
+        if dropped is not None and not dropped.done():
+            # The step of the copy dropped from memory ends first: it must not act beside the one resumed now.
+            await asyncio.wait([dropped], timeout=STOP_CANCEL_WAIT)
+            if not dropped.done():
+                logger.warning("session %s: a step of it dropped from memory did not end when cancelled; "
+                               "loading it again beside that step", session_id)  # fmt: skip
         projection, snapshot_seq = await self._fold(session_id)
         # Only a step left open by a crash needs the records, to resume its body.
         records = await self.log.read(session_id) if projection.open_step is not None else []
@@ -502,7 +518,11 @@ class Runtime:
             self._schedule(live, _Item("start"))
         for seq, data in sorted(projection.unstarted.items()):
             self._schedule(live, _Item("event", event_from_data(session_id, data), seq))
-        await live.flush()
+        try:
+            await live.flush()
+        except LogError as exc:
+            self._evict(live, exc, said=True, reload=False)  # the caller gets the error (a recovery tries again)
+            raise
         return live
 
     async def _fold(self, session_id: str) -> tuple[SessionProjection, int]:
@@ -855,9 +875,13 @@ class Runtime:
 
     def _evict(self, live: LiveSession, exc: LogError, said: bool = False, reload: bool = True) -> None:
         """The log refused a write: this in-memory session can no longer be trusted. Drop it, failing
-        what it still had queued; it is loaded again from what the log really holds as soon as the log
-        answers (``reload``; not for a session whose lease another worker holds now), or by its next use.
-        ``said``: the caller told why already."""
+        what it still had queued, and stop a step still running on it; it is loaded again from what the
+        log really holds as soon as the log answers (``reload``; not for a session whose lease another
+        worker holds now), or by its next use. ``said``: the caller told why already."""
+        if not self._live.remove(live):
+            return  # dropped already, or replaced by a reloaded session: leave that one alone
+        lost = isinstance(exc, LeaseLostError)
+        reloading = reload and not lost and not self.control.stopping
         if isinstance(exc, LeaseLostError):
             # Expected among workers (this one was paused, or cut from the database, past its lease), not a
             # bug: one line says it, no traceback. The worker holding the lease now goes on with the session.
@@ -867,26 +891,37 @@ class Runtime:
                 live.id, exc.reason,
             )  # fmt: skip
         elif not said:
-            logger.error("session %s: %s; loading it again from the log as soon as the log answers", live.id, exc)
-        if not self._live.remove(live):
-            return  # already replaced by a reloaded session: leave that one alone
-        if reload and not isinstance(exc, LeaseLostError) and not self.control.stopping:
-            self._recovery.schedule(live.id)
+            then = "loading it again from the log as soon as the log answers" if reloading else "dropped from memory"
+            logger.error("session %s: %s; %s", live.id, exc, then)
         self._letting_go.discard(live.id)
         mailbox = self._mailboxes.pop(live.id, deque())
         for item in mailbox:
             _settle(item, exc)
         mailbox.clear()  # the worker holding this deque stops after its current item
-        self._workers.pop(live.id, None)
+        worker = self._workers.pop(live.id, None)
+        if worker is not None and not worker.done() and worker is not asyncio.current_task():
+            # A step still runs on it (the refused write was another caller's): it can write nothing more
+            # (its appends would follow the refused one), and must not act beside the step a new load of the
+            # session resumes, which waits for it to end (see _load).
+            live.close()
+            worker.cancel()
+            self._dropped_steps[live.id] = worker
+            worker.add_done_callback(partial(self._dropped_step_ended, live.id))
         if self._machine is not None and live.machine_model is not None:
             self._machine.remove_model(live.machine_model)
+        if reloading:
+            self._recovery.schedule(live.id)
         platform = live.platform
-        if isinstance(exc, LeaseLostError) and self.router is not None and platform and platform.has_client(live.id):
+        if lost and self.router is not None and platform and platform.has_client(live.id):
             # Another worker runs it now (this one was paused past its lease, and its append was the first to
             # find out, before a heartbeat could): its clients here follow it from the log from now on.
             following = asyncio.ensure_future(self._follow_lost(live.id, platform))
             self._following_lost.add(following)
             following.add_done_callback(self._following_lost.discard)
+
+    def _dropped_step_ended(self, session_id: str, worker: asyncio.Task[None]) -> None:
+        if self._dropped_steps.get(session_id) is worker:
+            del self._dropped_steps[session_id]
 
     async def _bring_back(self, session_id: str) -> None:
         """Load ``session_id`` again after it was dropped on a failed write (``baf.core.recovery``):

@@ -189,8 +189,8 @@ class PostgresLog(SessionLog):
 
     ``idle_in_transaction`` (seconds; ``None``, the default: the server's setting) ends a connection of the
     store that stays idle inside a transaction that long (``idle_in_transaction_session_timeout``): a worker's
-    store sets it below its lease, so that a worker stopped between two statements of a transaction
-    (SIGSTOP, a debugger) does not keep the row locks of its leases, and with them its sessions, past its
+    store sets it to its lease, so that a worker stopped between two statements of a transaction (SIGSTOP,
+    a debugger) does not keep the row locks of its leases, and with them its sessions, for long past its
     lease. A URL that sets it itself keeps its value.
 
     ``start()`` is optional: the first call opens the store. ``close()`` commits what is queued, then

@@ -29,8 +29,8 @@ from baf.reasoning.tool import Tool
 __all__ = ["INTERRUPTED_TOOL_MESSAGE", "ResumeEffects"]
 
 INTERRUPTED_TOOL_MESSAGE = (
-    "Error: this call was interrupted by a restart of the agent before its result was recorded. It may or "
-    "may not have taken effect; check before calling it again."
+    "Error: this call was interrupted (the agent restarted, or could not reach its log) before its result was "
+    "recorded. It may or may not have taken effect; check before calling it again."
 )
 
 

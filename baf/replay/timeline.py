@@ -238,13 +238,14 @@ class TimelineBuilder:
         return done + self._place(entry)
 
     def _cut_short_by_restart(self) -> None:
-        """A step resumes with a model call open: its process stopped before the answer was recorded. The
-        call's entry says so; the answer, asked for again, gets an entry of its own where it is recorded."""
+        """A step resumes with a model call open: it was cut short (its process stopped, or its log refused a
+        write) before the answer was recorded. The call's entry says so; the answer, asked for again, gets an
+        entry of its own where it is recorded."""
         call, self._llm_call = self._llm_call, None
         if call is None:
             return
         call.status = "error"
-        call.title += " — no answer recorded before the process stopped; asked again when the step resumed"
+        call.title += " — no answer recorded before the step was cut short; asked again when it resumed"
         self._asked_again = call.data.get("request")
 
     def _forked_from(self, record: Record) -> list[Entry]:

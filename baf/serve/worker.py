@@ -109,9 +109,9 @@ class Worker:
         self.agent = agent
         self.worker_id = worker_id or default_worker_id()
         # A worker stopped between two statements of a transaction (SIGSTOP) must not hold its leases' row
-        # locks, and so its sessions, past its lease: the server ends such a transaction at half of it.
+        # locks, and so its sessions, for long past its lease: the server ends such a transaction then.
         self.log = PostgresLog(dsn, worker_id=self.worker_id, pool_size=pool_size, keepalive=keepalive,
-                               idle_in_transaction=max(1.0, lease_ttl / 2))  # fmt: skip
+                               idle_in_transaction=max(1.0, lease_ttl))  # fmt: skip
         self.leases = Leases(self.log, ttl=lease_ttl)
         self.inbox = Inbox(self.log)
         self.poll_interval = poll_interval
@@ -227,20 +227,21 @@ class Worker:
         Mail waiting for the session (forwarded while another worker held it, which died before taking it)
         is taken before this returns, unless the caller is the session's taker itself: a message this
         worker's own client sends now is recorded after it, in the order they came."""
-        while session_id not in self.log.fenced():
-            if await self.leases.acquire(session_id) is None:
-                return False
-            await self.follower.finish(session_id)
-            if asyncio.current_task() is self._takers.get(session_id) or not await self.inbox.pending(session_id):
-                break
-            self._want(session_id)
-            taker = self._takers.get(session_id)
-            if taker is None:  # not serving yet, or stopping: the poll takes the mail
-                break
-            # Its taking may give the session up again (its mail came from a client on another worker):
-            # then it is claimed once more, with no mail left.
-            await asyncio.shield(taker)
-        return True
+        if session_id in self.log.fenced():
+            return True
+        if await self.leases.acquire(session_id) is None:
+            return False
+        await self.follower.finish(session_id)
+        if asyncio.current_task() is self._takers.get(session_id) or not await self.inbox.pending(session_id):
+            return True
+        self._want(session_id)
+        taker = self._takers.get(session_id)
+        if taker is None:  # not serving yet, or stopping: the poll takes the mail
+            return True
+        await asyncio.shield(taker)
+        # Its taking may have given the session up again (its mail came from a client on another worker):
+        # claimed once more then, after that release, through the runtime, which waits for it.
+        return await self.runtime.claim(session_id)
 
     async def forward(self, session_id: str, data: dict[str, Any], platform: Platform | None) -> None:
         """Put the message in the inbox; its owner is notified and takes it."""
@@ -441,7 +442,8 @@ class Worker:
         except SessionIdError as exc:
             # Mail no session can take (posted by other code, or by hand): taken out of the inbox, said once.
             dropped = await self.inbox.discard(session_id)
-            logger.error("worker %s: %d inbox message(s) were deleted: %s", self.worker_id, dropped, exc)
+            if dropped:  # else a notification with no row behind it (NOTIFY needs no privilege)
+                logger.error("worker %s: %d inbox message(s) were deleted: %s", self.worker_id, dropped, exc)
             return
         if session_id not in self.log.fenced():
             if not self._chosen_for(session_id):

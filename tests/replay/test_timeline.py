@@ -77,7 +77,7 @@ def test_a_model_call_a_restart_cut_short_is_shown_apart_from_the_answer_asked_a
     [group] = build_timeline(records)
     cut, resumed, answer = group.children
     assert (cut.kind, cut.seq, cut.status) == (EntryKind.LLM_CALL, 2, "error")
-    assert cut.title.endswith("no answer recorded before the process stopped; asked again when the step resumed")
+    assert cut.title.endswith("no answer recorded before the step was cut short; asked again when it resumed")
     assert (resumed.kind, resumed.seq) == (EntryKind.ENGINE, 3)
     assert (answer.kind, answer.seq, answer.ts, answer.status) == (EntryKind.LLM_CALL, 4, 4.0, "ok")
     assert answer.title == "m step 0 → 'five'" and answer.data["request"] == request

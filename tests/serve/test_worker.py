@@ -121,13 +121,13 @@ async def test_a_worker_stopped_inside_a_transaction_does_not_keep_its_sessions_
     postgres_dsn: str,
 ) -> None:
     """A worker stopped (SIGSTOP) between two statements of a transaction that holds its lease rows' locks:
-    the server ends the transaction after half the lease, so another worker takes the session over once the
-    lease has expired, instead of finding its row locked for as long as the worker stays stopped."""
+    the server ends the transaction once it has been idle for the lease's length, so another worker takes the
+    session over, instead of finding its row locked for as long as the worker stays stopped."""
     worker = Worker(fresh_agent(), postgres_dsn, worker_id="w", lease_ttl=4, poll_interval=1)
     await worker.start()
     try:
         async with worker.log.connection() as pooled:  # every connection of a worker's store
-            assert await pooled.fetchval("SHOW idle_in_transaction_session_timeout") == "2s"
+            assert await pooled.fetchval("SHOW idle_in_transaction_session_timeout") == "4s"
     finally:
         await worker.stop()
     # The stopped worker: its store set up as a worker's, its heartbeats stopped with it.
