@@ -900,10 +900,10 @@ class Runtime:
         mailbox.clear()  # the worker holding this deque stops after its current item
         worker = self._workers.pop(live.id, None)
         if worker is not None and not worker.done() and worker is not asyncio.current_task():
-            # A step still runs on it (the refused write was another caller's): it can write nothing more
-            # (its appends would follow the refused one), and must not act beside the step a new load of the
-            # session resumes, which waits for it to end (see _load).
-            live.close()
+            # A step still runs on it (the refused write was another caller's): it can write nothing more (its
+            # appends follow the refused one, and fail), and must not act beside the step a new load of the
+            # session resumes, which waits for it to end (see _load). Cancelled, it ends without a word: the
+            # interruption it records fails to commit, as the rest of it would.
             worker.cancel()
             self._dropped_steps[live.id] = worker
             worker.add_done_callback(partial(self._dropped_step_ended, live.id))
