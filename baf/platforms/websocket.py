@@ -124,8 +124,9 @@ Security
   address (beyond them the upgrade gets HTTP 503), new sessions per minute and frames per second, per
   connection and per address (beyond them: ``error`` ``rate_limited``, the frame not acted on).
 - Requests with two ``Host``, ``Origin``, ``Authorization`` or ``Upgrade`` headers get HTTP 400.
-- A connection may have ``max_pending_messages`` messages accepted and not yet handled; more are refused
-  with ``busy`` before they are recorded, so no client can grow a session's mailbox without bound.
+- A connection may have ``max_pending_messages`` events (messages and approval decisions) accepted and not yet
+  handled; more are refused with ``busy`` before they are recorded, so no client can grow a session's mailbox
+  without bound.
 - Each connection has a send queue of ``send_queue_size`` frames and ``max_queued_bytes`` bytes; a
   ``history`` frame holds the newest items that fit half that, and a connection gets one at a time.
   Delivery only enqueues, so the agent never waits for a client; a client whose queue is full (it
@@ -260,7 +261,8 @@ class WebSocketPlatform(Platform):
         allowed_hosts: Accepted ``Host`` header names, against DNS rebinding (``"*"`` for any; ``"name:port"``
             for one port only). Default: ``localhost``, ``127.0.0.1``, ``[::1]`` and ``host``, on the
             server's port.
-        max_pending_messages: Messages of one connection accepted but not yet handled; more get ``busy``.
+        max_pending_messages: Messages and approval decisions of one connection accepted but not yet handled;
+            more get ``busy``.
         max_queued_bytes: Bytes queued per connection before a client that does not read is dropped; a
             ``history`` frame is also cut to half of it.
         limits: Connections, new sessions and frames per second a client may use (see
@@ -762,12 +764,7 @@ class WebSocketPlatform(Platform):
             return
         agent = self.agent
         assert agent is not None, "add the platform to an agent first"
-        client.pending = {done for done in client.pending if not done.done()}
-        if len(client.pending) >= self.max_pending_messages:
-            # The session's mailbox would grow without bound: the client has to wait for answers.
-            pending = len(client.pending)
-            waiting = f"{counted(pending, 'earlier message')} {agreeing(pending, 'is', 'are')}"
-            self._error(client, "busy", f"{waiting} still being handled; send this one once answered", **mark)
+        if self._busy(client, **mark):
             return
         try:
             # Returns once the message is durably recorded; handling goes on in the session's mailbox.
@@ -787,6 +784,17 @@ class WebSocketPlatform(Platform):
             client.pending.add(done)
             done.add_done_callback(_outcome_seen)
 
+    def _busy(self, client: _Client, **mark: Any) -> bool:
+        """Whether ``max_pending_messages`` events of this connection (messages, decisions) are still being
+        handled; if so, the client is told ``busy``: the session's mailbox must not grow without bound."""
+        client.pending = {done for done in client.pending if not done.done()}
+        if len(client.pending) < self.max_pending_messages:
+            return False
+        pending = len(client.pending)
+        waiting = f"{counted(pending, 'earlier message')} {agreeing(pending, 'is', 'are')}"
+        self._error(client, "busy", f"{waiting} still being handled; send this one once answered", **mark)
+        return True
+
     async def _on_approval(self, client: _Client, frame: dict[str, Any]) -> None:
         """A decision from the UI's Approve / Deny buttons: an ``ApprovalEvent`` of the connection's own
         session (a client cannot name another), checked again by the engine against what waits there."""
@@ -800,11 +808,16 @@ class WebSocketPlatform(Platform):
         if client.session_id is None:
             self._error(client, "no_session", "send hello first")
             return
+        if self._busy(client):  # a decision is an event in the session's mailbox, as a message is
+            return
         assert self.agent is not None, "add the platform to an agent first"
         event = ApprovalEvent(client.session_id, call_id=call_id, approved=approved, reason=reason,
                               approver=f"web client {_address(client.ws)}")  # fmt: skip
         try:
-            (await self.agent.receive_event(event, self)).add_done_callback(_outcome_seen)
+            done = await self.agent.receive_event(event, self)
+            if not done.done():
+                client.pending.add(done)
+            done.add_done_callback(_outcome_seen)
         except Exception as exc:
             log_exception(
                 logger, self._redactor(), "session %s: the agent could not take a decision", client.session_id

@@ -558,6 +558,33 @@ async def test_a_flood_of_messages_is_answered_busy_and_the_mailbox_stays_bounde
         assert (await client.until("reply", wait=5))[0]["text"] == "done"
 
 
+async def test_a_flood_of_approval_decisions_is_answered_busy_as_messages_are() -> None:
+    """A decision is an event in the session's mailbox too: while a step runs, approval frames (with call ids
+    nothing waits on) count against ``max_pending_messages`` with the connection's messages."""
+
+    async def slow(session: Session) -> None:
+        await asyncio.sleep(1.0)
+        session.reply("done")
+
+    async with serving(body_agent(slow), max_pending_messages=3) as platform:
+        client = await Client.open(platform.ws_url)
+        await client.hello()
+        await client.send({"type": "message", "text": "go"})
+        assert platform.agent is not None and client.session_id is not None
+        for _ in range(250):  # until its step runs
+            if platform.agent.runtime.control.in_step(client.session_id):
+                break
+            await asyncio.sleep(0.02)
+        for i in range(30):
+            await client.send({"type": "approval", "call_id": f"junk-{i}", "approved": True})
+        refused = [frame["code"] for frame in await client.drain(0.5) if frame["type"] == "error"]
+        await platform.agent.wait_idle()
+        decisions = [r for r in await platform.agent.log.read(client.session_id) if r.kind == "message_received"
+                     and r.data["event"]["type"] != "text"]  # fmt: skip
+        assert len(decisions) <= 2  # with the message: never more than 3 of this connection at once
+        assert refused.count("busy") + refused.count("rate_limited") >= 28
+
+
 async def test_a_client_that_stops_reading_cannot_pile_up_history_frames() -> None:
     chunk = "y" * 50_000
 
