@@ -31,6 +31,7 @@ from baf.core.events import ApprovalEvent
 from baf.core.platform import Platform
 from baf.core.session import runtime_side
 from baf.errors import ConfigurationError, LogClosedError
+from baf.log.printable import visible
 from baf.wording import counted
 
 if TYPE_CHECKING:
@@ -61,14 +62,22 @@ class _TableElement(TableElement):
             yield renderable
 
 
+def _plain(text: str, style: str = "") -> Text:
+    """Text to show as it is: never rich markup, and the characters a terminal acts on (escape sequences,
+    bidirectional controls) written as escapes (``baf.log.printable``), as ``baf log`` shows them."""
+    return Text(visible(text), style=style)
+
+
 class _Markdown(Markdown):
     """rich's Markdown, except that HTML is text: rich drops HTML tags and blocks it does not render, so
-    ``Ask me 'weather in <city>'.`` lost its ``<city>``. A reply is shown whole, whatever it holds.
+    ``Ask me 'weather in <city>'.`` lost its ``<city>``. A reply is shown whole, whatever it holds, and
+    its escape sequences as escapes (``baf.log.printable``).
     Tables sit one blank line from the text around them, as paragraphs do (see :class:`_TableElement`)."""
 
     elements: ClassVar[dict[str, type[MarkdownElement]]] = {**Markdown.elements, "table_open": _TableElement}
 
     def __init__(self, markup: str, **options: Any) -> None:
+        markup = visible(markup)  # a model's escape sequences are shown, never sent to the terminal
         super().__init__(markup, **options)
         parser = MarkdownIt("commonmark", {"html": False}).enable("strikethrough").enable("table")
         self.parsed = parser.parse(markup)
@@ -174,7 +183,7 @@ class TerminalPlatform(Platform):
         # Work the runtime found unfinished when it loaded the session (a step to resume, messages not
         # yet handled) is under way now.
         resumed = live.loaded_with_work
-        self._show(Text(f"session {self.session_id}{_where(agent.log)}", style="dim"), soft_wrap=True)
+        self._show(_plain(f"session {self.session_id}{_where(agent.log)}", style="dim"), soft_wrap=True)
         # Bound between commits: what was delivered before is in the history printed here, what comes
         # after is printed live; nothing twice, nothing glued to a prompt.
         # The resumed work may finish before the history is read: the notice goes between what the log held
@@ -205,7 +214,7 @@ class TerminalPlatform(Platform):
             try:
                 await agent.receive_message(self.session_id, text, self)
             except Exception as exc:  # the log refused a write: say so, keep the prompt alive
-                self._show(Panel(Text(f"{type(exc).__name__}: {exc}"), title="error", style="red"))
+                self._show(Panel(_plain(f"{type(exc).__name__}: {exc}"), title="error", style="red"))
         agent.request_stop()
 
     async def _decide_waiting_calls(self) -> bool:
@@ -229,7 +238,7 @@ class TerminalPlatform(Platform):
             try:
                 await (await self.agent.receive_event(event, self))
             except Exception as exc:  # the log refused a write: say so, keep the chat alive
-                self._show(Panel(Text(f"{type(exc).__name__}: {exc}"), title="error", style="red"))
+                self._show(Panel(_plain(f"{type(exc).__name__}: {exc}"), title="error", style="red"))
         return True
 
     async def _read_line(self, prompt: str | None = None) -> str:
@@ -251,7 +260,7 @@ class TerminalPlatform(Platform):
 
         def read() -> None:
             try:
-                value, error = (lines.read_line() if lines else self.console.input(Text(shown))), None
+                value, error = (lines.read_line() if lines else self.console.input(_plain(shown))), None
             except BaseException as exc:  # EOFError, KeyboardInterrupt, OSError: handed to the loop
                 value, error = None, exc
             with contextlib.suppress(RuntimeError):  # the loop may be closed already
@@ -270,7 +279,7 @@ class TerminalPlatform(Platform):
         if lines is not None:
             # Nothing echoed a line read from a pipe or a file: show it after its prompt, so the transcript
             # reads as the chat went (and what follows starts on a line of its own).
-            self._show(Text(line), soft_wrap=True)
+            self._show(_plain(line), soft_wrap=True)
         return line
 
     async def _print_history(self, session: Session, upto: int, earlier: int, resumed: bool = False) -> None:
@@ -319,7 +328,7 @@ class TerminalPlatform(Platform):
         """One entry of the conversation read from the log: the earlier conversation plain, dim for the
         user's lines; with ``session``, an entry of this run, a reply in its panel as when it is live."""
         if role == "user":
-            self._show(Text(f"{self.prompt}{text}", style="dim"))
+            self._show(_plain(f"{self.prompt}{text}", style="dim"))
         elif session is not None:
             self._show(_reply_panel(session, text))
         else:
@@ -340,14 +349,14 @@ class TerminalPlatform(Platform):
         if not self._bound(session):
             return
         self._streamed.finish(session.id)
-        self._show(Panel(Text(message), title="error", title_align="left", style="red"), session=session)
+        self._show(Panel(_plain(message), title="error", title_align="left", style="red"), session=session)
 
     async def reply_approval_request(self, session: Session, request: ApprovalRequest) -> None:
         """Show the call waiting for approval; the chat asks for the decision before the next message."""
         if not self._bound(session):
             return
         self._streamed.finish(session.id)  # what the model wrote with the call is not an answer
-        body = Text(f"{request.tool}({request.arguments})\ncall {request.call_id}: answer below (y approves)")
+        body = _plain(f"{request.tool}({request.arguments})\ncall {request.call_id}: answer below (y approves)")
         self._show(Panel(body, title="approval needed", title_align="left", style="yellow"), session=session)
 
     async def reply_approval_decision(self, session: Session, decision: ApprovalDecision) -> None:
@@ -357,14 +366,14 @@ class TerminalPlatform(Platform):
         mark, outcome, style = ("✓", "approved", "green") if decision.approved else ("✗", "denied", "red")
         by = f" by {decision.by}" if decision.by else ""
         reason = f": {decision.reason}" if decision.reason else ""
-        self._show(Text(f"{mark} {decision.tool} {outcome}{by}{reason}", style=style), session=session)
+        self._show(_plain(f"{mark} {decision.tool} {outcome}{by}{reason}", style=style), session=session)
 
     async def reply_approval_expired(self, session: Session, expiry: ApprovalExpiry) -> None:
         """Say that calls which waited were dropped undecided."""
         if not self._bound(session):
             return
         calls = ", ".join(expiry.call_ids)
-        self._show(Text(f"· approval expired ({calls}): {expiry.reason or 'the conversation moved on'}",
+        self._show(_plain(f"· approval expired ({calls}): {expiry.reason or 'the conversation moved on'}",
                         style="yellow"), session=session)  # fmt: skip
 
     async def reply_reasoning_step(self, session: Session, step: Any) -> None:
@@ -374,7 +383,7 @@ class TerminalPlatform(Platform):
         data = step.to_dict() if hasattr(step, "to_dict") else dict(step)
         kind = data.get("kind", "")
         if kind in ("reasoning_started", "reasoning_finished"):
-            self._show(Rule(Text(f"{kind.replace('_', ' ')}", style="dim"), style="dim"), session=session)
+            self._show(Rule(_plain(f"{kind.replace('_', ' ')}", style="dim"), style="dim"), session=session)
             return
         details = data.get("details")
         details = details if isinstance(details, dict) else {}
@@ -382,15 +391,15 @@ class TerminalPlatform(Platform):
         head = f"  · [{data.get('step', 0)}] {kind}:"
         if kind == "llm_text" and details.get("final"):
             # The reply that follows shows it whole, rendered: the trace only marks where it came.
-            self._show(Text(f"{head} the answer, below", style="dim"), session=session)
+            self._show(_plain(f"{head} the answer, below", style="dim"), session=session)
         elif isinstance(written, str) and written.strip():
             # What the model wrote is Markdown, as a reply is: rendered, not its one-line summary quoted
             # raw; under the step's line, indented and dim so it reads as part of the trace.
             summary = f" {data.get('summary', '')}" if kind != "llm_text" else ""
-            self._show(Text(head + summary, style="dim"), session=session)
+            self._show(_plain(head + summary, style="dim"), session=session)
             self._show(_trace_markdown(written), session=session)
         else:
-            self._show(Text(f"{head} {data.get('summary', '')}", style="dim"), session=session)
+            self._show(_plain(f"{head} {data.get('summary', '')}", style="dim"), session=session)
 
     async def reply_task_list_update(self, session: Session, tasks: list[dict[str, Any]]) -> None:
         if not self.show_steps or not tasks or not self._bound(session):
@@ -401,7 +410,7 @@ class TerminalPlatform(Platform):
             mark = _STATUS_MARK.get(status, "[?]")
             result = f" — {task['result']}" if task.get("result") else ""
             # Text, not str: model-written descriptions must not be read as rich markup.
-            table.add_row(Text(mark), Text(f"{task.get('id')}. {task.get('description', '')}{result}"))
+            table.add_row(Text(mark), _plain(f"{task.get('id')}. {task.get('description', '')}{result}"))
         self._show(table, session=session)
 
     async def reply_delta(self, session: Session, run_id: str, text: str) -> None:

@@ -23,6 +23,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from baf.log.printable import visible, visible_json
 from baf.log.record import Record
 from baf.log.redaction import Redactor
 from baf.replay.state_at import SessionSnapshot
@@ -54,27 +55,6 @@ __all__ = [
 
 #: Characters of a text shown before it is cut.
 DEFAULT_WIDTH: Final = 160
-
-# What a terminal acts on instead of showing: C0 controls but newline and tab (ESC starts colour,
-# cursor and OSC 8 hyperlink sequences; CR overwrites the line), DEL, C1 controls (U+009B is a CSI
-# of its own), and the bidirectional controls and line separators that reorder or break what is shown.
-_ACTIVE: Final = [*range(0x00, 0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0), 0x061C, 0x200E, 0x200F,
-                  0x2028, 0x2029, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]  # fmt: skip
-_ESCAPED: Final = {c: f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}" for c in _ACTIVE}
-_JSON_ESCAPED: Final = {c: f"\\u{c:04x}" for c in _ACTIVE}
-
-
-def visible(text: str) -> str:
-    """``text`` with the characters a terminal would act on written as escapes (``\\x1b``, ``\\u202e``)."""
-    return text.translate(_ESCAPED)
-
-
-def visible_json(text: str) -> str:
-    """JSON text with those characters as ``\\uXXXX`` escapes: the same JSON value, safe to print.
-
-    ``json.dumps`` escapes C0 controls but writes C1 controls and bidirectional controls as they are.
-    """
-    return text.translate(_JSON_ESCAPED)
 
 
 def _shown(text: str, style: str = "") -> Text:
