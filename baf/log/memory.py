@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from baf.errors import LogClosedError, LogConflictError
 from baf.log.jsontext import decode_json, encode_json
-from baf.log.record import Record, RecordKind
+from baf.log.record import Record, RecordKind, ts_problem
 from baf.log.store import SessionLog, check_appendable, missing_record
 from baf.log.upcast import upcast
 from baf.log.work import IDLE, WORK_KINDS, WorkStatus, work_after
@@ -118,6 +118,9 @@ def _encode(record: Record) -> bytes | str:
         raise TypeError(
             f"session {record.session_id!r} seq {record.seq}: data must be a dict, not {type(record.data).__name__}"
         )
+    problem = ts_problem(record.ts)
+    if problem is not None:  # as the other stores refuse it: no reader could show it
+        raise TypeError(f"session {record.session_id!r} seq {record.seq}: {problem}")
     try:
         return encode_json(record.data)
     except (TypeError, ValueError) as exc:  # ValueError: a circular reference

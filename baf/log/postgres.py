@@ -65,7 +65,7 @@ from baf.log.postgres_commit import Batch, Known, Plan, Refused, Row, Stored, st
 from baf.log.postgres_connect import KEEPALIVE_SECONDS, Keepalive, set_socket_keepalive, settings_in_url
 from baf.log.postgres_lock import overtaken, take_writer_lock
 from baf.log.postgres_schema import SCHEMA_VERSION, created_meanwhile, prepare_schema
-from baf.log.record import Record
+from baf.log.record import MAX_TS, MIN_TS, Record
 from baf.log.row_codec import MAX_INT32, encode_fields
 from baf.log.store import SessionLog, check_appendable, missing_record
 
@@ -858,6 +858,8 @@ def encode_row(record: Record) -> Row:
 def decode_row(session_id: str, row: Any) -> Record:
     """A ``baf_records`` row as a ``Record``, or ``CorruptRecordError`` naming session and seq."""
     seq, kind, text, ts, version = row[0], row[1], row[2], row[3], row[4]
+    if not MIN_TS <= ts <= MAX_TS:  # written by hand, or by something other than a baf store
+        raise CorruptRecordError(session_id, seq, f"ts {ts!r} is not a time (years 1 to 9999)")
     try:
         data = decode_json(text)
     except (ValueError, RecursionError) as exc:

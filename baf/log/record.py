@@ -6,11 +6,24 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CURRENT_VERSION", "Record", "RecordKind", "build_record"]
+__all__ = ["CURRENT_VERSION", "MAX_TS", "MIN_TS", "Record", "RecordKind", "build_record", "ts_problem"]
 
 #: Schema version written by this baf. Older versions are read through upcasters (``baf.log.upcast``).
 #: Version 2 gave model turns one shape for every loop (``baf.reasoning.turn``).
 CURRENT_VERSION = 2
+
+#: The earliest and latest record times (seconds since the epoch): years 1 to 9999, as ``datetime`` shows
+#: them, a day inside either end. A store refuses to write a time outside them, and reads one as damage:
+#: nothing that prints or exports a record could show it.
+MIN_TS = -62135510400.0
+MAX_TS = 253402128000.0
+
+
+def ts_problem(ts: object) -> str | None:
+    """What is wrong with ``ts`` as a record's time (a number within ``MIN_TS``..``MAX_TS``), or ``None``."""
+    if isinstance(ts, bool) or not isinstance(ts, int | float) or not MIN_TS <= ts <= MAX_TS:  # NaN: False
+        return f"ts must be a finite number of seconds within the years 1 to 9999, not {ts!r}"
+    return None
 
 
 class RecordKind:

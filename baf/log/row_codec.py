@@ -11,11 +11,10 @@ which raise the precise error (subclasses of ``str``, ``int`` and ``float`` are 
 
 from __future__ import annotations
 
-import math
 from typing import Final
 
 from baf.log.jsontext import encode_json
-from baf.log.record import Record
+from baf.log.record import MAX_TS, MIN_TS, Record, ts_problem
 
 __all__ = ["MAX_INT32", "MAX_INT64", "Fields", "encode_fields"]
 
@@ -46,7 +45,7 @@ def encode_fields(record: Record, max_version: int, nul_free: bool = False) -> F
         and type(data) is dict
         and seq <= MAX_INT64
         and version <= max_version
-        and math.isfinite(ts)
+        and MIN_TS <= ts <= MAX_TS
     ):
         _check_fields(record, max_version)
         # Subclasses pass as their base types (a driver may not know an ``int`` subclass).
@@ -82,9 +81,9 @@ def _check_fields(record: Record, max_version: int) -> None:
             raise TypeError(f"{where}: {name} must be int, not {type(value).__name__}")
         if value > limit:
             raise ValueError(f"{where}: {name} {value} is too large (at most {limit})")
-    ts = record.ts
-    if isinstance(ts, bool) or not isinstance(ts, int | float) or ts != ts or ts in (math.inf, -math.inf):
-        raise TypeError(f"{where}: ts must be a finite number, not {ts!r}")
+    problem = ts_problem(record.ts)
+    if problem is not None:
+        raise TypeError(f"{where}: {problem}")
     if not isinstance(record.data, dict):
         raise TypeError(f"{where}: data must be a dict, not {type(record.data).__name__}")
 

@@ -30,7 +30,7 @@ import orjson
 from baf.errors import CorruptRecordError
 from baf.log import upcast as upcast_module
 from baf.log.checksum import record_checksum
-from baf.log.record import Record
+from baf.log.record import MAX_TS, MIN_TS, Record
 from baf.log.row_codec import MAX_INT64, encode_fields
 from baf.log.store import missing_record
 
@@ -78,6 +78,7 @@ def row_decoder(
             type(text) is str
             and type(seq) is int
             and type(ts) is float
+            and MIN_TS <= ts <= MAX_TS
             and type(kind) is str
             and type(version) is int
             and version == current
@@ -117,6 +118,8 @@ def _decode(session_id: str, row: Any) -> Record:
         ts = float(ts)
     if type(ts) is not float:
         raise CorruptRecordError(session_id, seq, f"ts is {_sql_type(ts)}, not a number")
+    if not MIN_TS <= ts <= MAX_TS:
+        raise CorruptRecordError(session_id, seq, f"ts {ts!r} is not a time (years 1 to 9999)")
     if type(kind) is not str:
         raise CorruptRecordError(session_id, seq, f"kind is {_sql_type(kind)}, not text")
     if type(version) is not int:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from baf_test_helpers import baf
 
+from baf.errors import CorruptRecordError
 from baf.log import Record, SQLiteLog
 
 # ESC [31m (colour), OSC 8 hyperlink, C1 CSI (one character), CR, RTL override, BEL, backspace.
@@ -132,3 +133,46 @@ def test_control_characters_and_markup_from_the_log_are_shown_not_interpreted(
     if result.returncode == 0 and "--json" not in command and "export" not in command:
         # Shown as written: the markup is text, and the escape character is visible as an escape.
         assert "[red]" in output and "\\x1b" in output, output
+
+
+@pytest.mark.parametrize("command", [["log"], ["replay"], ["export", "--format", "otel"], ["check"]])
+def test_a_record_whose_time_no_clock_gives_is_named_as_damage_not_a_traceback(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """A ``ts`` edited to 1e300 (or damaged): no date can show it. Every command that reads the record says
+    which one it is, in one line, and exits with 2; ``baf check`` counts it as damage (status 1)."""
+    import sqlite3
+
+    db = tmp_path / "log.db"
+
+    async def write() -> None:
+        async with SQLiteLog(db) as log:
+            await log.append(
+                [Record("s", 1, "reply", {"text": "hi"}, 1.7e9), Record("s", 2, "reply", {"text": "x"}, 1.7e9)]
+            )
+
+    asyncio.run(write())
+    with sqlite3.connect(db) as connection:  # the edit: its checksum dropped, as an older baf's row has none
+        connection.execute("UPDATE baf_records SET ts = 1e300, checksum = NULL WHERE seq = 2")
+    connection.close()
+    verb, *options = command
+    result = baf(verb, str(db), *(["s"] if verb != "check" else []), *options, cwd=tmp_path)
+    assert result.returncode == (1 if verb == "check" else 2), result.stdout + result.stderr  # check: damage found
+    assert "Traceback" not in result.stderr
+    assert "seq 2" in result.stdout + result.stderr and "not a time" in result.stdout + result.stderr
+
+
+def test_every_store_refuses_to_write_a_time_no_reader_could_show(tmp_path: Path) -> None:
+    from baf.log import MemoryLog
+    from baf.log.postgres import decode_row
+
+    async def append_to(log: object) -> None:
+        async with log:  # type: ignore[attr-defined]
+            with pytest.raises(TypeError, match="ts must be a finite number of seconds within the years 1 to 9999"):
+                await log.append([Record("s", 1, "k", {}, 1e300)])  # type: ignore[attr-defined]
+
+    asyncio.run(append_to(SQLiteLog(tmp_path / "log.db")))
+    asyncio.run(append_to(MemoryLog()))
+    # A PostgreSQL row read with such a time is damage, named (the row as the store selects it).
+    with pytest.raises(CorruptRecordError, match=r"seq 3.*not a time"):
+        decode_row("s", (3, "reply", '{"text": "x"}', 1e300, 2))
