@@ -6,19 +6,16 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from playwright.async_api import Page, async_playwright, expect
+from playwright.async_api import expect
 
 from baf import Agent
 from baf.core.session import Session
-from baf.platforms.websocket import WebSocketPlatform
 
 from .helpers import body_agent, planning_script, reasoning_agent
-from .test_browser_ui import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, require_chromium
+from .test_browser_ui import ARTIFACTS, browser_on
 
 VENDOR = Path(__file__).resolve().parents[2] / "baf" / "platforms" / "web" / "vendor"
 
@@ -38,26 +35,6 @@ See [the report](https://reports.example/q2) or <https://docs.example>. Not [thi
 nor [that](JAVASCRIPT:window.pwned=3), nor [data](data:text/html,<script>window.pwned=4</script>).
 <script>window.pwned = 5</script><iframe src="https://evil.example"></iframe>
 <a href="javascript:window.pwned=6">raw link</a> ![img](https://evil.example/x.png)"""
-
-
-@asynccontextmanager
-async def browser_on(agent: Agent, **options: Any) -> AsyncIterator[tuple[Page, WebSocketPlatform, list[str]]]:
-    """A page of the UI served for ``agent``; yields it, the platform and the page's errors."""
-    require_chromium()
-    platform = WebSocketPlatform("127.0.0.1", 0, **options)
-    agent.add_platform(platform)
-    async with agent, async_playwright() as p:
-        browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = await browser.new_page(viewport={"width": 1200, "height": 900})
-            problems: list[str] = []
-            page.on("pageerror", lambda error: problems.append(str(error)))
-            page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
-            await page.goto(f"http://127.0.0.1:{platform.port}/")
-            await expect(page.locator("#status")).to_have_attribute("data-state", "connected")
-            yield page, platform, problems
-        finally:
-            await browser.close()
 
 
 # Every element the renderer made for a Markdown text: [tag, [[attribute, value], ...]].

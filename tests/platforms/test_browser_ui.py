@@ -6,14 +6,19 @@ This test never skips: if Chromium is missing it fails and says how to install i
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.async_api import Page, async_playwright, expect
 
+from baf import Agent
+from baf.core.session import Session
 from baf.platforms.websocket import WebSocketPlatform
 
-from .helpers import FINAL_ANSWER, planning_script, reasoning_agent
+from .helpers import FINAL_ANSWER, body_agent, planning_script, reasoning_agent
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -50,6 +55,26 @@ def require_chromium() -> None:
             f"{CHROMIUM} is missing: the browser tests need Debian's chromium "
             "(apt-get install -y chromium); do not use 'playwright install'"
         )
+
+
+@asynccontextmanager
+async def browser_on(agent: Agent, **options: Any) -> AsyncIterator[tuple[Page, WebSocketPlatform, list[str]]]:
+    """A page of the UI served for ``agent``; yields it, the platform and the page's errors."""
+    require_chromium()
+    platform = WebSocketPlatform("127.0.0.1", 0, **options)
+    agent.add_platform(platform)
+    async with agent, async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = await browser.new_page(viewport={"width": 1200, "height": 900})
+            problems: list[str] = []
+            page.on("pageerror", lambda error: problems.append(str(error)))
+            page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+            await page.goto(f"http://127.0.0.1:{platform.port}/")
+            await expect(page.locator("#status")).to_have_attribute("data-state", "connected")
+            yield page, platform, problems
+        finally:
+            await browser.close()
 
 
 async def test_chat_trace_tasks_answer_and_history_after_reload() -> None:
@@ -140,3 +165,75 @@ async def check_nothing_was_injected(page: Page) -> None:
     assert await links.get_attribute("href") == "https://a.example"
     answer = page.locator(".msg.assistant").last
     await expect(answer).to_contain_text('[x](javascript:window.pwned=2) <img src=x onerror="window.pwned=1">')
+
+
+# A reply marked cannot render (its blockquotes nest too deep: "Maximum call stack size exceeded"), and one
+# longer than the UI formats (marked's emphasis handling is quadratic on "*a_" runs: it would freeze the tab).
+DEEP_QUOTES = "> " * 5000 + "deep"
+LONG_EMPHASIS = "*a_" * 4000
+
+
+def hostile_replies(session: Session) -> None:
+    assert session.event is not None
+    text = session.event.text or ""
+    session.reply({"quote": DEEP_QUOTES, "long": LONG_EMPHASIS}.get(text, f"echo: {text}"))
+
+
+async def plain_reply(page: Page, text: str) -> None:
+    """The reply ``text`` is in one bubble as plain text, with a note, and nothing was formatted in it."""
+    bubble = page.locator(".msg.assistant", has=page.locator(".plain-text")).filter(has_text=text[:40])
+    await expect(bubble).to_have_count(1)
+    assert await bubble.locator(".plain-text").text_content() == text
+    await expect(bubble.locator(".plain-note")).to_contain_text("Shown as plain text")
+    assert await bubble.locator("em, strong, blockquote").count() == 0
+
+
+async def test_a_reply_that_cannot_render_is_plain_text_and_the_history_after_it_is_shown() -> None:
+    async with browser_on(body_agent(hostile_replies)) as (page, _, problems):
+        for text in ("before", "quote", "after"):
+            await page.fill("#input", text)
+            await page.press("#input", "Enter")
+        await expect(page.locator(".msg.assistant")).to_have_count(3)
+        await plain_reply(page, DEEP_QUOTES)
+        await page.reload()
+        await expect(page.locator("#status")).to_have_attribute("data-state", "connected")
+        await expect(page.locator(".msg.user")).to_have_text(["before", "quote", "after"])
+        replies = page.locator(".msg.assistant")
+        await expect(replies).to_have_count(3)
+        await expect(replies.nth(0)).to_have_text("echo: before")
+        await expect(replies.nth(2)).to_have_text("echo: after")
+        await plain_reply(page, DEEP_QUOTES)
+        await expect(page.locator(".msg.error")).to_have_count(0)
+        # A later message is still answered in order (the view's seq was not left past unshown records).
+        await page.fill("#input", "later")
+        await page.press("#input", "Enter")
+        await expect(replies).to_have_count(4)
+        await expect(replies.nth(3)).to_have_text("echo: later")
+        assert problems == []
+
+
+async def test_a_reply_too_long_to_format_is_plain_text_live_and_after_a_reload() -> None:
+    async with browser_on(body_agent(hostile_replies)) as (page, _, problems):
+        await page.fill("#input", "long")
+        await page.press("#input", "Enter")
+        await expect(page.locator(".msg.assistant")).to_have_count(1)
+        await plain_reply(page, LONG_EMPHASIS)
+        await expect(page.locator(".plain-note")).to_have_text(
+            "Shown as plain text: too long to format (12000 characters)."
+        )
+        await page.fill("#input", "quote")  # for the screenshot: both kinds of plain reply
+        await page.press("#input", "Enter")
+        await expect(page.locator(".msg.assistant")).to_have_count(2)
+        await page.reload()
+        await expect(page.locator("#status")).to_have_attribute("data-state", "connected")
+        await expect(page.locator(".msg.assistant")).to_have_count(2)
+        await plain_reply(page, LONG_EMPHASIS)
+        await plain_reply(page, DEEP_QUOTES)
+        assert await page.locator("#messages em").count() == 0
+        # Both cases on one screen: the end of the long reply with its note, then the deep quotes.
+        await page.locator(".plain-note").first.evaluate(
+            "(note) => { const box = document.getElementById('messages'); box.scrollTop = note.offsetTop - 420; }"
+        )
+        ARTIFACTS.mkdir(exist_ok=True)
+        await page.screenshot(path=str(ARTIFACTS / "websocket_ui_plain_text.png"))
+        assert problems == []

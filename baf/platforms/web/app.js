@@ -1,7 +1,8 @@
 // The baf browser UI: a client of the WebSocket protocol documented in baf/platforms/websocket.py.
 // No build step: marked and DOMPurify are vendored files (vendor/README.md). Replies are Markdown: marked
 // renders them with raw HTML escaped and unsafe links left as text, and DOMPurify sanitizes the result
-// before it reaches the page. Everything else (user messages, tool calls and results, task lists) only
+// before it reaches the page; a reply too long to format quickly, or one marked cannot render, is shown as
+// plain text instead, with a note. Everything else (user messages, tool calls and results, task lists) only
 // ever reaches the page through textContent / createTextNode.
 "use strict";
 
@@ -101,13 +102,43 @@
     return fragment;
   }
 
+  // Longer Markdown is shown as plain text. marked runs on the page's only thread and some texts cost it
+  // time quadratic in their length ("*a_" repeated: 10,000 characters take about 1 s in Chromium, 20,000
+  // about 4.5 s, 60,000 over 30 s), so one long reply would freeze the tab, live and on every reload.
+  // Answers people read are far shorter than this (it is some 2,500 tokens).
+  const MARKDOWN_LIMIT = 10000;
+
+  // A text shown as it is, with a note saying why it is not formatted. Only ever through textContent.
+  function plainText(text, why) {
+    const fragment = document.createDocumentFragment();
+    fragment.append(el("div", "plain-text", text), el("div", "plain-note muted", why));
+    return fragment;
+  }
+
+  // Markdown rendered and sanitized; a text too long, or one marked cannot render (5,000 nested
+  // blockquotes overflow its stack), is shown as plain text instead, so the bubble still holds it.
   function renderMarkdown(text) {
-    return sanitized(markdown.parse(String(text)), true);
+    text = String(text);
+    if (text.length > MARKDOWN_LIMIT) {
+      return plainText(text, "Shown as plain text: too long to format (" + text.length + " characters).");
+    }
+    try {
+      return sanitized(markdown.parse(text), true);
+    } catch (e) {
+      return plainText(text, "Shown as plain text: it could not be formatted.");
+    }
   }
 
   // For one-line summaries in the trace: emphasis and code, but links stay text (the answer has them).
+  // A line that cannot be formatted stays plain text (a note would not fit on one line).
   function renderInline(text) {
-    return sanitized(markdown.parseInline(String(text)), false);
+    text = String(text);
+    if (text.length > MARKDOWN_LIMIT) return document.createTextNode(text);
+    try {
+      return sanitized(markdown.parseInline(text), false);
+    } catch (e) {
+      return document.createTextNode(text);
+    }
   }
 
   // -- chat -----------------------------------------------------------------------------------------
@@ -409,18 +440,29 @@
     return true;
   }
 
+  // Show one record (a history item or a live frame). If showing it fails, the view says so in its place
+  // and goes on: lastSeq already covers the record, so a history that stopped at it would lose every
+  // later record for good, on every reload.
+  function guarded(item, show) {
+    try {
+      show();
+    } catch (e) {
+      addError("A " + String(item && item.type) + " record could not be shown (" + String(e && e.message) + ").");
+    }
+  }
+
   function handleHistory(frame) {
     const after = typeof frame.after_seq === "number" ? frame.after_seq : 0;
     if (after === 0) clearView(); // a whole history: redraw; otherwise it continues this view
     if (typeof frame.last_seq === "number") lastSeq = Math.max(lastSeq, frame.last_seq);
-    (frame.items || []).forEach((item) => {
+    (frame.items || []).forEach((item) => guarded(item, () => {
       if (item.type === "user") showUser(item);
       else if (item.type === "reply") addReply(item);
       else if (item.type === "reasoning_step") addStep(item.step);
       else if (item.type === "task_list") showTasks(item.tasks || []);
       else if (item.type === "error") addError(item.message);
       else if (item.type.startsWith("approval_")) showApproval(item);
-    });
+    }));
     if (frame.truncated && after === 0) messages.prepend(el("p", "muted", "Older history is not shown."));
   }
 
@@ -539,7 +581,7 @@
       let frame;
       try { frame = JSON.parse(event.data); } catch (e) { showBanner("The server sent a frame that is not JSON."); return; }
       const handler = handlers[frame.type];
-      if (handler) handler(frame);
+      if (handler) guarded(frame, () => handler(frame));
     });
     ws.addEventListener("close", (event) => {
       setStatus("disconnected", "disconnected");
