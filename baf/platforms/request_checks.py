@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from baf.log.redaction import Redactor, log_exception
 
-__all__ = ["LOOPBACK_NAMES", "bearer_token", "host_allowed", "origin_allowed", "token_accepted"]
+__all__ = ["LOOPBACK_NAMES", "AuthToken", "bearer_token", "host_allowed", "origin_allowed", "token_accepted"]
 
 #: The names a loopback server answers to by default.
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]"})

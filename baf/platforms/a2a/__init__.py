@@ -20,6 +20,11 @@ With many workers (``baf serve``), a task whose session another worker runs is c
 message goes through the inbox, and this worker, whose client waits for the task, follows the session's
 log and publishes what it shows until the message is handled (:meth:`A2APlatform.has_client`).
 
+Who may call is checked before anything is read (:mod:`baf.platforms.a2a.guard`): the ``Host`` must name
+the server (``allowed_hosts``, against DNS rebinding), a browser's ``Origin`` must be allowed
+(``allowed_origins``; clients that send none are not browsers), a ``POST`` must be JSON, and with an
+``auth_token`` every request but the card's must carry it as a bearer token.
+
 The SDK keeps the task objects it serves to ``GetTask`` in memory, the newest ``max_tasks`` of them;
 the conversation itself is in the baf log, and survives a restart as any session does.
 """
@@ -276,8 +281,8 @@ class A2APlatform(Platform):
 class _RecentTasks(InMemoryTaskStore):
     """The SDK's in-memory task store, holding the newest ``limit`` tasks only (each keeps its history).
 
-    The server has no authentication, so every task has the same owner: any request's context may
-    delete an old one."""
+    The server does not tell callers apart (one ``auth_token`` at most), so every task has the same
+    owner: any request's context may delete an old one."""
 
     def __init__(self, limit: int) -> None:
         super().__init__()
