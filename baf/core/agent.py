@@ -349,7 +349,7 @@ class Agent:
 
     def add_a2a_agent(self, url: str, name: str, **options: Any) -> Tool:
         """Make the A2A agent served at ``url`` a tool called ``name`` (the ``a2a`` extra); options
-        (``description``, ``timeout``, ``headers``) as for :func:`~baf.reasoning.a2a.a2a_agent_tool`."""
+        (``description``, ``timeout``, ``headers``, ``auth_token``) as for :func:`~baf.reasoning.a2a.a2a_agent_tool`."""
         from baf.reasoning.a2a import a2a_agent_tool
 
         return self.add_tool(a2a_agent_tool(url, name, **options))

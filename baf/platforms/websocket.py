@@ -169,6 +169,7 @@ from baf.errors import ConfigurationError, LogClosedError, MissingExtraError
 from baf.log.record import Record, RecordKind
 from baf.log.redaction import Redactor, log_exception
 from baf.platforms.limits import ClientLimits, ConnectionBudget, RateLimiter
+from baf.platforms.request_checks import bearer_token, host_allowed, origin_allowed, token_accepted
 from baf.platforms.secret_file import load_or_create_secret, secret_path_beside
 from baf.reasoning.approval import ApprovalDecision, ApprovalExpiry
 from baf.wording import agreeing, counted
@@ -462,51 +463,18 @@ class WebSocketPlatform(Platform):
         return None
 
     def _authorized(self, request: Request) -> bool:
-        if self.auth_token is None:
-            return True
-        header = request.headers.get("Authorization", "")
-        token = header[7:].strip() if header[:7].lower() == "bearer " else ""
-        if not token:
+        token = bearer_token(request.headers.get("Authorization", ""))
+        if not token:  # browsers cannot set headers on a WebSocket: the token may come in the URL
             token = (parse_qs(urlsplit(request.path).query).get("access_token") or [""])[0]
-        if not token:
-            return False
-        if callable(self.auth_token):
-            try:
-                return bool(self.auth_token(token))
-            except Exception:
-                log_exception(logger, self._redactor(), "auth_token callback failed; refusing the connection")
-                return False
-        return hmac.compare_digest(token.encode("utf-8"), self.auth_token.encode("utf-8"))
+        return token_accepted(token, self.auth_token, logger, self._redactor())
 
     def _host_allowed(self, request: Request) -> bool:
-        host = request.headers.get("Host", "").strip().lower()
-        if not host:
-            return False
-        if self.allowed_hosts is not None and "*" in self.allowed_hosts:
-            return True
-        name, _, port_text = host.rpartition(":") if not host.endswith("]") else (host, "", "")
-        if not name:  # no port given: the scheme's default
-            name, port_text = host, ""
-        try:
-            port = int(port_text) if port_text else 80
-        except ValueError:
-            return False
-        if self.allowed_hosts is not None:
-            allowed = {h.lower() for h in self.allowed_hosts}
-            return name in allowed or f"{name}:{port}" in allowed
-        names = {"localhost", "127.0.0.1", "[::1]"}
-        if self.host and self.host not in ("0.0.0.0", "::"):
-            names.add(f"[{self.host.lower()}]" if ":" in self.host else self.host.lower())
-        return name in names and port == self.port
+        return host_allowed(
+            request.headers.get("Host", ""), bound_host=self.host, port=self.port, allowed_hosts=self.allowed_hosts
+        )
 
     def _origin_allowed(self, request: Request) -> bool:
-        origin = request.headers.get("Origin")
-        if origin is None:
-            return True  # not a browser: the Origin check guards against other sites' pages only
-        if self.allowed_origins is None:
-            host = request.headers.get("Host", "")
-            return urlsplit(origin).netloc.lower() == host.lower() and bool(host)
-        return "*" in self.allowed_origins or origin in self.allowed_origins
+        return origin_allowed(request.headers.get("Origin"), request.headers.get("Host", ""), self.allowed_origins)
 
     def _static(self, request: Request, filename: str, content_type: str) -> Response:
         body = resources.files("baf.platforms.web").joinpath(filename).read_bytes()

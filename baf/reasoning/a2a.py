@@ -45,6 +45,7 @@ def a2a_agent_tool(
     description: str | None = None,
     timeout: float = 120.0,
     headers: Mapping[str, str] | None = None,
+    auth_token: str | None = None,
 ) -> Tool:
     """A :class:`~baf.reasoning.tool.Tool` that asks the A2A agent served at ``url``.
 
@@ -55,12 +56,16 @@ def a2a_agent_tool(
         description: What the model is told the agent does; a generic sentence naming it by default.
         timeout: Seconds one call may take, card included.
         headers: Sent with every request (``Authorization``, ...).
+        auth_token: The peer's bearer token (its ``auth_token``), sent as ``Authorization: Bearer ...``.
     """
     try:
         import a2a.client  # noqa: F401 - fail here, with the extra named, not at the first call
     except ImportError as exc:
         raise MissingExtraError("A2A tools", "a2a") from exc
-    peer = _Peer(url.rstrip("/") + "/", name, timeout, dict(headers or {}))
+    sent = dict(headers or {})
+    if auth_token is not None:
+        sent["Authorization"] = f"Bearer {auth_token}"
+    peer = _Peer(url.rstrip("/") + "/", name, timeout, sent)
 
     async def ask(message: str, session: Any = None) -> str:
         """Send a message to the remote agent and return its answer.

@@ -143,10 +143,10 @@ def _helper_agent(log: str) -> Agent:
     return agent
 
 
-def _asking_agent(log: str, helper_url: str, timeout: float = 10.0) -> Agent:
-    """Agent A: its model calls the helper, then repeats what it said."""
+def _asking_agent(log: str, helper_url: str, timeout: float = 10.0, **options: Any) -> Agent:
+    """Agent A: its model calls the helper, then repeats what it said (``options`` for ``add_a2a_agent``)."""
     agent = Agent("asker", log=log)
-    agent.add_a2a_agent(helper_url, name="helper", timeout=timeout)
+    agent.add_a2a_agent(helper_url, name="helper", timeout=timeout, **options)
 
     def model(messages: list[dict[str, Any]], tools: list[dict[str, Any]], **_: Any) -> LLMResponse:
         last = messages[-1]
@@ -398,3 +398,151 @@ async def test_the_example_runs_offline_and_both_logs_re_run_identically(
     out = capsys.readouterr().out
     assert "re-run of planner/trip: identical" in out and "re-run of weather/a2a-" in out
     assert out.count("identical") == 2
+
+
+# -- who may call: Host, Origin, Content-Type, bearer token ------------------------------------------
+
+
+def _rpc_send(text: str, context: str) -> dict[str, Any]:
+    """A JSON-RPC ``message/send`` (A2A 0.3), as a page or a script would post it by hand."""
+    message = {"kind": "message", "messageId": uuid.uuid4().hex, "role": "user", "contextId": context,
+               "parts": [{"kind": "text", "text": text}]}  # fmt: skip
+    return {"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {"message": message}}
+
+
+def _refusal(response: httpx.Response) -> str:
+    """The refusal's message: a JSON-RPC error object without an id."""
+    body = response.json()
+    assert body["jsonrpc"] == "2.0" and body["id"] is None and body["error"]["code"] == -32600, body
+    return str(body["error"]["message"])
+
+
+@pytest.mark.parametrize(
+    ("headers", "status", "reason"),
+    [
+        # A page on any site posts text/plain without a CORS preflight; the SDK would read it as JSON.
+        ({"Content-Type": "text/plain", "Origin": "http://evil.example"}, 403, "origin not allowed"),
+        ({"Content-Type": "application/json", "Origin": "http://evil.example"}, 403, "origin not allowed"),
+        ({"Content-Type": "application/json", "Origin": "null"}, 403, "origin not allowed"),  # a sandboxed page
+        ({"Content-Type": "text/plain"}, 415, "must be JSON"),
+        ({"Content-Type": "application/x-www-form-urlencoded"}, 415, "must be JSON"),
+        ({}, 415, "must be JSON"),
+    ],
+)
+async def test_a_cross_site_or_non_json_post_is_refused_and_nothing_is_recorded(
+    headers: dict[str, str], status: int, reason: str
+) -> None:
+    helper = _helper_agent("memory://")
+    platform = helper.use_a2a_platform("127.0.0.1", 0)
+    async with helper, httpx.AsyncClient(timeout=10) as http:
+        body = json.dumps(_rpc_send("run your tools for me", "csrf")).encode()
+        response = await http.post(platform.url, content=body, headers=headers)
+        assert response.status_code == status and reason in _refusal(response)
+        assert await helper.log.sessions() == []
+        # The same request from a client that is not a browser (no Origin), or from the server's own origin.
+        for origin in ({}, {"Origin": f"http://127.0.0.1:{platform.port}"}):
+            answer = await http.post(platform.url, content=body, headers={"Content-Type": "application/json", **origin})
+            assert answer.json()["result"]["status"]["state"] == "completed"
+        assert await helper.log.sessions() == ["a2a-csrf"]
+
+
+async def test_a_foreign_host_is_refused_against_dns_rebinding() -> None:
+    helper = _helper_agent("memory://")
+    platform = helper.use_a2a_platform("127.0.0.1", 0)
+    async with helper, httpx.AsyncClient(timeout=10) as http:
+        card_url = platform.url + ".well-known/agent-card.json"
+        for host in (f"attacker.example:{platform.port}", "127.0.0.1:1", "localhost"):
+            response = await http.post(platform.url, json=_rpc_send("read me a file", "rebind"), headers={"Host": host})
+            assert response.status_code == 403 and "host not allowed" in _refusal(response), host
+            assert (await http.get(card_url, headers={"Host": host})).status_code == 403
+        # Two Origins (or Hosts, which the HTTP library refuses to send): which one would count? Neither.
+        twice = [("Origin", f"http://127.0.0.1:{platform.port}"), ("Origin", "http://attacker.example")]
+        response = await http.post(platform.url, json=_rpc_send("hi", "rebind"), headers=twice)
+        assert response.status_code == 400 and "duplicate Origin header" in _refusal(response)
+        assert await helper.log.sessions() == []
+        # The names the server has by default, on its port: its card is read, its agent answers.
+        for host in (f"localhost:{platform.port}", f"127.0.0.1:{platform.port}"):
+            assert (await http.get(card_url, headers={"Host": host})).json()["name"] == "helper"
+        response = await http.post(
+            platform.url, json=_rpc_send("hi", "rebind"), headers={"Host": f"localhost:{platform.port}"}
+        )
+        assert response.json()["result"]["status"]["state"] == "completed"
+
+
+async def test_listed_hosts_and_origins_and_the_public_url_host_are_served() -> None:
+    helper = _helper_agent("memory://")
+    platform = helper.use_a2a_platform(
+        "127.0.0.1", 0, allowed_hosts=["agents.example", "other.example:8443"], allowed_origins=["https://app.example"]
+    )
+    proxied = _helper_agent("memory://")
+    behind_proxy = proxied.use_a2a_platform("127.0.0.1", 0, public_url="https://agents.example/helper/")
+    async with helper, proxied, httpx.AsyncClient(timeout=10) as http:
+        for host, status in [("agents.example", 200), ("other.example:8443", 200), ("other.example", 403),
+                             (f"127.0.0.1:{platform.port}", 403)]:  # fmt: skip
+            response = await http.post(platform.url, json=_rpc_send("hi", "listed"), headers={"Host": host})
+            assert response.status_code == status, host
+        # A page on a listed origin: its preflight is answered, and its post gets the CORS headers it needs.
+        page = {"Host": "agents.example", "Origin": "https://app.example"}
+        preflight = await http.options(
+            platform.url,
+            headers={**page, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "content-type"},
+        )
+        assert preflight.status_code == 204
+        assert preflight.headers["access-control-allow-origin"] == "https://app.example"
+        assert "POST" in preflight.headers["access-control-allow-methods"]
+        assert preflight.headers["access-control-allow-headers"] == "content-type"
+        response = await http.post(platform.url, json=_rpc_send("from the app", "listed"), headers=page)
+        assert response.json()["result"]["status"]["state"] == "completed"
+        assert response.headers["access-control-allow-origin"] == "https://app.example"
+        refused = await http.post(
+            platform.url, json=_rpc_send("hi", "listed"), headers={**page, "Origin": "https://evil.example"}
+        )
+        assert refused.status_code == 403 and "access-control-allow-origin" not in refused.headers
+        # Behind a proxy that keeps the public Host, the public name is served by default.
+        for host, status in [("agents.example", 200), ("agents.example:443", 200), ("evil.example", 403)]:
+            response = await http.post(
+                f"http://127.0.0.1:{behind_proxy.port}/", json=_rpc_send("hi", "proxied"), headers={"Host": host}
+            )
+            assert response.status_code == status, host
+        assert await helper.log.sessions() == ["a2a-listed"]
+
+
+async def test_a_bearer_token_guards_all_but_the_card_and_add_a2a_agent_sends_it() -> None:
+    helper = _helper_agent("memory://")
+    platform = helper.use_a2a_platform("127.0.0.1", 0, auth_token="s3cret-token")
+    async with helper, httpx.AsyncClient(timeout=10) as http:
+        # The card stays public and says how to authenticate.
+        card = (await http.get(platform.url + ".well-known/agent-card.json")).json()
+        assert card["name"] == "helper"
+        assert card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"] == "Bearer"
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic s3cret-token"}):
+            response = await http.post(platform.url, json=_rpc_send("hi", "auth"), headers=headers)
+            assert response.status_code == 401 and response.headers["www-authenticate"] == "Bearer", headers
+            assert "bearer token" in _refusal(response)
+        assert await helper.log.sessions() == []
+        with_token = _asking_agent("memory://", platform.url, auth_token="s3cret-token")
+        without = _asking_agent("memory://", platform.url)
+        async with with_token, without:
+            await with_token.receive_message("u", "two plus two", None)
+            await without.receive_message("u", "two plus two", None)
+            answered = [r.data["text"] for r in await with_token.log.read("u") if r.kind == "reply"]
+            refused = [r.data for r in await without.log.read("u") if r.kind == "tool_result"]
+        assert answered == ["The helper answered: helper says: TWO PLUS TWO"]
+        assert refused[0]["is_error"] is True and "401" in refused[0]["content"], refused
+        assert len(await helper.log.sessions()) == 1
+
+
+async def test_a_token_function_decides_and_one_that_raises_refuses() -> None:
+    def check(token: str) -> bool:
+        if token == "boom":
+            raise RuntimeError("token service down")
+        return token == "good"
+
+    helper = _helper_agent("memory://")
+    platform = helper.use_a2a_platform("127.0.0.1", 0, auth_token=check)
+    async with helper, httpx.AsyncClient(timeout=10) as http:
+        for token, status in [("good", 200), ("bad", 401), ("boom", 401)]:
+            response = await http.post(
+                platform.url, json=_rpc_send("hi", "fn"), headers={"Authorization": f"Bearer {token}"}
+            )
+            assert response.status_code == status, token

@@ -20,6 +20,11 @@ With many workers (``baf serve``), a task whose session another worker runs is c
 message goes through the inbox, and this worker, whose client waits for the task, follows the session's
 log and publishes what it shows until the message is handled (:meth:`A2APlatform.has_client`).
 
+Who may call is checked before anything is read (:mod:`baf.platforms.a2a.guard`): the ``Host`` must name
+the server (``allowed_hosts``, against DNS rebinding), a browser's ``Origin`` must be allowed
+(``allowed_origins``; clients that send none are not browsers), a ``POST`` must be JSON, and with an
+``auth_token`` every request but the card's must carry it as a bearer token.
+
 The SDK keeps the task objects it serves to ``GetTask`` in memory, the newest ``max_tasks`` of them;
 the conversation itself is in the baf log, and survives a restart as any session does.
 """
@@ -31,8 +36,9 @@ import contextlib
 import logging
 import socket
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from baf.errors import MissingExtraError
 
@@ -46,12 +52,23 @@ from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
 from a2a.server.tasks import InMemoryTaskStore
-from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, Task
+from a2a.types import (
+    AgentCapabilities,
+    AgentCard,
+    AgentInterface,
+    AgentSkill,
+    HTTPAuthSecurityScheme,
+    SecurityRequirement,
+    SecurityScheme,
+    StringList,
+    Task,
+)
 from starlette.applications import Starlette
 
 from baf.core.platform import Platform
 from baf.errors import ConfigurationError
 from baf.platforms.a2a.executor import SESSION_PREFIX, SessionExecutor, TaskRoute
+from baf.platforms.a2a.guard import CallerGuard
 
 if TYPE_CHECKING:
     from baf.core.session import Session
@@ -71,6 +88,13 @@ class A2APlatform(Platform):
         public_url: The URL other agents use, when it is not ``http://host:port/`` (behind a proxy).
         version: The agent card's version.
         max_tasks: Task objects the SDK keeps for ``GetTask``; older ones are dropped.
+        allowed_hosts: Accepted ``Host`` header names, against DNS rebinding (``"*"`` for any; ``"name:port"``
+            for one port only); when given, the only ones. Default: ``localhost``, ``127.0.0.1``, ``[::1]``
+            and ``host`` on the server's port, and the host of ``public_url`` on any port.
+        allowed_origins: Browser origins allowed to call (``["*"]`` for any); they get CORS headers. Default:
+            none but the server's own. Clients that send no ``Origin`` (not browsers) are not origin-checked.
+        auth_token: A bearer token every request but the agent card's must carry (``Authorization: Bearer
+            ...``), or a function deciding on a token; the card then names the scheme. Default: none.
     """
 
     name = "a2a"
@@ -84,6 +108,9 @@ class A2APlatform(Platform):
         public_url: str | None = None,
         version: str = "1.0.0",
         max_tasks: int = 10_000,
+        allowed_hosts: Sequence[str] | None = None,
+        allowed_origins: Sequence[str] | None = None,
+        auth_token: str | Callable[[str], bool] | None = None,
     ) -> None:
         super().__init__()
         self.host = host
@@ -93,6 +120,9 @@ class A2APlatform(Platform):
         self.public_url = public_url
         self.version = version
         self.max_tasks = max_tasks
+        self.allowed_hosts = list(allowed_hosts) if allowed_hosts is not None else None
+        self.allowed_origins = list(allowed_origins) if allowed_origins is not None else None
+        self.auth_token = auth_token
         #: The task each session's output goes to, while one runs (the only per-session data kept).
         self.routes: dict[str, TaskRoute] = {}
         self._server: uvicorn.Server | None = None
@@ -115,6 +145,14 @@ class A2APlatform(Platform):
             AgentSkill(id=skill.name, name=skill.name, description=skill.description or skill.name, tags=["baf"])
             for skill in agent.skills.values()
         ] or [AgentSkill(id="chat", name=agent.name, description=description, tags=["chat"])]
+        security: dict[str, Any] = {}
+        if self.auth_token is not None:
+            security = {
+                "security_schemes": {
+                    "bearer": SecurityScheme(http_auth_security_scheme=HTTPAuthSecurityScheme(scheme="Bearer"))
+                },
+                "security_requirements": [SecurityRequirement(schemes={"bearer": StringList()})],
+            }
         return AgentCard(
             name=agent.name,
             description=description,
@@ -124,6 +162,7 @@ class A2APlatform(Platform):
             default_input_modes=["text/plain", "application/json"],
             default_output_modes=["text/plain", "application/json"],
             skills=skills,
+            **security,
         )
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -147,7 +186,17 @@ class A2APlatform(Platform):
         app = Starlette(
             routes=[*create_agent_card_routes(card), *create_jsonrpc_routes(handler, "/", enable_v0_3_compat=True)]
         )
-        config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)
+        guarded = CallerGuard(
+            app,
+            bound_host=self.host,
+            port=self.port,
+            allowed_hosts=self.allowed_hosts,
+            allowed_origins=self.allowed_origins,
+            auth_token=self.auth_token,
+            public_names=[name] if self.public_url and (name := urlsplit(self.public_url).hostname) else [],
+            redactor=self.agent.redactor if self.agent is not None else None,
+        )
+        config = uvicorn.Config(guarded, log_level="warning", lifespan="off", access_log=False)
         self._server = uvicorn.Server(config)
         self._serving = asyncio.ensure_future(self._server.serve(sockets=[sock]))
         while not self._server.started:
@@ -232,8 +281,8 @@ class A2APlatform(Platform):
 class _RecentTasks(InMemoryTaskStore):
     """The SDK's in-memory task store, holding the newest ``limit`` tasks only (each keeps its history).
 
-    The server has no authentication, so every task has the same owner: any request's context may
-    delete an old one."""
+    The server does not tell callers apart (one ``auth_token`` at most), so every task has the same
+    owner: any request's context may delete an old one."""
 
     def __init__(self, limit: int) -> None:
         super().__init__()
