@@ -4,7 +4,8 @@ The WebSocket platform signs resume tokens. A secret made fresh in every process
 each restart, and with them every browser's conversation. So, unless the user passes one, the secret is made
 once and kept in a file next to the log (``baf.db`` → ``baf.db.websocket-secret``), readable by its owner
 only (mode 0600). Anyone who can read it can forge tokens for any session of that log: it is as sensitive
-as the log itself, and a file others can read is refused rather than used.
+as the log itself, and a file others can read, or one another user owns (and so may have written), is
+refused rather than used.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ def load_or_create_secret(path: Path) -> bytes:
     file and linked into place only if nothing is there yet, so a reader never sees a half-written file.
 
     Raises:
-        ConfigurationError: the file can be read by others than its owner, or does not hold a secret.
+        ConfigurationError: the file belongs to another user, can be read by others than its owner, or does
+            not hold a secret.
     """
     try:
         return _read(path)
@@ -60,6 +62,13 @@ def load_or_create_secret(path: Path) -> bytes:
 def _read(path: Path) -> bytes:
     with path.open("rb") as handle:
         info = os.fstat(handle.fileno())
+        if os.name == "posix" and info.st_uid != os.geteuid():
+            # Planted by another user (a log in a shared folder such as /tmp): they would know the secret.
+            raise ConfigurationError(
+                f"the secret file {path} belongs to another user (uid {info.st_uid}); whoever made it may know "
+                "the secret and resume any conversation: delete it to make a new one (open conversations then "
+                "start afresh), or keep the log in a folder of your own"
+            )
         if os.name == "posix" and info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
             raise ConfigurationError(
                 f"the secret file {path} can be read by others (mode {stat.S_IMODE(info.st_mode):o}); anyone "

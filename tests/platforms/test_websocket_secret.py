@@ -96,6 +96,18 @@ def test_a_secret_file_others_can_read_is_refused(tmp_path: Path) -> None:
         load_or_create_secret(path)
 
 
+def test_a_secret_file_another_user_owns_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A log in a shared folder (/tmp): another user made its secret file first, mode 0600, and knows the
+    secret. Here this process runs as another user than the file's owner."""
+    from baf.platforms import secret_file
+
+    path = secret_path_beside(tmp_path / "agent.db", "websocket")
+    load_or_create_secret(path)
+    monkeypatch.setattr(secret_file.os, "geteuid", lambda: os.stat(path).st_uid + 1)
+    with pytest.raises(ConfigurationError, match="belongs to another user"):
+        load_or_create_secret(path)
+
+
 async def test_processes_starting_together_agree_on_one_secret(tmp_path: Path) -> None:
     path = tmp_path / "agent.db.websocket-secret"
     found = await asyncio.gather(*(asyncio.to_thread(load_or_create_secret, path) for _ in range(8)))
