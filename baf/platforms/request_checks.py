@@ -78,7 +78,11 @@ def origin_allowed(origin: str | None, host_header: str, allowed_origins: Sequen
     if origin is None:
         return True  # not a browser: the Origin check guards against other sites' pages only
     if allowed_origins is None:
-        return bool(host_header) and urlsplit(origin).netloc.lower() == host_header.strip().lower()
+        try:
+            netloc = urlsplit(origin).netloc
+        except ValueError:  # not a URL (an unclosed IPv6 bracket): no page's origin, refused
+            return False
+        return bool(host_header) and netloc.lower() == host_header.strip().lower()
     return "*" in allowed_origins or origin in allowed_origins
 
 

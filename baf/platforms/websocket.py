@@ -440,6 +440,8 @@ class WebSocketPlatform(Platform):
             return self._check_request(connection, request)
         except MultipleValuesError as exc:  # any other header the checks read once, sent twice
             return _text_response(HTTPStatus.BAD_REQUEST, f"duplicate {exc.args[0] if exc.args else ''} header\n")
+        except ValueError:  # a path no URL parser reads (an unclosed IPv6 bracket: GET //[/ws)
+            return _text_response(HTTPStatus.BAD_REQUEST, "the request's path is not a URL path\n")
 
     def _check_request(self, connection: ServerConnection, request: Request) -> Response | None:
         path = urlsplit(request.path).path

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from baf.errors import MissingExtraError, ToolError, ToolExecutionError
@@ -55,8 +55,11 @@ def a2a_agent_tool(
         name: The tool's name, as the model calls it.
         description: What the model is told the agent does; a generic sentence naming it by default.
         timeout: Seconds one call may take, card included.
-        headers: Sent with every request (``Authorization``, ...).
+        headers: Sent with every request to ``url``'s origin (``Authorization``, ...).
         auth_token: The peer's bearer token (its ``auth_token``), sent as ``Authorization: Bearer ...``.
+
+    The headers (the token among them) go only to the scheme, host and port of ``url``: the peer's card may
+    name another address to send messages to, and whoever serves the card must not be able to collect them.
     """
     try:
         import a2a.client  # noqa: F401 - fail here, with the extra named, not at the first call
@@ -113,7 +116,7 @@ class _Peer:
             )
         )
         answers: list[Any] = []
-        async with httpx.AsyncClient(timeout=self.timeout, headers=self.headers) as http:
+        async with httpx.AsyncClient(timeout=self.timeout, auth=_to_origin(self.url, self.headers)) as http:
             try:
                 client = await create_client(self.url, ClientConfig(streaming=False, httpx_client=http))
             except Exception as exc:
@@ -198,3 +201,24 @@ def _is_connection_error(exc: BaseException) -> bool:
 def _reason(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__
+
+
+def _origin(url: Any) -> tuple[str, str, int | None]:
+    """``url``'s scheme, host and port (the scheme's default made explicit): where it is sent."""
+    import httpx
+
+    parsed = httpx.URL(str(url))
+    port = parsed.port if parsed.port is not None else {"http": 80, "https": 443}.get(parsed.scheme)
+    return parsed.scheme, parsed.host, port
+
+
+def _to_origin(url: str, headers: Mapping[str, str]) -> Callable[[Any], Any]:
+    """An httpx auth function adding ``headers`` to the requests bound for ``url``'s origin only."""
+    origin, added = _origin(url), dict(headers)
+
+    def add(request: Any) -> Any:
+        if added and _origin(request.url) == origin:
+            request.headers.update(added)
+        return request
+
+    return add

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import logging
 import socket
 import uuid
 from collections.abc import AsyncIterator
@@ -252,9 +253,11 @@ async def test_a_port_in_use_is_a_clear_configuration_error() -> None:
 class FakePeer:
     """An A2A server on loopback with a real agent card and a JSON-RPC endpoint that misbehaves."""
 
-    def __init__(self, answer: Any) -> None:
+    def __init__(self, answer: Any, sends_to: str | None = None) -> None:
         self.answer = answer
         self.calls = 0
+        self.sends_to = sends_to  # where its card says to send messages (default: itself)
+        self.authorizations: list[str | None] = []
         self._server: uvicorn.Server | None = None
         self._task: asyncio.Task[None] | None = None
         self.url = ""
@@ -265,7 +268,8 @@ class FakePeer:
         self.url = f"http://127.0.0.1:{sock.getsockname()[1]}/"
         card = AgentCard(
             name="peer", description="misbehaves", version="1",
-            supported_interfaces=[AgentInterface(url=self.url, protocol_binding="JSONRPC", protocol_version="1.0")],
+            supported_interfaces=[AgentInterface(url=self.sends_to or self.url, protocol_binding="JSONRPC",
+                                                 protocol_version="1.0")],
             capabilities=AgentCapabilities(streaming=False), default_input_modes=["text/plain"],
             default_output_modes=["text/plain"], skills=[AgentSkill(id="x", name="x", description="x", tags=["x"])],
         )  # fmt: skip
@@ -278,6 +282,7 @@ class FakePeer:
 
     async def _rpc(self, request: Request) -> Response:
         self.calls += 1
+        self.authorizations.append(request.headers.get("authorization"))
         body = await request.json()
         if callable(self.answer):
             return await self.answer(body)
@@ -530,6 +535,41 @@ async def test_a_bearer_token_guards_all_but_the_card_and_add_a2a_agent_sends_it
         assert answered == ["The helper answered: helper says: TWO PLUS TWO"]
         assert refused[0]["is_error"] is True and "401" in refused[0]["content"], refused
         assert len(await helper.log.sessions()) == 1
+
+
+async def test_the_token_goes_only_to_the_peers_own_origin_not_where_its_card_points(
+    peers: list[FakePeer],
+) -> None:
+    """A card served at 127.0.0.1:P that names another address (localhost:Q, another origin) to send
+    messages to: whoever serves the card must not collect the token, so the message goes there without it."""
+    elsewhere = await FakePeer({"kind": "message", "messageId": "m", "role": "agent", "parts": []}).start()
+    peers.append(elsewhere)
+    other_origin = elsewhere.url.replace("127.0.0.1", "localhost")
+    card_server = await FakePeer({}, sends_to=other_origin).start()
+    peers.append(card_server)
+    asking = Agent("asker", log="memory://")
+    tool = asking.add_a2a_agent(card_server.url, "peer", auth_token="TOP-SECRET")
+    with contextlib.suppress(Exception):  # the answer does not matter: where the token went does
+        await tool.fn("hi")
+    assert elsewhere.calls == 1 and elsewhere.authorizations == [None]
+    # Sent to the peer's own origin, the token goes with it.
+    own = await FakePeer({"kind": "message", "messageId": "m", "role": "agent", "parts": []}).start()
+    peers.append(own)
+    with contextlib.suppress(Exception):
+        await asking.add_a2a_agent(own.url, "own", auth_token="TOP-SECRET").fn("hi")
+    assert own.authorizations == ["Bearer TOP-SECRET"]
+
+
+@pytest.mark.parametrize("origin", ["http://[", "http://[::1"])
+async def test_an_origin_no_url_parser_reads_is_refused_not_an_error(
+    origin: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    helper = _helper_agent("memory://")
+    platform = helper.use_a2a_platform("127.0.0.1", 0)
+    async with helper, httpx.AsyncClient(timeout=10) as http:
+        response = await http.post(platform.url, json=_rpc_send("hi", "bad-origin"), headers={"Origin": origin})
+        assert response.status_code == 403 and "origin not allowed" in _refusal(response)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
 async def test_a_token_function_decides_and_one_that_raises_refuses() -> None:

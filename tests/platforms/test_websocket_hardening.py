@@ -45,6 +45,22 @@ async def test_a_duplicated_header_gets_400_and_no_error_log(header: str, caplog
         assert " 101 " in await raw_status(platform.port, single)
 
 
+async def test_an_origin_or_path_no_url_parser_reads_is_refused_without_an_error_log(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An unclosed IPv6 bracket (``Origin: http://[``, ``GET //[/ws``) makes the URL parser raise: refused,
+    not a 500 with a traceback in the log per request."""
+    caplog.set_level(logging.INFO)
+    async with serving(body_agent(echo)) as platform:
+        host = f"127.0.0.1:{platform.port}"
+        assert " 403 " in await raw_status(platform.port, upgrade(host, "http://["))
+        assert " 400 " in await raw_status(
+            platform.port, upgrade(host, f"http://{host}").replace("GET /ws", "GET //[/ws")
+        )
+        assert " 101 " in await raw_status(platform.port, upgrade(host, f"http://{host}"))
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info] == []
+
+
 async def open_from(platform: WebSocketPlatform, address: str) -> Client:
     """A client connecting from source ``address`` (any 127.x.y.z is this machine on Linux)."""
     return await Client.open(platform.ws_url, local_addr=(address, 0))
