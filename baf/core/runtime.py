@@ -752,11 +752,8 @@ class Runtime:
         if live is None:
             return
         live.close()
-        worker = self._workers.get(session_id)
-        if worker is not None and not worker.done():
-            worker.cancel()
-        # Said by the caller, which found the lease lost (a worker's heartbeat), and follows the session
-        # for its clients here: not said twice.
+        # Dropping cancels its running step. Said by the caller, which found the lease lost (a worker's
+        # heartbeat), and follows the session for its clients here: not said twice.
         self._evict(live, LogError(f"session {session_id!r}: this worker lost its lease"), said=True, reload=False)
 
     async def continue_session(self, session_id: str) -> asyncio.Future[None]:

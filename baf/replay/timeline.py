@@ -162,8 +162,9 @@ class TimelineBuilder:
         self._requests: dict[str, Entry] = {}
         # Tool calls held for approval: shown when their result is recorded, after the decision.
         self._held_tools: dict[str, Entry] = {}
-        # The request of a model call a restart cut short (its process stopped before the answer): the
-        # resumed step asks it again, and the answer is shown where it was recorded, with this request.
+        # The request of a model call cut short before its answer was recorded (its process stopped, or its
+        # log refused a write): the resumed step asks it again, and the answer is shown where it was
+        # recorded, with this request.
         self._asked_again: dict[str, Any] | None = None
 
     def feed(self, record: Record) -> list[Entry]:
@@ -221,7 +222,7 @@ class TimelineBuilder:
         for group in done:
             group.status = "error"  # not "open": it will not go on
         if record.kind == _STEP_RESUMED:
-            self._cut_short_by_restart()
+            self._model_call_cut_short()
         # A crash-interrupted step, or one a restart resumed, is worth seeing; routine steps are not.
         interrupted = bool(record.data.get("interrupted")) or record.kind == _STEP_RESUMED
         if not (self.include_engine or interrupted):
@@ -237,7 +238,7 @@ class TimelineBuilder:
             entry.status = "error"
         return done + self._place(entry)
 
-    def _cut_short_by_restart(self) -> None:
+    def _model_call_cut_short(self) -> None:
         """A step resumes with a model call open: it was cut short (its process stopped, or its log refused a
         write) before the answer was recorded. The call's entry says so; the answer, asked for again, gets an
         entry of its own where it is recorded."""
