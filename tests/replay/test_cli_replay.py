@@ -19,6 +19,13 @@ from baf.replay.reading import follow
 from .helpers import GOLDEN_SESSION, copy_golden
 
 
+@pytest.fixture(autouse=True)
+def _output_to_a_pipe(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Output captured by pytest reads as a pipe, whose lines are never cut, unless COLUMNS is set (a
+    # terminal's width, which pytest-xdist's workers and some shells export): then the timeline fits it.
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
     assert main(list(argv)) == 0
     return capsys.readouterr().out
