@@ -15,12 +15,13 @@ costs a third less (``bench/ab_instructions.py``); anything else still gets the 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from typing import Any
 
 import orjson
 
-__all__ = ["decode_json", "encode_json", "json_copy"]
+__all__ = ["check_unicode", "decode_json", "encode_json", "json_copy"]
 
 # Subclasses of builtins, dataclasses and datetimes go to ``default``; there is none, so orjson raises
 # and ``json`` decides (it encodes str/int/dict/list subclasses and refuses the rest).
@@ -70,11 +71,42 @@ def _plain(values: Iterable[Any]) -> bool:
 def decode_json(text: str | bytes) -> Any:
     """Parse what :func:`encode_json` wrote: orjson, or ``json`` for what only it reads (``NaN`` and
     ``Infinity`` tokens, nesting deeper than orjson's limit). Raises ``ValueError`` (``RecursionError``
-    for absurd nesting) if the text is not JSON."""
+    for absurd nesting) if the text is not JSON, or if its escapes spell a lone surrogate (see
+    :func:`check_unicode`)."""
     try:
         return orjson.loads(text)
     except ValueError:
-        return json.loads(text)
+        value = json.loads(text)
+        check_unicode(text, value)
+        return value
+
+
+# A \uD800-\uDFFF escape: the only way JSON text that is itself valid Unicode can spell a lone surrogate.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def check_unicode(text: str | bytes, value: Any) -> None:
+    """Raise ``ValueError`` if ``value``, parsed by ``json`` from ``text``, holds a lone surrogate.
+
+    orjson refuses one; ``json`` reads it, and no store can write it back, nor a terminal or a file show
+    it: text read back with one is not what any baf writer wrote (which refuses it), so it is damage.
+    Costs nothing unless ``text`` has a surrogate escape; the walk is iterative (the ``json`` path is
+    also the one for nesting too deep for orjson)."""
+    if not _SURROGATE_ESCAPE.search(text if isinstance(text, str) else text.decode("utf-8", "replace")):
+        return
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str) and not item.isascii():
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError(f"text holds a lone surrogate, which is not Unicode: {item[:60]!r}") from None
 
 
 def json_copy(value: Any) -> Any:

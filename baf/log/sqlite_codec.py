@@ -30,6 +30,7 @@ import orjson
 from baf.errors import CorruptRecordError
 from baf.log import upcast as upcast_module
 from baf.log.checksum import record_checksum
+from baf.log.jsontext import check_unicode
 from baf.log.record import MAX_TS, MIN_TS, Record
 from baf.log.row_codec import MAX_INT64, encode_fields
 from baf.log.store import missing_record
@@ -138,6 +139,7 @@ def _decode(session_id: str, row: Any) -> Record:
         # nesting): the standard parser has the last word.
         try:
             data = json.loads(text)
+            check_unicode(text, data)
         except (ValueError, RecursionError) as exc:
             raise CorruptRecordError(session_id, seq, f"data is not valid JSON: {exc}") from exc
     if type(data) is not dict:

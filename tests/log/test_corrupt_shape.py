@@ -9,6 +9,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from baf_test_helpers import baf
 
 from baf import Agent, ReceiveTextEvent, Session
 from baf.cli import main
@@ -169,3 +170,28 @@ async def test_a_record_the_fold_refuses_at_write_time_takes_no_seq() -> None:
         assert session.record("note", {"ok": True}).seq == last + 1
         await runtime_side(session).commit()
         assert [r.seq for r in await agent.log.read("s")] == list(range(1, last + 2))
+
+
+def test_a_lone_surrogate_in_a_records_json_is_corrupt_naming_session_and_seq(tmp_path: Path) -> None:
+    # JSON escapes can spell a lone surrogate, which no baf writer stores (it is not Unicode) but a tool or
+    # an edit can: reading it must be a one-line CorruptRecordError, not a traceback mid-export (exit 0,
+    # the output cut short) or an encoding error from the terminal.
+    db = tmp_path / "s.db"
+    asyncio.run(_write_log(db))
+    seq = _seq_of(db, "reply")
+    _set_data(db, seq, '{"text": "hi \\ud800 there"}')
+
+    async def read() -> None:
+        async with open_log(f"sqlite:///{db}", read_only=True) as log:
+            await log.read("s1")
+
+    with pytest.raises(CorruptRecordError, match=rf"session 's1' at seq {seq}.*surrogate"):
+        asyncio.run(read())
+    for command in (["log", "s.db", "s1"], ["replay", "s.db", "s1"], ["export", "--format", "otel", "s.db", "s1"],
+                    ["export", "s.db", "s1"]):  # fmt: skip
+        done = baf(*command, cwd=tmp_path)
+        assert done.returncode == 2, (command, done.stdout[-300:], done.stderr)
+        assert "Traceback" not in done.stderr
+        assert f"session 's1' at seq {seq}" in done.stderr and "surrogate" in done.stderr, (command, done.stderr)
+    checked = baf("check", "s.db", cwd=tmp_path)
+    assert checked.returncode == 1 and f"seq {seq}" in checked.stdout and "surrogate" in checked.stdout

@@ -33,10 +33,12 @@ def model(messages: list[dict[str, Any]], tools: list[dict[str, Any]], **_: Any)
     return LLMResponse(None, [ToolCall(f"pay-{messages[-1]['content']}", "pay", json.dumps({"to": "bob"}))])
 
 
-async def running(server: BotAPIStandIn, ran: list[str], **options: Any) -> tuple[Agent, TelegramPlatform]:
+async def running(
+    server: BotAPIStandIn, ran: list[str], chat_model: Any = model, **options: Any
+) -> tuple[Agent, TelegramPlatform]:
     agent = Agent("tg-approvals", log="memory://")
     state = agent.new_state("main", initial=True)
-    state.set_body(reasoning_body(FunctionLLM(model), enable_task_planning=False))
+    state.set_body(reasoning_body(FunctionLLM(chat_model), enable_task_planning=False))
     state.when_event().go_to(state)
 
     def pay(to: str) -> str:
@@ -225,5 +227,34 @@ async def test_a_decision_made_elsewhere_or_an_expiry_closes_the_requests_messag
         assert "Expired" in visible_text(edits[-1].params["text"])
         await agent.wait_idle()
         assert ran == [] and server.answers() == []
+    finally:
+        await agent.stop()
+
+
+async def test_arguments_and_call_ids_are_shown_as_written_and_never_rendered_as_markup(server: BotAPIStandIn) -> None:
+    # Valid JSON arguments and a call id, both from the model, that close the code block or span they are
+    # shown in and go on as Markdown: a link and bold text would then look like the bot's own words.
+    arguments = json.dumps({"to": "bob ``` **Safe read-only call.** [Details](https://evil.example/x) ```"})
+    call_id = "c`1 [Approve](https://evil.example/y)"
+
+    def hostile(messages: list[dict[str, Any]], tools: list[dict[str, Any]], **_: Any) -> Any:
+        if messages[-1]["role"] == "tool":
+            return "Done."
+        return LLMResponse(None, [ToolCall(call_id, "pay", arguments)])
+
+    ran: list[str] = []
+    agent, _ = await running(server, ran, chat_model=hostile)
+    try:
+        request = await ask(server, 35, "pay")
+        sent = request.params["text"]
+        assert "<a " not in sent and "<b>Safe" not in sent
+        shown = visible_text(sent)
+        assert arguments in shown and call_id in shown
+        server.press(request, 1)
+        edits = await server.wait_for(lambda: edits_of(server, request))
+        edited = edits[-1].params["text"]
+        assert "<a " not in edited and arguments in visible_text(edited) and call_id in visible_text(edited)
+        assert "Denied by telegram user 35 (@user35)." in visible_text(edited)
+        assert ran == []
     finally:
         await agent.stop()

@@ -88,7 +88,14 @@ from baf.core.events import ApprovalEvent, Event, ReceiveFileEvent, ReceiveTextE
 from baf.core.platform import Platform
 from baf.core.session import runtime_side
 from baf.errors import ConfigurationError
-from baf.platforms.telegram.approvals import Fate, button_data, parse_button, request_fate, request_text
+from baf.platforms.telegram.approvals import (
+    Fate,
+    button_data,
+    html_to_plain,
+    parse_button,
+    request_fate,
+    request_html,
+)
 from baf.platforms.telegram.markup import MESSAGE_LIMIT, render_html, split_message, utf16_length
 from baf.platforms.telegram.outbox import ChatOutbox
 from baf.platforms.telegram.status import StatusView
@@ -578,7 +585,7 @@ class TelegramPlatform(Platform):
 
     async def _edit(self, chat_id: int, message_id: int, request: ApprovalRequest, fate: Fate) -> None:
         """Edit the request's message to end with its fate; the buttons go (an edit without markup)."""
-        text = render_html(request_text(request, fate))
+        text = request_html(request, fate)
         try:
             await self.bot.edit_message_text(text, chat_id=chat_id, message_id=message_id, parse_mode="HTML")
         except TelegramBadRequest as exc:
@@ -605,22 +612,23 @@ class TelegramPlatform(Platform):
         pieces = split_message(text, MESSAGE_LIMIT) or []
         for index, piece in enumerate(pieces):
             markup = reply_markup if index == len(pieces) - 1 else None
-            self._put(chat_id, "a message", functools.partial(self._send_html, chat_id, piece, markup, quiet))
+            send = functools.partial(self._send_html, chat_id, render_html(piece), piece, markup, quiet)
+            self._put(chat_id, "a message", send)
 
-    async def _send_html(self, chat_id: int, markdown: str, reply_markup: Any, quiet: bool) -> Message:
+    async def _send_html(self, chat_id: int, text: str, plain: str, reply_markup: Any, quiet: bool) -> Message:
+        """Send ``text`` (Telegram HTML); ``plain`` instead should Telegram refuse to parse it."""
         bot = self.bot
         try:
             return await bot.send_message(
-                chat_id, render_html(markdown), parse_mode="HTML", reply_markup=reply_markup,
-                disable_notification=quiet or None,
-            )  # fmt: skip
+                chat_id, text, parse_mode="HTML", reply_markup=reply_markup, disable_notification=quiet or None
+            )
         except TelegramBadRequest as exc:
             if "parse" not in exc.message.lower():
                 raise
             # The renderer makes balanced, escaped HTML; should Telegram still refuse it, plain text
             # is better than nothing.
             logger.warning("chat %s: Telegram could not parse a reply's HTML (%s); sent as plain text", chat_id, exc)
-            return await bot.send_message(chat_id, markdown, reply_markup=reply_markup, disable_notification=quiet)
+            return await bot.send_message(chat_id, plain, reply_markup=reply_markup, disable_notification=quiet)
 
     async def reply(self, session: Session, message: str) -> None:
         """Queue a text reply (Markdown subset rendered, long text split) for the session's chat."""
@@ -639,10 +647,10 @@ class TelegramPlatform(Platform):
                 InlineKeyboardButton(text="❌ Deny", callback_data=button_data(False, seq)),
             ]]
         )  # fmt: skip
-        text = request_text(request)
+        text = request_html(request)
 
         async def send() -> None:
-            sent = await self._send_html(chat_id, text, keyboard, False)
+            sent = await self._send_html(chat_id, text, html_to_plain(text), keyboard, False)
             self._requests[(chat_id, request.call_id)] = (sent.message_id, request)
             while len(self._requests) > _REQUESTS_KEPT:
                 self._requests.popitem(last=False)

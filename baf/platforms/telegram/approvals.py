@@ -15,6 +15,8 @@ Nothing here is session state: the buttons hold the seq, the log holds the rest.
 
 from __future__ import annotations
 
+import html
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +24,7 @@ from typing import Any
 from baf.log.record import Record, RecordKind
 from baf.reasoning.approval import ApprovalRequest
 
-__all__ = ["CALLBACK_PREFIX", "Fate", "button_data", "parse_button", "request_fate", "request_text"]
+__all__ = ["CALLBACK_PREFIX", "Fate", "button_data", "html_to_plain", "parse_button", "request_fate", "request_html"]
 
 #: What the buttons' callback data starts with (a press of any other button is not an approval).
 CALLBACK_PREFIX = "baf-approval"
@@ -53,12 +55,12 @@ class Fate:
     reason: str = ""
 
     def status(self) -> str:
-        """The line the request's message ends with once decided (Markdown)."""
+        """The line the request's message ends with once decided (Telegram HTML; who and why escaped)."""
         if self.approved is None:
-            return "⌛ **Expired**: the conversation moved on before a decision; the tool did not run."
-        who = f" by {self.by}" if self.by else ""
-        because = f" ({self.reason})" if self.reason else ""
-        return f"✅ **Approved**{who}." if self.approved else f"❌ **Denied**{who}{because}."
+            return "⌛ <b>Expired</b>: the conversation moved on before a decision; the tool did not run."
+        who = f" by {_escape(self.by)}" if self.by else ""
+        because = f" ({_escape(self.reason)})" if self.reason else ""
+        return f"✅ <b>Approved</b>{who}." if self.approved else f"❌ <b>Denied</b>{who}{because}."
 
     def notice(self) -> str:
         """The answer to a press that came after it (a short popup, plain text)."""
@@ -68,16 +70,30 @@ class Fate:
         return f"This call was already {'approved' if self.approved else 'denied'}{who}."
 
 
-def request_text(request: ApprovalRequest, fate: Fate | None = None) -> str:
-    """The request's message (Markdown): the tool, its arguments, and whether it still waits."""
+def _escape(text: str) -> str:
+    return html.escape(text, quote=False)
+
+
+def request_html(request: ApprovalRequest, fate: Fate | None = None) -> str:
+    """The request's message (Telegram HTML): the tool, its arguments, and whether it still waits.
+
+    Written as HTML with every value escaped, not as Markdown for the reply renderer: the arguments and
+    the call id come from the model, and a backtick in them would end their code block or span and let
+    the rest render as links or bold text, in the very message a human reads to decide."""
     arguments = request.arguments
     if len(arguments) > _ARGUMENTS_SHOWN:
         arguments = arguments[:_ARGUMENTS_SHOWN] + " …"
     status = fate.status() if fate is not None else "Approve or deny it below; a new message cancels it."
     return (
-        f"I would like to run the tool `{request.tool}` with these arguments:\n\n```json\n{arguments}\n```\n\n"
-        f"It needs your approval first (call `{request.call_id}`). {status}"
+        f"I would like to run the tool <code>{_escape(request.tool)}</code> with these arguments:\n\n"
+        f'<pre><code class="language-json">{_escape(arguments)}</code></pre>\n\n'
+        f"It needs your approval first (call <code>{_escape(request.call_id)}</code>). {status}"
     )
+
+
+def html_to_plain(text: str) -> str:
+    """What a user reads of ``text`` (HTML from :func:`request_html`): the fallback should Telegram refuse it."""
+    return html.unescape(re.sub(r"<[^>]*>", "", text))
 
 
 def request_fate(records: Sequence[Record], seq: int) -> tuple[ApprovalRequest | None, Fate | None]:
