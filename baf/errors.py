@@ -159,12 +159,34 @@ class MissingExtraError(ConfigurationError, ImportError):
     with ``pip`` when the shell's ``pip`` is the running Python's (an activated virtual environment), else
     with that Python's path and ``-m pip`` (a virtual environment's ``baf`` run by its path: the shell's
     ``pip`` would install into another Python, or be refused as PEP 668 systems refuse it).
+
+    Left uncaught in a plain script (``python examples/websocket_agent.py``), it is shown as the one line
+    ``SCRIPT: MESSAGE`` on stderr, as ``baf run`` shows it, not as a traceback through baf's imports: the
+    first one made wraps ``sys.excepthook`` (every other exception still goes to the hook it wrapped).
     """
 
     def __init__(self, what: str, extra: str) -> None:
         self.extra = extra
         self.command = _install_command(extra)
         super().__init__(f"{what} needs the {extra!r} extra, which is not installed: {self.command}")
+        _show_uncaught_in_one_line()
+
+
+def _show_uncaught_in_one_line() -> None:
+    """Wrap ``sys.excepthook`` (once) so that an uncaught :class:`MissingExtraError` prints one line."""
+    previous = sys.excepthook
+    if getattr(previous, "_baf_missing_extra", False):
+        return
+
+    def excepthook(kind: type[BaseException], error: BaseException, frames: Any) -> None:
+        if not isinstance(error, MissingExtraError):
+            previous(kind, error, frames)
+            return
+        script = Path(sys.argv[0]).name if sys.argv and sys.argv[0] not in ("", "-c") else ""
+        sys.stderr.write(f"{script}: {error}\n" if script else f"{error}\n")
+
+    excepthook._baf_missing_extra = True  # type: ignore[attr-defined]
+    sys.excepthook = excepthook
 
 
 def _install_command(extra: str) -> str:

@@ -24,7 +24,7 @@ try:  # the SDK's in-memory exporter shows the spans here; without the extra, sa
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 except ImportError as exc:
-    raise MissingExtraError("examples/opentelemetry_agent.py (opentelemetry-sdk)", "otel") from exc
+    raise MissingExtraError("Printing the spans (opentelemetry-sdk)", "otel") from exc
 
 SHOWN = (
     "gen_ai.operation.name", "gen_ai.provider.name", "gen_ai.request.model", "gen_ai.usage.input_tokens",

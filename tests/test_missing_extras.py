@@ -157,3 +157,49 @@ def test_baf_run_says_which_extra_and_how_in_one_line(tmp_path: Path) -> None:
         f"baf run: WebSocketPlatform (websockets) needs the 'web' extra, which is not installed: "
         f'pip install -e "{CLONE}[web]"'
     )
+
+
+EXAMPLES = CLONE / "examples"
+# Each example that needs an extra, the modules hidden from it, the extra, and what its message names.
+EXAMPLE_EXTRAS = {
+    "websocket_agent.py": (["websockets"], "web", "WebSocketPlatform (websockets)"),
+    "telegram_bot.py": (["aiogram"], "telegram", "TelegramPlatform (aiogram)"),
+    "a2a_agents.py": (["a2a", "uvicorn"], "a2a", "A2APlatform (a2a-sdk, uvicorn)"),
+    "opentelemetry_agent.py": (["opentelemetry"], "otel", "Printing the spans (opentelemetry-sdk)"),
+    "mcp/calculator_agent.py": (["mcp"], "mcp", "MCP server 'calc': MCP tools"),
+    "mcp/calculator_server.py": (["mcp"], "mcp", "The calculator's MCP server (the mcp SDK)"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("example", list(EXAMPLE_EXTRAS))
+def test_an_example_run_without_its_extra_says_so_in_one_line(example: str, tmp_path: Path) -> None:
+    """``python examples/X.py`` without the extra: the line ``baf run`` would print, not a traceback."""
+    hidden, extra, what = EXAMPLE_EXTRAS[example]
+    # A sitecustomize hides the modules as an environment without the package does: their import fails.
+    (tmp_path / "shim").mkdir()
+    (tmp_path / "shim" / "sitecustomize.py").write_text(
+        "import sys\n" + "".join(f"sys.modules[{name!r}] = None\n" for name in hidden)
+    )
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "shim"), "PORT": "0", "TELEGRAM_BOT_TOKEN": "123456:ABCDEF"}
+    done = subprocess.run([sys.executable, str(EXAMPLES / example)], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == (
+        f"{Path(example).name}: {what} needs the '{extra}' extra, which is not installed: "
+        f'pip install -e "{CLONE}[{extra}]"\n'
+    )
+
+
+def test_only_a_missing_extra_is_shortened_other_uncaught_errors_keep_their_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seen: list[BaseException] = []
+    monkeypatch.setattr(sys, "excepthook", lambda kind, error, frames: seen.append(error))
+    monkeypatch.setattr(sys, "argv", ["agent.py"])
+    missing = MissingExtraError("WebSocketPlatform (websockets)", "web")
+    other = ValueError("a bug of the script's own")
+    sys.excepthook(ValueError, other, None)
+    sys.excepthook(MissingExtraError, missing, None)
+    assert seen == [other]  # the hook it wrapped shows everything else
+    assert capsys.readouterr().err == f"agent.py: {missing}\n"

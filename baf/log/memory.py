@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
+from typing import Any
 
 from baf.errors import LogClosedError, LogConflictError
 from baf.log.jsontext import decode_json, encode_json
@@ -76,8 +77,23 @@ class MemoryLog(SessionLog):
         self._check_open()
         bucket = self._records.get(session_id, [])
         start = bisect.bisect_right(bucket, after_seq, key=lambda e: e[0])
+        return self._decoded(session_id, bucket[start:], after_seq)
+
+    async def read_last(self, session_id: str, count: int, before_seq: int | None = None) -> list[Record]:
+        """The newest ``count`` records before ``before_seq``, sliced from the session's sorted list."""
+        self._check_open()
+        if count < 1:
+            raise ValueError(f"count must be >= 1, got {count!r}")
+        bucket = self._records.get(session_id, [])
+        end = len(bucket) if before_seq is None else bisect.bisect_left(bucket, before_seq, key=lambda e: e[0])
+        entries = bucket[max(0, end - count) : end]
+        return self._decoded(session_id, entries, entries[0][0] - 1 if entries else 0)
+
+    @staticmethod
+    def _decoded(session_id: str, entries: Sequence[Any], after_seq: int) -> list[Record]:
+        """``entries`` as records, checked to go on one by one from ``after_seq + 1`` (guarantee 3)."""
         records = []
-        for expected, (seq, kind, ts, version, text) in enumerate(bucket[start:], after_seq + 1):
+        for expected, (seq, kind, ts, version, text) in enumerate(entries, after_seq + 1):
             if seq != expected:
                 raise missing_record(session_id, expected, seq)
             records.append(upcast(Record(session_id, seq, kind, decode_json(text), ts, version)))

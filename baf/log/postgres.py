@@ -75,6 +75,11 @@ if TYPE_CHECKING:
 __all__ = ["RESUME_CHUNK", "SCHEMA_VERSION", "PostgresLog", "decode_row", "encode_row", "redact_dsn"]
 
 _SELECT: Final = "SELECT seq, kind, data, ts, version FROM baf_records WHERE session_id = $1 AND seq > $2 ORDER BY seq"
+_SELECT_LAST: Final = (
+    "SELECT seq, kind, data, ts, version FROM baf_records WHERE session_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3"
+)
+#: Above every seq a record can have (a bigint): ``read_last`` with no ``before_seq``.
+_NO_SEQ_ABOVE: Final = 2**63 - 1
 # One statement (one snapshot): the records from each session's latest snapshot on, then its row of the work
 # index, if any (seq NULL), so that the writer knows each loaded session's last seq and work status.
 _SELECT_FOR_LOAD: Final = """
@@ -693,6 +698,21 @@ class PostgresLog(SessionLog):
         the sessions it follows after a commit notified many of them) share one query."""
         self._check_open()
         return await self._reads.get((session_id, after_seq))
+
+    async def read_last(self, session_id: str, count: int, before_seq: int | None = None) -> list[Record]:
+        """The newest ``count`` records before ``before_seq``, in seq order: the primary key's index walked
+        backwards, so only those rows are read."""
+        self._check_open()
+        if count < 1:
+            raise ValueError(f"count must be >= 1, got {count!r}")
+        below = _NO_SEQ_ABOVE if before_seq is None else before_seq
+        async with self.connection() as connection:
+            rows = list(reversed(await connection.fetch(_SELECT_LAST, session_id, below, count)))
+        upcasters = upcast_module.UPCASTERS  # looked up on each call: a test may swap the registry
+        for expected, row in enumerate(rows, rows[0][0] if rows else 1):
+            if row[0] != expected:  # seqs have no gaps (guarantee 3): a missing record is corruption
+                raise missing_record(session_id, expected, row[0])
+        return [upcasters.upcast(decode_row(session_id, row)) for row in rows]
 
     async def _read_many(self, wanted: list[tuple[str, int]]) -> dict[tuple[str, int], list[Record] | BaseException]:
         async with self.connection() as connection:

@@ -299,6 +299,12 @@ class SQLiteLog(SessionLog):
                 return
             after_seq = chunk[-1].seq
 
+    async def read_last(self, session_id: str, count: int, before_seq: int | None = None) -> list[Record]:
+        """The newest ``count`` records before ``before_seq``, in seq order: one query that reads only them."""
+        if count < 1:
+            raise ValueError(f"count must be >= 1, got {count!r}")
+        return await (await self._reading()).read_last(session_id, count, before_seq)
+
     async def project(self, session_id: str) -> SessionProjection:
         """Fold the session's records into a projection as they are fetched, without keeping them
         (see ``baf.log.sqlite_reader``); every record is decoded, checked and upcast as ``read`` does."""

@@ -38,6 +38,8 @@ LATEST_SNAPSHOT_SQL: Final = "SELECT max(seq) FROM baf_records WHERE session_id 
 # Rows per round trip in ``project``: enough that the trips do not show, few enough that other reads
 # on the connection are not kept waiting long (a chunk is a few milliseconds of decoding).
 _FOLD_CHUNK: Final = 2000
+#: Above every seq a record can have (SQLite's largest integer): ``read_last`` with no ``before_seq``.
+_NO_SEQ_ABOVE: Final = 2**63 - 1
 
 
 class SQLiteReader:
@@ -52,6 +54,9 @@ class SQLiteReader:
         self.has_checksums = version >= CHECKSUM_VERSION
         columns = SELECT_COLUMNS if self.has_checksums else SELECT_COLUMNS.replace("checksum", "NULL")
         self._select = f"SELECT {columns} FROM baf_records WHERE session_id = ? AND seq > ? ORDER BY seq"
+        self._select_last = (
+            f"SELECT {columns} FROM baf_records WHERE session_id = ? AND seq < ? ORDER BY seq DESC LIMIT ?"
+        )
 
     async def read(self, session_id: str, after_seq: int, limit: int | None = None) -> list[Record]:
         """The records of ``session_id`` after ``after_seq`` (at most ``limit``), decoded, checked and upcast."""
@@ -64,6 +69,21 @@ class SQLiteReader:
                 )
         except sqlite3.Error as exc:
             raise await self._failed(exc, session_id, after_seq) from exc
+        return self._decoded(session_id, rows, after_seq)
+
+    async def read_last(self, session_id: str, count: int, before_seq: int | None) -> list[Record]:
+        """The newest ``count`` records of ``session_id`` before ``before_seq``, in seq order: the primary
+        key's index, walked backwards from ``before_seq``, so only those rows are read."""
+        below = _NO_SEQ_ABOVE if before_seq is None else before_seq
+        try:
+            rows = list(await self._connection.execute_fetchall(self._select_last, (session_id, below, count)))
+        except sqlite3.Error as exc:
+            raise await self._failed(exc, session_id, below) from exc
+        rows.reverse()
+        return self._decoded(session_id, rows, rows[0][0] - 1 if rows else 0)
+
+    def _decoded(self, session_id: str, rows: Any, after_seq: int) -> list[Record]:
+        """Rows of ``SELECT_COLUMNS`` in seq order from ``after_seq + 1``: decoded, checked and upcast."""
         registry = upcast_module.UPCASTERS  # looked up on each call, so a test may swap it
         version = registry.current_version
 

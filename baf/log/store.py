@@ -19,6 +19,8 @@ A store keeps these guarantees (the contract suite in ``baf.testing.store_contra
    and listing it costs the same whatever the number of finished sessions.
 7. ``read_for_load`` returns a session's records from its latest ``snapshot`` record (inclusive) to the
    end, or all of them if it has none; folded, they give the state the fold of all records gives.
+8. ``read_last(session_id, count, before_seq)`` returns the newest ``count`` records of the session with
+   ``seq < before_seq`` (any seq when ``None``), in seq order, as ``read`` returns them (upcast, checked).
 """
 
 from __future__ import annotations
@@ -109,6 +111,22 @@ class SessionLog(abc.ABC):
             if records[index].kind == RecordKind.SNAPSHOT:
                 return records[index:]
         return records
+
+    async def read_last(self, session_id: str, count: int, before_seq: int | None = None) -> list[Record]:
+        """The newest ``count`` records of ``session_id`` with ``seq < before_seq`` (any seq when ``None``),
+        in seq order: the end of a long session (the history a client is shown) without reading it all.
+
+        This default reads what ``read`` returns from ``before_seq - count`` on (seqs have no gaps), and the
+        whole session when that finds fewer (the session ends before ``before_seq``) or ``before_seq`` is
+        ``None``; a store overrides it to fetch only those records.
+        """
+        if count < 1:
+            raise ValueError(f"count must be >= 1, got {count!r}")
+        after = 0 if before_seq is None else max(0, before_seq - 1 - count)
+        records = [r for r in await self.read(session_id, after) if before_seq is None or r.seq < before_seq]
+        if len(records) < count and after > 0:
+            records = [r for r in await self.read(session_id) if before_seq is None or r.seq < before_seq]
+        return records[-count:]
 
     async def project(self, session_id: str) -> SessionProjection:
         """Fold every record of ``session_id`` into a ``SessionProjection`` (empty if it has none).

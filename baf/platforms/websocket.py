@@ -822,10 +822,10 @@ class WebSocketPlatform(Platform):
         this history (its ``last_seq`` covers it) or in a live frame after it, never in both nor in neither."""
 
         async def read_and_bind(upto: int) -> None:
-            records = [r for r in await self._read_log(session.id, after) if r.seq <= upto]
+            items, _ = await self._read_history(session.id, after, upto)
             if welcome:
                 self._welcome(client, session.id, resumed=True)
-            self._queue_history(client, after, records, last_seq=max(upto, after))
+            self._queue_history(client, after, items, last_seq=max(upto, after))
 
         await runtime_side(session).read_delivered(read_and_bind)
 
@@ -855,10 +855,32 @@ class WebSocketPlatform(Platform):
             },
         )
 
-    async def _read_log(self, session_id: str, after_seq: int) -> list[Record]:
+    async def _read_history(self, session_id: str, after: int, upto: int | None) -> tuple[list[dict[str, Any]], int]:
+        """The history items of the records after seq ``after`` (to ``upto``; ``None``: to the end), and the
+        newest seq read (``after`` if none).
+
+        Only the newest ``history_limit`` items are sent, so the log is read from the end backwards, a
+        page of records at a time (each twice the last), until one item more than that is found, or
+        ``after`` is reached: a request costs what it shows, however long the session (bench/bench_history.py).
+        """
         assert self.agent is not None
         # The runtime's log: a worker of ``baf serve`` runs the agent over the shared one, not the agent's own.
-        return list(await self.agent.runtime.log.read(session_id, after_seq))
+        log = self.agent.runtime.log
+        before = None if upto is None else upto + 1
+        page = self.history_limit + 1
+        items: list[dict[str, Any]] = []
+        newest = after
+        while before is None or before - 1 > after:
+            records = await log.read_last(session_id, page, before)
+            wanted = [r for r in records if r.seq > after]
+            if wanted and newest == after:
+                newest = wanted[-1].seq
+            items[:0] = history_items(wanted)
+            if len(wanted) < page or len(items) > self.history_limit:
+                break
+            before = wanted[0].seq
+            page *= 2
+        return items, newest
 
     async def _send_history(self, client: _Client, after_seq: int) -> None:
         assert client.session_id is not None and self.agent is not None
@@ -868,14 +890,10 @@ class WebSocketPlatform(Platform):
             await self._read_and_bind(client, session, after_seq, welcome=False)
             return
         # Not in memory (nothing sent yet on a new session): no reply can be in flight.
-        self._queue_history(client, after_seq, await self._read_log(client.session_id, after_seq))
+        items, last_seq = await self._read_history(client.session_id, after_seq, None)
+        self._queue_history(client, after_seq, items, last_seq)
 
-    def _queue_history(
-        self, client: _Client, after_seq: int, records: Sequence[Record], last_seq: int | None = None
-    ) -> None:
-        items = history_items(records)
-        if last_seq is None:
-            last_seq = records[-1].seq if records else after_seq
+    def _queue_history(self, client: _Client, after_seq: int, items: Sequence[dict[str, Any]], last_seq: int) -> None:
         # The newest items that fit both the item limit and half the byte budget of the send queue.
         budget = self.max_queued_bytes // 2
         kept: list[str] = []

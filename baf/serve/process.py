@@ -67,7 +67,7 @@ def serve(
     previous = {s: signal.signal(s, stopping.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         if _started_first(command, environment, stopping):
-            stopping.adopt([subprocess.Popen(command, env={**environment, INDEX_VARIABLE: str(i)})
+            stopping.adopt([_start_worker(command, env={**environment, INDEX_VARIABLE: str(i)})
                             for i in range(1, workers)])  # fmt: skip
         codes = _wait_reporting_deaths(stopping.children, lease_ttl, stopping)
     finally:
@@ -87,7 +87,7 @@ def _started_first(command: list[str], environment: dict[str, str], stopping: _S
     read_end, write_end = _pipe()
     try:
         environment = {**environment, INDEX_VARIABLE: "0", READY_FD_VARIABLE: str(write_end)}
-        first = subprocess.Popen(command, env=environment, pass_fds=(write_end,))
+        first = _start_worker(command, env=environment, pass_fds=(write_end,))
         stopping.adopt([first])
         os.close(write_end)
         write_end = -1
@@ -104,6 +104,22 @@ def _started_first(command: list[str], environment: dict[str, str], stopping: _S
         os.close(read_end)
         if write_end >= 0:  # the worker did not start
             os.close(write_end)
+
+
+#: The signals that stop a worker: blocked from its start until its ``main`` has a handler for them.
+_STOP_SIGNALS: Final = frozenset({signal.SIGINT, signal.SIGTERM})
+
+
+def _start_worker(command: list[str], **options: Any) -> subprocess.Popen[bytes]:
+    """Start a worker process with SIGINT and SIGTERM blocked (a process inherits the signal mask): one
+    that comes while its interpreter starts and imports stays pending until ``main`` handles it, where it
+    would otherwise be delivered then, and a Ctrl-C in a worker's first milliseconds would print a
+    ``KeyboardInterrupt`` traceback from inside Python's own start-up."""
+    unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        return subprocess.Popen(command, **options)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
 
 
 def _pipe() -> tuple[int, int]:
@@ -447,6 +463,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Until the worker serves (its own handlers then stop it cleanly), Ctrl-C ends it at once: nothing is
     # started yet, and a KeyboardInterrupt traceback from each worker still loading would say nothing.
     signal.signal(signal.SIGINT, _end_at_once)
+    # baf serve started this process with both blocked (``_start_worker``): one that came meanwhile is
+    # delivered now, to the handler above (SIGTERM's default ends the process as quietly).
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
     ready_pipe = _ready_pipe()  # before anything can start a process that would inherit it
     parser = argparse.ArgumentParser(prog="baf.serve.process")
     commands = parser.add_subparsers(dest="command", required=True)

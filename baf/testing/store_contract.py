@@ -352,6 +352,27 @@ class SessionLogContract(abc.ABC):
             async for _ in log.read_chunks("s", size=0):
                 pass
 
+    # -- 8. read_last: the end of a session ------------------------------------------------------------
+
+    async def test_read_last_is_the_newest_records_before_a_seq(self, log: SessionLog) -> None:
+        await log.append([rec("s", seq) for seq in range(1, 26)] + [rec("other", seq) for seq in range(1, 40)])
+        everything = await log.read("s")
+        assert await log.read_last("s", 4) == everything[-4:]
+        assert await log.read_last("s", 4, before_seq=11) == everything[6:10]  # seqs 7 to 10
+        assert await log.read_last("s", 100) == everything
+        assert await log.read_last("s", 100, before_seq=3) == everything[:2]
+        assert await log.read_last("s", 5, before_seq=1) == []
+        assert await log.read_last("s", 5, before_seq=99) == everything[-5:]
+        assert await log.read_last("missing", 5) == []
+        with pytest.raises(ValueError, match="count"):
+            await log.read_last("s", 0)
+
+    async def test_read_last_finds_a_missing_seq_in_what_it_reads(self, log: SessionLog) -> None:
+        await log.append([rec("s", 1), rec("s", 2), rec("s", 4), rec("s", 5)])
+        with pytest.raises(CorruptRecordError) as caught:
+            await log.read_last("s", 3)
+        assert (caught.value.session_id, caught.value.seq) == ("s", 3)
+
     async def test_project_folds_upcast_records(self, log: SessionLog, monkeypatch: pytest.MonkeyPatch) -> None:
         newer = upcast_module.Upcasters(current_version=CURRENT_VERSION + 1)
 

@@ -9,8 +9,13 @@ from __future__ import annotations
 
 import sys
 
-from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from baf.errors import MissingExtraError
+
+try:  # without the extra, say which one to install (in one line: see MissingExtraError)
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+except ImportError as exc:
+    raise MissingExtraError("The calculator's MCP server (the mcp SDK)", "mcp") from exc
 
 server = MCPServer("calculator", instructions="Exact arithmetic on decimal numbers.")
 

@@ -40,6 +40,7 @@ class _ScanningDefaults(MemoryLog):
 
     unfinished_sessions = SessionLog.unfinished_sessions
     read_for_load = SessionLog.read_for_load
+    read_last = SessionLog.read_last
 
 
 class TestScanningDefaults(SessionLogContract):

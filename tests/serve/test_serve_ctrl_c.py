@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,36 @@ def test_one_worker_is_spoken_of_in_the_singular(capfd: pytest.CaptureFixture[st
         "this database takes the killed worker's sessions over once its leases expire, 10 s after its last "
         "heartbeat, and resumes those steps from the log",
     ]
+
+
+def _children(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as listing:
+            return listing.read().split()
+    except OSError:  # gone already
+        return []
+
+
+@pytest.mark.parametrize("after", [0.0, 0.01, 0.03, 0.06, 0.1])
+def test_ctrl_c_while_a_worker_starts_stops_quietly(postgres_dsn: str, tmp_path: Path, after: float) -> None:
+    """The terminal signals the whole process group: a worker still starting its interpreter and importing
+    gets the Ctrl-C too, and must stop without a KeyboardInterrupt traceback, whenever it comes."""
+    (tmp_path / "agent.py").write_text(
+        "from baf import Agent\nagent = Agent('quiet', log='memory://')\nagent.new_state('idle', initial=True)\n"
+    )
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "baf.cli", "serve", "agent.py", "--log", postgres_dsn, "--workers", "2"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        while not _children(serve.pid) and serve.poll() is None:  # the first worker is being started
+            time.sleep(0.001)
+        time.sleep(after)  # somewhere in its start-up
+        os.killpg(serve.pid, signal.SIGINT)  # as Ctrl-C in a terminal: every process of the group
+        _, errors = serve.communicate(timeout=60)
+    finally:
+        if serve.poll() is None:
+            os.killpg(serve.pid, signal.SIGKILL)
+            serve.communicate(timeout=30)
+    assert "Traceback" not in errors and "KeyboardInterrupt" not in errors, errors
+    assert serve.returncode == 130, errors

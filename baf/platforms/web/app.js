@@ -18,6 +18,7 @@
 
   let ws = null;
   let retryDelay = 500;
+  let tries = 0; // reconnection attempts since the last welcome
   let currentTrace = null; // the open trace group of the running reasoning invocation
   let everConnected = false;
 
@@ -34,10 +35,19 @@
     messages.scrollTop = messages.scrollHeight;
   }
 
+  // Until a welcome arrives the page cannot send: Send and New chat are disabled, and what the user types
+  // stays in the box (never queued: a message sent twice, or lost in a queue, is worse than one not sent).
   function setStatus(state, text) {
     statusEl.dataset.state = state;
     statusEl.textContent = text;
+    const online = state === "connected";
+    $("composer").dataset.online = String(online);
+    $("send").disabled = !online;
+    $("new-chat").disabled = !online;
+    input.placeholder = online ? ONLINE_PLACEHOLDER
+      : "Not connected: what you type stays here, and Send works again once reconnected.";
   }
+  const ONLINE_PLACEHOLDER = input.placeholder;
 
   function showBanner(text) {
     banner.textContent = text;
@@ -168,7 +178,7 @@
   function showUser(item) {
     const bubble = ownMessage(item.id) || addUser(item.text, item.id);
     bubble.dataset.seq = String(item.seq);
-    if (bubble.dataset.state === "not-sent") { // a refusal without an id was taken for it: it was recorded
+    if (bubble.dataset.state === "not-sent" || bubble.dataset.state === "unconfirmed") { // it was recorded
       delete bubble.dataset.state;
       const note = bubble.nextElementSibling;
       if (note && note.classList.contains("not-sent-note")) note.remove();
@@ -488,6 +498,8 @@
       if (!frame.resumed || frame.session_id !== viewSession) { clearView(); lastSeq = 0; }
       viewSession = frame.session_id;
       setStatus("connected", "connected");
+      tries = 0;
+      retryDelay = 500;
     },
     history: handleHistory,
     user(frame) { if (fresh(frame)) showUser(frame); },
@@ -566,10 +578,9 @@
     const scheme = location.protocol === "https:" ? "wss://" : "ws://";
     const token = new URLSearchParams(location.search).get("access_token");
     const url = scheme + location.host + "/ws" + (token ? "?access_token=" + encodeURIComponent(token) : "");
-    setStatus("connecting", "connecting…");
+    setStatus("connecting", tries ? "reconnecting… (try " + tries + ")" : "connecting…");
     ws = new WebSocket(url);
     ws.addEventListener("open", () => {
-      retryDelay = 500;
       everConnected = true;
       hideBanner();
       const resume = sessionStorage.getItem(TOKEN_KEY);
@@ -584,12 +595,32 @@
       if (handler) guarded(frame, () => handler(frame));
     });
     ws.addEventListener("close", (event) => {
-      setStatus("disconnected", "disconnected");
+      tries += 1;
+      unconfirmed();
       const why = event.code === 1009 ? "the message was too large" : event.reason || "connection lost";
-      showBanner((everConnected ? "Disconnected (" + why + "). " : "Cannot reach the agent. ") +
-        "Reconnecting in " + Math.round(retryDelay / 1000) + " s…");
-      setTimeout(connect, retryDelay);
+      const what = everConnected ? "Disconnected (" + why + "). " : "Cannot reach the agent. ";
+      // Backoff with jitter, so that the pages of a restarted server do not all come back at once.
+      const delay = retryDelay * (0.75 + Math.random() / 2);
       retryDelay = Math.min(retryDelay * 2, 10000);
+      const due = Date.now() + delay;
+      const tick = () => {
+        const left = Math.max(0, Math.ceil((due - Date.now()) / 1000));
+        setStatus("disconnected", "reconnecting… (try " + tries + ")");
+        showBanner(what + "Reconnecting in " + left + " s (try " + tries + ")… Your text stays in the box.");
+      };
+      tick();
+      const countdown = setInterval(tick, 1000);
+      setTimeout(() => { clearInterval(countdown); connect(); }, delay);
+    });
+  }
+
+  // Messages sent just before the connection dropped and not yet shown as recorded: whether the agent got
+  // them is not known until it confirms (the resume's history, or a live frame); say so under each.
+  function unconfirmed() {
+    messages.querySelectorAll('.msg.user[data-message-id]:not([data-seq]):not([data-state])').forEach((bubble) => {
+      bubble.dataset.state = "unconfirmed";
+      bubble.after(el("div", "not-sent-note", "The connection dropped as this was sent: it shows as sent once the " +
+        "agent confirms it. If no answer comes, send it again."));
     });
   }
 
