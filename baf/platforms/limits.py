@@ -5,18 +5,50 @@ memory and log space, every message a log append and maybe a model call. :class:
 much one connection, and one network address, may ask; :class:`RateLimiter` keeps the counts. Rates are
 token buckets: a client may use a whole bucket at once (a burst), and it refills at a steady rate.
 
+An "address" is what one client can cheaply have many of, counted as one (:func:`address_key`): every
+loopback address (``127.0.0.0/8``, ``::1``, and IPv4-mapped forms) is this machine, and an IPv6 address
+counts by its ``/64`` network, the block one host or one customer line is usually given.
+
 Behind a reverse proxy every client has the proxy's address: raise the per-address limits (or set them to
 ``None``) there, and let the proxy limit per client.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["ClientLimits", "ConnectionBudget", "RateLimiter", "TokenBucket"]
+__all__ = ["LOOPBACK_KEY", "ClientLimits", "ConnectionBudget", "RateLimiter", "TokenBucket", "address_key"]
+
+#: The key every loopback address counts under.
+LOOPBACK_KEY = "loopback"
+
+
+def address_key(address: str) -> str:
+    """The client a network address counts as for the per-address limits.
+
+    - any loopback address (all of ``127.0.0.0/8`` reaches a server on ``127.0.0.1`` or ``0.0.0.0``, and
+      ``::1`` one on ``::``): :data:`LOOPBACK_KEY`, one client, the machine itself;
+    - an IPv4-mapped IPv6 address (``::ffff:192.0.2.7``, what a dual-stack socket reports): its IPv4 address;
+    - another IPv6 address: its ``/64`` network (``2001:db8:1:2::/64``), since one host may use any address
+      of the ``/64`` it was given (privacy addresses are made that way);
+    - another IPv4 address: itself;
+    - anything that is not an IP address (a Unix socket's path): itself.
+    """
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])  # without an IPv6 zone (fe80::1%eth0)
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if ip.is_loopback:
+        return LOOPBACK_KEY
+    if isinstance(ip, ipaddress.IPv6Address):
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +57,8 @@ class ClientLimits:
 
     Args:
         max_connections: Open connections at once, in all.
-        max_connections_per_address: Open connections at once from one network address.
+        max_connections_per_address: Open connections at once from one network address (see
+            :func:`address_key` for what counts as one).
         new_sessions_per_connection: New sessions one connection may start per minute (a burst of this
             many, refilled evenly over the minute). Resuming a session is not a new session.
         new_sessions_per_address: New sessions all connections from one address may start per minute.
@@ -125,8 +158,9 @@ class RateLimiter:
 
     def refusal(self, address: str) -> str | None:
         """Why a new connection from ``address`` is refused now, or ``None`` if it may open."""
+        address = address_key(address)
         limits = self.limits
-        if limits.max_connections is not None and self.connections >= limits.max_connections:
+        if self.full:
             return f"the server has {self.connections} connections, its limit"
         known = self._addresses.get(address)
         per_address = limits.max_connections_per_address
@@ -134,10 +168,17 @@ class RateLimiter:
             return f"{known.connections} connections from this address are open, the limit per address"
         return None
 
+    @property
+    def full(self) -> bool:
+        """Whether ``max_connections`` connections are open: no address may open another."""
+        return self.limits.max_connections is not None and self.connections >= self.limits.max_connections
+
     def connect(self, address: str) -> ConnectionBudget | None:
-        """Count a new connection, or ``None`` when a limit refuses it (see :meth:`refusal`)."""
+        """Count a new connection from ``address`` (counted as :func:`address_key` says), or ``None`` when a
+        limit refuses it (see :meth:`refusal`)."""
         if self.refusal(address) is not None:
             return None
+        address = address_key(address)
         self.connections += 1
         self._entry(address).connections += 1
         limits = self.limits

@@ -122,7 +122,9 @@ Security
   connection.
 - ``limits`` (a :class:`~baf.platforms.limits.ClientLimits`) bounds connections in all and per network
   address (beyond them the upgrade gets HTTP 503), new sessions per minute and frames per second, per
-  connection and per address (beyond them: ``error`` ``rate_limited``, the frame not acted on).
+  connection and per address (beyond them: ``error`` ``rate_limited``, the frame not acted on). Every
+  loopback address counts as one address, and an IPv6 address by its ``/64``
+  (:func:`~baf.platforms.limits.address_key`).
 - Requests with two ``Host``, ``Origin``, ``Authorization`` or ``Upgrade`` headers get HTTP 400.
 - A connection may have ``max_pending_messages`` events (messages and approval decisions) accepted and not yet
   handled; more are refused with ``busy`` before they are recorded, so no client can grow a session's mailbox

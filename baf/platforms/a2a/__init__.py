@@ -20,10 +20,12 @@ With many workers (``baf serve``), a task whose session another worker runs is c
 message goes through the inbox, and this worker, whose client waits for the task, follows the session's
 log and publishes what it shows until the message is handled (:meth:`A2APlatform.has_client`).
 
-Who may call is checked before anything is read (:mod:`baf.platforms.a2a.guard`): the ``Host`` must name
-the server (``allowed_hosts``, against DNS rebinding), a browser's ``Origin`` must be allowed
-(``allowed_origins``; clients that send none are not browsers), a ``POST`` must be JSON, and with an
-``auth_token`` every request but the card's must carry it as a bearer token.
+Who may call, and how much, is checked before anything is read (:mod:`baf.platforms.a2a.guard`): requests
+open at once and per second are bounded per address and in all (``limits``), the ``Host`` must name the
+server (``allowed_hosts``, against DNS rebinding), a browser's ``Origin`` must be allowed
+(``allowed_origins``; clients that send none are not browsers), a ``POST`` must be JSON and at most
+``max_body_size`` bytes, and with an ``auth_token`` every request but the card's must carry it as a bearer
+token.
 
 The SDK keeps the task objects it serves to ``GetTask`` in memory, the newest ``max_tasks`` of them;
 the conversation itself is in the baf log, and survives a restart as any session does.
@@ -69,6 +71,7 @@ from baf.core.platform import Platform
 from baf.errors import ConfigurationError
 from baf.platforms.a2a.executor import SESSION_PREFIX, SessionExecutor, TaskRoute
 from baf.platforms.a2a.guard import CallerGuard
+from baf.platforms.limits import ClientLimits
 
 if TYPE_CHECKING:
     from baf.core.session import Session
@@ -91,10 +94,19 @@ class A2APlatform(Platform):
         allowed_hosts: Accepted ``Host`` header names, against DNS rebinding (``"*"`` for any; ``"name:port"``
             for one port only); when given, the only ones. Default: ``localhost``, ``127.0.0.1``, ``[::1]``
             and ``host`` on the server's port, and the host of ``public_url`` on any port.
-        allowed_origins: Browser origins allowed to call (``["*"]`` for any); they get CORS headers. Default:
-            none but the server's own. Clients that send no ``Origin`` (not browsers) are not origin-checked.
+        allowed_origins: Browser origins allowed to call; they get CORS headers. Default: none but the
+            server's own. Clients that send no ``Origin`` (not browsers) are not origin-checked. ``["*"]``
+            allows any page on any site (``Access-Control-Allow-Origin: *``, without credentials) and so
+            needs an ``auth_token``: without one, every site the user visits could drive the agent.
         auth_token: A bearer token every request but the agent card's must carry (``Authorization: Bearer
             ...``), or a function deciding on a token; the card then names the scheme. Default: none.
+        limits: Requests a client may make (a :class:`~baf.platforms.limits.ClientLimits`, whose
+            "connections" are requests being served here): ``max_connections`` open at once in all (503
+            beyond), ``max_connections_per_address`` open at once from one address and
+            ``messages_per_second_per_address`` a second (429 beyond, with ``Retry-After``). Its
+            per-connection and new-session limits do not apply: each request is a connection of its own.
+        max_body_size: The longest request body, in bytes (413 beyond, refused before it is read whole).
+            Default 8 MiB: the longest text a task takes (1,000,000 characters, 4 MB at most in UTF-8) fits.
     """
 
     name = "a2a"
@@ -111,8 +123,17 @@ class A2APlatform(Platform):
         allowed_hosts: Sequence[str] | None = None,
         allowed_origins: Sequence[str] | None = None,
         auth_token: str | Callable[[str], bool] | None = None,
+        limits: ClientLimits | None = None,
+        max_body_size: int = 8 * 1024 * 1024,
     ) -> None:
         super().__init__()
+        if allowed_origins is not None and "*" in allowed_origins and auth_token is None:
+            raise ConfigurationError(
+                'allowed_origins=["*"] lets a page on any site call the agent: give an auth_token too, '
+                "or list the origins"
+            )
+        if isinstance(max_body_size, bool) or not isinstance(max_body_size, int) or max_body_size < 1:
+            raise ConfigurationError(f"max_body_size must be a positive number of bytes, got {max_body_size!r}")
         self.host = host
         #: The port (the real one once started, if 0 was asked).
         self.port = port
@@ -123,6 +144,8 @@ class A2APlatform(Platform):
         self.allowed_hosts = list(allowed_hosts) if allowed_hosts is not None else None
         self.allowed_origins = list(allowed_origins) if allowed_origins is not None else None
         self.auth_token = auth_token
+        self.limits = limits if limits is not None else ClientLimits()
+        self.max_body_size = max_body_size
         #: The task each session's output goes to, while one runs (the only per-session data kept).
         self.routes: dict[str, TaskRoute] = {}
         self._server: uvicorn.Server | None = None
@@ -195,6 +218,8 @@ class A2APlatform(Platform):
             auth_token=self.auth_token,
             public_names=[name] if self.public_url and (name := urlsplit(self.public_url).hostname) else [],
             redactor=self.agent.redactor if self.agent is not None else None,
+            limits=self.limits,
+            max_body_size=self.max_body_size,
         )
         config = uvicorn.Config(guarded, log_level="warning", lifespan="off", access_log=False)
         self._server = uvicorn.Server(config)
