@@ -17,9 +17,18 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from urllib.parse import urlsplit
 
+from baf.errors import ConfigurationError
 from baf.log.redaction import Redactor, log_exception
 
-__all__ = ["LOOPBACK_NAMES", "AuthToken", "bearer_token", "host_allowed", "origin_allowed", "token_accepted"]
+__all__ = [
+    "LOOPBACK_NAMES",
+    "AuthToken",
+    "bearer_token",
+    "check_any_origin",
+    "host_allowed",
+    "origin_allowed",
+    "token_accepted",
+]
 
 #: The names a loopback server answers to by default.
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "[::1]"})
@@ -84,6 +93,15 @@ def origin_allowed(origin: str | None, host_header: str, allowed_origins: Sequen
             return False
         return bool(host_header) and netloc.lower() == host_header.strip().lower()
     return "*" in allowed_origins or origin in allowed_origins
+
+
+def check_any_origin(allowed_origins: Sequence[str] | None, auth_token: AuthToken) -> None:
+    """Raise ``ConfigurationError`` for ``"*"`` in ``allowed_origins`` without an ``auth_token``: a page on
+    any site the user visits could then drive the agent, its tools included, through the user's browser."""
+    if allowed_origins is not None and "*" in allowed_origins and auth_token is None:
+        raise ConfigurationError(
+            'allowed_origins=["*"] lets a page on any site call the agent: give an auth_token too, or list the origins'
+        )
 
 
 def bearer_token(authorization: str) -> str:

@@ -113,8 +113,9 @@ Security
   HTTP 403. This stops DNS rebinding, where another site's name is made to resolve to this machine (its
   pages would pass the same-origin check, as their Origin and Host agree). List the public name(s) when
   serving behind a proxy or on another name.
-- ``allowed_origins``: a browser's ``Origin`` must be listed (``"*"`` allows any); by default only the
-  server's own origin is accepted. Clients sending no ``Origin`` (non-browsers) are not origin-checked.
+- ``allowed_origins``: a browser's ``Origin`` must be listed (``"*"`` allows any, and only with an
+  ``auth_token``: without one, a page on any site the user visits could drive the agent); by default only
+  the server's own origin is accepted. Clients sending no ``Origin`` (non-browsers) are not origin-checked.
 - Frames longer than ``max_message_size`` bytes get ``error`` (``too_large``) and are dropped; frames
   longer than ``4 * max_message_size`` close the connection (code 1009) before they are read whole.
 - Frames that are not valid JSON (also too deeply nested), seqs past 2**63-1 and texts with lone
@@ -171,7 +172,13 @@ from baf.errors import ConfigurationError, LogClosedError, MissingExtraError
 from baf.log.record import Record, RecordKind
 from baf.log.redaction import Redactor, log_exception
 from baf.platforms.limits import ClientLimits, ConnectionBudget, RateLimiter
-from baf.platforms.request_checks import bearer_token, host_allowed, origin_allowed, token_accepted
+from baf.platforms.request_checks import (
+    bearer_token,
+    check_any_origin,
+    host_allowed,
+    origin_allowed,
+    token_accepted,
+)
 from baf.platforms.secret_file import load_or_create_secret, secret_path_beside
 from baf.reasoning.approval import ApprovalDecision, ApprovalExpiry
 from baf.wording import agreeing, counted
@@ -254,7 +261,8 @@ class WebSocketPlatform(Platform):
             mode 0600), so tokens survive restarts; per process when the log has no file.
         resume_token_ttl: Seconds a resume token stays valid after it was issued (``None``: forever).
         auth_token: A bearer token every WebSocket client must present, or a function deciding on a token.
-        allowed_origins: Browser origins allowed to connect (``["*"]`` for any); default: the server's own.
+        allowed_origins: Browser origins allowed to connect (``["*"]`` for any, with an ``auth_token`` only);
+            default: the server's own.
         max_message_size: Largest inbound frame, in bytes, the platform reads.
         send_queue_size: Frames queued per connection before a client that does not read is dropped.
         history_limit: Most history items sent in one ``history`` frame (the newest are kept).
@@ -312,6 +320,7 @@ class WebSocketPlatform(Platform):
                 "max_message_size, send_queue_size, history_limit, max_pending_messages and max_queued_bytes "
                 "must be positive"
             )
+        check_any_origin(allowed_origins, auth_token)
         self.host = host
         self._requested_port = port
         self.ui = ui

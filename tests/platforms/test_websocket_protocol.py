@@ -17,6 +17,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from baf import Agent
 from baf.core.session import Session
+from baf.errors import ConfigurationError
 from baf.library.state.reasoning_state_library import new_reasoning_state
 from baf.platforms.websocket import WebSocketPlatform
 from baf.testing import FunctionLLM, ScriptedLLM
@@ -321,6 +322,19 @@ async def test_origin_checks() -> None:
         await ok.hello()
         with pytest.raises(InvalidStatus):
             await Client.open(platform.ws_url, origin=f"http://127.0.0.1:{platform.port}")
+
+
+async def test_any_origin_needs_a_token() -> None:
+    # Without one, a page on any site the user visits could chat with the agent and drive its tools.
+    with pytest.raises(ConfigurationError, match=r'allowed_origins=\["\*"\].*auth_token'):
+        WebSocketPlatform(allowed_origins=["https://app.example", "*"])
+    async with serving(body_agent(echo), allowed_origins=["*"], auth_token="t0ken") as platform:
+        with pytest.raises(InvalidStatus) as refused:
+            await Client.open(platform.ws_url, origin="http://any.example")
+        assert refused.value.response.status_code == 401
+        ok = await Client.open(f"{platform.ws_url}?access_token=t0ken", origin="http://any.example")
+        await ok.hello()
+        await ok.close()
 
 
 def http_get(url: str) -> tuple[int, dict[str, str], bytes]:

@@ -72,6 +72,7 @@ from baf.errors import ConfigurationError
 from baf.platforms.a2a.executor import SESSION_PREFIX, SessionExecutor, TaskRoute
 from baf.platforms.a2a.guard import CallerGuard
 from baf.platforms.limits import ClientLimits
+from baf.platforms.request_checks import check_any_origin
 
 if TYPE_CHECKING:
     from baf.core.session import Session
@@ -127,11 +128,7 @@ class A2APlatform(Platform):
         max_body_size: int = 8 * 1024 * 1024,
     ) -> None:
         super().__init__()
-        if allowed_origins is not None and "*" in allowed_origins and auth_token is None:
-            raise ConfigurationError(
-                'allowed_origins=["*"] lets a page on any site call the agent: give an auth_token too, '
-                "or list the origins"
-            )
+        check_any_origin(allowed_origins, auth_token)
         if isinstance(max_body_size, bool) or not isinstance(max_body_size, int) or max_body_size < 1:
             raise ConfigurationError(f"max_body_size must be a positive number of bytes, got {max_body_size!r}")
         self.host = host
