@@ -347,10 +347,11 @@ async def test_a_slow_peer_times_out_and_the_session_goes_on(peers: list[FakePee
 
     peer = await FakePeer(never).start()
     peers.append(peer)
-    replies, results = await _ask_through(peer.url, tool_timeout=0.5)
+    # Long enough for each call to reach the peer on a loaded machine, so that both are seen to.
+    replies, results = await _ask_through(peer.url, tool_timeout=2)
     assert replies == ["The helper could not help.", "Still nothing."]
     assert [r["is_error"] for r in results] == [True, True]
-    assert "did not finish within 0.5 seconds" in results[0]["content"]
+    assert "did not finish within 2 seconds" in results[0]["content"]
     assert peer.calls == 2
 
 
