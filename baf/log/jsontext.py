@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["check_unicode", "decode_json", "encode_json", "json_copy"]
+__all__ = ["LoneSurrogateError", "check_unicode", "decode_json", "encode_json", "json_copy"]
 
 # Subclasses of builtins, dataclasses and datetimes go to ``default``; there is none, so orjson raises
 # and ``json`` decides (it encodes str/int/dict/list subclasses and refuses the rest).
@@ -81,12 +81,16 @@ def decode_json(text: str | bytes) -> Any:
         return value
 
 
+class LoneSurrogateError(ValueError):
+    """JSON text whose escapes spell a lone surrogate (``\\ud800``): valid JSON, but not Unicode text."""
+
+
 # A \uD800-\uDFFF escape: the only way JSON text that is itself valid Unicode can spell a lone surrogate.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def check_unicode(text: str | bytes, value: Any) -> None:
-    """Raise ``ValueError`` if ``value``, parsed by ``json`` from ``text``, holds a lone surrogate.
+    """Raise :class:`LoneSurrogateError` if ``value``, parsed by ``json`` from ``text``, holds a lone surrogate.
 
     orjson refuses one; ``json`` reads it, and no store can write it back, nor a terminal or a file show
     it: text read back with one is not what any baf writer wrote (which refuses it), so it is damage.
@@ -106,7 +110,7 @@ def check_unicode(text: str | bytes, value: Any) -> None:
             try:
                 item.encode("utf-8")
             except UnicodeEncodeError:
-                raise ValueError(f"text holds a lone surrogate, which is not Unicode: {item[:60]!r}") from None
+                raise LoneSurrogateError(f"text holds a lone surrogate, which is not Unicode: {item[:60]!r}") from None
 
 
 def json_copy(value: Any) -> Any:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from baf.log.jsontext import decode_json, encode_json
+from baf.log.jsontext import LoneSurrogateError, decode_json, encode_json
 from baf.log.postgres_batch import Coalescer
 
 if TYPE_CHECKING:
@@ -272,6 +272,8 @@ def _is_utf8(text: str) -> bool:
 def _message(session_id: str, row_id: int, text: str) -> InboxMessage:
     try:
         payload = decode_json(text)
+    except LoneSurrogateError:  # JSON, but no log could store it: said as for a message sent so
+        return InboxMessage(row_id, session_id, None, "it holds text that is not valid Unicode (a lone surrogate)")
     except (ValueError, RecursionError) as exc:
         return InboxMessage(row_id, session_id, None, f"inbox row {row_id} is not JSON: {exc}")
     if not isinstance(payload, dict):
