@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import operator
 import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
@@ -138,9 +139,13 @@ def commit_group(
     other error (a lock held past ``busy_timeout``, disk full) is raised after rolling back: it
     concerns the whole group.
     """
-    rows = batches[0] if len(batches) == 1 else list(itertools.chain.from_iterable(batches))
+    if len(batches) == 1:  # the common case (an append committing itself), without copying
+        rows = batches[0]
+        work = marks[0] if marks else []
+    else:
+        rows = list(itertools.chain.from_iterable(batches))
+        work = [mark for batch_marks in marks for mark in batch_marks]
     new = _unregistered(rows, registered)
-    work = [mark for batch_marks in marks for mark in batch_marks]
     try:
         if new or work or len(rows) > ROWS_PER_STATEMENT:
             cursor.execute("BEGIN IMMEDIATE")
@@ -163,7 +168,12 @@ def commit_group(
 
 def _unregistered(rows: Sequence[Row], registered: set[str]) -> list[str]:
     """The sessions of ``rows`` not in ``registered``, in order of their first row."""
+    if registered.issuperset(map(_session_of, rows)):  # the common case, in C
+        return []
     return list(dict.fromkeys(row[0] for row in rows if row[0] not in registered))
+
+
+_session_of = operator.itemgetter(0)
 
 
 def _insert(cursor: sqlite3.Cursor, rows: Sequence[Row]) -> None:
