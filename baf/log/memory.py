@@ -8,7 +8,7 @@ from typing import Any
 
 from baf.errors import LogClosedError, LogConflictError
 from baf.log.jsontext import decode_json, encode_json
-from baf.log.record import Record, RecordKind, ts_problem
+from baf.log.record import MAX_TS, MIN_TS, Record, RecordKind, ts_problem
 from baf.log.store import SessionLog, check_appendable, missing_record
 from baf.log.upcast import upcast
 from baf.log.work import IDLE, WORK_KINDS, WorkStatus, work_after
@@ -130,11 +130,12 @@ class MemoryLog(SessionLog):
 
 def _encode(record: Record) -> bytes | str:
     """The record's data as JSON text; TypeError if it cannot be stored."""
-    if not isinstance(record.data, dict):
+    data, ts = record.data, record.ts
+    if not isinstance(data, dict):
         raise TypeError(
-            f"session {record.session_id!r} seq {record.seq}: data must be a dict, not {type(record.data).__name__}"
+            f"session {record.session_id!r} seq {record.seq}: data must be a dict, not {type(data).__name__}"
         )
-    problem = ts_problem(record.ts)
+    problem = None if type(ts) is float and MIN_TS <= ts <= MAX_TS else ts_problem(ts)  # the common case first
     if problem is not None:  # as the other stores refuse it: no reader could show it
         raise TypeError(f"session {record.session_id!r} seq {record.seq}: {problem}")
     try:

@@ -19,9 +19,12 @@ MIN_TS = -62135510400.0
 MAX_TS = 253402128000.0
 
 
+_NUMBERS = (int, float)  # a tuple made once: ``int | float`` in the call would build a union each time
+
+
 def ts_problem(ts: object) -> str | None:
     """What is wrong with ``ts`` as a record's time (a number within ``MIN_TS``..``MAX_TS``), or ``None``."""
-    if isinstance(ts, bool) or not isinstance(ts, int | float) or not MIN_TS <= ts <= MAX_TS:  # NaN: False
+    if isinstance(ts, bool) or not isinstance(ts, _NUMBERS) or not MIN_TS <= ts <= MAX_TS:  # NaN: False
         return f"ts must be a finite number of seconds within the years 1 to 9999, not {ts!r}"
     return None
 

@@ -61,7 +61,7 @@ from baf.errors import LogClosedError, LogReadOnlyError, LogStorageError
 from baf.log.projection import SessionProjection
 from baf.log.record import Record
 from baf.log.sqlite_check import check_storage
-from baf.log.sqlite_codec import Row, encode_record
+from baf.log.sqlite_codec import Row, encode_record, encode_records
 from baf.log.sqlite_commit import INSERT_SQL, REGISTER_SQL, marks_of
 from baf.log.sqlite_lock import WriterLock
 from baf.log.sqlite_reader import SQLiteReader
@@ -268,7 +268,7 @@ class SQLiteLog(SessionLog):
             raise LogReadOnlyError(f"{self!r} is read-only: open it without read_only=True to append")
         self._check_not_closed()
         check_appendable(records)
-        rows = [encode_record(record) for record in records]
+        rows, size = encode_records(records)
         if not rows:
             return
         marks = marks_of(records)
@@ -278,7 +278,7 @@ class SQLiteLog(SessionLog):
         writer = self._writer
         if writer is None:
             raise LogClosedError(f"{self!r}: the writer has stopped")
-        await writer.append(rows, marks, sum(len(row[5]) for row in rows))
+        await writer.append(rows, marks, size)
 
     # -- reading -----------------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final, TypeVar
 
 import orjson
@@ -35,7 +35,7 @@ from baf.log.record import MAX_TS, MIN_TS, Record
 from baf.log.row_codec import MAX_INT64, encode_fields
 from baf.log.store import missing_record
 
-__all__ = ["SELECT_COLUMNS", "Row", "collector_paused", "encode_record", "row_decoder"]
+__all__ = ["SELECT_COLUMNS", "Row", "collector_paused", "encode_record", "encode_records", "row_decoder"]
 
 #: One encoded row of ``baf_records``: (session_id, seq, ts, kind, version, data as JSON text, checksum).
 Row = tuple[str, int, float, str, int, str, int]
@@ -51,6 +51,20 @@ def encode_record(record: Record) -> Row:
     ``baf.log.row_codec``, with a 64-bit ``version``)."""
     session_id, seq, kind, version, ts, text, encoded = encode_fields(record, MAX_INT64)
     return (session_id, seq, ts, kind, version, text, record_checksum(session_id, seq, ts, kind, version, encoded))
+
+
+def encode_records(records: Iterable[Record]) -> tuple[list[Row], int]:
+    """``encode_record`` of each record, and the characters of JSON the rows hold in all (one loop for an
+    append's batch, instead of a call per record and a second pass for the size)."""
+    rows: list[Row] = []
+    size = 0
+    for record in records:
+        session_id, seq, kind, version, ts, text, encoded = encode_fields(record, MAX_INT64)
+        rows.append(
+            (session_id, seq, ts, kind, version, text, record_checksum(session_id, seq, ts, kind, version, encoded))
+        )
+        size += len(text)
+    return rows, size
 
 
 def row_decoder(

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import operator
 import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
@@ -91,16 +92,21 @@ def marks_of(records: Iterable[Any]) -> list[Mark]:
     return [(r.session_id, r.kind, r.seq, dict(r.data)) for r in records if r.kind in WORK_KINDS]
 
 
-def update_work(cursor: sqlite3.Cursor, marks: Sequence[Mark]) -> None:
-    """Fold ``marks`` into the ``baf_work`` index, inside the caller's transaction.
+def update_work(
+    cursor: sqlite3.Cursor, marks: Sequence[Mark], known: dict[str, WorkStatus] | None = None
+) -> dict[str, WorkStatus]:
+    """Fold ``marks`` into the ``baf_work`` index, inside the caller's transaction; return the statuses
+    written, by session.
 
-    A session's status is read from the index (absent: idle), folded with ``baf.log.work.work_after``
-    and written back: a row while it is not idle, none once it is. Raises ``LogError`` for a damaged
-    index row.
+    A session's status is taken from ``known`` (what this connection committed last, see ``commit_group``)
+    or else read from the index (absent: idle), folded with ``baf.log.work.work_after`` and written back:
+    a row while it is not idle, none once it is. Raises ``LogError`` for a damaged index row.
     """
     statuses: dict[str, WorkStatus] = {}
     for session_id, kind, seq, data in marks:
         status = statuses.get(session_id)
+        if status is None and known is not None:
+            status = known.get(session_id)
         if status is None:
             row = cursor.execute(_WORK_SQL, (session_id,)).fetchone()
             try:
@@ -113,6 +119,7 @@ def update_work(cursor: sqlite3.Cursor, marks: Sequence[Mark]) -> None:
             cursor.execute(SET_WORK_SQL, (session_id, status.to_text(), int(status.unfinished)))
         else:
             cursor.execute(_CLEAR_WORK_SQL, (session_id,))
+    return statuses
 
 
 def commit_group(
@@ -120,6 +127,7 @@ def commit_group(
     batches: Sequence[list[Row]],
     registered: set[str],
     marks: Sequence[list[Mark]] = (),
+    known: dict[str, WorkStatus] | None = None,
 ) -> list[BaseException | None]:
     """Commit ``batches`` (each one ``append`` call) together with the writer's ``cursor``; return each
     batch's outcome. (One cursor kept for all commits: ``Connection.execute`` makes a new one each time,
@@ -128,7 +136,10 @@ def commit_group(
     ``registered`` holds the sessions known to be in ``baf_sessions``; the group registers the others
     (in order of their first row) and, once committed, adds them to it. ``marks`` (one list per batch,
     or none at all) are the records that change work statuses: the group updates the
-    ``baf_work`` index with them in its transaction.
+    ``baf_work`` index with them in its transaction. ``known``, if given, holds the statuses this
+    connection last committed, by session: the group starts from them instead of reading the index, and
+    adds its own once committed (the one writer of a file, ``baf.log.sqlite_lock``, is the only one
+    changing them). A group that fails leaves it as it was; one replayed batch by batch forgets its sessions.
 
     The happy path is one multi-row ``INSERT`` in autocommit mode: SQLite runs a single statement as
     its own transaction, taking the write lock before it reads anything (as ``BEGIN IMMEDIATE``
@@ -138,32 +149,46 @@ def commit_group(
     other error (a lock held past ``busy_timeout``, disk full) is raised after rolling back: it
     concerns the whole group.
     """
-    rows = batches[0] if len(batches) == 1 else list(itertools.chain.from_iterable(batches))
+    if len(batches) == 1:  # the common case (an append committing itself), without copying
+        rows = batches[0]
+        work = marks[0] if marks else []
+    else:
+        rows = list(itertools.chain.from_iterable(batches))
+        work = [mark for batch_marks in marks for mark in batch_marks]
     new = _unregistered(rows, registered)
-    work = [mark for batch_marks in marks for mark in batch_marks]
     try:
         if new or work or len(rows) > ROWS_PER_STATEMENT:
             cursor.execute("BEGIN IMMEDIATE")
             cursor.executemany(REGISTER_SQL, ((session_id,) for session_id in new))
             _insert(cursor, rows)
-            if work:
-                update_work(cursor, work)
+            statuses = update_work(cursor, work, known) if work else None
             cursor.execute("COMMIT")
         else:
+            statuses = None
             _insert(cursor, rows)
     except sqlite3.IntegrityError:
         _rollback(cursor)
+        if known is not None:
+            for session_id, _, _, _ in work:
+                known.pop(session_id, None)
         return _commit_one_by_one(cursor, batches, registered, marks)
     except BaseException:
         _rollback(cursor)
         raise
     registered.update(new)
+    if statuses and known is not None:
+        known.update(statuses)
     return [None] * len(batches)
 
 
 def _unregistered(rows: Sequence[Row], registered: set[str]) -> list[str]:
     """The sessions of ``rows`` not in ``registered``, in order of their first row."""
+    if registered.issuperset(map(_session_of, rows)):  # the common case, in C
+        return []
     return list(dict.fromkeys(row[0] for row in rows if row[0] not in registered))
+
+
+_session_of = operator.itemgetter(0)
 
 
 def _insert(cursor: sqlite3.Cursor, rows: Sequence[Row]) -> None:

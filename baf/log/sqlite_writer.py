@@ -70,6 +70,7 @@ from baf.errors import LogClosedError, LogError, LogStorageError
 from baf.log.sqlite_codec import Row
 from baf.log.sqlite_commit import Mark, commit_group, is_busy
 from baf.log.sqlite_schema import Durability, open_writer
+from baf.log.work import WorkStatus
 
 __all__ = ["SQLiteWriter"]
 
@@ -123,6 +124,9 @@ class SQLiteWriter:
         self._cursor: sqlite3.Cursor | None = None
         # Sessions known to be in baf_sessions, kept for the writer connection (see sqlite_commit).
         self._registered: set[str] = set()
+        # The work status (baf.log.work) this connection last committed for each session it wrote one of:
+        # a commit that changes it starts from here rather than reading baf_work (see sqlite_commit).
+        self._statuses: dict[str, WorkStatus] = {}
         self._task: asyncio.Task[None] | None = None
         self._pending: list[_Batch] = []
         self._wakeup: asyncio.Event | None = None
@@ -277,7 +281,7 @@ class SQLiteWriter:
         size = _text_size(batches)
         try:
             if self._durability == "full":
-                outcomes = await self._on_worker(commit_group, writer, batches, self._registered, marks)
+                outcomes = await self._on_worker(commit_group, writer, batches, self._registered, marks, self._statuses)
             else:
                 quick = self._commit_on_loop(writer, batches, marks) if size <= _LOOP_COMMIT_BYTES else None
                 if quick is None:
@@ -301,7 +305,7 @@ class SQLiteWriter:
     ) -> list[BaseException | None] | None:
         """Commit without waiting for any lock; None if another connection holds it."""
         try:
-            return commit_group(writer, batches, self._registered, marks)
+            return commit_group(writer, batches, self._registered, marks, self._statuses)
         except sqlite3.OperationalError as exc:
             if is_busy(exc):
                 return None
@@ -313,7 +317,7 @@ class SQLiteWriter:
         """Commit, waiting up to ``busy_timeout`` for the lock (worker thread)."""
         writer.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
         try:
-            return commit_group(writer, batches, self._registered, marks)
+            return commit_group(writer, batches, self._registered, marks, self._statuses)
         finally:
             writer.execute("PRAGMA busy_timeout = 0")
 
@@ -328,6 +332,8 @@ class SQLiteWriter:
         self.commits += 1
         if len(self._registered) > _KNOWN_SESSIONS_LIMIT:
             self._registered.clear()
+        if len(self._statuses) > _KNOWN_SESSIONS_LIMIT:
+            self._statuses.clear()
         if self._durability != "normal":
             return
         self._unchecked_pages += 2 + (size + 64 * rows) // 4096

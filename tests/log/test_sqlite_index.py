@@ -11,13 +11,15 @@ from pathlib import Path
 import pytest
 from baf_test_helpers import digest, query
 
-from baf.errors import CorruptRecordError
+from baf.errors import CorruptRecordError, LogConflictError
 from baf.log import Record, RecordKind, SQLiteLog
 from baf.log.projection import project
 from baf.log.snapshot import snapshot_data
-from baf.log.sqlite import SCHEMA_VERSION
+from baf.log.sqlite import SCHEMA, SCHEMA_VERSION, encode_record
+from baf.log.sqlite_commit import commit_group, marks_of
 from baf.log.sqlite_reader import LATEST_SNAPSHOT_SQL, UNFINISHED_SQL
 from baf.log.store import SessionLog
+from baf.log.work import IDLE, WorkStatus, work_of
 from baf.testing.store_contract import message, started, turn
 
 GOLDEN_DB = Path(__file__).resolve().parents[1] / "fixtures" / "golden" / "golden.db"  # schema version 1
@@ -171,3 +173,36 @@ async def test_the_checksum_covers_every_field(tmp_path: Path, assignment: str) 
         with pytest.raises(CorruptRecordError, match="checksum") as caught:
             await log.read(moved_to, after_seq=1)
         assert caught.value.session_id == moved_to
+
+
+def test_statuses_kept_between_commits_follow_a_group_replayed_batch_by_batch(tmp_path: Path) -> None:
+    # The writer keeps the statuses it committed, to spare reading baf_work. A group with a conflicting
+    # batch is replayed batch by batch and some of it lands: the statuses kept must not outlive it.
+    connection = sqlite3.connect(tmp_path / "log.db", isolation_level=None)
+    try:
+        for statement in SCHEMA:
+            connection.execute(statement)
+        registered: set[str] = set()
+        known: dict[str, WorkStatus] = {}
+        written: list[Record] = []
+
+        def commit(*batches: list[Record]) -> list[BaseException | None]:
+            outcomes = commit_group(connection.cursor(), [[encode_record(r) for r in batch] for batch in batches],
+                                    registered, [marks_of(batch) for batch in batches], known)  # fmt: skip
+            written.extend(
+                r for batch, outcome in zip(batches, outcomes, strict=True) if outcome is None for r in batch
+            )
+            return outcomes
+
+        assert commit([started("s", 1)]) == [None]
+        step_started, transition, step_finished = turn("s", 2)
+        outcomes = commit([step_started, transition], [started("s", 1)])  # the second batch conflicts
+        assert outcomes[0] is None and isinstance(outcomes[1], LogConflictError)
+        assert commit([step_finished]) == [None]
+        index = dict(connection.execute("SELECT session_id, status FROM baf_work").fetchall())
+        expected = work_of((r.kind, r.seq, r.data) for r in written)
+        assert {s: WorkStatus.from_text(text) for s, text in index.items()} == (
+            {} if expected == IDLE else {"s": expected}
+        )
+    finally:
+        connection.close()

@@ -594,9 +594,9 @@ async def test_a_large_group_commits_on_the_worker_thread(db: Path, monkeypatch:
     threads: list[tuple[int, int]] = []  # (rows, thread) of each commit
     commit_group = sqlite_module.commit_group
 
-    def spy(cursor: sqlite3.Cursor, batches: Any, registered: set[str], marks: Any = ()) -> Any:
+    def spy(cursor: sqlite3.Cursor, batches: Any, registered: set[str], *rest: Any) -> Any:
         threads.append((sum(len(rows) for rows in batches), threading.get_ident()))
-        return commit_group(cursor, batches, registered, marks)
+        return commit_group(cursor, batches, registered, *rest)
 
     monkeypatch.setattr(sqlite_module, "commit_group", spy)
     loop_thread = threading.get_ident()

@@ -13,9 +13,11 @@ from typing import Any
 import pytest
 
 from baf.errors import LogConflictError, LogStorageError
-from baf.log import Record, SQLiteLog
+from baf.log import Record, RecordKind, SQLiteLog
 from baf.log.sqlite import SCHEMA, SCHEMA_VERSION, encode_record
 from baf.log.sqlite_commit import Row, commit_group
+from baf.testing.store_contract import message, started, turn
+from baf.testing.store_contract import rec as record
 
 
 def rec(session_id: str, seq: int) -> Record:
@@ -74,6 +76,26 @@ async def test_a_known_session_commits_as_one_insert_and_a_new_one_registers_onc
         # The session is known: no transaction statements, no registration, one INSERT per commit.
         assert seen and all(sql == "INSERT INTO baf_records" for sql in seen), seen
         assert await log.sessions() == ["s"]
+
+
+async def test_a_session_s_work_status_is_read_once_and_then_kept_by_the_writer(db: Path) -> None:
+    # Every message changes its session's status three times (received, step started, step finished): the
+    # writer starts each change from the status it committed last instead of reading baf_work again.
+    async with SQLiteLog(db) as log:
+        seen = statements_of(log)
+        await log.append([started("s", 1), *turn("s", 2)])
+        for seq in (5, 8, 11):
+            await log.append([message("s", seq)])
+            await log.append([record("s", seq + 1, RecordKind.STEP_STARTED, {"event_seq": seq})])
+            await log.append([record("s", seq + 2, RecordKind.STEP_FINISHED, {"event_seq": seq})])
+        assert sum(sql.startswith("SELECT status FROM baf_work") for sql in seen) == 1
+        assert await log.unfinished_sessions() == []
+        await log.append([message("s", 14)])
+    async with SQLiteLog(db) as reopened:  # a new writer reads it again, as the last one left it
+        assert await reopened.unfinished_sessions() == ["s"]
+        await reopened.append([record("s", 15, RecordKind.STEP_STARTED, {"event_seq": 14})])
+        await reopened.append([record("s", 16, RecordKind.STEP_FINISHED, {"event_seq": 14})])
+        assert await reopened.unfinished_sessions() == []
 
 
 async def test_a_large_group_is_inserted_in_statements_of_bounded_size_in_one_transaction(db: Path) -> None:
