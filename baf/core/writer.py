@@ -40,10 +40,6 @@ class SessionWriter:
         # Sync bodies run in worker threads and record from there, racing the event loop.
         self._lock = threading.Lock()
         self._tail: asyncio.Future[None] | None = None
-        # An append running in a flush's own task (_append_inline), and the future that says when it is
-        # over, made only once another flush has to wait for it (see _in_flight).
-        self._inline_running = False
-        self._inline_done: asyncio.Future[None] | None = None
         self._closed = False
         #: Called with each record as it is built, in seq order (the hooks' ``on_record``), if set.
         self.observer: Callable[[Record], None] | None = None
@@ -138,7 +134,7 @@ class SessionWriter:
     @property
     def settled(self) -> bool:
         """Whether every record is durable: none waiting for a flush, no append under way."""
-        return not self._pending and not self._inline_running and (self._tail is None or self._tail.done())
+        return not self._pending and (self._tail is None or self._tail.done())
 
     @property
     def has_pending(self) -> bool:
@@ -159,29 +155,20 @@ class SessionWriter:
             consumes, self._consumes = self._consumes, []
         finally:
             lock.release()
-        previous = self._in_flight()
         if consumes:
             # Rare (a worker taking a message from its inbox): the plain chained path, with the row ids.
-            await self._chain(self._append_consuming(previous, batch, consumes))
+            await self._chain(self._append_consuming(self._tail, batch, consumes))
             return
+        previous = self._tail
         if batch and (previous is None or previous.done()):
             await self._append_inline(previous, batch)
             return
-        tail = previous
         if batch:
-            tail = self._tail = asyncio.ensure_future(self._append_after(previous, batch))
+            self._tail = asyncio.ensure_future(self._append_after(previous, batch))
+        tail = self._tail
         if tail is not None:
             # Shielded: a cancelled caller must not cancel an append other callers wait on.
             await asyncio.shield(tail)
-
-    def _in_flight(self) -> asyncio.Future[None] | None:
-        """The future of the latest append, which a new one must follow: for an inline append still under
-        way, made now (it resolves it when it is over)."""
-        if not self._inline_running:
-            return self._tail
-        if self._inline_done is None:
-            self._inline_done = asyncio.get_running_loop().create_future()
-        return self._inline_done
 
     async def _chain(self, append: Any) -> None:
         self._tail = asyncio.ensure_future(append)
@@ -204,35 +191,24 @@ class SessionWriter:
 
     async def _append_inline(self, previous: asyncio.Future[None] | None, batch: list[Record]) -> None:
         """Nothing in flight: append in the caller's task (a task and a shield per flush cost a sixth
-        of a reasoning turn). A flush made meanwhile chains behind a plain future, made for it then
-        (``_in_flight``): most appends have none (the memory log, a SQLite commit on the loop, a session
-        flushing alone), and making one every time cost ~4,000 instructions a commit (``bench/README.md``)."""
+        of a reasoning turn), publishing a plain future that concurrent flushes chain behind."""
         if previous is not None:
             previous.result()  # an earlier append failed: never leave a gap behind it
-        self._tail = None
-        self._inline_running = True
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._tail = done
         try:
             await self.log.append(batch)  # not through _append: one coroutine less on the hot path
         except BaseException as exc:
             # Cancelled mid-append (the agent stopping), the batch may or may not be in the log: later
             # flushes must fail rather than append after a possible gap.
             failure = _log_error(batch, exc)
-            done = self._in_flight()
-            assert done is not None
-            self._inline_running, self._inline_done = False, None
-            if self._tail is None:  # nothing chained behind it: the next flush must find the failure
-                self._tail = done
             if not done.done():
                 done.set_exception(failure)
                 done.exception()  # retrieved: whoever chains behind it re-raises it
             if failure is exc or not isinstance(exc, Exception):
                 raise
             raise failure from exc
-        done = self._inline_done
-        self._inline_running, self._inline_done = False, None
-        if done is not None and not done.done():
-            if self._tail is None:
-                self._tail = done
+        if not done.done():
             done.set_result(None)
 
     async def _append_after(self, previous: asyncio.Future[None] | None, batch: list[Record]) -> None:
