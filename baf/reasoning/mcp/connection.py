@@ -29,6 +29,7 @@ from typing import Any
 
 from baf.errors import ConfigurationError, ToolError, ToolListingError, ToolServerError
 from baf.reasoning.mcp.content import render_content
+from baf.reasoning.mcp.names import ListingEntry, checked_listing
 
 __all__ = ["MCPConnection", "ServerSpec"]
 
@@ -55,7 +56,8 @@ class ServerSpec:
         return " ".join(self.command) if self.command else str(self.url)
 
 
-Listing = list[tuple[str, str | None, Any]]
+#: A server's tools, each with its input schema checked (in a worker thread, see :func:`_list_tools`).
+Listing = list[ListingEntry]
 
 
 class MCPConnection:
@@ -178,6 +180,7 @@ class MCPConnection:
             async with httpx2.AsyncClient(headers=dict(self.spec.headers), timeout=timeout) as http:
                 transport = streamable_http_client(self.spec.url, http_client=http)
                 async with Client(transport, cache=None, message_handler=self._on_message) as client:
+                    _without_result_schema_check(client)
                     yield client
             return
         from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -190,6 +193,7 @@ class MCPConnection:
             async with Client(stdio_client(params, errlog=errlog), cache=None,
                               message_handler=self._on_message) as client:  # fmt: skip
                 errlog.close()  # the server holds its own copy; its exit now ends the pipe
+                _without_result_schema_check(client)
                 yield client
         finally:
             errlog.close()
@@ -334,10 +338,11 @@ class MCPConnection:
 
 
 async def _list_tools(client: Any) -> Listing:
-    """Every tool the server lists, page by page, as ``(name, description, input_schema)``."""
+    """Every tool the server lists, page by page, each schema checked in a worker thread (a server's schemas
+    can be large, and checking is pure Python work: the event loop keeps running meanwhile)."""
     from pydantic import ValidationError
 
-    listing: Listing = []
+    listing: list[tuple[str, str | None, Any]] = []
     cursor: str | None = None
     for _ in range(_MAX_PAGES):
         try:
@@ -350,7 +355,21 @@ async def _list_tools(client: Any) -> Listing:
         cursor = page.next_cursor
         if cursor is None:
             break
-    return listing
+    return await asyncio.to_thread(checked_listing, listing)
+
+
+def _without_result_schema_check(client: Any) -> None:
+    """Turn off the SDK's check of each result against the tool's output schema.
+
+    It runs ``jsonschema`` on the event loop with the server's regular expressions, which a server could
+    write to take minutes (every session of the process would wait), and it gains baf nothing: the model
+    reads a result's content whatever its shape (:func:`~baf.reasoning.mcp.content.render_content`).
+    """
+
+    async def accept(name: str, result: Any) -> None:
+        return None
+
+    client.session.validate_tool_result = accept
 
 
 def _unwrapped(exc: BaseException) -> BaseException:
