@@ -22,6 +22,7 @@ loopback when a port is given:
   announced), the second change made once the first listing was asked for; that listing of ``v1`` is
   answered a second late, after any listing of ``v2``. Each answered listing's version is appended to
   the file ``BAF_TEST_LISTINGS`` names;
+- ``flood``: ``calc``, after writing 5 MB to stderr without a newline, then ``after the flood``;
 - ``silent``: exits at once, writing a reason to stderr;
 - ``mute``: never answers the handshake.
 """
@@ -188,6 +189,13 @@ def main() -> None:
         return
     if kind == "relist_race":
         asyncio.run(serve_handshake_only(relist_race_server()))
+        return
+    if kind == "flood":
+        for _ in range(5):
+            sys.stderr.buffer.write(b"x" * (1024 * 1024))
+        sys.stderr.buffer.write(b"\nafter the flood\n")
+        sys.stderr.flush()
+        calc().run("stdio")
         return
     if kind in ("calc", "calc_legacy"):
         app = calc(legacy=kind == "calc_legacy")

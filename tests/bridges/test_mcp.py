@@ -209,6 +209,24 @@ async def test_stderr_goes_to_the_baf_logger(caplog: pytest.LogCaptureFixture) -
     assert all(r.name == "baf.mcp.calc" for r in caplog.records if "dying on purpose" in r.getMessage())
 
 
+async def test_a_flood_of_stderr_without_a_newline_is_logged_cut_and_the_server_still_serves(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    llm = ScriptedLLM([ScriptedLLM.tool_call("calc__add", {"a": 1, "b": 2}), "three"])
+    agent = agent_with(llm)
+    agent.add_mcp_server("calc", command=server("flood"))
+    with caplog.at_level(logging.INFO, logger="baf.mcp.calc"):
+        async with agent:
+            await eventually(lambda: any(r.getMessage() == "after the flood" for r in caplog.records))
+            await asyncio.wait_for(agent.receive_message("s", "add"), 30)
+            [result] = await tool_results(agent)
+    assert result["content"] == "3"
+    lines = [r.getMessage() for r in caplog.records if r.name == "baf.mcp.calc"]
+    cut = lines.index("after the flood") - 1
+    assert lines[cut] == "x" * 8192 + " [line cut: longer than 8192 bytes; the rest of it is dropped]"
+    assert all(len(line) < 9000 for line in lines)  # 5 MB on one line: never held, never logged whole
+
+
 # -- bad input ----------------------------------------------------------------------------------
 
 

@@ -6,8 +6,8 @@ the server process ended (its stderr closed), a call found the connection closed
 subscription dropped. A lost connection is opened again, up to ``max_restarts`` times per start, with
 a short back-off; after that the server's tools answer with a :class:`~baf.errors.ToolServerError`.
 
-A stdio server's stderr goes line by line to the ``baf.mcp.<name>`` logger; the last lines are quoted
-when the server fails to start or dies.
+A stdio server's stderr goes line by line to the ``baf.mcp.<name>`` logger, each line cut at 8 KiB;
+the last lines are quoted when the server fails to start or dies.
 
 When the server says its tool list changed (``notifications/tools/list_changed``, or the
 ``subscriptions/listen`` stream of the 2026 protocol), the tools are listed again and handed to
@@ -36,6 +36,9 @@ __all__ = ["MCPConnection", "ServerSpec"]
 #: Listing pages read before a listing is taken as complete: a server that pages forever cannot hang us.
 _MAX_PAGES = 100
 _STDERR_TAIL = 20
+#: Bytes of one line of a server's stderr that are logged; the rest of a longer line is dropped.
+_STDERR_LINE = 8192
+_STDERR_CHUNK = 65536
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,21 +202,43 @@ class MCPConnection:
             errlog.close()
 
     def _stderr_pipe(self) -> Any:
-        """A file for the server's stderr; a thread logs each line, and its end means the server exited."""
+        """A file for the server's stderr; a thread logs each line, and its end means the server exited.
+
+        Read in chunks, never more than one line of :data:`_STDERR_LINE` bytes held: a server writing
+        gigabytes without a newline must not grow the process. A longer line is logged cut, saying so,
+        when it reaches that length; the rest of it is dropped.
+        """
         read_fd, write_fd = os.pipe()
         loop, wake = asyncio.get_running_loop(), self._wake
 
         def pump() -> None:
-            with os.fdopen(read_fd, "rb") as pipe:
-                for raw in pipe:
-                    line = raw.decode("utf-8", errors="replace").rstrip()
-                    self._tail.append(line)
-                    self.logger.info("%s", line)
+            line, cut = bytearray(), False
+            with os.fdopen(read_fd, "rb", buffering=0) as pipe:
+                while chunk := pipe.read(_STDERR_CHUNK):
+                    *ended, rest = chunk.split(b"\n")
+                    for piece in ended:
+                        if not cut:
+                            self._stderr_line(bytes(line + piece))
+                        line, cut = bytearray(), False
+                    if not cut:
+                        line += rest
+                        if len(line) > _STDERR_LINE:
+                            self._stderr_line(bytes(line[:_STDERR_LINE]), cut=True)
+                            line, cut = bytearray(), True
+                if line and not cut:
+                    self._stderr_line(bytes(line))
             with contextlib.suppress(RuntimeError):  # the loop is closed: nothing left to tell
                 loop.call_soon_threadsafe(wake.set)
 
         threading.Thread(target=pump, name=f"baf-mcp-{self.spec.name}-stderr", daemon=True).start()
         return os.fdopen(write_fd, "w")
+
+    def _stderr_line(self, raw: bytes, cut: bool = False) -> None:
+        line = raw.decode("utf-8", errors="replace").rstrip()
+        if cut:
+            line += f" [line cut: longer than {_STDERR_LINE} bytes; the rest of it is dropped]"
+        self._tail.append(line)
+        self.logger.info("%s", line)
 
     @contextlib.asynccontextmanager
     async def _listening(self, client: Any) -> AsyncIterator[None]:
