@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import quote
 
 from rich import box
@@ -147,8 +147,20 @@ def _user_code() -> Iterator[None]:
         raise
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors are printed as baf's other errors are: redacted and with the
+    characters a terminal acts on escaped (they quote what was typed, which may be a pasted key or an id
+    holding escape sequences). Its subcommands' parsers are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print the usage and ``message`` (redacted, made visible) on stderr; exit with status 2."""
+        self.print_usage(sys.stderr)
+        shown = Redactor.from_environment().redact_text(f"{self.prog}: error: {message}")
+        self.exit(2, visible(shown) + "\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="baf", description="baf: event-sourced state-machine agents.")
+    parser = _Parser(prog="baf", description="baf: event-sourced state-machine agents.")
     commands = parser.add_subparsers(dest="command")
 
     run = commands.add_parser("run", help="run the agent defined in a Python or YAML file on the terminal")

@@ -442,3 +442,15 @@ def test_a_log_url_short_of_its_slashes_is_said_to_be_one(tmp_path: Path) -> Non
         assert f"no such log file: {target} (a log URL: sqlite:///relative/path.db, postgresql://" in done.stderr
     plain = baf("sessions", "x.db", cwd=tmp_path)  # a plain file name gets no hint
     assert plain.stderr.strip() == "baf sessions: no such log file: x.db"
+
+
+def test_a_usage_error_quotes_what_was_typed_redacted_and_with_control_characters_escaped(tmp_path: Path) -> None:
+    # argparse echoes unrecognised arguments as they are: an OSC 52 sequence (sets the clipboard) and a
+    # key pasted by mistake would reach the terminal.
+    key = "sk-canary-usage-5f1e0c"
+    result = baf("sessions", "x.db", "--bogus", "\x1b]52;c;aGk=\x07", key, cwd=tmp_path, env={"CANARY_API_KEY": key})
+    assert result.returncode == 2
+    assert (
+        result.stderr.splitlines()[-1] == "baf: error: unrecognized arguments: --bogus \\x1b]52;c;aGk=\\x07 [REDACTED]"
+    )
+    assert "\x1b" not in result.stderr and "\x07" not in result.stderr and key not in result.stderr

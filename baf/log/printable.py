@@ -9,9 +9,10 @@ must be what the text holds: ``baf log``, ``baf replay`` and the terminal chat p
 
 from __future__ import annotations
 
+import shlex
 from typing import Final
 
-__all__ = ["visible", "visible_json"]
+__all__ = ["shell_word", "visible", "visible_json"]
 
 # What a terminal acts on instead of showing: C0 controls but newline and tab (ESC starts colour,
 # cursor and OSC 8 hyperlink sequences; CR overwrites the line), DEL, C1 controls (U+009B is a CSI
@@ -33,3 +34,28 @@ def visible_json(text: str) -> str:
     ``json.dumps`` escapes C0 controls but writes C1 controls and bidirectional controls as they are.
     """
     return text.translate(_JSON_ESCAPED)
+
+
+# In a $'...' word: what bash and zsh would otherwise read as the end of the word or an escape, and what a
+# terminal would act on (newline and tab too: the word must stay on one line to be pasted).
+_ANSI_C: Final = {
+    ord("\\"): "\\\\",
+    ord("'"): "\\'",
+    ord("\n"): "\\n",
+    ord("\t"): "\\t",
+    **{c: f"\\x{c:02x}" if c < 0x80 else f"\\u{c:04x}" for c in _ACTIVE},
+}
+_NEEDS_ESCAPES: Final = frozenset([*_ACTIVE, ord("\n"), ord("\t")])
+
+
+def shell_word(value: str) -> str:
+    """``value`` as one word of a shell command line that can be printed and pasted back.
+
+    ``shlex.quote(value)`` when that is safe to print; a value holding characters a terminal acts on (or a
+    newline or tab) is written ``$'...'`` with those characters as escapes, which bash and zsh read back
+    as the same value (``$'a\\x1bb'``), where :func:`visible` alone would print an escape a shell takes
+    literally, naming another value.
+    """
+    if not any(ord(character) in _NEEDS_ESCAPES for character in value):
+        return shlex.quote(value)
+    return "$'" + value.translate(_ANSI_C) + "'"

@@ -43,11 +43,15 @@ import orjson
 from baf.log.record import Record
 
 __all__ = [
+    "CREDENTIAL_HEADERS",
+    "CREDENTIAL_HEADER_WORDS",
     "MIN_SECRET_LENGTH",
     "REDACTED",
     "SECRET_ENV_SUFFIXES",
     "Redactor",
+    "is_credential_header",
     "log_exception",
+    "register_header_secrets",
     "register_secret",
     "registered_secrets",
 ]
@@ -80,6 +84,37 @@ def register_secret(value: str | None) -> None:
         if value not in _registry:
             _registry.add(value)
             _registry_version += 1
+
+
+#: Request headers whose values are credentials, whatever their name says (compared lower-case).
+CREDENTIAL_HEADERS: Final = frozenset({"authorization", "proxy-authorization", "cookie"})
+#: A header whose name holds one of these (lower-case) carries a credential too: ``X-API-Key``, ``X-Auth-Token``.
+CREDENTIAL_HEADER_WORDS: Final = ("key", "token", "secret", "auth")
+
+
+def is_credential_header(name: str) -> bool:
+    """Whether header ``name`` carries a credential: ``Authorization``, ``Proxy-Authorization``, ``Cookie``,
+    or a name holding ``key``, ``token``, ``secret`` or ``auth`` (case-insensitive)."""
+    lowered = name.lower()
+    return lowered in CREDENTIAL_HEADERS or any(word in lowered for word in CREDENTIAL_HEADER_WORDS)
+
+
+def register_header_secrets(headers: Mapping[str, str]) -> None:
+    """:func:`register_secret` for the values of the credential headers of ``headers``
+    (:func:`is_credential_header`), for code given headers to send (an MCP server's, an A2A peer's).
+
+    The whole value is a secret, and so is each credential in it, so that the credential is redacted
+    where it appears alone: the token of ``Bearer <token>``, each value of ``Cookie: a=<v1>; b=<v2>``.
+    """
+    for name, value in headers.items():
+        if not isinstance(name, str) or not isinstance(value, str) or not is_credential_header(name):
+            continue
+        register_secret(value.strip())
+        if name.lower() == "cookie":
+            for pair in value.split(";"):
+                register_secret(pair.partition("=")[2].strip())
+        else:
+            register_secret(value.strip().partition(" ")[2].strip())  # after a scheme (Bearer, Basic, ...)
 
 
 def log_exception(logger: logging.Logger, redactor: Redactor | None, message: str, *args: object) -> None:

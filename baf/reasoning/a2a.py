@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from baf.errors import MissingExtraError, ToolError, ToolExecutionError
+from baf.log.redaction import register_header_secrets
 from baf.reasoning.tool import Tool
 
 __all__ = ["a2a_agent_tool"]
@@ -58,6 +59,10 @@ def a2a_agent_tool(
         headers: Sent with every request to ``url``'s origin (``Authorization``, ...).
         auth_token: The peer's bearer token (its ``auth_token``), sent as ``Authorization: Bearer ...``.
 
+    The token, and the values of credential headers (``Authorization``, ``Cookie``, names holding ``key``,
+    ``token``, ``secret`` or ``auth``: :func:`~baf.log.redaction.is_credential_header`), are redacted from
+    every session log of the process.
+
     The headers (the token among them) go only to the scheme, host and port of ``url``: the peer's card may
     name another address to send messages to, and whoever serves the card must not be able to collect them.
     """
@@ -68,6 +73,7 @@ def a2a_agent_tool(
     sent = dict(headers or {})
     if auth_token is not None:
         sent["Authorization"] = f"Bearer {auth_token}"
+    register_header_secrets(sent)  # never written to a session log (docs/a2a.md)
     peer = _Peer(url.rstrip("/") + "/", name, timeout, sent)
 
     async def ask(message: str, session: Any = None) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -10,6 +9,7 @@ from rich.text import Text
 
 from baf.library.demo import DEMO_AGENT_NAME
 from baf.log import RecordKind, SessionLog
+from baf.log.printable import shell_word
 from baf.log.redaction import Redactor
 from baf.replay.fork import fork
 from baf.replay.render import visible
@@ -48,9 +48,14 @@ async def fork_command(log: SessionLog, session_id: str, at_seq: int, console: C
     started = next((r for r in records if r.kind == RecordKind.SESSION_STARTED), None)
     agent_name = started.data.get("agent") if started is not None else None
     whose = f" (the .py or .yaml file that defines agent {agent_name!r})" if isinstance(agent_name, str) else ""
-    command = f"baf run AGENT_FILE --log {shlex.quote(log_url)} --session {shlex.quote(new_id)}"
+    # --option=VALUE: an id starting with "-" (a session "-h" forks into "-h@5") would be taken for an option.
+    # shell_word: an id holding control characters is written $'...', which the shell reads back as it is.
+    options = f"--log={shell_word(log_url)} --session={shell_word(new_id)}"
+    command = f"baf run AGENT_FILE {options}"
     if agent_name == DEMO_AGENT_NAME:  # the demo's agent is baf's own, defined in no file of the user's
-        command, whose = f"baf demo --log {shlex.quote(log_url)} --session {shlex.quote(new_id)}", ""
+        command, whose = f"baf demo {options}", ""
+    if "$'" in options:
+        whose += " (quoted for bash or zsh)"
     console.print(Text(visible(f"continue it in the terminal: {command}{whose}")), soft_wrap=True)
     python = f"await agent.continue_session({new_id!r}) (an Agent with log={log_url!r})"
     console.print(Text(visible(f"or in Python: {python}")), soft_wrap=True)

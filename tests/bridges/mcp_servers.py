@@ -13,10 +13,16 @@ loopback when a port is given:
 - ``not_object``: ``ok`` and ``bad``, whose input schema is not an object schema;
 - ``bad_schema``: ``ok`` and ``bad``, whose object schema is not a valid JSON Schema;
 - ``duplicate``: two tools named ``twin``, and ``single``;
+- ``hostile``: ``ok``; ``redos``, whose input and output schemas hold the pattern ``^(a|aa)+$`` (slow to
+  fail against many ``a`` and a ``b``), answering with its argument as structured content; and
+  tools whose schemas baf must refuse: ``missing_ref`` (a ``$ref`` to nothing), ``self_ref`` (``$ref: "#"``
+  beside ``type``), ``remote_ref`` (a ``$ref`` to a URL), ``deep`` (nested 80 levels), ``huge`` (an
+  ``enum`` of 30 000 values);
 - ``relist_race`` (2025 protocol): ``change_twice`` changes the tool list twice (``v1`` then ``v2``, each
   announced), the second change made once the first listing was asked for; that listing of ``v1`` is
   answered a second late, after any listing of ``v2``. Each answered listing's version is appended to
   the file ``BAF_TEST_LISTINGS`` names;
+- ``flood``: ``calc``, after writing 5 MB to stderr without a newline, then ``after the flood``;
 - ``silent``: exits at once, writing a reason to stderr;
 - ``mute``: never answers the handshake.
 """
@@ -115,12 +121,32 @@ def listing_server(name: str, tools: list[types.Tool]) -> Server[Any]:
         return types.ListToolsResult(tools=tools)
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        return types.CallToolResult(content=[types.TextContent(text=f"{params.name} ran")])
+        structured = {"s": (params.arguments or {}).get("s")} if params.name == "redos" else None
+        return types.CallToolResult(content=[types.TextContent(text=f"{params.name} ran")],
+                                    structured_content=structured)  # fmt: skip
 
     return Server(name, on_list_tools=list_tools, on_call_tool=call_tool)
 
 
 OBJECT = {"type": "object", "properties": {}}
+SLOW = "^(a|aa)+$"
+
+
+def hostile_tools() -> list[types.Tool]:
+    deep: dict[str, Any] = {"type": "string"}
+    for _ in range(40):  # 80 levels of JSON: the SDK reads no message nested 200 deep
+        deep = {"type": "object", "properties": {"a": deep}}
+    slow = {"type": "object", "properties": {"s": {"type": "string", "pattern": SLOW}}}
+    schemas: dict[str, dict[str, Any]] = {
+        "ok": OBJECT,
+        "missing_ref": {"type": "object", "properties": {"a": {"$ref": "#/nope"}}},
+        "self_ref": {"type": "object", "$ref": "#"},
+        "remote_ref": {"type": "object", "properties": {"a": {"$ref": "http://127.0.0.1:9/schema.json"}}},
+        "deep": deep,
+        "huge": {"type": "object", "properties": {"a": {"enum": list(range(30_000))}}},
+    }
+    tools = [types.Tool(name=name, input_schema=schema) for name, schema in schemas.items()]
+    return [*tools, types.Tool(name="redos", input_schema=slow, output_schema=slow)]
 
 
 def note_listing(version: int) -> None:
@@ -164,6 +190,13 @@ def main() -> None:
     if kind == "relist_race":
         asyncio.run(serve_handshake_only(relist_race_server()))
         return
+    if kind == "flood":
+        for _ in range(5):
+            sys.stderr.buffer.write(b"x" * (1024 * 1024))
+        sys.stderr.buffer.write(b"\nafter the flood\n")
+        sys.stderr.flush()
+        calc().run("stdio")
+        return
     if kind in ("calc", "calc_legacy"):
         app = calc(legacy=kind == "calc_legacy")
         if kind == "calc_legacy":
@@ -180,6 +213,8 @@ def main() -> None:
     elif kind == "bad_schema":
         broken = {"type": "object", "properties": {"a": {"type": "whole number"}}}
         tools = [types.Tool(name="ok", input_schema=OBJECT), types.Tool(name="bad", input_schema=broken)]
+    elif kind == "hostile":
+        tools = hostile_tools()
     elif kind == "duplicate":
         tools = [types.Tool(name="twin", input_schema=OBJECT), types.Tool(name="twin", description="other",
                  input_schema=OBJECT), types.Tool(name="single", input_schema=OBJECT)]  # fmt: skip

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from baf import Agent, ApprovalEvent
-from baf.errors import ConfigurationError, ToolListingError, ToolServerError
+from baf.errors import ConfigurationError, ToolArgumentError, ToolListingError, ToolServerError
 from baf.library.state.reasoning_state_library import new_reasoning_state
 from baf.log.record import Record
 from baf.replay.rerun import assert_replays
@@ -125,7 +125,7 @@ async def test_a_server_added_with_requires_approval_waits_for_a_decision_before
     assert [(r["name"], r["content"]) for r in results] == [("calc__add", "5")]
 
 
-async def test_http_server_gets_the_headers_and_answers(tmp_path: Path) -> None:
+async def test_http_server_gets_the_headers_and_answers_and_the_log_holds_credentials_redacted(tmp_path: Path) -> None:
     with http_server("calc") as url:
         llm = ScriptedLLM([ScriptedLLM.tool_call("web_whoami", {}), "done",
                            ScriptedLLM.tool_call("web_add", {"a": 40, "b": 2}), "done"])  # fmt: skip
@@ -137,7 +137,21 @@ async def test_http_server_gets_the_headers_and_answers(tmp_path: Path) -> None:
             await asyncio.wait_for(agent.receive_message("s", "who"), 30)
             await asyncio.wait_for(agent.receive_message("s", "add"), 30)
             results = await tool_results(agent)
-    assert [r["content"] for r in results] == ["Bearer t0ken", "42"]
+    assert llm.requests[1].messages[-1]["content"] == "Bearer t0ken"  # the server got the header
+    assert [r["content"] for r in results] == ["[REDACTED]", "42"]  # a credential header is a secret
+
+
+def test_the_values_of_credential_headers_are_secrets_and_others_are_not() -> None:
+    from baf.log.redaction import Redactor
+
+    headers = {"X-API-Key": "k3y-value-1", "x-auth-token": "t0k3n-value", "Cookie": "sid=c00kie-1; theme=d4rk-th3me",
+               "Proxy-Authorization": "Basic cHJveHk6cHc=", "X-Client-Secret": "s3cr3t-value",
+               "X-Request-Id": "request-1234", "Accept": "application/json"}  # fmt: skip
+    Agent("cfg", log="memory://").add_mcp_server("h", url="http://127.0.0.1:9/mcp", headers=headers)
+    shown = Redactor().redact_text(" | ".join(f"{k}: {v}" for k, v in headers.items()) + " | c00kie-1 cHJveHk6cHc=")
+    assert shown == ("X-API-Key: [REDACTED] | x-auth-token: [REDACTED] | Cookie: [REDACTED] | "
+                     "Proxy-Authorization: [REDACTED] | X-Client-Secret: [REDACTED] | X-Request-Id: request-1234 | "
+                     "Accept: application/json | [REDACTED] [REDACTED]")  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -193,6 +207,24 @@ async def test_stderr_goes_to_the_baf_logger(caplog: pytest.LogCaptureFixture) -
             await asyncio.wait_for(agent.receive_message("s", "die"), 30)
             await eventually(lambda: any("dying on purpose" in r.getMessage() for r in caplog.records))
     assert all(r.name == "baf.mcp.calc" for r in caplog.records if "dying on purpose" in r.getMessage())
+
+
+async def test_a_flood_of_stderr_without_a_newline_is_logged_cut_and_the_server_still_serves(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    llm = ScriptedLLM([ScriptedLLM.tool_call("calc__add", {"a": 1, "b": 2}), "three"])
+    agent = agent_with(llm)
+    agent.add_mcp_server("calc", command=server("flood"))
+    with caplog.at_level(logging.INFO, logger="baf.mcp.calc"):
+        async with agent:
+            await eventually(lambda: any(r.getMessage() == "after the flood" for r in caplog.records))
+            await asyncio.wait_for(agent.receive_message("s", "add"), 30)
+            [result] = await tool_results(agent)
+    assert result["content"] == "3"
+    lines = [r.getMessage() for r in caplog.records if r.name == "baf.mcp.calc"]
+    cut = lines.index("after the flood") - 1
+    assert lines[cut] == "x" * 8192 + " [line cut: longer than 8192 bytes; the rest of it is dropped]"
+    assert all(len(line) < 9000 for line in lines)  # 5 MB on one line: never held, never logged whole
 
 
 # -- bad input ----------------------------------------------------------------------------------
@@ -292,6 +324,70 @@ async def test_a_schema_that_is_not_an_object_is_a_clear_error(caplog: pytest.Lo
     agent.add_mcp_server("srv", command=server("bad_schema"), tools=["bad"])  # asked for by name: an error
     with pytest.raises(ConfigurationError, match="'bad': its input schema is not a valid JSON Schema"):
         await agent.start()
+
+
+async def test_a_servers_schemas_cannot_stall_the_process_and_unusable_ones_are_refused_at_listing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The server's regular expressions are never run by baf (Python's re backtracks with the GIL held):
+    # arguments the pattern would refuse go to the server, which checks its own input; a result that does
+    # not fit the output schema's pattern is read as it is. Run, "a" * 60 + "b" would take years.
+    slow = "a" * 60 + "b"
+    llm = ScriptedLLM([ScriptedLLM.tool_call("h__redos", {"s": "a" * 20 + "b"}), "sent",
+                       ScriptedLLM.tool_call("h__redos", {"s": slow}), "sent"])  # fmt: skip
+    agent = agent_with(llm)
+    agent.add_mcp_server("h", command=server("hostile"))
+    with caplog.at_level(logging.WARNING, logger="baf.mcp.h"):
+        async with agent:
+            assert sorted(agent.tools) == ["h__ok", "h__redos"]
+            await asyncio.wait_for(agent.receive_message("s", "short"), 30)
+            [result] = await tool_results(agent)
+            assert (result["content"], result["is_error"]) == ("redos ran", False)  # sent, and read as it is
+            await asyncio.wait_for(agent.receive_message("s", "long"), 30)
+            results = await tool_results(agent)
+    assert [(r["content"], r["is_error"]) for r in results] == [("redos ran", False)] * 2
+
+    warnings = "\n".join(r.getMessage() for r in caplog.records)
+    for expected in (
+        "MCP server 'h': tool 'missing_ref': its input schema refers to '#/nope', which it does not hold",
+        "MCP server 'h': tool 'self_ref': its input schema refers to itself without going into a property",
+        "MCP server 'h': tool 'remote_ref': its input schema refers to 'http://127.0.0.1:9/schema.json', which",
+        "MCP server 'h': tool 'deep': its input schema nests more than 64 levels deep",
+        "MCP server 'h': tool 'huge': its input schema holds more than 20000 values",
+    ):
+        assert expected in warnings
+
+    agent = agent_with(ScriptedLLM([]))
+    agent.add_mcp_server("h", command=server("hostile"), tools=["ok", "self_ref", "missing_ref"])
+    with pytest.raises(ConfigurationError) as caught:  # asked for by name: the start stops, saying why
+        await agent.start()
+    assert str(caught.value).startswith("MCP server 'h': tools asked for cannot be offered:")
+    assert "- 'self_ref': its input schema refers to itself" in str(caught.value)
+    assert "- 'missing_ref': its input schema refers to '#/nope'" in str(caught.value)
+
+
+def test_a_check_that_would_take_too_long_is_abandoned_and_left_to_the_server(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from baf.reasoning.mcp.schema import CHECK_BUDGET, schema_problem
+    from baf.reasoning.mcp.tool import SchemaArguments
+
+    # Each level refers twice to the next: checking a value walks 2**14 paths, so the work doubles with
+    # each level of a schema a few hundred bytes long.
+    levels = 14
+    defs: dict[str, Any] = {f"d{i}": {"anyOf": [{"$ref": f"#/$defs/d{i + 1}"}] * 2} for i in range(levels)}
+    defs[f"d{levels}"] = {"type": "integer"}
+    schema = {"type": "object", "$defs": defs, "properties": {"a": {"$ref": "#/$defs/d0"}}}
+    assert schema_problem(schema) is None  # a valid schema: only some values take long
+    check = SchemaArguments("t", schema)
+    assert check.validate('{"a": 1}') == {"a": 1}
+    with caplog.at_level(logging.WARNING, logger="baf.mcp"):
+        assert check.validate('{"a": "one"}') == {"a": "one"}  # would be refused, but not decided: sent on
+    assert f"tool 't': checking the arguments against the schema would take more than {CHECK_BUDGET} steps" in (
+        caplog.text
+    )
+    with pytest.raises(ToolArgumentError, match="'one' is not of type 'integer'"):  # a cheap check still works
+        SchemaArguments("t", {"type": "object", "properties": {"a": {"type": "integer"}}}).validate('{"a": "one"}')
 
 
 async def test_ten_megabytes_of_result_are_cut_for_the_model_and_recorded_cut() -> None:

@@ -463,7 +463,7 @@ def test_a_fork_of_a_demo_session_is_continued_with_baf_demo(tmp_path: Path) -> 
     # The demo's agent is defined in no file of the user's: the hint is the demo's own command.
     (hint,) = [line for line in forked.stdout.splitlines() if line.startswith("continue it in the terminal: ")]
     command = hint.removeprefix("continue it in the terminal: ")
-    assert command == f"baf demo --log sqlite:///reasoning_demo.db --session terminal@{second}"
+    assert command == f"baf demo --log=sqlite:///reasoning_demo.db --session=terminal@{second}"
     done = baf(*command.split()[1:], stdin="thanks\nexit\n")
     assert done.returncode == 0, done.stderr
     out = done.stdout

@@ -538,6 +538,22 @@ async def test_a_bearer_token_guards_all_but_the_card_and_add_a2a_agent_sends_it
         assert len(await helper.log.sessions()) == 1
 
 
+async def test_the_bearer_token_given_to_add_a2a_agent_is_sent_and_never_written_to_the_log() -> None:
+    token = "A2A-T0KEN-GIVEN-IN-PYTHON"  # upper case: the helper's shouted answer holds it as it is
+    helper = _helper_agent("memory://")
+    platform = helper.use_a2a_platform("127.0.0.1", 0, auth_token=token)
+    async with helper:
+        asking = _asking_agent("memory://", platform.url, auth_token=token)
+        async with asking:
+            await asking.receive_message("u", f"is {token} right", None)
+            records = await asking.log.read("u")
+    texts = [json.dumps(r.data) for r in records]
+    assert [r.data["text"] for r in records if r.kind == "reply"] == [
+        "The helper answered: helper says: IS [REDACTED] RIGHT"  # answered: the token was accepted
+    ]
+    assert not any(token in text for text in texts) and any("[REDACTED]" in text for text in texts)
+
+
 async def test_the_token_goes_only_to_the_peers_own_origin_not_where_its_card_points(
     peers: list[FakePeer],
 ) -> None:

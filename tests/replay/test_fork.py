@@ -242,3 +242,53 @@ async def test_a_message_to_a_fork_cut_before_the_first_step_runs_the_initial_bo
 async def read_log(url: str, session_id: str) -> list[Record]:
     async with open_log(url) as log:
         return await log.read(session_id)
+
+
+@pytest.mark.parametrize("session", ["-h", "s\x1b[31m"])
+def test_the_printed_continue_command_names_the_fork_when_pasted_into_a_shell(tmp_path: Path, session: str) -> None:
+    """A fork of session "-h" is "-h@3": ``--session -h@3`` would be an argparse error; a session holding
+    ESC was printed with ``\\x1b`` as text, which names another session when pasted."""
+    import shlex
+    import subprocess
+    import sys
+
+    from rich.console import Console
+
+    from baf.replay.cli_hooks import fork_command
+
+    agent_file, db = tmp_path / "agent.py", tmp_path / "cli.db"
+    agent_file.write_text(
+        "from baf import Agent\n"
+        "from baf.library.state.reasoning_state_library import new_reasoning_state\n"
+        "from baf.testing import ScriptedLLM\n"
+        f"agent = Agent('cli', log='sqlite:///{db}')\n"
+        "state = new_reasoning_state(agent, ScriptedLLM(['hi there', 'forked answer']), enable_task_planning=False)\n"
+        "state.when_event().go_to(state)\n"
+    )
+    from baf.cli import find_agent, load_agent_module
+
+    async def record_and_fork() -> str:
+        async with find_agent(load_agent_module(str(agent_file))) as agent:
+            await agent.receive_message(session, "hello")
+        console = Console(record=True, width=500)
+        async with open_log(f"sqlite:///{db}") as log:
+            assert await fork_command(log, session, 3, console, str(db)) == 0
+        return console.export_text()
+
+    printed = asyncio.run(record_and_fork())
+    assert "\x1b" not in printed
+    line = next(line for line in printed.splitlines() if line.startswith("continue it in the terminal: "))
+    command = line.removeprefix("continue it in the terminal: ").removesuffix(" (quoted for bash or zsh)")
+    command = command.split(" (the .py or .yaml file")[0]
+    baf = f"{shlex.quote(sys.executable)} -m baf.cli"
+    command = command.replace("baf run AGENT_FILE", f"{baf} run {shlex.quote(str(agent_file))}", 1)
+    result = subprocess.run(["bash", "-c", command], input="more\n", capture_output=True, text=True, timeout=60,
+                            cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "hi there" in result.stdout  # the fork's history: the pasted command named the fork
+
+    async def sessions() -> list[str]:
+        async with open_log(f"sqlite:///{db}") as log:
+            return await log.sessions()
+
+    assert sorted(asyncio.run(sessions())) == sorted([session, f"{session}@3"])  # no other session made

@@ -142,7 +142,7 @@ async def test_baf_run_session_continues_a_held_fork(shop: Path) -> None:
     forked = baf("replay", "shop.db", "s", "--fork-at", str(holding), cwd=shop)
     assert forked.returncode == 0, forked.stderr
     # The log does not say which file defines the agent (shop_agent.py here): the hint names the agent.
-    hint = f"baf run AGENT_FILE --log sqlite:///shop.db --session s@{holding} (the .py or .yaml file that defines"
+    hint = f"baf run AGENT_FILE --log=sqlite:///shop.db --session=s@{holding} (the .py or .yaml file that defines"
     assert f"{hint} agent 'shop')" in forked.stdout
     assert f"await agent.continue_session('s@{holding}') (an Agent with log='sqlite:///shop.db')" in forked.stdout
     assert "agent.py" not in forked.stdout
@@ -172,7 +172,7 @@ async def test_the_fork_hint_names_the_postgresql_log_and_baf_run_continues_the_
     assert forked.returncode == 0, forked.stderr
     (hint,) = [line for line in forked.stdout.splitlines() if line.startswith("continue it in the terminal: ")]
     command = hint.removeprefix("continue it in the terminal: ").split(" (the .py")[0]
-    assert command == f"baf run AGENT_FILE --log {shlex.quote(postgres_dsn)} --session terminal@{holding}"
+    assert command == f"baf run AGENT_FILE --log={shlex.quote(postgres_dsn)} --session=terminal@{holding}"
     assert f"(an Agent with log={postgres_dsn!r})" in forked.stdout
     # The command as printed, with the agent's file named, continues the fork (its held question first)
     argv = shlex.split(command.replace("AGENT_FILE", "shop_agent.py"))[2:]

@@ -6,8 +6,8 @@ the server process ended (its stderr closed), a call found the connection closed
 subscription dropped. A lost connection is opened again, up to ``max_restarts`` times per start, with
 a short back-off; after that the server's tools answer with a :class:`~baf.errors.ToolServerError`.
 
-A stdio server's stderr goes line by line to the ``baf.mcp.<name>`` logger; the last lines are quoted
-when the server fails to start or dies.
+A stdio server's stderr goes line by line to the ``baf.mcp.<name>`` logger, each line cut at 8 KiB;
+the last lines are quoted when the server fails to start or dies.
 
 When the server says its tool list changed (``notifications/tools/list_changed``, or the
 ``subscriptions/listen`` stream of the 2026 protocol), the tools are listed again and handed to
@@ -29,12 +29,16 @@ from typing import Any
 
 from baf.errors import ConfigurationError, ToolError, ToolListingError, ToolServerError
 from baf.reasoning.mcp.content import render_content
+from baf.reasoning.mcp.names import ListingEntry, checked_listing
 
 __all__ = ["MCPConnection", "ServerSpec"]
 
 #: Listing pages read before a listing is taken as complete: a server that pages forever cannot hang us.
 _MAX_PAGES = 100
 _STDERR_TAIL = 20
+#: Bytes of one line of a server's stderr that are logged; the rest of a longer line is dropped.
+_STDERR_LINE = 8192
+_STDERR_CHUNK = 65536
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +59,8 @@ class ServerSpec:
         return " ".join(self.command) if self.command else str(self.url)
 
 
-Listing = list[tuple[str, str | None, Any]]
+#: A server's tools, each with its input schema checked (in a worker thread, see :func:`_list_tools`).
+Listing = list[ListingEntry]
 
 
 class MCPConnection:
@@ -178,6 +183,7 @@ class MCPConnection:
             async with httpx2.AsyncClient(headers=dict(self.spec.headers), timeout=timeout) as http:
                 transport = streamable_http_client(self.spec.url, http_client=http)
                 async with Client(transport, cache=None, message_handler=self._on_message) as client:
+                    _without_result_schema_check(client)
                     yield client
             return
         from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -190,26 +196,49 @@ class MCPConnection:
             async with Client(stdio_client(params, errlog=errlog), cache=None,
                               message_handler=self._on_message) as client:  # fmt: skip
                 errlog.close()  # the server holds its own copy; its exit now ends the pipe
+                _without_result_schema_check(client)
                 yield client
         finally:
             errlog.close()
 
     def _stderr_pipe(self) -> Any:
-        """A file for the server's stderr; a thread logs each line, and its end means the server exited."""
+        """A file for the server's stderr; a thread logs each line, and its end means the server exited.
+
+        Read in chunks, never more than one line of :data:`_STDERR_LINE` bytes held: a server writing
+        gigabytes without a newline must not grow the process. A longer line is logged cut, saying so,
+        when it reaches that length; the rest of it is dropped.
+        """
         read_fd, write_fd = os.pipe()
         loop, wake = asyncio.get_running_loop(), self._wake
 
         def pump() -> None:
-            with os.fdopen(read_fd, "rb") as pipe:
-                for raw in pipe:
-                    line = raw.decode("utf-8", errors="replace").rstrip()
-                    self._tail.append(line)
-                    self.logger.info("%s", line)
+            line, cut = bytearray(), False
+            with os.fdopen(read_fd, "rb", buffering=0) as pipe:
+                while chunk := pipe.read(_STDERR_CHUNK):
+                    *ended, rest = chunk.split(b"\n")
+                    for piece in ended:
+                        if not cut:
+                            self._stderr_line(bytes(line + piece))
+                        line, cut = bytearray(), False
+                    if not cut:
+                        line += rest
+                        if len(line) > _STDERR_LINE:
+                            self._stderr_line(bytes(line[:_STDERR_LINE]), cut=True)
+                            line, cut = bytearray(), True
+                if line and not cut:
+                    self._stderr_line(bytes(line))
             with contextlib.suppress(RuntimeError):  # the loop is closed: nothing left to tell
                 loop.call_soon_threadsafe(wake.set)
 
         threading.Thread(target=pump, name=f"baf-mcp-{self.spec.name}-stderr", daemon=True).start()
         return os.fdopen(write_fd, "w")
+
+    def _stderr_line(self, raw: bytes, cut: bool = False) -> None:
+        line = raw.decode("utf-8", errors="replace").rstrip()
+        if cut:
+            line += f" [line cut: longer than {_STDERR_LINE} bytes; the rest of it is dropped]"
+        self._tail.append(line)
+        self.logger.info("%s", line)
 
     @contextlib.asynccontextmanager
     async def _listening(self, client: Any) -> AsyncIterator[None]:
@@ -334,10 +363,11 @@ class MCPConnection:
 
 
 async def _list_tools(client: Any) -> Listing:
-    """Every tool the server lists, page by page, as ``(name, description, input_schema)``."""
+    """Every tool the server lists, page by page, each schema checked in a worker thread (a server's schemas
+    can be large, and checking is pure Python work: the event loop keeps running meanwhile)."""
     from pydantic import ValidationError
 
-    listing: Listing = []
+    listing: list[tuple[str, str | None, Any]] = []
     cursor: str | None = None
     for _ in range(_MAX_PAGES):
         try:
@@ -350,7 +380,21 @@ async def _list_tools(client: Any) -> Listing:
         cursor = page.next_cursor
         if cursor is None:
             break
-    return listing
+    return await asyncio.to_thread(checked_listing, listing)
+
+
+def _without_result_schema_check(client: Any) -> None:
+    """Turn off the SDK's check of each result against the tool's output schema.
+
+    It runs ``jsonschema`` on the event loop with the server's regular expressions, which a server could
+    write to take minutes (every session of the process would wait), and it gains baf nothing: the model
+    reads a result's content whatever its shape (:func:`~baf.reasoning.mcp.content.render_content`).
+    """
+
+    async def accept(name: str, result: Any) -> None:
+        return None
+
+    client.session.validate_tool_result = accept
 
 
 def _unwrapped(exc: BaseException) -> BaseException:

@@ -13,9 +13,21 @@ import hashlib
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
-__all__ = ["ListedTool", "Refusal", "Selection", "default_prefix", "model_name", "schema_problem", "select_tools"]
+from baf.reasoning.mcp.schema import schema_problem
+
+__all__ = [
+    "ListedTool",
+    "ListingEntry",
+    "Refusal",
+    "Selection",
+    "checked_listing",
+    "default_prefix",
+    "model_name",
+    "schema_problem",
+    "select_tools",
+]
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _BAD_CHARS = re.compile(r"[^A-Za-z0-9_-]")
@@ -34,6 +46,24 @@ def model_name(prefix: str, mcp_name: str) -> str:
         digest = hashlib.sha256(mcp_name.encode("utf-8")).hexdigest()[:8]
         name = f"{name[: _MAX - 9]}_{digest}"
     return name
+
+
+class ListingEntry(NamedTuple):
+    """One tool as a server listed it, with what is wrong with its input schema (``None``: nothing)."""
+
+    name: str
+    description: str | None
+    input_schema: Any
+    problem: str | None
+
+
+def checked_listing(listed: Iterable[tuple[str, str | None, Any]]) -> list[ListingEntry]:
+    """``listed`` with each schema checked (:func:`~baf.reasoning.mcp.schema.schema_problem`).
+
+    Pure work on the listing alone, so it may run in a worker thread: checking many large schemas takes
+    a while, and the event loop keeps running meanwhile.
+    """
+    return [ListingEntry(name, description, schema, schema_problem(schema)) for name, description, schema in listed]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +92,9 @@ class Selection:
     refused: list[Refusal] = field(default_factory=list)
 
 
-def select_tools(listed: Iterable[tuple[str, str | None, Any]], prefix: str, wanted: Iterable[str] | None) -> Selection:
-    """Turn a server's listing (``(name, description, input_schema)`` triples) into the tools to offer.
+def select_tools(listed: Iterable[tuple[Any, ...]], prefix: str, wanted: Iterable[str] | None) -> Selection:
+    """Turn a server's listing into the tools to offer: :class:`ListingEntry` items (schemas checked
+    already), or ``(name, description, input_schema)`` triples (checked here).
 
     Refused, each with its reason: a tool outside ``wanted`` (when given) is simply skipped; a schema
     that is not a JSON object schema (a model's arguments are always an object); a name listed twice
@@ -71,16 +102,17 @@ def select_tools(listed: Iterable[tuple[str, str | None, Any]], prefix: str, wan
     the same model name.
     """
     wanted_set = set(wanted) if wanted is not None else None
-    entries = [(n, d, s) for n, d, s in listed if wanted_set is None or n in wanted_set]
+    entries = [entry if isinstance(entry, ListingEntry) else checked_listing([entry])[0] for entry in listed
+               if wanted_set is None or entry[0] in wanted_set]  # fmt: skip
     selection = Selection()
     counts: dict[str, int] = {}
-    for mcp_name, _, _ in entries:
+    for mcp_name, *_ in entries:
         counts[mcp_name] = counts.get(mcp_name, 0) + 1
     by_model_name: dict[str, list[str]] = {}
-    for mcp_name, _, _ in entries:
+    for mcp_name, *_ in entries:
         by_model_name.setdefault(model_name(prefix, mcp_name), []).append(mcp_name)
     seen: set[str] = set()
-    for mcp_name, description, schema in entries:
+    for mcp_name, description, schema, problem in entries:
         name = model_name(prefix, mcp_name)
         if counts[mcp_name] > 1:
             if mcp_name not in seen:
@@ -92,7 +124,6 @@ def select_tools(listed: Iterable[tuple[str, str | None, Any]], prefix: str, wan
             others = ", ".join(repr(n) for n in by_model_name[name] if n != mcp_name)
             selection.refused.append(Refusal(mcp_name, f"its model name {name!r} is also that of {others}"))
             continue
-        problem = schema_problem(schema)
         if problem is not None:
             selection.refused.append(Refusal(mcp_name, problem))
             continue
@@ -101,21 +132,3 @@ def select_tools(listed: Iterable[tuple[str, str | None, Any]], prefix: str, wan
             continue
         selection.tools.append(ListedTool(mcp_name, name, description or "", schema))
     return selection
-
-
-def schema_problem(schema: Any) -> str | None:
-    """Why ``schema`` cannot be a tool's input schema, or ``None`` if it can.
-
-    It must be a JSON object schema (``"type": "object"``) that is itself a valid JSON Schema.
-    """
-    if not isinstance(schema, dict):
-        return f"its input schema is not a JSON object schema but {type(schema).__name__}"
-    if schema.get("type") != "object":
-        return f"its input schema has type {schema.get('type')!r}; a tool's arguments are a JSON object"
-    import jsonschema  # a dependency of the mcp package, present whenever MCP tools are
-
-    try:
-        jsonschema.validators.validator_for(schema).check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        return f"its input schema is not a valid JSON Schema ({exc.message})"
-    return None

@@ -11,11 +11,13 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from baf.errors import ToolTimeoutError
 from baf.reasoning.mcp.names import ListedTool
+from baf.reasoning.mcp.schema import CheckAbandoned, bounded_errors, bounded_validator
 from baf.reasoning.tool import Tool
 from baf.reasoning.tool_arguments import argument_error, argument_path, not_an_object, parse_arguments
 
@@ -27,11 +29,16 @@ Caller = Callable[[str, dict[str, Any]], Awaitable[str]]
 #: Problems listed for one call; a huge wrong payload would otherwise give the model a wall of text.
 _MAX_PROBLEMS = 20
 
+logger = logging.getLogger("baf.mcp")
+
 
 class SchemaArguments:
     """The arguments check of a tool whose schema is a JSON Schema from elsewhere (an MCP server's input
     schema): the model is shown that schema as it is, and arguments are checked against it as JSON Schema
     (with the ``jsonschema`` package the MCP client depends on), after the same JSON parsing as any tool.
+
+    The check is bounded (:mod:`baf.reasoning.mcp.schema`): the server's regular expressions are not run,
+    and a check that would take too long is abandoned, the arguments then going to the server unchecked.
 
     Args:
         tool_name: Used in error messages.
@@ -59,7 +66,12 @@ class SchemaArguments:
         if not isinstance(args, Mapping):
             raise not_an_object(self.tool_name, args)
         args = dict(args)
-        errors = sorted(self._checker().iter_errors(args), key=lambda error: [*map(str, error.absolute_path)])
+        try:
+            errors = bounded_errors(self._checker(), args)
+        except CheckAbandoned as exc:
+            logger.warning("tool %r: %s; the arguments go to the server unchecked", self.tool_name, exc)
+            return args
+        errors.sort(key=lambda error: [*map(str, error.absolute_path)])
         if errors:
             problems = [_describe(error) for error in errors[:_MAX_PROBLEMS]]
             if len(errors) > _MAX_PROBLEMS:
@@ -69,9 +81,7 @@ class SchemaArguments:
 
     def _checker(self) -> Any:
         if self._validator is None:
-            import jsonschema  # a dependency of the mcp package
-
-            self._validator = jsonschema.validators.validator_for(self._schema)(self._schema)
+            self._validator = bounded_validator(self._schema)
         return self._validator
 
 

@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from baf.errors import ConfigurationError, MissingExtraError, ToolServerError
+from baf.log.redaction import register_header_secrets
 from baf.reasoning.effects import ReplayGuardError, offline_tool_schemas
 from baf.reasoning.mcp.connection import Listing, MCPConnection, ServerSpec
 from baf.reasoning.mcp.names import ListedTool, default_prefix, model_name, select_tools
@@ -39,7 +40,9 @@ class MCPToolset:
             tool names is ``name__``.
         command: The command that starts a stdio server, as a list (``["python", "server.py"]``).
         url: The endpoint of a streamable-HTTP server (``http://host:port/mcp``) instead of a command.
-        headers: HTTP headers sent with every request to ``url`` (an ``Authorization`` token, ...).
+        headers: HTTP headers sent with every request to ``url`` (an ``Authorization`` token, ...). The values
+            of credential headers (``Authorization``, ``Proxy-Authorization``, ``Cookie``, and names holding
+            ``key``, ``token``, ``secret`` or ``auth``, in any case) are redacted from every session log.
         tools: The server's tool names to offer (by their MCP names); ``None`` for all. A name the
             server does not list, or lists in a form baf cannot use, stops the start with an error.
         prefix: What the model's name of each tool starts with, instead of ``name__``.
@@ -103,6 +106,7 @@ class MCPToolset:
         self.wanted: tuple[str, ...] | None = tuple(tools) if tools is not None else None
         self.timeout = timeout
         self.requires_approval = requires_approval
+        register_header_secrets(headers or {})  # never written to a session log (docs/mcp.md)
         self.spec = ServerSpec(name, tuple(command) if command is not None else None, url, dict(headers or {}),
                                dict(env) if env is not None else None, cwd, start_timeout, max_restarts)  # fmt: skip
         self.logger = logging.getLogger(f"baf.mcp.{name}")
