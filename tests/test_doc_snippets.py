@@ -104,7 +104,7 @@ def test_ci_runs_the_readmes_test_command() -> None:
     """The README's install-and-test command is what .ci/run runs (a venv: PEP 668 systems refuse pip
     outside one)."""
     command = readme_block("bash", "pytest").strip()
-    assert command == 'python3 -m venv .venv && .venv/bin/pip install -e ".[dev]" && .venv/bin/python -m pytest'
+    assert command == 'python3 -m venv .venv && .venv/bin/pip install -e ".[dev]" && .venv/bin/python -m pytest -n 2'
     ci = (DOCS.parent / ".ci" / "run").read_text(encoding="utf-8")
     for part in command.split(" && "):
         assert part in ci, part
