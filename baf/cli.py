@@ -159,6 +159,10 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, visible(shown) + "\n")
 
 
+#: How a session id that starts with ``-`` is given (argparse reads it as an option otherwise).
+_DASHED = "an id starting with '-' goes after '--' (LOG -- -id)"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="baf", description="baf: event-sourced state-machine agents.")
     commands = parser.add_subparsers(dest="command")
@@ -227,7 +231,7 @@ def _parser() -> argparse.ArgumentParser:
 
     log = commands.add_parser("log", help="print the records of a session")
     log.add_argument("log", nargs="?", help=f"a log file or URL (default: {DEFAULT_LOG_FILE} in this folder)")
-    log.add_argument("session", nargs="?", help="the session id (without it: the sessions to pick from)")
+    log.add_argument("session", nargs="?", help=f"the session id (without it: the sessions to pick from); {_DASHED}")
     output = log.add_mutually_exclusive_group()
     output.add_argument(
         "--plain",
@@ -597,7 +601,7 @@ _PAGE_DEFAULT = 50
 def _add_replay_parser(commands: Any) -> argparse.ArgumentParser:
     replay = commands.add_parser("replay", help="a session's timeline, its state at any record, or the session list")
     replay.add_argument("log", help="a log file or URL")
-    replay.add_argument("session", nargs="?", help="the session id (without it: list the sessions)")
+    replay.add_argument("session", nargs="?", help=f"the session id (without it: list the sessions); {_DASHED}")
     replay.add_argument(
         "--kind",
         action="append",
@@ -637,7 +641,7 @@ def _add_replay_parser(commands: Any) -> argparse.ArgumentParser:
 def _add_export_parser(commands: Any) -> argparse.ArgumentParser:
     export = commands.add_parser("export", help="export a session as JSON lines or OpenTelemetry spans")
     export.add_argument("log", help="a log file or URL")
-    export.add_argument("session", help="the session id")
+    export.add_argument("session", help=f"the session id; {_DASHED}")
     export.add_argument(
         "--format",
         choices=["jsonl", "otel"],

@@ -35,6 +35,7 @@ from baf.library.demo_model import EXAMPLE_QUESTIONS, OfflineDemoLLM
 from baf.library.state.reasoning_state_library import DEFAULT_SYSTEM_PROMPT, new_reasoning_state
 from baf.llm.base import LLM
 from baf.log import SessionLog
+from baf.log.printable import shell_word
 from baf.reasoning.tool import Tool
 from baf.reasoning.workspace import Workspace
 
@@ -344,6 +345,8 @@ def run_demo(
     if url.startswith("sqlite:///"):  # a file to read back (a memory:// log is gone)
         # Decoded as open_log decodes it (a "#" in the name is "%23" in the URL), and quoted for a shell.
         path = unquote(urlsplit(url).path[1:])
-        command = f"{_baf_command()} replay {shlex.quote(path)} {shlex.quote(terminal.session_id)}"
+        session = terminal.session_id
+        dashes = "-- " if session.startswith("-") else ""  # else argparse reads the id as an option
+        command = f"{_baf_command()} replay {shell_word(path)} {dashes}{shell_word(session)}"
         console.print(Text(f"The conversation is recorded in {path}; see it again with: {command}", style="dim"),
                       soft_wrap=True)  # fmt: skip

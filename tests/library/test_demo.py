@@ -446,6 +446,16 @@ def test_the_demo_takes_a_plain_log_path_and_says_where_it_wrote(tmp_path: Path)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "plain.db").exists() and not (tmp_path / "reasoning_demo.db").exists()
     assert "recorded in plain.db; see it again with: baf replay plain.db terminal" in result.stdout
+    # A session id argparse would read as an option is given after "--", as the printed command does.
+    result = subprocess.run(
+        [sys.executable, "-m", "baf.cli", "demo", "--log", "plain.db", "--session=-x"], input="exit\n",
+        capture_output=True, text=True, cwd=tmp_path, env=_terminal_env(), timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "see it again with: baf replay plain.db -- -x" in result.stdout
+    shown = subprocess.run([sys.executable, "-m", "baf.cli", "replay", "plain.db", "--", "-x"], capture_output=True,
+                           text=True, cwd=tmp_path, timeout=120)  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
 
 
 @pytest.mark.slow

@@ -292,3 +292,23 @@ def test_a_failed_export_leaves_no_file_and_an_earlier_export_as_it_was(
     assert target.stat().st_mode & 0o777 == 0o640  # replaced, with the permissions it had
     assert list(out_dir.iterdir()) == [target]
     assert main(["export", db, GOLDEN_SESSION, "-o", "/dev/null"]) == 0  # not a file: written as it is
+
+
+def test_a_session_id_starting_with_a_dash_goes_after_double_dash(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "dash.db"
+
+    async def write() -> None:
+        log = open_log(f"sqlite:///{db}")
+        data = {"event": {"type": "text", "message": "hello"}, "text": "hello"}
+        await log.append([Record("-h", 1, "message_received", data)])
+        await log.close()
+
+    asyncio.run(write())
+    with pytest.raises(SystemExit):
+        main(["replay", "--help"])
+    assert "LOG -- -id" in " ".join(capsys.readouterr().out.split())  # the help says how
+    assert "hello" in run(capsys, "replay", str(db), "--", "-h")
+    assert "hello" in run(capsys, "log", str(db), "--", "-h")
+    assert '"session_id": "-h"' in run(capsys, "export", str(db), "--", "-h")
