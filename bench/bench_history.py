@@ -1,9 +1,9 @@
 """Benchmark: a ``history`` request on a long session, over a real WebSocket on loopback.
 
-A SQLite log holds one session of ``--records`` records (the start of a real session, then its first
-message, step and reply repeated, each exchange with texts of its own). A client resumes it and asks
-``{"type": "history", "after_seq": 0}`` ``--requests`` times, one after another; reported: the median and
-p90 time from the request to its ``history`` frame, and the items it carried (``history_limit``, 1,000).
+A SQLite log holds one session of up to ``--records`` records, whole exchanges only (the start of a real
+session, then its first message, step and reply repeated, each exchange with texts of its own). A client resumes it
+and asks ``{"type": "history", "after_seq": 0}`` ``--requests`` times, one after another; reported: the
+median and p90 time from the request to its ``history`` frame, and the items it carried (``history_limit``, 1,000).
 Run it from a checkout to measure that checkout's baf (``PYTHONPATH=OTHER_CHECKOUT`` measures another)::
 
     python bench/bench_history.py --records 100000
@@ -47,7 +47,7 @@ async def until(ws: object, kind: str) -> dict[str, object]:
 
 
 def repeated(session_id: str, first: list[Record], count: int) -> list[Record]:
-    """``first``'s start, then its first exchange again and again until ``count`` records."""
+    """``first``'s start, then its first exchange again and again while a whole one fits in ``count`` records."""
     start = next(r.seq for r in first if r.kind == RecordKind.MESSAGE_RECEIVED) - 1
     records = [Record(session_id, r.seq, r.kind, r.data, r.ts, r.version) for r in first[:start]]
     exchange = first[start:]
