@@ -50,7 +50,7 @@ import copy
 import inspect
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, overload
 
 import pydantic
@@ -149,7 +149,7 @@ class Tool:
         self._params: dict[str, ToolParameter] | None = None
         # What _bind reads for each parameter fn is called with, in order: (name, default, positional only,
         # nullable). Read once: inspect.Parameter's fields are properties, and reading them on every call
-        # cost ~5,600 of the ~12,300 instructions _bind took (bench/ab_instructions.py).
+        # would add ~5,600 instructions to _bind's ~6,700 (bench/ab_instructions.py).
         self._binding: tuple[tuple[str, Any, bool, bool], ...] = ()
         if arguments is not None:  # the schema comes from elsewhere: fn's signature is not read
             self.description: str = description if description is not None else parse_docstring(docstring_of(fn))[0]
@@ -302,13 +302,17 @@ class Tool:
         positional, keyword = self._bind(args, session)
         if self.timeout is None:
             return await self._invoke(positional, keyword, session)
+        # _invoke converts the function's own TimeoutError, so one arriving there is our deadline.
+        return await self._within_timeout(self._invoke(positional, keyword, session), self.timeout)
+
+    async def _within_timeout(self, call: Awaitable[Any], seconds: float) -> Any:
+        """``await call`` within ``seconds``; past it, :class:`~baf.errors.ToolTimeoutError`."""
         try:
-            # _invoke converts the function's own TimeoutError, so one arriving here is our deadline.
-            async with asyncio.timeout(self.timeout):
-                return await self._invoke(positional, keyword, session)
+            async with asyncio.timeout(seconds):
+                return await call
         except TimeoutError:
             raise ToolTimeoutError(
-                f"tool '{self.name}' did not finish within {self.timeout:g} seconds and was abandoned"
+                f"tool '{self.name}' did not finish within {seconds:g} seconds and was abandoned"
             ) from None
 
     @staticmethod

@@ -30,21 +30,23 @@ written (:mod:`baf.reasoning.streaming`); only the complete response is ever rec
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import operator
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from baf.errors import LLMResponseError
 from baf.llm.base import LLM, LLMResponse, ToolCall, Usage
 from baf.log.record import RecordKind
+from baf.reasoning.awaiting import time_limited
 from baf.reasoning.effects import FullRequest
 
 if TYPE_CHECKING:
     from baf.reasoning.patterns.accounting import PriceTable
     from baf.reasoning.recorder import Recorder
+    from baf.reasoning.streaming import TextDeltas
 
 __all__ = ["ModelTurns", "Turn", "check_response"]
 
@@ -114,19 +116,10 @@ class ModelTurns:
             request = FullRequest(step, list(messages), system, list(tools), dict(parameters or {}), model.name,
                                   None, self.loop, turn)  # fmt: skip
             response = source.llm_response(request)
-        if response is None:  # the one place a loop calls its model (inline: a coroutine less per turn)
-            if model.streams:
-                response = await self._streamed(model, messages, tools, parameters, system, purpose, time_limit)
-            elif time_limit is None:
-                response = await model.predict_with_tools(messages, tools, parameters=parameters or None,
-                                                          system_message=system)  # fmt: skip
-            else:
-                async with asyncio.timeout(time_limit):
-                    response = await model.predict_with_tools(messages, tools, parameters=parameters or None,
-                                                              system_message=system)  # fmt: skip
+        if response is None:  # the one place a loop calls its model
+            response = await time_limited(self._call(model, messages, tools, parameters, system, purpose), time_limit)
         latency_ms = round((time.perf_counter() - started) * 1000, 3)
-        if not _well_formed(response):  # the common case checked inline; anything else gets the full check
-            response = check_response(response, model)
+        response = check_response(response, model)
         cost = self.prices.cost(model.name, response.usage) if self.prices is not None else None
         data: dict[str, Any] = {"loop": self.loop, "run": self.run, "turn": turn, "step": step, "model": model.name,
                                 "provider": model.provider, "latency_ms": latency_ms, **response.to_dict()}  # fmt: skip
@@ -135,7 +128,7 @@ class ModelTurns:
         self.recorder.record(RecordKind.LLM_RESPONSE, data)
         return Turn(response, latency_ms, cost)
 
-    async def _streamed(
+    def _call(
         self,
         model: LLM,
         messages: list[dict[str, Any]],
@@ -143,19 +136,15 @@ class ModelTurns:
         parameters: dict[str, Any] | None,
         system: str | None,
         purpose: str | None,
-        time_limit: float | None,
-    ) -> LLMResponse:
-        """The model's answer with its text streamed to the platform (see :mod:`baf.reasoning.streaming`).
-        A compaction's summary is nobody's answer: it, and any turn without a platform, is asked whole."""
-        deltas = self.recorder.text_deltas() if purpose != "compaction" else None
-        async with asyncio.timeout(time_limit):
-            if deltas is None:
-                return await model.predict_with_tools(messages, tools, parameters=parameters or None,
-                                                      system_message=system)  # fmt: skip
-            response = await model.stream_with_tools(messages, tools, deltas, parameters=parameters or None,
-                                                     system_message=system)  # fmt: skip
-            await deltas.finish()
-        return response
+    ) -> Awaitable[LLMResponse]:
+        """The model's answer, its text streamed to the platform when the model streams (see
+        :mod:`baf.reasoning.streaming`). A compaction's summary is nobody's answer: it, and any turn without
+        a platform, is asked whole."""
+        deltas = self.recorder.text_deltas() if model.streams and purpose != "compaction" else None
+        if deltas is None:
+            return model.predict_with_tools(messages, tools, parameters=parameters or None, system_message=system)
+        return _streamed(model.stream_with_tools(messages, tools, deltas, parameters=parameters or None,
+                                                 system_message=system), deltas)  # fmt: skip
 
     def _record_request(
         self,
@@ -202,15 +191,21 @@ class ModelTurns:
         self.recorder.record(RecordKind.LLM_REQUEST, data)
 
 
+async def _streamed(answer: Awaitable[LLMResponse], deltas: TextDeltas) -> LLMResponse:
+    response = await answer
+    await deltas.finish()
+    return response
+
+
 def _same(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> bool:
     """Whether two tool lists are the same schemas (by identity first: loops reuse their schema dicts)."""
     return len(a) == len(b) and all(x is y or x == y for x, y in zip(a, b, strict=True))
 
 
 def _well_formed(response: Any) -> bool:
-    """The common case, checked fast (exact types; anything else gets the full check below). Saves
-    ~6,000 instructions of a ~680,000-instruction turn against always calling :func:`check_response`
-    (``bench/ab_instructions.py``)."""
+    """The common case, checked fast: exact types, so no ``isinstance`` walk and no list of problems
+    (~6,000 instructions of a ~680,000-instruction turn, ``bench/ab_instructions.py``); anything else
+    gets :func:`check_response`'s full check."""
     if type(response) is not LLMResponse or type(response.usage) is not Usage:
         return False
     text, calls = response.text, response.tool_calls
@@ -226,6 +221,8 @@ def check_response(response: Any, llm: LLM) -> LLMResponse:
     """``response`` if it has the shape of an :class:`~baf.llm.base.LLMResponse`; else
     :class:`~baf.errors.LLMResponseError` naming the adapter and what is wrong (every adapter's answer
     is checked here, so a wrong one is an error record and a clear message, never a crash later)."""
+    if _well_formed(response):
+        return response
     problems: list[str] = []
     if not isinstance(response, LLMResponse):
         problems.append(f"it returned {type(response).__name__}, not an LLMResponse")

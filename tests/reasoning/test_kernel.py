@@ -218,7 +218,7 @@ async def test_context_variables_a_tool_sets_stay_in_that_call(engine: str, max_
 
 
 async def test_a_coroutine_run_in_its_own_context_returns_raises_and_is_cancelled_as_if_awaited() -> None:
-    from baf.reasoning.tool_calls import in_own_context
+    from baf.reasoning.awaiting import in_own_context
 
     cleaned: list[str] = []
 
@@ -253,7 +253,7 @@ async def _under_asyncio_timeout(coroutine: Any, limit: float | None) -> Any:
 
 
 async def _under_time_limited(coroutine: Any, limit: float | None) -> Any:
-    from baf.reasoning.tool_calls import time_limited
+    from baf.reasoning.awaiting import time_limited
 
     return await time_limited(coroutine, limit)
 

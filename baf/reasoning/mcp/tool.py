@@ -8,14 +8,12 @@ server marks ``isError`` is a :class:`~baf.errors.ToolError`: the model reads it
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from baf.errors import ToolTimeoutError
 from baf.reasoning.mcp.names import ListedTool
 from baf.reasoning.mcp.schema import CheckAbandoned, bounded_errors, bounded_validator
 from baf.reasoning.tool import Tool
@@ -137,13 +135,7 @@ class MCPTool(Tool):
         call = self.fn(self.mcp_name, copy.deepcopy(dict(args)))
         if self.timeout is None:
             return await call
-        try:
-            async with asyncio.timeout(self.timeout):
-                return await call
-        except TimeoutError:
-            raise ToolTimeoutError(
-                f"tool '{self.name}' did not finish within {self.timeout:g} seconds and was abandoned"
-            ) from None
+        return await self._within_timeout(call, self.timeout)
 
     @staticmethod
     def render_result(value: Any) -> str:
