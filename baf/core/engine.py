@@ -105,23 +105,7 @@ async def run_step(
             elif isinstance(event, ReceiveTextEvent | ReceiveJSONEvent):
                 state = session.current_state
                 await _run_body(live, state, state.fallback_body, "fallback")
-        for _ in range(MAX_AUTOMATIC_TRANSITIONS):
-            if not session.current_state.has_automatic_transitions:
-                break  # nothing to check: skip the machine, whose trigger costs ~100 µs
-            transition = await _fire(live, CHECK_TRIGGER)
-            if transition is None:
-                break
-            await _take(live, transition, hooks)
-        else:
-            live.record_error(
-                "engine",
-                RuntimeError(f"more than {MAX_AUTOMATIC_TRANSITIONS} automatic transitions in one step"),
-                state=live.projection.current_state,
-            )
-        back = return_transition(live)  # the end of a global state's component: back where the user was
-        if back is not None:
-            _move(live, back, {"return_to": None, "visiting": None})
-            await hooks.after_transition(session, back)
+        await _follow_automatic(live, hooks)
     except asyncio.CancelledError as exc:
         # The runtime interrupted this step: say so in the log, and who stopped it. From here on the step
         # is finishing, which the runtime does not cancel (that would cut these records and the commit).
@@ -131,19 +115,51 @@ async def run_step(
         live.record_error("runtime", exc, event_seq=event_seq, message=message, interrupted_by=cut.by)
         raise
     finally:
-        control.finish_step(live.id)  # a body that swallowed a cancel ends its step as a normal one
-        finished: dict[str, object] = {"event_seq": event_seq}
-        if cut is not None:
-            finished.update(interrupted=True, interrupted_by=cut.by)
-        live.record(RecordKind.STEP_FINISHED, finished)
-        if cut is not None and control.halting:
-            # A body thread the runtime abandoned must not add records after the step's end. A runtime
-            # that goes on (an interrupt without a stop) keeps the session open for later events.
-            live.close()
-        await live.commit()
-        await hooks.after_step(session, event, time.perf_counter() - started)
-        if live.has_unflushed_records:  # an after_step hook recorded an error
-            await live.flush()
+        await _end_step(live, event, event_seq, cut, hooks, started)
+
+
+async def _follow_automatic(live: LiveSession, hooks: StepHooks) -> None:
+    """Take the automatic transitions that hold now (at most ``MAX_AUTOMATIC_TRANSITIONS``), then the
+    return from a global state's component, if its end was reached."""
+    session = live.session
+    for _ in range(MAX_AUTOMATIC_TRANSITIONS):
+        if not session.current_state.has_automatic_transitions:
+            break  # nothing to check: skip the machine, whose trigger costs ~100 µs
+        transition = await _fire(live, CHECK_TRIGGER)
+        if transition is None:
+            break
+        await _take(live, transition, hooks)
+    else:
+        live.record_error(
+            "engine",
+            RuntimeError(f"more than {MAX_AUTOMATIC_TRANSITIONS} automatic transitions in one step"),
+            state=live.projection.current_state,
+        )
+    back = return_transition(live)  # the end of a global state's component: back where the user was
+    if back is not None:
+        _move(live, back, {"return_to": None, "visiting": None})
+        await hooks.after_transition(session, back)
+
+
+async def _end_step(
+    live: LiveSession, event: Event | None, event_seq: int | None, cut: Cut | None, hooks: StepHooks, started: float
+) -> None:
+    """Record the step's end (interrupted, when ``cut``), commit, deliver, and tell the hooks how long the
+    step took since ``started`` (``time.perf_counter()``)."""
+    control = live.runtime.control
+    control.finish_step(live.id)  # a body that swallowed a cancel ends its step as a normal one
+    finished: dict[str, object] = {"event_seq": event_seq}
+    if cut is not None:
+        finished.update(interrupted=True, interrupted_by=cut.by)
+    live.record(RecordKind.STEP_FINISHED, finished)
+    if cut is not None and control.halting:
+        # A body thread the runtime abandoned must not add records after the step's end. A runtime
+        # that goes on (an interrupt without a stop) keeps the session open for later events.
+        live.close()
+    await live.commit()
+    await hooks.after_step(live.session, event, time.perf_counter() - started)
+    if live.has_unflushed_records:  # an after_step hook recorded an error
+        await live.flush()
 
 
 @dataclass(frozen=True, slots=True)
