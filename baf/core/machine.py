@@ -44,8 +44,8 @@ class MachineModel:
 class _SequentialMachine(AsyncMachine):
     """An AsyncMachine that awaits callbacks one after another.
 
-    The stock machine wraps every callback list in ``asyncio.gather`` (a task per callable), which was
-    half of a message's cost. Ours are one condition and one ``before`` callback per transition, in a
+    The stock machine wraps every callback list in ``asyncio.gather`` (a task per callable), which costs as
+    much as the rest of a message. Ours are one condition and one ``before`` callback per transition, in a
     fixed order, so running them in sequence loses nothing.
     """
 

@@ -111,7 +111,7 @@ class SessionProjection:
         ``last_seq``): rebuilding a session from its records when a snapshot was refused.
         """
         # ``apply_fields`` inlined, with the handler table in a local: this loop runs for every record
-        # a restart or a replay reads, and the method calls were a third of its cost.
+        # a restart or a replay reads, and a method call per record would be a third of its cost.
         handlers = _HANDLERS if snapshots else _HANDLERS_WITHOUT_SNAPSHOTS
         for record in records:
             seq, ts = record.seq, record.ts

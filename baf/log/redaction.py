@@ -185,14 +185,11 @@ class Redactor:
     @property
     def active(self) -> bool:
         """Whether there is anything to redact."""
-        patterns = self._patterns if self._built_for == _registry_version else self._current_patterns()
-        return patterns[0] is not None
+        return self._current_patterns()[0] is not None
 
     def redact(self, value: Any) -> Any:
         """``value`` with every secret replaced; the same object when it holds none."""
-        # _current_patterns() inlined for the usual case (nothing registered since the last build): this
-        # runs for every record and every streamed step.
-        pattern, in_json, escaped = self._patterns if self._built_for == _registry_version else self._current_patterns()
+        pattern, in_json, escaped = self._current_patterns()
         if pattern is None:
             return value
         if in_json is not None and _clean_in_json(value, in_json):
@@ -233,6 +230,7 @@ class Redactor:
         return Record(session_id, record.seq, record.kind, data, record.ts, record.version)
 
     def _current_patterns(self) -> _Patterns:
+        """The patterns for the secrets registered now: the last build's, or a new one after a registration."""
         version = _registry_version
         if self._built_for == version:
             return self._patterns  # one attribute, so a thread never sees halves of two builds
@@ -288,7 +286,7 @@ def _escaped_char(char: str, first: bool) -> str:
     backslashes (text escaped more than once, such as JSON inside a JSON string).
 
     The backslashes are taken possessively (``++``), and a secret's first escape only where a run of
-    them begins: tried at every backslash of a long run and backtracked through it, the search took
+    them begins: tried at every backslash of a long run and backtracked through it, the search would take
     quadratic time (seconds for a few ten thousand backslashes).
     """
     if char == "\\":  # itself, or escaped: any run of backslashes

@@ -59,11 +59,9 @@ def encode_records(records: Iterable[Record]) -> tuple[list[Row], int]:
     rows: list[Row] = []
     size = 0
     for record in records:
-        session_id, seq, kind, version, ts, text, encoded = encode_fields(record, MAX_INT64)
-        rows.append(
-            (session_id, seq, ts, kind, version, text, record_checksum(session_id, seq, ts, kind, version, encoded))
-        )
-        size += len(text)
+        row = encode_record(record)
+        rows.append(row)
+        size += len(row[5])
     return rows, size
 
 

@@ -3,14 +3,13 @@
 Layout
     ``baf_records`` keeps one row per record. Its rowid (``position``) is the global append order and
     ``UNIQUE (session_id, seq)`` is the log's key. A ``WITHOUT ROWID`` table keyed on
-    ``(session_id, seq)`` was measured and rejected: with records of about 1 KB from many interleaved
-    sessions it wrote 4-5x slower and made the file over 3x larger, because each insert splits pages
-    of big rows in the middle of the tree, while rowid inserts append to the end of the table and
-    only the small index entries land in the middle. ``baf_sessions`` lists sessions in order of first
+    ``(session_id, seq)`` would write 4-5x slower and make the file over 3x larger with records of
+    about 1 KB from many interleaved sessions: each insert would split pages of big rows in the middle
+    of the tree, while rowid inserts append to the end of the table and only the small index entries
+    land in the middle. ``baf_sessions`` lists sessions in order of first
     record. The writer fills it: a group commit registers, in the same transaction as their rows, the
     sessions its connection has not registered yet (``baf.log.sqlite_commit``), so a session costs
-    one ``INSERT OR IGNORE`` per connection rather than work on every row. Schema version 1 filled it
-    with a trigger on ``baf_records``, which cost a few microseconds a row.
+    one ``INSERT OR IGNORE`` per connection rather than work on every row.
 
     ``baf_work`` (version 3) holds one row per session whose work status (``baf.log.work``) is not
     idle: the sessions with unfinished work, flagged ``unfinished``, and the rare fork holding

@@ -40,7 +40,7 @@ Fast path: an append that commits itself
 Checkpoints
     With ``durability="normal"`` SQLite's automatic checkpoint is off (it would fsync inside a commit
     on the loop). Checkpoints run on the worker with a connection of their own, while commits go on:
-    a checkpoint fsyncs the WAL and the database, milliseconds during which appends used to wait.
+    a checkpoint fsyncs the WAL and the database, milliseconds which appends do not wait for.
     The WAL restarts from its beginning only when a writer finds it wholly copied, so a checkpoint
     that commits kept overtaking leaves it growing; when one reports more than ``_WAL_LIMIT_PAGES``
     frames, the next checkpoint runs between two commits instead (appends wait for that one), which

@@ -43,10 +43,6 @@ logger = logging.getLogger("baf.log")
 
 def check_appendable(records: Sequence[Record]) -> None:
     """Reject a batch that cannot be appended whatever the store holds: seq < 1 or a repeated key."""
-    if len(records) == 1:  # the common case: one record, nothing to repeat
-        if records[0].seq < 1:
-            raise ValueError(f"session {records[0].session_id!r}: seq must be >= 1, got {records[0].seq}")
-        return
     seen: set[tuple[str, int]] = set()
     for record in records:
         if record.seq < 1:

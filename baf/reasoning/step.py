@@ -74,11 +74,12 @@ _set_details = ReasoningStep.__dict__["details"].__set__
 
 
 def build_step(kind: str, step: int, summary: str, details: dict[str, Any]) -> ReasoningStep:
-    """``ReasoningStep(kind, step, summary, details)`` at a third of the cost, every field required.
+    """``ReasoningStep(kind, step, summary, details)`` at two thirds of the cost, every field required.
 
-    For the loops, which build two or three steps a model turn: the generated ``__init__`` of a frozen
-    dataclass cost ~8,000 instructions a step (``bench/ab_instructions.py``). The result is an ordinary
-    ``ReasoningStep``, equal to the one ``__init__`` makes.
+    For the loops, which build two or three steps a model turn: a step built through the frozen
+    dataclass's generated ``__init__`` takes ~8,400 instructions, through its slots ~5,600
+    (``bench/ab_instructions.py``). The result is an ordinary ``ReasoningStep``, equal to the one
+    ``__init__`` makes.
     """
     built = _new(ReasoningStep)
     _set_kind(built, kind)

@@ -99,13 +99,13 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return value
 
 
-# ``json.loads(text, parse_constant=...)`` builds a decoder on every call, which cost more than the
+# ``json.loads(text, parse_constant=...)`` builds a decoder on every call, which costs more than the
 # parse of a typical arguments object; one shared decoder (they are stateless) does the same.
 _ARGUMENTS_DECODER = json.JSONDecoder(
     parse_constant=_no_constants, parse_float=_finite_float, object_pairs_hook=_unique_keys
 )
 # Its scanner (C, with the same hooks): ``decode`` wraps it in Python (white space around the value, extra
-# data after it) that cost twice the scan of a typical arguments object. Raises ``StopIteration`` where
+# data after it) that costs twice the scan of a typical arguments object. Raises ``StopIteration`` where
 # there is no value, ``ValueError`` where the hooks refuse one.
 _scan_value: Callable[[str, int], tuple[Any, int]] = json.scanner.make_scanner(cast(Any, _ARGUMENTS_DECODER))
 

@@ -499,7 +499,7 @@ class _ReasoningRun:
 
         prepare = self._prepare if self.task_list is not None else None
         # Against the tools this turn's request offered (``call_llm`` read them): the ones the model chose
-        # from. Reading the agent's registry again cost ~1 % of a turn (bench/ab_instructions.py).
+        # from.
         await self.runner.run(step, calls, self._tools, after_call=after_call, prepare=prepare,
                               always_live=_is_planning_tool)  # fmt: skip
 
