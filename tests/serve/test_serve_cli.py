@@ -441,6 +441,46 @@ async def test_a_worker_stopped_under_baf_serve_is_reported_and_so_is_its_return
     assert code == 0
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="the kernel tells a child of its parent's death on Linux"
+)
+async def test_the_workers_of_a_baf_serve_killed_with_sigkill_stop_cleanly(postgres_dsn: str) -> None:
+    # A baf serve that dies without passing a signal on (kill -9, the OOM killer) must not leave its workers
+    # serving on: they would hold their sessions, and share the port with the next baf serve, unseen.
+    serve = start_serve(postgres_dsn)
+    assert serve.stdout is not None and serve.stderr is not None
+    connection = await asyncpg.connect(postgres_dsn)
+    pids: list[int] = []
+    try:
+        pids = await ready_worker_pids(serve)
+        serve.kill()
+        await asyncio.to_thread(serve.wait, 30)
+        # Stopped as by baf serve's SIGTERM: a worker's row goes once it gave its leases up (a dead one's stays).
+        for _ in range(300):
+            if await connection.fetchval("SELECT count(*) FROM baf_workers") == 0 and not any(map(alive, pids)):
+                break
+            await asyncio.sleep(0.1)
+        assert await connection.fetchval("SELECT count(*) FROM baf_workers") == 0
+        assert not any(map(alive, pids))
+    finally:
+        await connection.close()
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        serve.stdout.close()
+        serve.stderr.close()
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (one that ended but was not reaped yet, a zombie, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rpartition(b")")[2].split()[0] != b"Z"
+    except FileNotFoundError:
+        return False
+
+
 async def said_by_serve(serve: subprocess.Popen[str]) -> str:
     """The next line ``baf serve`` itself writes on stderr (the workers' log lines may come first)."""
     assert serve.stderr is not None
