@@ -26,6 +26,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+from baf.serve.parent_death import stop_when_parent_dies
 from baf.wording import agreeing, counted
 
 if TYPE_CHECKING:
@@ -114,10 +115,11 @@ def _start_worker(command: list[str], **options: Any) -> subprocess.Popen[bytes]
     """Start a worker process with SIGINT and SIGTERM blocked (a process inherits the signal mask): one
     that comes while its interpreter starts and imports stays pending until ``main`` handles it, where it
     would otherwise be delivered then, and a Ctrl-C in a worker's first milliseconds would print a
-    ``KeyboardInterrupt`` traceback from inside Python's own start-up."""
+    ``KeyboardInterrupt`` traceback from inside Python's own start-up. A worker is sent SIGTERM if
+    ``baf serve`` dies (on Linux, see :mod:`baf.serve.parent_death`): it does not go on serving alone."""
     unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
     try:
-        return subprocess.Popen(command, **options)
+        return subprocess.Popen(command, preexec_fn=stop_when_parent_dies(), **options)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
 

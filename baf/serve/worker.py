@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from baf.core.forwarded import FORWARDED_KEY
 from baf.core.runtime import Runtime
-from baf.errors import LogError, LogStorageError, SessionIdError
+from baf.errors import LogClosedError, LogError, LogStorageError, SessionIdError
 from baf.log.postgres import PostgresLog, redact_dsn
 from baf.log.postgres_connect import KEEPALIVE_SECONDS
 from baf.log.postgres_inbox import Inbox, InboxMessage
@@ -314,6 +314,10 @@ class Worker:
             except Exception as exc:
                 if strict:
                     raise
+                if isinstance(exc, LogClosedError):
+                    # The worker is stopping: a start that failed (a platform that could not listen, a
+                    # Ctrl-C) closed the log before the listener stopped, and a worker came or went meanwhile.
+                    return
                 logger.warning("worker %s: cannot list the live workers: %s", self.worker_id, exc)
 
     def _want(self, session_id: str, polled: bool = False) -> None:

@@ -168,8 +168,9 @@ async def test_a_ready_pipe_named_in_baf_serves_environment_does_not_reach_its_w
 
 
 def start_serve_with_stdin_and_stdout_closed(dsn: str) -> subprocess.Popen[str]:
+    # A lease_ttl of 3 s: each worker heartbeats every second once it serves (see the test below).
     command = shlex.join([sys.executable, "-m", "baf.cli", "serve", str(FIXTURE), "--log", dsn,
-                          "--workers", "2", "--poll-interval", "1"])  # fmt: skip
+                          "--workers", "2", "--poll-interval", "1", "--lease-ttl", "3"])  # fmt: skip
     return subprocess.Popen(["bash", "-c", f"exec {command} <&- >&-"], stderr=subprocess.PIPE, text=True)
 
 
@@ -178,14 +179,18 @@ async def test_baf_serve_started_with_stdin_and_stdout_closed_starts_every_worke
     # A daemon's stdout may be closed: the pipe the first worker says it is ready on must not land on
     # descriptor 1 (then its READY line would go there), and nobody may write to a stdout that is None.
     serve = start_serve_with_stdin_and_stdout_closed(postgres_dsn)
+    # Serving, not only registered: a worker registers before its start is over, and one that SIGTERM
+    # reaches then ends with 143 (its start cancelled), as documented. Its heartbeats begin once it serves,
+    # and with no READY line to read (stdout is closed) the first one is what says so.
+    serving = "SELECT count(*) FROM baf_workers WHERE heartbeat_at > started_at"
     connection = await asyncpg.connect(postgres_dsn)
     try:
         for _ in range(300):
             with contextlib.suppress(asyncpg.UndefinedTableError):
-                if await connection.fetchval("SELECT count(*) FROM baf_workers") == 2:
+                if await connection.fetchval(serving) == 2:
                     break
             await asyncio.sleep(0.1)
-        assert await connection.fetchval("SELECT count(*) FROM baf_workers") == 2
+        assert await connection.fetchval(serving) == 2
     finally:
         await connection.close()
         serve.send_signal(signal.SIGTERM)
@@ -434,6 +439,46 @@ async def test_a_worker_stopped_under_baf_serve_is_reported_and_so_is_its_return
         serve.stdout.close()
         serve.stderr.close()
     assert code == 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="the kernel tells a child of its parent's death on Linux"
+)
+async def test_the_workers_of_a_baf_serve_killed_with_sigkill_stop_cleanly(postgres_dsn: str) -> None:
+    # A baf serve that dies without passing a signal on (kill -9, the OOM killer) must not leave its workers
+    # serving on: they would hold their sessions, and share the port with the next baf serve, unseen.
+    serve = start_serve(postgres_dsn)
+    assert serve.stdout is not None and serve.stderr is not None
+    connection = await asyncpg.connect(postgres_dsn)
+    pids: list[int] = []
+    try:
+        pids = await ready_worker_pids(serve)
+        serve.kill()
+        await asyncio.to_thread(serve.wait, 30)
+        # Stopped as by baf serve's SIGTERM: a worker's row goes once it gave its leases up (a dead one's stays).
+        for _ in range(300):
+            if await connection.fetchval("SELECT count(*) FROM baf_workers") == 0 and not any(map(alive, pids)):
+                break
+            await asyncio.sleep(0.1)
+        assert await connection.fetchval("SELECT count(*) FROM baf_workers") == 0
+        assert not any(map(alive, pids))
+    finally:
+        await connection.close()
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        serve.stdout.close()
+        serve.stderr.close()
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (one that ended but was not reaped yet, a zombie, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rpartition(b")")[2].split()[0] != b"Z"
+    except FileNotFoundError:
+        return False
 
 
 async def said_by_serve(serve: subprocess.Popen[str]) -> str:

@@ -508,3 +508,29 @@ async def test_mail_for_a_session_given_up_for_a_client_gone_since_is_taken_back
     info = await a.leases.owner_of(session_id)
     assert info is not None and info.owner == "a" and info.live
     assert session_id not in b.runtime.sessions
+
+
+async def test_a_worker_heard_while_a_failed_start_closes_the_log_is_no_warning(
+    postgres_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A start that fails once the worker listens (a platform that cannot listen, a Ctrl-C while the platforms
+    # start) has the runtime close the log before the worker stops listening. A worker heard coming or going
+    # then made a refresh of the live workers fail on the closed log, and `baf serve` printed "cannot list
+    # the live workers: ... is closed" beside the real reason: nothing is wrong, the worker is stopping.
+    worker = Worker(fresh_agent(), postgres_dsn, worker_id="a", lease_ttl=10, poll_interval=1)
+    await worker.start()
+    try:
+        await worker.agent.stop()  # as Agent.start does when a platform's start fails: the log is closed
+        before = worker._refreshing
+        connection = await asyncpg.connect(postgres_dsn)
+        try:  # another worker comes: heard on the workers channel, still listened to
+            await connection.execute("SELECT pg_notify($1, 'b')", worker.log.channels.workers)
+        finally:
+            await connection.close()
+        await eventually(
+            lambda: worker._refreshing is not before and worker._refreshing is not None and worker._refreshing.done(),
+            "a refresh of the live workers after the notification",
+        )
+    finally:
+        await worker.stop()
+    assert "cannot list the live workers" not in caplog.text
