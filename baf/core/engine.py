@@ -3,7 +3,8 @@
 Read :func:`run_step` top to bottom: it is the whole runtime semantics. The inbound event was already
 recorded (``message_received``) and committed before the step was queued.
 
-**Resuming a step.** A crash can leave a step open (``step_started`` without ``step_finished``). If the
+**Resuming a step.** A crash, or a stop whose grace period ran out while the step ran, leaves a step
+open (``step_started`` without ``step_finished``). If the
 body that was running has a ``resume`` attribute, ``async def resume(session, records)``, the restarted
 runtime continues the step (:func:`find_resumption`): it records ``step_resumed`` and calls
 ``resume`` with the records that body had written, instead of the body; automatic transitions,
@@ -25,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -46,18 +48,17 @@ if TYPE_CHECKING:
 
 __all__ = ["MAX_AUTOMATIC_TRANSITIONS", "Resumption", "find_resumption", "run_step"]
 
+logger = logging.getLogger("baf.runtime")
+
 
 #: Automatic transitions followed in one step before the engine declares a loop and stops.
 MAX_AUTOMATIC_TRANSITIONS = 100
 
-# The ``error`` message recorded for a step the runtime stopped, by its ``interrupted_by`` value (also
-# on the step's ``step_finished``): ``user`` asked to stop now (a second Ctrl-C or SIGTERM,
-# ``Runtime.interrupt()``; ``{how}`` says which), ``stop`` is the runtime stopping past its grace period.
-# A step a crash left open is closed at the next start, as ``crash``.
-_INTERRUPTION_MESSAGES = {
-    "user": "interrupted by the user: told to stop now{how}, the agent did not wait for this step",
-    "stop": "the agent stopped and this step did not finish within the grace period",
-}
+# The ``error`` message recorded for a step cut by a stop that was told not to wait (``interrupted_by``
+# ``user`` on it and on the step's ``step_finished``: a second Ctrl-C or SIGTERM, ``Runtime.interrupt()``;
+# ``{how}`` says which). A step still running when a stop's grace period ends is left open instead, as a
+# crash leaves it (see _leave_open).
+_INTERRUPTED_NOW = "interrupted by the user: told to stop now{how}, the agent did not wait for this step"
 
 # Triggers of the compiled ``transitions`` machine (see ``baf.core.machine``).
 EVENT_TRIGGER = "_baf_event"
@@ -107,15 +108,36 @@ async def run_step(
                 await _run_body(live, state, state.fallback_body, "fallback")
         await _follow_automatic(live, hooks)
     except asyncio.CancelledError as exc:
-        # The runtime interrupted this step: say so in the log, and who stopped it. From here on the step
-        # is finishing, which the runtime does not cancel (that would cut these records and the commit).
+        # The runtime interrupted this step. From here on the step is finishing, which the runtime does not
+        # cancel (that would cut these records and the commit).
         cut = control.finish_step(live.id) or Cut("stop")
-        how = f" ({cut.how})" if cut.how else ""
-        message = _INTERRUPTION_MESSAGES.get(cut.by, _INTERRUPTION_MESSAGES["stop"]).format(how=how)
-        live.record_error("runtime", exc, event_seq=event_seq, message=message, interrupted_by=cut.by)
+        if cut.by != "stop":  # told to stop now: say so in the log, and who asked
+            how = f" ({cut.how})" if cut.how else ""
+            live.record_error("runtime", exc, event_seq=event_seq, message=_INTERRUPTED_NOW.format(how=how),
+                              interrupted_by=cut.by)  # fmt: skip
         raise
     finally:
-        await _end_step(live, event, event_seq, cut, hooks, started)
+        if cut is not None and cut.by == "stop":
+            await _leave_open(live)
+        else:
+            await _end_step(live, event, event_seq, cut, hooks, started)
+
+
+async def _leave_open(live: LiveSession) -> None:
+    """End a step the stop cut past its grace period as a crash would end it: what it committed stays,
+    what it recorded since (its body's clean-up from the cancellation too) is dropped, nothing more is
+    taken (a body thread still running is refused), and the step stays open in the log. The write-ahead
+    rule makes that safe: every effect's records were committed before it. The session's next load (the
+    next start, or another worker taking the session over) resumes the step from its records, or closes
+    it and tells the user their request was cut off."""
+    live.close()
+    live.writer.drop_unflushed()
+    await live.flush()  # an append already under way ends first
+    logger.warning(
+        "session %s: its step did not finish within the stop's grace period; it is left open in the log, "
+        "and resumes (or is closed, telling the user) when the session is next loaded",
+        live.id,
+    )
 
 
 async def _follow_automatic(live: LiveSession, hooks: StepHooks) -> None:

@@ -95,6 +95,14 @@ class SessionWriter:
             self._closed_because = because
         self._consumes_over([*self._consuming])  # whoever waits for them: the session takes no more
 
+    def drop_unflushed(self) -> None:
+        """Forget the records not handed to a flush yet, as a crash would: for a session that is not used
+        again (its projection still holds them), whose step a stop left open (``baf.core.engine``). Their
+        inbox rows, if any, stay in the inbox."""
+        with self._lock:
+            self._pending = []
+            self._consumes = []
+
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""
