@@ -84,6 +84,7 @@ async def run_step(
     live.event, live.event_seq = event, event_seq
     control.begin_step(live.id)  # from here until it finishes, the runtime may cancel this step
     cut: Cut | None = None
+    left_open = False
     try:
         live.record(RecordKind.STEP_RESUMED if resume else RecordKind.STEP_STARTED, {"event_seq": event_seq})
         await hooks.before_step(session, event)
@@ -108,36 +109,42 @@ async def run_step(
                 await _run_body(live, state, state.fallback_body, "fallback")
         await _follow_automatic(live, hooks)
     except asyncio.CancelledError as exc:
-        # The runtime interrupted this step. From here on the step is finishing, which the runtime does not
-        # cancel (that would cut these records and the commit).
-        cut = control.finish_step(live.id) or Cut("stop")
-        if cut.by != "stop":  # told to stop now: say so in the log, and who asked
-            how = f" ({cut.how})" if cut.how else ""
-            live.record_error("runtime", exc, event_seq=event_seq, message=_INTERRUPTED_NOW.format(how=how),
-                              interrupted_by=cut.by)  # fmt: skip
+        # The step was cancelled. From here on it is finishing, which the runtime does not cancel (that would
+        # cut these records and the commit).
+        cut = control.finish_step(live.id)
+        if cut is None or cut.by == "stop":
+            # The stop's grace period ran out, or the session was dropped (its log refused a write, its
+            # lease was lost): cut as a crash would cut it.
+            left_open = True
+            raise
+        how = f" ({cut.how})" if cut.how else ""  # told to stop now: say so in the log, and who asked
+        live.record_error("runtime", exc, event_seq=event_seq, message=_INTERRUPTED_NOW.format(how=how),
+                          interrupted_by=cut.by)  # fmt: skip
         raise
     finally:
-        if cut is not None and cut.by == "stop":
-            await _leave_open(live)
+        if left_open:
+            await _leave_open(live, said=cut is None)
         else:
             await _end_step(live, event, event_seq, cut, hooks, started)
 
 
-async def _leave_open(live: LiveSession) -> None:
-    """End a step the stop cut past its grace period as a crash would end it: what it committed stays,
-    what it recorded since (its body's clean-up from the cancellation too) is dropped, nothing more is
-    taken (a body thread still running is refused), and the step stays open in the log. The write-ahead
-    rule makes that safe: every effect's records were committed before it. The session's next load (the
-    next start, or another worker taking the session over) resumes the step from its records, or closes
-    it and tells the user their request was cut off."""
+async def _leave_open(live: LiveSession, said: bool) -> None:
+    """End a cancelled step as a crash would end it: what it committed stays, what it recorded since (its
+    body's clean-up from the cancellation too) is dropped, nothing more is taken (a body thread still
+    running is refused), and the step stays open in the log. The write-ahead rule makes that safe: every
+    effect's records were committed before it. The session's next load (the next start, or another
+    worker taking the session over) resumes the step from its records, or closes it and tells the user
+    their request was cut off. ``said``: the runtime told why already (a dropped session); else the stop's
+    grace period ran out, which is said here."""
     live.close()
     live.writer.drop_unflushed()
-    await live.flush()  # an append already under way ends first
-    logger.warning(
-        "session %s: its step did not finish within the stop's grace period; it is left open in the log, "
-        "and resumes (or is closed, telling the user) when the session is next loaded",
-        live.id,
-    )
+    await live.flush()  # an append already under way ends first (it raises if the log refused it)
+    if not said:
+        logger.warning(
+            "session %s: its step did not finish within the stop's grace period; it is left open in the log, "
+            "and resumes (or is closed, telling the user) when the session is next loaded",
+            live.id,
+        )
 
 
 async def _follow_automatic(live: LiveSession, hooks: StepHooks) -> None:
