@@ -173,9 +173,7 @@ def _placeholder(number: int, cast: str) -> str:
     """Argument ``number`` as a value of type ``cast``; ``text[]`` arrives as a JSON array (``json_texts``),
     ``data`` (a ``text[]``) as texts joined by ``DATA_SEPARATOR``."""
     if cast == "text[]":
-        return (
-            f"ARRAY(SELECT t FROM json_array_elements_text(${number}::json) WITH ORDINALITY AS a(t, n) ORDER BY n)"
-        )
+        return f"ARRAY(SELECT t FROM json_array_elements_text(${number}::json) WITH ORDINALITY AS a(t, n) ORDER BY n)"
     if cast == "data":
         return f"string_to_array(${number}::text, E'\\x1e')"
     return f"${number}::{cast}"
