@@ -18,13 +18,14 @@ The work index's new statuses are computed here, in Python, from the statuses th
 statement only stores them. A group whose sessions' statuses are not all known reads them first
 (:func:`stored_work`), in the same transaction.
 
-Its lists of text (session ids, kinds, the records' data) go as one ``text`` argument each, not as
-``text[]``: asyncpg tests every element of an array argument against abstract base classes (``Iterable``,
-``Sized``), ~4,000 instructions an element in Python, more than encoding the whole record. A list of names
-goes as a JSON array (:func:`json_texts`, unpacked by ``json_array_elements_text``); the data, JSON texts
+Its lists (session ids, kinds, the records' data, seqs, versions, epochs) go as one ``text`` argument each,
+not as arrays: asyncpg tests every element of an array argument against abstract base classes
+(``Iterable``, ``Sized``: a Python call each, ~2,000 instructions), more than encoding the whole record.
+A list of names goes as a JSON array (:func:`json_texts`, unpacked by ``json_array_elements_text``);
+integers as orjson writes them, comma-separated (``string_to_array`` and a cast); the data, JSON texts
 themselves, joined by U+001E (:data:`DATA_SEPARATOR`), which no JSON text holds, unpacked by
-``string_to_array`` at a fraction of what a JSON array costs the server. Numbers stay arrays: their text
-forms would cost the server what the checks cost the client (bench/README.md).
+``string_to_array`` at a fraction of what a JSON array costs the server. The times stay a ``float8[]``:
+parsing their text would cost the server more than the checks cost the client (bench/README.md).
 """
 
 from __future__ import annotations
@@ -171,11 +172,14 @@ def group_statement(
 
 def _placeholder(number: int, cast: str) -> str:
     """Argument ``number`` as a value of type ``cast``; ``text[]`` arrives as a JSON array (``json_texts``),
-    ``data`` (a ``text[]``) as texts joined by ``DATA_SEPARATOR``."""
+    ``data`` (a ``text[]``) as texts joined by ``DATA_SEPARATOR``, ``bigint[]`` and ``int[]`` as integers
+    joined by commas."""
     if cast == "text[]":
         return f"ARRAY(SELECT t FROM json_array_elements_text(${number}::json) WITH ORDINALITY AS a(t, n) ORDER BY n)"
     if cast == "data":
         return f"string_to_array(${number}::text, E'\\x1e')"
+    if cast in ("bigint[]", "int[]"):
+        return f"string_to_array(${number}::text, ',')::{cast}"
     return f"${number}::{cast}"
 
 
@@ -325,7 +329,14 @@ class Plan:
             "channel": channel,
             "notify": self.sessions,
         }
-        return sql, [json_texts(values[name]) if name in _TEXT_LISTS else values[name] for name in names]
+        return sql, [
+            json_texts(values[name])
+            if name in _TEXT_LISTS
+            else orjson.dumps(values[name]).decode()[1:-1]
+            if name in _INT_LISTS
+            else values[name]
+            for name in names
+        ]
 
     def work_changes(self, stored: Stored) -> tuple[list[str], list[tuple[str, WorkStatus]]]:
         """The sessions whose ``baf_work`` row goes (now idle) and the rows to write, given the statuses
@@ -355,6 +366,10 @@ _TEXT_LISTS: Final = frozenset(
     {"fence_names", "inbox_sessions", "new_sessions", "session_ids", "kinds", "work_gone", "work_names",
      "work_statuses", "notify"}
 )  # fmt: skip
+
+#: The arguments that are lists of integers (sent comma-separated; every one fits in 64 bits: the rows'
+#: checks bound seqs and versions, epochs and inbox ids are the database's own).
+_INT_LISTS: Final = frozenset({"fence_epochs", "inbox_ids", "seqs", "versions"})
 
 #: ``work_after`` reads the data of ``step_started`` records only.
 _NO_DATA: Final[dict[str, Any]] = {}

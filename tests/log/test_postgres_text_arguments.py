@@ -151,3 +151,16 @@ async def test_data_the_json_fallback_encodes_is_split_back_exactly(postgres_dsn
         assert stored[("s", 1)][1] == encode_row(records[0])[3] == '{"tuple":["a\\u001eb","\\u001e"]}'
         assert stored[("s", 2)][1] == encode_row(records[1])[3]
         assert [r.data for r in await log.read("s")] == [{"tuple": ["a\x1eb", "\x1e"]}, {"after": "\x1e"}]
+
+
+async def test_a_version_no_column_holds_is_refused_for_its_append_alone(postgres_dsn: str) -> None:
+    async with PostgresLog(postgres_dsn) as log:
+        results = await asyncio.gather(
+            log.append([Record("low", 1, "note", {}, 1.5, -(2**70))]),
+            log.append([Record("fine", 1, "note", {}, 1.5, 2), Record("fine", 2, "note", {}, 1.5, 2)]),
+            return_exceptions=True,
+        )
+        assert isinstance(results[0], ValueError) and "version" in str(results[0]) and "too small" in str(results[0])
+        assert results[1] is None
+        assert [r.seq for r in await log.read("fine")] == [1, 2]
+        assert await log.read("low") == []
