@@ -21,7 +21,7 @@ statement only stores them. A group whose sessions' statuses are not all known r
 Its lists (session ids, kinds, the records' data, seqs, versions, epochs) go as one ``text`` argument each,
 not as arrays: asyncpg tests every element of an array argument against abstract base classes
 (``Iterable``, ``Sized``: a Python call each, ~2,000 instructions), more than encoding the whole record.
-A list of names goes as a JSON array (:func:`json_texts`, unpacked by ``json_array_elements_text``);
+A list of names goes as a JSON array (unpacked by ``json_array_elements_text``);
 integers as orjson writes them, comma-separated (``string_to_array`` and a cast); the data, JSON texts
 themselves, joined by U+001E (:data:`DATA_SEPARATOR`), which no JSON text holds, unpacked by
 ``string_to_array`` at a fraction of what a JSON array costs the server. The times stay a ``float8[]``:
@@ -44,10 +44,7 @@ from baf.log.work import IDLE, WORK_KINDS, WorkStatus, work_after
 if TYPE_CHECKING:
     import asyncpg
 
-__all__ = [
-    "DATA_SEPARATOR", "Batch", "Known", "Plan", "Refused", "Row", "Stored", "group_statement", "json_texts",
-    "stored_work",
-]  # fmt: skip
+__all__ = ["DATA_SEPARATOR", "Batch", "Known", "Plan", "Refused", "Row", "Stored", "group_statement", "stored_work"]
 
 #: A ``baf_records`` row: session_id, seq, kind, data (JSON text), ts, version.
 Row = tuple[str, int, str, str, float, int]
@@ -90,13 +87,15 @@ class Refused(Exception):
 @functools.cache
 def group_statement(
     fenced: bool, inbox: bool, records: bool, new_sessions: bool, work_gone: bool, work_set: bool
-) -> tuple[str, tuple[str, ...]]:
-    """The statement for a group with these parts, and the names of its arguments in order (see
-    :meth:`Plan.arguments`). It returns one row: ``ok``, the inbox ids deleted, the notifications sent."""
+) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """The statement for a group with these parts, and the names and types of its arguments in order (see
+    :meth:`Plan.statement`). It returns one row: ``ok``, the inbox ids deleted, the notifications sent."""
     names: list[str] = []
+    casts: list[str] = []
 
     def arg(name: str, cast: str) -> str:
         names.append(name)
+        casts.append(cast)
         return _placeholder(len(names), cast)
 
     ctes: list[str] = []
@@ -167,13 +166,13 @@ def group_statement(
             "(SELECT count(*) FROM notified)" if records else "0",
         )
     )
-    return f"WITH {', '.join(ctes)} SELECT {result}", tuple(names)
+    return f"WITH {', '.join(ctes)} SELECT {result}", tuple(zip(names, casts, strict=True))
 
 
 def _placeholder(number: int, cast: str) -> str:
-    """Argument ``number`` as a value of type ``cast``; ``text[]`` arrives as a JSON array (``json_texts``),
-    ``data`` (a ``text[]``) as texts joined by ``DATA_SEPARATOR``, ``bigint[]`` and ``int[]`` as integers
-    joined by commas."""
+    """Argument ``number`` as a value of type ``cast``, from the text :func:`_argument` makes of a list:
+    ``text[]`` a JSON array, ``data`` (a ``text[]``) texts joined by ``DATA_SEPARATOR``, ``bigint[]`` and
+    ``int[]`` integers joined by commas."""
     if cast == "text[]":
         return f"ARRAY(SELECT t FROM json_array_elements_text(${number}::json) WITH ORDINALITY AS a(t, n) ORDER BY n)"
     if cast == "data":
@@ -188,10 +187,17 @@ def _again(names: list[str], name: str, cast: str) -> str:
     return _placeholder(names.index(name) + 1, cast)
 
 
-def json_texts(values: list[str]) -> str:
-    """``values`` (exact ``str``, valid Unicode) as a JSON array: a ``text[]`` argument of the group
-    statement."""
-    return orjson.dumps(values).decode()
+def _argument(cast: str, value: Any) -> Any:
+    """``value`` as the argument :func:`_placeholder` unpacks into ``cast``. Names and texts are exact
+    ``str`` and valid Unicode (the rows' checks), integers fit in 64 bits (the rows' checks bound seqs and
+    versions; epochs and inbox ids are the database's own)."""
+    if cast == "text[]":
+        return orjson.dumps(value).decode()
+    if cast == "data":
+        return DATA_SEPARATOR.join(value)
+    if cast in ("bigint[]", "int[]"):
+        return orjson.dumps(value).decode()[1:-1]  # "[1,2]": its brackets off
+    return value
 
 
 def _where(condition: str) -> str:
@@ -305,7 +311,7 @@ class Plan:
         a store without leases), ``stored`` the statuses read for the unknown sessions, ``channel`` the
         log's records channel."""
         gone, kept = self.work_changes(stored)
-        sql, names = group_statement(
+        sql, arguments = group_statement(
             owner is not None, bool(self.consumed), bool(self.sessions), bool(self.new_sessions), bool(gone), bool(kept)
         )
         columns = self.columns
@@ -319,7 +325,7 @@ class Plan:
             "session_ids": columns[0],
             "seqs": columns[1],
             "kinds": columns[2],
-            "texts": DATA_SEPARATOR.join(columns[3]),
+            "texts": columns[3],
             "tss": columns[4],
             "versions": columns[5],
             "work_gone": gone,
@@ -329,14 +335,7 @@ class Plan:
             "channel": channel,
             "notify": self.sessions,
         }
-        return sql, [
-            json_texts(values[name])
-            if name in _TEXT_LISTS
-            else orjson.dumps(values[name]).decode()[1:-1]
-            if name in _INT_LISTS
-            else values[name]
-            for name in names
-        ]
+        return sql, [_argument(cast, values[name]) for name, cast in arguments]
 
     def work_changes(self, stored: Stored) -> tuple[list[str], list[tuple[str, WorkStatus]]]:
         """The sessions whose ``baf_work`` row goes (now idle) and the rows to write, given the statuses
@@ -360,16 +359,6 @@ class Plan:
             self.after[name] = status if exact and self.last_seq[name] > 0 else None
         return gone, kept
 
-
-#: The arguments that are lists of text (sent as JSON arrays, see ``json_texts``).
-_TEXT_LISTS: Final = frozenset(
-    {"fence_names", "inbox_sessions", "new_sessions", "session_ids", "kinds", "work_gone", "work_names",
-     "work_statuses", "notify"}
-)  # fmt: skip
-
-#: The arguments that are lists of integers (sent comma-separated; every one fits in 64 bits: the rows'
-#: checks bound seqs and versions, epochs and inbox ids are the database's own).
-_INT_LISTS: Final = frozenset({"fence_epochs", "inbox_ids", "seqs", "versions"})
 
 #: ``work_after`` reads the data of ``step_started`` records only.
 _NO_DATA: Final[dict[str, Any]] = {}
