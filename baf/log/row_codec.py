@@ -30,8 +30,9 @@ Fields = tuple[str, int, str, int, float, str, bytes | str]
 def encode_fields(record: Record, max_version: int, nul_free: bool = False) -> Fields:
     """Check ``record``'s fields and encode its data as JSON; raise ``TypeError`` or ``ValueError``.
 
-    ``seq`` must fit in 64 bits, ``version`` be at most ``max_version``; with ``nul_free`` no text (the
-    session id, the kind, the JSON) may hold a NUL character.
+    ``seq`` must fit in 64 bits, ``version`` in the column whose largest value is ``max_version`` (from
+    ``-max_version - 1``); with ``nul_free`` no text (the session id, the kind, the JSON) may hold a NUL
+    character.
     """
     session_id, seq, kind, version, ts, data = (
         record.session_id, record.seq, record.kind, record.version, record.ts, record.data,
@@ -44,7 +45,7 @@ def encode_fields(record: Record, max_version: int, nul_free: bool = False) -> F
         and type(ts) is float
         and type(data) is dict
         and seq <= MAX_INT64
-        and version <= max_version
+        and abs(version) <= max_version  # the slow path takes -max_version - 1 too
         and MIN_TS <= ts <= MAX_TS
     ):
         _check_fields(record, max_version)
@@ -81,6 +82,8 @@ def _check_fields(record: Record, max_version: int) -> None:
             raise TypeError(f"{where}: {name} must be int, not {type(value).__name__}")
         if value > limit:
             raise ValueError(f"{where}: {name} {value} is too large (at most {limit})")
+        if value < -limit - 1:  # seq < 1 is the stores' own check (check_appendable)
+            raise ValueError(f"{where}: {name} {value} is too small (at least {-limit - 1})")
     problem = ts_problem(record.ts)
     if problem is not None:
         raise TypeError(f"{where}: {problem}")

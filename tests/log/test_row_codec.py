@@ -28,6 +28,13 @@ def test_each_store_applies_its_own_bounds() -> None:
             encode_row(nul)  # PostgreSQL's text cannot
     with pytest.raises(ValueError, match=r"seq \d+ is too large"):
         encode_record(Record("s", 2**63, "k", {}))
+    # The lower bounds too: a version neither column holds is refused here, for its append alone.
+    assert encode_record(Record("s", 1, "k", {}, version=-(2**63)))[4] == -(2**63)
+    assert encode_row(Record("s", 1, "k", {}, version=-(2**31)))[5] == -(2**31)
+    with pytest.raises(ValueError, match="version -2147483649 is too small"):
+        encode_row(Record("s", 1, "k", {}, version=-(2**31) - 1))
+    with pytest.raises(ValueError, match=r"version -\d+ is too small \(at least -9223372036854775808\)"):
+        encode_record(Record("s", 1, "k", {}, version=-(2**63) - 1))
 
 
 def test_both_stores_refuse_the_same_bad_fields() -> None:
