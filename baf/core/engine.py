@@ -137,7 +137,7 @@ async def _leave_open(live: LiveSession, said: bool) -> None:
     their request was cut off. ``said``: the runtime told why already (a dropped session); else the stop's
     grace period ran out, which is said here."""
     live.close()
-    live.writer.drop_unflushed()
+    live.drop_unflushed()  # and the sends queued for those records
     await live.flush()  # an append already under way ends first (it raises if the log refused it)
     if not said:
         logger.warning(

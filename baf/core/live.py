@@ -407,6 +407,16 @@ class LiveSession:
     def _closed_error(self) -> LogClosedError:
         return LogClosedError(f"session {self.id!r} is closed: the agent stopped; this was not recorded nor sent")
 
+    def drop_unflushed(self) -> None:
+        """Forget the records not handed to a flush yet (:meth:`SessionWriter.drop_unflushed`) and the
+        sends queued for them: a send must not run without its record in the log. A commit already queued
+        (a reply's) then runs only the sends whose records it made durable."""
+        kept = self.writer.drop_unflushed()
+        # A commit under way counted only sends queued before its flush took their records: all kept, first.
+        sends = [item for item in self._outbox if item[1] is None or item[1] <= kept]
+        self._outbox.clear()
+        self._outbox.extend(sends)
+
     def close(self, because: str = "the agent stopped") -> None:
         """Refuse new records (from a body thread the runtime abandoned, or a caller still holding the
         session after it was dropped from memory); flushing goes on."""

@@ -95,13 +95,15 @@ class SessionWriter:
             self._closed_because = because
         self._consumes_over([*self._consuming])  # whoever waits for them: the session takes no more
 
-    def drop_unflushed(self) -> None:
+    def drop_unflushed(self) -> int:
         """Forget the records not handed to a flush yet, as a crash would: for a session that is not used
         again (its projection still holds them), whose step a stop left open (``baf.core.engine``). Their
-        inbox rows, if any, stay in the inbox."""
+        inbox rows, if any, stay in the inbox. Returns the last seq handed to a flush (kept)."""
         with self._lock:
+            kept = self.projection.last_seq - len(self._pending)
             self._pending = []
             self._consumes = []
+        return kept
 
     @property
     def closed(self) -> bool:
