@@ -112,6 +112,12 @@ async def run_step(
         # The step was cancelled. From here on it is finishing, which the runtime does not cancel (that would
         # cut these records and the commit).
         cut = control.finish_step(live.id)
+        task = asyncio.current_task()
+        if cut is None and (task is None or not task.cancelling()):
+            # Nobody cancelled this step: its body raised CancelledError itself (a future it awaited was
+            # cancelled by someone else). An error of the body's, and the session goes on.
+            live.report_error("the step's body raised CancelledError without being cancelled", "body", exc)
+            raise
         if cut is None or cut.by == "stop":
             # The stop's grace period ran out, or the session was dropped (its log refused a write, its
             # lease was lost): cut as a crash would cut it.

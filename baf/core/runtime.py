@@ -286,12 +286,14 @@ class Runtime:
                 worker.cancel()
 
     async def stop(self, timeout: float = STOP_GRACE_PERIOD) -> None:  # noqa: ASYNC109 - a grace period
-        """Let running steps finish (up to ``timeout`` seconds, or until :meth:`interrupt`), then
-        interrupt what is left, flush and close the log.
+        """Let running steps finish (up to ``timeout`` seconds, or until :meth:`interrupt`), then cut what
+        is left, flush and close the log. A step cut when the grace period ends is left open in the log, as a
+        crash leaves it, for the next start to resume or close (see ``baf.core.engine``); one cut by
+        :meth:`interrupt` is recorded as interrupted by the user.
 
-        Interrupted steps get :data:`STOP_CANCEL_WAIT` seconds to record their end; one still running
-        after that (its body caught the cancellation) is recorded as interrupted here, with a warning,
-        and the stop goes on without it.
+        Cut steps get :data:`STOP_CANCEL_WAIT` seconds to end; one still running after that (its body
+        caught the cancellation) is recorded as interrupted here, with a warning, and the stop goes on
+        without it.
         """
         control = self.control
         if self._stopped:
@@ -899,8 +901,8 @@ class Runtime:
         if worker is not None and not worker.done() and worker is not asyncio.current_task():
             # A step still runs on it (the refused write was another caller's): it can write nothing more (its
             # appends follow the refused one, and fail), and must not act beside the step a new load of the
-            # session resumes, which waits for it to end (see _load). Cancelled, it ends without a word: the
-            # interruption it records fails to commit, as the rest of it would.
+            # session resumes, which waits for it to end (see _load). Cancelled, it ends without a word, left
+            # open as a crash leaves it (see baf.core.engine), for that load to resume or close.
             worker.cancel()
             self._dropped_steps[live.id] = worker
             worker.add_done_callback(partial(self._dropped_step_ended, live.id))

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from baf import Agent, ReceiveTextEvent, Session
 from baf.log import open_log
 from baf.testing import RecordingPlatform
@@ -41,9 +39,6 @@ async def test_a_clean_up_reply_whose_record_the_stop_dropped_is_not_sent(
     assert platform.replies.get("s", []) == recorded  # write-ahead: a reply sent is in the log
 
 
-@pytest.mark.xfail(
-    strict=True, reason="engine: a CancelledError no cut explains leaves the step open and closes the session"
-)
 async def test_a_body_raising_cancelled_error_itself_leaves_its_session_usable(
     db_url: str, platform: RecordingPlatform
 ) -> None:
