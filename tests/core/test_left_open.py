@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from baf import Agent, ReceiveTextEvent, Session
+from baf.errors import LogError
 from baf.log import open_log
 from baf.testing import RecordingPlatform
 
@@ -97,9 +100,11 @@ async def test_a_dropped_session_does_not_send_a_reply_whose_record_it_dropped(d
     idle.when_event().go_to(work)
     agent.add_platform(platform)
     async with agent:
-        await agent.receive_event(ReceiveTextEvent("s", message="go"), platform)
+        handled = await agent.receive_event(ReceiveTextEvent("s", message="go"), platform)
         await asyncio.wait_for(waiting.wait(), 10)
         agent.runtime.drop("s")  # a worker's heartbeat found its lease lost
+        with pytest.raises(LogError, match="lost its lease"):
+            await handled
         await asyncio.sleep(0.1)
         platform.gate.set()
         await asyncio.sleep(0.2)
