@@ -109,29 +109,34 @@ async def run_step(
                 await _run_body(live, state, state.fallback_body, "fallback")
         await _follow_automatic(live, hooks)
     except asyncio.CancelledError as exc:
-        # The step was cancelled. From here on it is finishing, which the runtime does not cancel (that would
-        # cut these records and the commit).
-        cut = control.finish_step(live.id)
-        task = asyncio.current_task()
-        if cut is None and (task is None or not task.cancelling()):
-            # Nobody cancelled this step: its body raised CancelledError itself (a future it awaited was
-            # cancelled by someone else). An error of the body's, and the session goes on.
-            live.report_error("the step's body raised CancelledError without being cancelled", "body", exc)
-            raise
-        if cut is None or cut.by == "stop":
-            # The stop's grace period ran out, or the session was dropped (its log refused a write, its
-            # lease was lost): cut as a crash would cut it.
-            left_open = True
-            raise
-        how = f" ({cut.how})" if cut.how else ""  # told to stop now: say so in the log, and who asked
-        live.record_error("runtime", exc, event_seq=event_seq, message=_INTERRUPTED_NOW.format(how=how),
-                          interrupted_by=cut.by)  # fmt: skip
+        cut, left_open = _cancelled(live, exc, event_seq)
         raise
     finally:
         if left_open:
             await _leave_open(live, said=cut is None)
         else:
             await _end_step(live, event, event_seq, cut, hooks, started)
+
+
+def _cancelled(live: LiveSession, exc: asyncio.CancelledError, event_seq: int | None) -> tuple[Cut | None, bool]:
+    """What cancelled the step (its :class:`Cut`, if the runtime's), and whether to leave it open (see
+    :func:`_leave_open`); records what the step's end does not. From here on the step is finishing, which
+    the runtime does not cancel (that would cut these records and the commit)."""
+    cut = live.runtime.control.finish_step(live.id)
+    task = asyncio.current_task()
+    if cut is None and (task is None or not task.cancelling()):
+        # Nobody cancelled this step: its body raised CancelledError itself (a future it awaited was
+        # cancelled by someone else). An error of the body's, and the session goes on.
+        live.report_error("the step's body raised CancelledError without being cancelled", "body", exc)
+        return None, False
+    if cut is None or cut.by == "stop":
+        # The stop's grace period ran out, or the session was dropped (its log refused a write, its lease
+        # was lost): cut as a crash would cut it.
+        return cut, True
+    how = f" ({cut.how})" if cut.how else ""  # told to stop now: say so in the log, and who asked
+    live.record_error("runtime", exc, event_seq=event_seq, message=_INTERRUPTED_NOW.format(how=how),
+                      interrupted_by=cut.by)  # fmt: skip
+    return cut, False
 
 
 async def _leave_open(live: LiveSession, said: bool) -> None:
