@@ -65,7 +65,7 @@ def serve(
     environment = {**os.environ, LOG_VARIABLE: dsn}
     environment.pop(READY_FD_VARIABLE, None)  # set for a first worker only, by us
     stopping = _Stopping([], lease_ttl)
-    previous = {s: signal.signal(s, stopping.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, stopping.on_signal) for s in _STOP_SIGNALS}
     try:
         if _started_first(command, environment, stopping):
             stopping.adopt([_start_worker(command, env={**environment, INDEX_VARIABLE: str(i)})
@@ -107,8 +107,10 @@ def _started_first(command: list[str], environment: dict[str, str], stopping: _S
             os.close(write_end)
 
 
-#: The signals that stop a worker: blocked from its start until its ``main`` has a handler for them.
-_STOP_SIGNALS: Final = frozenset({signal.SIGINT, signal.SIGTERM})
+#: What stops ``baf serve`` and its workers: Ctrl-C, SIGTERM, and SIGHUP (the terminal closed: sent to the
+#: whole process group, workers included, whose default would end them without giving their leases up).
+#: Blocked in a worker from its start until its ``main`` has a handler for them.
+_STOP_SIGNALS: Final = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
 
 
 def _start_worker(command: list[str], **options: Any) -> subprocess.Popen[bytes]:
@@ -362,7 +364,7 @@ def _death_notice(pid: int, signum: int, running: int, lease_ttl: float) -> str:
 async def _run_worker(
     path: str, dsn: str, lease_ttl: float, poll_interval: float, keepalive: float | None, ready_pipe: int | None
 ) -> int:
-    """Load the agent and serve it until SIGINT or SIGTERM; the process's exit status."""
+    """Load the agent and serve it until SIGINT, SIGTERM or SIGHUP; the process's exit status."""
     from baf.cli import load_agent_file  # the loader baf run uses: Python or YAML agents
     from baf.core.agent import _show_baf_log_lines
     from baf.serve.worker import Worker
@@ -392,7 +394,7 @@ async def _run_worker(
         stopping.set()
 
     loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
+    for signum in _STOP_SIGNALS:
         loop.add_signal_handler(signum, ask_to_stop, signum)
     if not await _started_unless_stopped(worker, stopping):
         return 128 + asked[0]  # as a shell reports a command the signal ended

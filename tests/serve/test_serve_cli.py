@@ -31,11 +31,13 @@ from .helpers import (
 )
 
 
-def start_serve(dsn: str, **env: str) -> subprocess.Popen[str]:
+def start_serve(dsn: str, own_group: bool = False, **env: str) -> subprocess.Popen[str]:
+    """``baf serve`` of the fixture agent, two workers; ``own_group``: as the leader of a process group of its
+    own, as a terminal starts it (its workers join the group)."""
     return subprocess.Popen(
         [sys.executable, "-m", "baf.cli", "serve", str(FIXTURE), "--log", dsn, "--workers", "2",
          "--lease-ttl", "2", "--poll-interval", "1"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=own_group,
         env={**os.environ, "BAF_SERVE_DELAY": "0.01", **env},
     )  # fmt: skip
 
@@ -75,6 +77,33 @@ async def test_baf_serve_runs_workers_that_answer_and_stop_on_sigterm(postgres_d
     assert shown.returncode == 0 and "answer to c0-hello" in shown.stdout
     replayed = baf("replay", postgres_dsn, "c0", cwd=tmp_path)
     assert replayed.returncode == 0 and "c0-hello" in replayed.stdout
+
+
+@pytest.mark.slow
+async def test_closing_the_terminal_stops_baf_serve_and_its_workers_cleanly(postgres_dsn: str) -> None:
+    """SIGHUP reaches the terminal's whole process group, workers included: each stops as on SIGTERM."""
+    serve = start_serve(postgres_dsn, own_group=True)
+    try:
+        await ready_worker_pids(serve)
+        async with PostgresLog(postgres_dsn, worker_id="forwarder") as log:
+            await Inbox(log).post("hup", message("hup", "hup-hello"))
+        await wait_for_answers(postgres_dsn, {"hup": ["hup-hello"]}, within=30)
+        os.killpg(serve.pid, signal.SIGHUP)  # the terminal closed
+        code = await asyncio.to_thread(serve.wait, 30)
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+        said = serve.stderr.read()  # type: ignore[union-attr]
+        serve.stdout.close()  # type: ignore[union-attr]
+        serve.stderr.close()  # type: ignore[union-attr]
+    assert code == 0, said
+    assert "stopping 2 workers after their running steps" in said and "Traceback" not in said, said
+    connection = await asyncpg.connect(postgres_dsn)
+    try:  # stopped cleanly: leases given up, workers' rows removed
+        assert await connection.fetch("SELECT session_id FROM baf_leases WHERE expires_at >= now()") == []
+        assert await connection.fetch("SELECT worker_id FROM baf_workers") == []
+    finally:
+        await connection.close()
 
 
 def test_baf_serve_refuses_a_sqlite_log(tmp_path: Path) -> None:
