@@ -76,6 +76,9 @@ def serve(
             signal.signal(signum, handler)
     if stopping.killed:
         return 128 + stopping.signals[-1]  # as a shell reports a command a signal ended (130: Ctrl-C)
+    if stopping.signals and codes and not any(codes):
+        # The stop asked for is over: say so, or the last line would still be "stopping ...".
+        _say(f"baf serve: stopped; {agreeing(len(codes), 'the worker', f'all {len(codes)} workers')} ended cleanly\n")
     # A worker a signal ended (a negative code) counts as a shell reports it: 128 + the signal (130: Ctrl-C).
     return max((128 - code if code < 0 else code for code in codes), default=0)
 

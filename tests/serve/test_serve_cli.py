@@ -98,6 +98,7 @@ async def test_closing_the_terminal_stops_baf_serve_and_its_workers_cleanly(post
         serve.stderr.close()  # type: ignore[union-attr]
     assert code == 0, said
     assert "stopping 2 workers after their running steps" in said and "Traceback" not in said, said
+    assert said.rstrip().endswith("baf serve: stopped; all 2 workers ended cleanly"), said
     connection = await asyncpg.connect(postgres_dsn)
     try:  # stopped cleanly: leases given up, workers' rows removed
         assert await connection.fetch("SELECT session_id FROM baf_leases WHERE expires_at >= now()") == []
